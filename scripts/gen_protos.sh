@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Regenerates the Python gRPC code (with typed stubs) from protos/. The one way to do it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out="${1:-services/common}"
+rm -f "$out"/reservoir/v1/*_pb2*.py "$out"/reservoir/v1/*_pb2*.pyi
+mkdir -p "$out/reservoir/v1"
+python -m grpc_tools.protoc -I protos \
+  --python_out="$out" --grpc_python_out="$out" \
+  --mypy_out="$out" --mypy_grpc_out="$out" \
+  protos/reservoir/v1/*.proto
+touch "$out/reservoir/v1/__init__.py"
