@@ -1,0 +1,448 @@
+"""The asyncio client: resolves paths with the master, reads blocks from the workers."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+import grpc.aio
+import structlog
+from reservoir.common import config as cfg
+from reservoir.common import paths
+from reservoir.common.errors import (
+    Conflict,
+    DeadlineExceeded,
+    InvalidArgument,
+    IsADirectory,
+    NotFound,
+    ReservoirError,
+    Unavailable,
+    error_for_code_value,
+)
+from reservoir.common.models import Inode, Mount, MountOptions, WorkerRecord
+from reservoir.common.observability import inject_metadata
+from reservoir.common.rpc import CHANNEL_OPTIONS, error_from_rpc
+from reservoir.common.under_store import UnderStore, UnderStoreSettings, open_under_store
+from reservoir.v1 import master_pb2, master_pb2_grpc, worker_pb2
+
+from .routing import candidates
+
+log = structlog.get_logger()
+
+_READ_BLOCK = "/reservoir.v1.WorkerService/ReadBlock"
+_READ_BLOCKS = "/reservoir.v1.WorkerService/ReadBlocks"
+_GET_STATS = "/reservoir.v1.WorkerService/GetStats"
+# Worker failures that mean "try another replica"; anything else is the answer.
+_RETRY_ELSEWHERE = (Unavailable, DeadlineExceeded)
+_WORKER_PENALTY_S = 2.0
+
+
+def chunk_payload(message: bytes) -> memoryview:
+    """The `data` of a BlockChunk, sliced out of the received message without a copy."""
+    if not message:
+        return memoryview(b"")
+    if message[0] != 0x0A:
+        raise Unavailable("malformed block chunk from worker")
+    length = shift = 0
+    pos = 1
+    while True:
+        byte = message[pos]
+        length |= (byte & 0x7F) << shift
+        pos += 1
+        if not byte & 0x80:
+            break
+        shift += 7
+    view = memoryview(message)[pos : pos + length]
+    if len(view) != length:
+        raise Unavailable("truncated block chunk from worker")
+    return view
+
+
+@dataclass
+class _Cached:
+    value: Any
+    expires: float
+
+
+class AsyncClient:
+    """Reservoir's asyncio SDK. One instance per process is enough; it is cheap to share."""
+
+    def __init__(self, master: str | None = None, config: cfg.ClientConfig | None = None) -> None:
+        self.config = config or cfg.load(cfg.ClientConfig, master=master)
+        if master:
+            self.config = cfg.ClientConfig(**{**self.config.__dict__, "master": master})
+        self._master_channel = grpc.aio.insecure_channel(
+            self.config.master, options=CHANNEL_OPTIONS
+        )
+        self._master = master_pb2_grpc.MasterServiceStub(self._master_channel)
+        self._worker_channels: dict[str, grpc.aio.Channel] = {}
+        self._infos: dict[str, _Cached] = {}
+        self._workers: _Cached | None = None
+        self._mounts: _Cached | None = None
+        self._penalised: dict[str, float] = {}
+        self._under_stores: dict[str, UnderStore] = {}
+
+    async def close(self) -> None:
+        for channel in self._worker_channels.values():
+            await channel.close()
+        await self._master_channel.close()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # ---- master calls -------------------------------------------------------------------
+
+    async def _call(self, method: str, request: Any, what: str) -> Any:
+        try:
+            return await getattr(self._master, method)(
+                request, timeout=self.config.rpc_timeout_s, metadata=inject_metadata()
+            )
+        except grpc.RpcError as exc:
+            error = error_from_rpc(exc, what)
+            if isinstance(error, Unavailable) and not isinstance(error, DeadlineExceeded):
+                error = Unavailable(f"{what}: master at {self.config.master} is unreachable")
+            raise error from None
+
+    async def mount(
+        self,
+        path: str,
+        uri: str,
+        *,
+        endpoint_url: str = "",
+        region: str = "",
+        block_size: int = 0,
+        credentials: str = "",
+        metadata_ttl_ms: int = 0,
+    ) -> Mount:
+        options = MountOptions(endpoint_url, region, block_size, credentials, metadata_ttl_ms)
+        request = master_pb2.MountRequest(
+            path=path, uri=uri, options=Mount(path, uri, options).to_proto().options
+        )
+        response = await self._call("Mount", request, f"mount {path}")
+        self._mounts = None
+        return Mount.from_proto(response.mount)
+
+    async def unmount(self, path: str) -> None:
+        await self._call("Unmount", master_pb2.UnmountRequest(path=path), f"unmount {path}")
+        self._mounts = None
+        self._infos.clear()
+
+    async def mounts(self) -> list[Mount]:
+        response = await self._call("ListMounts", master_pb2.ListMountsRequest(), "list mounts")
+        mounts = [Mount.from_proto(m) for m in response.mounts]
+        self._mounts = _Cached(mounts, time.monotonic() + self.config.file_info_ttl_s)
+        return mounts
+
+    async def workers(self, *, fresh: bool = True) -> list[WorkerRecord]:
+        now = time.monotonic()
+        if not fresh and self._workers is not None and self._workers.expires > now:
+            return list(self._workers.value)
+        response = await self._call("ListWorkers", master_pb2.ListWorkersRequest(), "list workers")
+        workers = [WorkerRecord.from_proto(w) for w in response.workers]
+        self._workers = _Cached(workers, now + self.config.workers_ttl_s)
+        return workers
+
+    async def stat(self, path: str, *, with_locations: bool = False, fresh: bool = False) -> Inode:
+        path = paths.normalize(path)
+        if not fresh and not with_locations:
+            hit = self._infos.get(path)
+            if hit is not None and hit.expires > time.monotonic():
+                return hit.value  # type: ignore[no-any-return]
+        message = await self._call(
+            "GetFileInfo",
+            master_pb2.GetFileInfoRequest(path=path, with_locations=with_locations),
+            f"stat {path}",
+        )
+        inode = Inode.from_proto(message)
+        self._remember(inode)
+        return inode
+
+    async def stat_many(self, many: Sequence[str]) -> list[Inode]:
+        """Stats of many paths in one master call (those not already cached)."""
+        normal = [paths.normalize(p) for p in many]
+        now = time.monotonic()
+        missing = sorted(
+            {p for p in normal if not (p in self._infos and self._infos[p].expires > now)}
+        )
+        if missing:
+            response = await self._call(
+                "GetFileInfos", master_pb2.GetFileInfosRequest(paths=missing), "stat many"
+            )
+            for result in response.results:
+                if result.code:
+                    raise error_for_code_value(result.code, result.message)
+                self._remember(Inode.from_proto(result.info))
+        return [self._infos[p].value for p in normal]
+
+    async def ls(self, path: str, *, with_locations: bool = False) -> list[Inode]:
+        path = paths.normalize(path)
+        response = await self._call(
+            "ListDirectory",
+            master_pb2.ListDirectoryRequest(path=path, with_locations=with_locations),
+            f"ls {path}",
+        )
+        entries = [Inode.from_proto(e) for e in response.entries]
+        for entry in entries:
+            self._remember(entry)  # a read that follows needs no master call
+        return entries
+
+    def _remember(self, inode: Inode) -> None:
+        # Locations age fast; the cache keeps the stable part only.
+        plain = dataclasses.replace(inode, locations={}) if inode.locations else inode
+        self._infos[inode.path] = _Cached(plain, time.monotonic() + self.config.file_info_ttl_s)
+
+    def forget(self, path: str) -> None:
+        self._infos.pop(path, None)
+
+    # ---- reads --------------------------------------------------------------------------
+
+    async def read(self, path: str, offset: int = 0, length: int = -1) -> bytes:
+        """Bytes [offset, offset+length) of a file; length -1 reads to the end.
+
+        A range past the end is clipped, as a file read is; a negative offset is refused.
+        """
+        if offset < 0 or length < -1:
+            raise InvalidArgument("offset must be >= 0 and length >= -1")
+        for attempt in range(2):
+            inode = await self.stat(path)
+            try:
+                return await self._read_inode(inode, offset, length)
+            except Conflict:
+                # The object changed since we looked: fetch fresh metadata once.
+                self.forget(inode.path)
+                await self.stat(path, fresh=True)
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def _read_inode(self, inode: Inode, offset: int, length: int) -> bytes:
+        if inode.is_dir:
+            raise IsADirectory(f"{inode.path}: is a directory")
+        end = inode.size if length < 0 else min(inode.size, offset + length)
+        if offset >= end:
+            return b""
+        first, last = offset // inode.block_size, (end - 1) // inode.block_size
+        workers = await self.workers(fresh=False)
+
+        async def part(index: int) -> list[memoryview]:
+            block_start = index * inode.block_size
+            lo = max(offset, block_start) - block_start
+            hi = min(end, block_start + inode.block_length(index)) - block_start
+            return await self._read_block(inode, index, lo, hi - lo, workers)
+
+        if first == last:
+            pieces = await part(first)
+        else:
+            limit = asyncio.Semaphore(self.config.parallelism)
+
+            async def bounded(index: int) -> list[memoryview]:
+                async with limit:
+                    return await part(index)
+
+            parts = await asyncio.gather(*(bounded(i) for i in range(first, last + 1)))
+            pieces = [p for ps in parts for p in ps]
+        return b"".join(pieces)  # the one copy: received buffers -> the caller's bytes
+
+    def _block_request(
+        self, inode: Inode, index: int, offset: int, length: int
+    ) -> worker_pb2.ReadBlockRequest:
+        return worker_pb2.ReadBlockRequest(
+            file_id=inode.file_id,
+            index=index,
+            offset=offset,
+            length=length,
+            ufs_uri=inode.ufs_uri,
+            etag=inode.etag,
+            file_size=inode.size,
+            block_size=inode.block_size,
+            mount_path=inode.mount_path,
+        )
+
+    def _ordered(self, inode: Inode, index: int, workers: list[WorkerRecord]) -> list[WorkerRecord]:
+        order = candidates(
+            inode.file_id,
+            index,
+            workers,
+            inode.locations.get(index, ()),
+            self.config.host,
+            self.config.zone,
+        )
+        now = time.monotonic()
+        healthy = [w for w in order if self._penalised.get(w.id, 0) <= now]
+        return healthy + [w for w in order if self._penalised.get(w.id, 0) > now]
+
+    def _channel(self, address: str) -> grpc.aio.Channel:
+        channel = self._worker_channels.get(address)
+        if channel is None:
+            channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+            self._worker_channels[address] = channel
+        return channel
+
+    async def _read_block(
+        self, inode: Inode, index: int, offset: int, length: int, workers: list[WorkerRecord]
+    ) -> list[memoryview]:
+        request = self._block_request(inode, index, offset, length)
+        last_error: ReservoirError | None = None
+        for worker in self._ordered(inode, index, workers):
+            try:
+                return await self._stream_block(worker, request)
+            except _RETRY_ELSEWHERE as exc:
+                last_error = exc
+                self._penalised[worker.id] = time.monotonic() + _WORKER_PENALTY_S
+                self._workers = None  # membership may have changed: ask again next time
+                log.info("worker_failed", worker=worker.id, error=str(exc))
+        return [
+            memoryview(await self._read_from_under_store(inode, index, offset, length, last_error))
+        ]
+
+    async def _stream_block(
+        self, worker: WorkerRecord, request: worker_pb2.ReadBlockRequest
+    ) -> list[memoryview]:
+        call = self._channel(worker.address).unary_stream(
+            _READ_BLOCK,
+            request_serializer=worker_pb2.ReadBlockRequest.SerializeToString,
+            response_deserializer=None,
+        )
+        pieces: list[memoryview] = []
+        try:
+            async for message in call(
+                request, timeout=self.config.read_timeout_s, metadata=inject_metadata()
+            ):
+                pieces.append(chunk_payload(message))
+        except grpc.RpcError as exc:
+            raise error_from_rpc(exc, f"read block from worker {worker.id}") from None
+        return pieces
+
+    async def _read_from_under_store(
+        self,
+        inode: Inode,
+        index: int,
+        offset: int,
+        length: int,
+        cause: ReservoirError | None,
+    ) -> bytes:
+        if not self.config.ufs_fallback:
+            raise Unavailable(f"{inode.path}: no worker could serve block {index} ({cause})")
+        mounts = await self.mounts()
+        mount = next((m for m in mounts if m.path == inode.mount_path), None)
+        if mount is None:
+            raise NotFound(f"{inode.mount_path} is no longer mounted")
+        ufs = self._under_stores.get(mount.path)
+        if ufs is None or ufs.uri != mount.uri:
+            o = mount.options
+            ufs = open_under_store(
+                mount.uri,
+                UnderStoreSettings(
+                    endpoint_url=o.endpoint_url,
+                    region=o.region,
+                    credentials=o.credentials,
+                    timeout_s=self.config.ufs_timeout_s,
+                ),
+            )
+            self._under_stores[mount.path] = ufs
+        log.info("read_from_under_store", path=inode.path, block=index)
+        start = index * inode.block_size + offset
+        return await asyncio.to_thread(
+            ufs.get_range, ufs.key_of(inode.ufs_uri), start, length, inode.etag
+        )
+
+    async def read_many(self, many: Sequence[str]) -> list[bytes]:
+        """Whole contents of many files, small ones batched: one worker call per batch."""
+        inodes = await self.stat_many(many)
+        for inode in inodes:
+            if inode.is_dir:
+                raise IsADirectory(f"{inode.path}: is a directory")
+        results: list[bytes | None] = [None] * len(inodes)
+        workers = await self.workers(fresh=False)
+        batches: dict[str, list[int]] = {}
+        large: list[int] = []
+        for position, inode in enumerate(inodes):
+            if inode.size == 0:
+                results[position] = b""
+            elif inode.size <= min(self.config.small_file_bytes, inode.block_size) and workers:
+                home = self._ordered(inode, 0, workers)[0]
+                batches.setdefault(home.id, []).append(position)
+            else:
+                large.append(position)
+        by_id = {w.id: w for w in workers}
+        limit = asyncio.Semaphore(self.config.parallelism)
+        jobs = []
+        for worker_id, positions in batches.items():
+            for start in range(0, len(positions), self.config.batch_files):
+                chunk = positions[start : start + self.config.batch_files]
+                jobs.append(self._read_batch(by_id[worker_id], inodes, chunk, results, limit))
+        for position in large:
+            jobs.append(self._read_whole(inodes[position], position, results, limit))
+        await asyncio.gather(*jobs)
+        return [r if r is not None else b"" for r in results]
+
+    async def _read_whole(
+        self, inode: Inode, position: int, results: list[bytes | None], limit: asyncio.Semaphore
+    ) -> None:
+        async with limit:
+            results[position] = await self.read(inode.path)
+
+    async def _read_batch(
+        self,
+        worker: WorkerRecord,
+        inodes: list[Inode],
+        positions: list[int],
+        results: list[bytes | None],
+        limit: asyncio.Semaphore,
+    ) -> None:
+        request = worker_pb2.ReadBlocksRequest(
+            blocks=[self._block_request(inodes[p], 0, 0, -1) for p in positions]
+        )
+        call = self._channel(worker.address).unary_stream(
+            _READ_BLOCKS,
+            request_serializer=worker_pb2.ReadBlocksRequest.SerializeToString,
+            response_deserializer=worker_pb2.BlockPayload.FromString,
+        )
+        async with limit:
+            try:
+                async for item in call(
+                    request, timeout=self.config.read_timeout_s, metadata=inject_metadata()
+                ):
+                    position = positions[item.position]
+                    if item.code == 0:
+                        results[position] = item.data
+                    else:
+                        error = error_for_code_value(item.code, item.message)
+                        if not isinstance(error, _RETRY_ELSEWHERE + (Conflict,)):
+                            raise error
+                        # otherwise left empty: read again below, with failover
+            except grpc.RpcError as exc:
+                error = error_from_rpc(exc, f"batch read from worker {worker.id}")
+                if not isinstance(error, _RETRY_ELSEWHERE):
+                    raise error from None
+                self._penalised[worker.id] = time.monotonic() + _WORKER_PENALTY_S
+                self._workers = None
+                log.info("worker_failed", worker=worker.id, error=str(error))
+        # Whatever the batch did not deliver is read one by one, with failover.
+        missing = [p for p in positions if results[p] is None]
+        for position in missing:
+            results[position] = await self.read(inodes[position].path)
+
+    async def worker_stats(self) -> list[worker_pb2.WorkerStats]:
+        stats = []
+        for worker in await self.workers():
+            call = self._channel(worker.address).unary_unary(
+                _GET_STATS,
+                request_serializer=worker_pb2.GetStatsRequest.SerializeToString,
+                response_deserializer=worker_pb2.WorkerStats.FromString,
+            )
+            try:
+                stats.append(
+                    await call(worker_pb2.GetStatsRequest(), timeout=self.config.rpc_timeout_s)
+                )
+            except grpc.RpcError as exc:
+                raise error_from_rpc(exc, f"stats of worker {worker.id}") from None
+        return stats

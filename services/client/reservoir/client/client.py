@@ -1,0 +1,163 @@
+"""The blocking client: the asyncio client run on a private event loop thread."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import threading
+from collections.abc import Coroutine, Sequence
+from typing import Any, TypeVar
+
+from reservoir.common import config as cfg
+from reservoir.common.errors import IsADirectory
+from reservoir.common.models import Inode, Mount, WorkerRecord
+from reservoir.v1 import worker_pb2
+
+from .async_client import AsyncClient
+
+T = TypeVar("T")
+
+
+class Client:
+    """Reservoir's SDK for ordinary (threaded) code.
+
+    >>> with Client("127.0.0.1:19998") as rs:
+    ...     data = rs.read("/datasets/train/part-0001")
+    """
+
+    def __init__(self, master: str | None = None, config: cfg.ClientConfig | None = None) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="reservoir-client", daemon=True
+        )
+        self._thread.start()
+        self._async: AsyncClient = self._run(self._make(master, config))
+        self.config = self._async.config
+
+    @staticmethod
+    async def _make(master: str | None, config: cfg.ClientConfig | None) -> AsyncClient:
+        return AsyncClient(master, config)  # channels bind to the loop they are made on
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def close(self) -> None:
+        if self._loop.is_running():
+            self._run(self._async.close())
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def aio(self) -> AsyncClient:
+        return self._async
+
+    def mount(self, path: str, uri: str, **options: Any) -> Mount:
+        return self._run(self._async.mount(path, uri, **options))
+
+    def unmount(self, path: str) -> None:
+        self._run(self._async.unmount(path))
+
+    def mounts(self) -> list[Mount]:
+        return self._run(self._async.mounts())
+
+    def workers(self) -> list[WorkerRecord]:
+        return self._run(self._async.workers())
+
+    def worker_stats(self) -> list[worker_pb2.WorkerStats]:
+        return self._run(self._async.worker_stats())
+
+    def stat(self, path: str, *, with_locations: bool = False) -> Inode:
+        return self._run(self._async.stat(path, with_locations=with_locations))
+
+    def ls(self, path: str, *, with_locations: bool = False) -> list[Inode]:
+        return self._run(self._async.ls(path, with_locations=with_locations))
+
+    def read(self, path: str, offset: int = 0, length: int = -1) -> bytes:
+        return self._run(self._async.read(path, offset, length))
+
+    def read_many(self, paths: Sequence[str]) -> list[bytes]:
+        return self._run(self._async.read_many(paths))
+
+    def open(self, path: str, mode: str = "rb", buffering: int = -1) -> io.BufferedReader:
+        """A read-only binary file object (seekable, readinto, usable with io wrappers)."""
+        if mode not in ("r", "rb"):
+            raise ValueError(f"unsupported mode {mode!r}: Reservoir files are read-only")
+        raw = ReservoirFile(self, self.stat(path))
+        return io.BufferedReader(raw, buffer_size=buffering if buffering > 0 else 1 << 20)
+
+
+class ReservoirFile(io.RawIOBase):
+    """An unbuffered reader over one file. Keeps the last block it read, so small
+    sequential reads cost one worker call per block rather than one per read."""
+
+    def __init__(self, client: Client, inode: Inode) -> None:
+        super().__init__()
+        if inode.is_dir:
+            raise IsADirectory(f"{inode.path}: is a directory")
+        self._client = client
+        self._inode = inode
+        self._pos = 0
+        self._block_index = -1
+        self._block = b""
+        self.name = inode.path
+
+    @property
+    def size(self) -> int:
+        return self._inode.size
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        if whence == io.SEEK_SET:
+            target = offset
+        elif whence == io.SEEK_CUR:
+            target = self._pos + offset
+        elif whence == io.SEEK_END:
+            target = self._inode.size + offset
+        else:
+            raise ValueError(f"invalid whence {whence}")
+        if target < 0:
+            raise ValueError("negative seek position")
+        self._pos = target
+        return target
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        want = min(len(view), max(0, self._inode.size - self._pos))
+        if want == 0:
+            return 0
+        block_size = self._inode.block_size
+        index = self._pos // block_size
+        if want >= block_size:
+            data = self._client._run(self._client.aio._read_inode(self._inode, self._pos, want))
+            view[: len(data)] = data
+            self._pos += len(data)
+            return len(data)
+        if index != self._block_index:
+            self._block = self._client._run(
+                self._client.aio._read_inode(self._inode, index * block_size, block_size)
+            )
+            self._block_index = index
+        start = self._pos - index * block_size
+        n = min(want, len(self._block) - start)
+        view[:n] = self._block[start : start + n]
+        self._pos += n
+        return n
+
+    def readall(self) -> bytes:
+        data = self._client._run(self._client.aio._read_inode(self._inode, self._pos, -1))
+        self._pos += len(data)
+        return data

@@ -1,0 +1,104 @@
+"""A local S3-compatible server for development, tests and benchmarks.
+
+moto's S3 implementation behind a thin WSGI layer that (1) counts requests by kind at the
+server — so tests measure what really reached "S3", not what our code believes it sent —
+and (2) can add a first-byte latency, so a loopback store behaves like a remote one.
+
+    python -m reservoir.local.s3server --port 9000 --latency-ms 20
+
+Admin endpoints: GET /_reservoir/stats, POST /_reservoir/reset,
+POST /_reservoir/config?latency_ms=N&fail_gets=N (fail the next N object GETs with 503).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from typing import Any
+from urllib.parse import parse_qs
+
+ADMIN = "/_reservoir/"
+
+
+class S3Observer:
+    def __init__(self, app: Callable[..., Iterable[bytes]], latency_ms: float) -> None:
+        self._app = app
+        self.latency_s = latency_ms / 1000
+        self.fail_gets = 0
+        self.counts: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def kind(method: str, path: str, query: str) -> str:
+        parts = [p for p in path.split("/") if p]
+        if method == "GET":
+            if len(parts) >= 2 and "uploads" not in query:
+                return "GET"
+            return "LIST" if len(parts) == 1 else "OTHER"
+        if method in ("HEAD", "PUT", "DELETE", "POST"):
+            return method
+        return "OTHER"
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        path = environ.get("PATH_INFO", "")
+        if path.startswith(ADMIN):
+            return self._admin(environ, path[len(ADMIN) :], start_response)
+        kind = self.kind(environ["REQUEST_METHOD"], path, environ.get("QUERY_STRING", ""))
+        with self._lock:
+            self.counts[kind] += 1
+            failing = kind == "GET" and self.fail_gets > 0
+            if failing:
+                self.fail_gets -= 1
+        if kind in ("GET", "HEAD", "LIST") and self.latency_s > 0:
+            time.sleep(self.latency_s)
+        if failing:
+            start_response("503 Service Unavailable", [("Content-Type", "application/xml")])
+            return [b"<Error><Code>SlowDown</Code><Message>injected</Message></Error>"]
+        return self._app(environ, start_response)
+
+    def _admin(
+        self, environ: dict[str, Any], action: str, start_response: Callable[..., Any]
+    ) -> Any:
+        if action == "reset":
+            with self._lock:
+                self.counts.clear()
+        elif action == "config":
+            query = parse_qs(environ.get("QUERY_STRING", ""))
+            if "latency_ms" in query:
+                self.latency_s = float(query["latency_ms"][0]) / 1000
+            if "fail_gets" in query:
+                self.fail_gets = int(query["fail_gets"][0])
+        body = json.dumps(
+            {"counts": dict(self.counts), "latency_ms": self.latency_s * 1000}
+        ).encode()
+        start_response("200 OK", [("Content-Type", "application/json")])
+        return [body]
+
+
+def main(argv: list[str] | None = None) -> None:
+    from moto.moto_server.werkzeug_app import (
+        DomainDispatcherApplication,
+        MotoRequestHandler,
+        create_backend_app,
+    )
+    from werkzeug.serving import make_server
+
+    parser = argparse.ArgumentParser(prog="reservoir-s3server")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=9000)
+    parser.add_argument("--latency-ms", type=float, default=0.0)
+    args = parser.parse_args(argv)
+    app = S3Observer(DomainDispatcherApplication(create_backend_app), args.latency_ms)
+    server = make_server(
+        args.host, args.port, app, threaded=True, request_handler=MotoRequestHandler
+    )
+    print(f"s3server listening on http://{args.host}:{args.port}", flush=True)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,143 @@
+"""Typed settings, parsed once at start and passed down.
+
+Every setting can come from the environment (the same names in the local launcher,
+docker-compose and the Kubernetes manifests) and be overridden by a command-line flag.
+Every timeout is a setting.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from .errors import InvalidArgument
+
+KiB = 1024
+MiB = 1024 * KiB
+GiB = 1024 * MiB
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "b": 1, "k": KiB, "m": MiB, "g": GiB, "t": 1024 * GiB}
+
+
+def parse_size(text: str | int) -> int:
+    """'4MiB', '512k', '1g', '1048576' -> bytes (binary units)."""
+    if isinstance(text, int):
+        return text
+    match = _SIZE.match(text)
+    if not match:
+        raise InvalidArgument(f"not a size: {text!r}")
+    number, unit = match.groups()
+    return int(float(number) * _UNITS[(unit or "").lower()[:1]])
+
+
+def env(name: str) -> Any:
+    """Field metadata naming the environment variable a setting is read from."""
+    return {"env": name}
+
+
+def _convert(raw: str, kind: Any, name: str) -> Any:
+    try:
+        if kind in (int, "int"):
+            return parse_size(raw)
+        if kind in (float, "float"):
+            return float(raw)
+        if kind in (bool, "bool"):
+            if raw.lower() in ("1", "true", "yes", "on"):
+                return True
+            if raw.lower() in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(raw)
+    except ValueError as exc:
+        raise InvalidArgument(f"setting {name}: cannot parse {raw!r}") from exc
+    return raw
+
+
+T = TypeVar("T")
+
+
+def load(cls: type[T], environ: Mapping[str, str] | None = None, **overrides: Any) -> T:
+    """Builds `cls` from defaults, then the environment, then explicit overrides."""
+    environ = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        name = f.metadata.get("env")
+        if name and name in environ and environ[name] != "":
+            values[f.name] = _convert(environ[name], f.type, name)
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    return cls(**values)
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    format: str = field(default="console", metadata=env("RESERVOIR_LOG_FORMAT"))  # console|json
+    level: str = field(default="info", metadata=env("RESERVOIR_LOG_LEVEL"))
+
+
+@dataclass(frozen=True)
+class MasterConfig:
+    listen: str = field(default="127.0.0.1:19998", metadata=env("RESERVOIR_MASTER_LISTEN"))
+    metadata_url: str = field(
+        default="etcd://127.0.0.1:2379", metadata=env("RESERVOIR_METADATA_URL")
+    )
+    default_block_size: int = field(default=4 * MiB, metadata=env("RESERVOIR_BLOCK_SIZE"))
+    # How long an inode fetched from the under-store is trusted before it is checked again.
+    metadata_ttl_s: float = field(default=300.0, metadata=env("RESERVOIR_METADATA_TTL"))
+    metadata_timeout_s: float = field(default=5.0, metadata=env("RESERVOIR_METADATA_TIMEOUT"))
+    ufs_timeout_s: float = field(default=10.0, metadata=env("RESERVOIR_UFS_TIMEOUT"))
+    ufs_retries: int = field(default=3, metadata=env("RESERVOIR_UFS_RETRIES"))
+    location_flush_interval_s: float = field(
+        default=0.5, metadata=env("RESERVOIR_LOCATION_FLUSH_INTERVAL")
+    )
+    worker_refresh_interval_s: float = field(
+        default=1.0, metadata=env("RESERVOIR_WORKER_REFRESH_INTERVAL")
+    )
+    grace_s: float = field(default=3.0, metadata=env("RESERVOIR_SHUTDOWN_GRACE"))
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    listen: str = field(default="127.0.0.1:29998", metadata=env("RESERVOIR_WORKER_LISTEN"))
+    # The address clients dial; defaults to the listen address (its host replaced by this
+    # machine's name when it listens on all interfaces).
+    advertise: str = field(default="", metadata=env("RESERVOIR_WORKER_ADVERTISE"))
+    worker_id: str = field(default="", metadata=env("RESERVOIR_WORKER_ID"))
+    host: str = field(default_factory=socket.gethostname, metadata=env("RESERVOIR_HOST"))
+    zone: str = field(default="", metadata=env("RESERVOIR_ZONE"))
+    capacity_bytes: int = field(default=1 * GiB, metadata=env("RESERVOIR_WORKER_CAPACITY"))
+    master: str = field(default="127.0.0.1:19998", metadata=env("RESERVOIR_MASTER"))
+    metadata_url: str = field(
+        default="etcd://127.0.0.1:2379", metadata=env("RESERVOIR_METADATA_URL")
+    )
+    metadata_timeout_s: float = field(default=5.0, metadata=env("RESERVOIR_METADATA_TIMEOUT"))
+    lease_ttl_s: int = field(default=10, metadata=env("RESERVOIR_WORKER_LEASE_TTL"))
+    report_interval_s: float = field(default=0.2, metadata=env("RESERVOIR_REPORT_INTERVAL"))
+    rpc_timeout_s: float = field(default=5.0, metadata=env("RESERVOIR_RPC_TIMEOUT"))
+    ufs_timeout_s: float = field(default=10.0, metadata=env("RESERVOIR_UFS_TIMEOUT"))
+    ufs_retries: int = field(default=3, metadata=env("RESERVOIR_UFS_RETRIES"))
+    ufs_concurrency: int = field(default=16, metadata=env("RESERVOIR_UFS_CONCURRENCY"))
+    chunk_size: int = field(default=1 * MiB, metadata=env("RESERVOIR_CHUNK_SIZE"))
+    grace_s: float = field(default=3.0, metadata=env("RESERVOIR_SHUTDOWN_GRACE"))
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    master: str = field(default="127.0.0.1:19998", metadata=env("RESERVOIR_MASTER"))
+    rpc_timeout_s: float = field(default=10.0, metadata=env("RESERVOIR_RPC_TIMEOUT"))
+    read_timeout_s: float = field(default=60.0, metadata=env("RESERVOIR_READ_TIMEOUT"))
+    file_info_ttl_s: float = field(default=30.0, metadata=env("RESERVOIR_FILE_INFO_TTL"))
+    workers_ttl_s: float = field(default=5.0, metadata=env("RESERVOIR_WORKERS_TTL"))
+    # When no worker can serve a block, read it from the under-store directly.
+    ufs_fallback: bool = field(default=True, metadata=env("RESERVOIR_UFS_FALLBACK"))
+    ufs_timeout_s: float = field(default=10.0, metadata=env("RESERVOIR_UFS_TIMEOUT"))
+    host: str = field(default_factory=socket.gethostname, metadata=env("RESERVOIR_HOST"))
+    zone: str = field(default="", metadata=env("RESERVOIR_ZONE"))
+    # Files up to this size are read in batches of `batch_files` per worker call.
+    small_file_bytes: int = field(default=1 * MiB, metadata=env("RESERVOIR_SMALL_FILE_BYTES"))
+    batch_files: int = field(default=64, metadata=env("RESERVOIR_BATCH_FILES"))
+    parallelism: int = field(default=8, metadata=env("RESERVOIR_CLIENT_PARALLELISM"))

@@ -1,0 +1,221 @@
+"""The metadata store: a small key-value interface with leases, backends chosen by URL.
+
+`etcd://host:port[,host:port…]` is the real one. `memory://` keeps everything in the
+process, for a single-process setup and unit tests. Both pass tests/contract.
+Keys and values are bytes; the tables above this layer decide the encoding.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from .errors import InvalidArgument, NotFound, Unavailable
+
+# etcd's default --max-txn-ops is 128; stay under it.
+MAX_TXN_OPS = 100
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    id: int
+    ttl_s: int
+
+
+class MetadataStore(abc.ABC):
+    @abc.abstractmethod
+    async def get(self, key: bytes) -> bytes | None: ...
+
+    @abc.abstractmethod
+    async def get_prefix(self, prefix: bytes) -> list[tuple[bytes, bytes]]:
+        """All pairs under `prefix`, sorted by key."""
+
+    @abc.abstractmethod
+    async def put_many(
+        self, items: Sequence[tuple[bytes, bytes]], lease: Lease | None = None
+    ) -> None:
+        """Writes all pairs; atomically per batch of at most MAX_TXN_OPS."""
+
+    @abc.abstractmethod
+    async def delete_many(self, keys: Sequence[bytes]) -> None: ...
+
+    @abc.abstractmethod
+    async def delete_prefix(self, prefix: bytes) -> None: ...
+
+    @abc.abstractmethod
+    async def grant_lease(self, ttl_s: int) -> Lease: ...
+
+    @abc.abstractmethod
+    async def refresh_lease(self, lease: Lease) -> None:
+        """Keeps a lease alive; raises NotFound when it has already expired."""
+
+    @abc.abstractmethod
+    async def revoke_lease(self, lease: Lease) -> None:
+        """Ends a lease now, deleting every key attached to it."""
+
+    @abc.abstractmethod
+    async def close(self) -> None: ...
+
+    async def put(self, key: bytes, value: bytes, lease: Lease | None = None) -> None:
+        await self.put_many([(key, value)], lease)
+
+    async def delete(self, key: bytes) -> None:
+        await self.delete_many([key])
+
+
+def _batches(items: Sequence[object], size: int = MAX_TXN_OPS) -> Iterable[Sequence[object]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+class MemoryMetadataStore(MetadataStore):
+    """Everything in one process's memory; leases expire on the monotonic clock."""
+
+    def __init__(self) -> None:
+        self._data: dict[bytes, tuple[bytes, int | None]] = {}
+        self._leases: dict[int, float] = {}
+        self._ttl: dict[int, int] = {}
+        self._next_lease = 1
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        dead = {lid for lid, deadline in self._leases.items() if deadline <= now}
+        if not dead:
+            return
+        for lid in dead:
+            del self._leases[lid]
+        self._data = {k: v for k, v in self._data.items() if v[1] not in dead}
+
+    async def get(self, key: bytes) -> bytes | None:
+        self._expire()
+        entry = self._data.get(key)
+        return entry[0] if entry else None
+
+    async def get_prefix(self, prefix: bytes) -> list[tuple[bytes, bytes]]:
+        self._expire()
+        return sorted((k, v[0]) for k, v in self._data.items() if k.startswith(prefix))
+
+    async def put_many(
+        self, items: Sequence[tuple[bytes, bytes]], lease: Lease | None = None
+    ) -> None:
+        self._expire()
+        if lease is not None and lease.id not in self._leases:
+            raise NotFound(f"lease {lease.id} has expired")
+        for key, value in items:
+            self._data[key] = (value, lease.id if lease else None)
+
+    async def delete_many(self, keys: Sequence[bytes]) -> None:
+        for key in keys:
+            self._data.pop(key, None)
+
+    async def delete_prefix(self, prefix: bytes) -> None:
+        for key in [k for k in self._data if k.startswith(prefix)]:
+            del self._data[key]
+
+    async def grant_lease(self, ttl_s: int) -> Lease:
+        lease = Lease(self._next_lease, ttl_s)
+        self._next_lease += 1
+        self._leases[lease.id] = time.monotonic() + ttl_s
+        return lease
+
+    async def refresh_lease(self, lease: Lease) -> None:
+        self._expire()
+        if lease.id not in self._leases:
+            raise NotFound(f"lease {lease.id} has expired")
+        self._leases[lease.id] = time.monotonic() + lease.ttl_s
+
+    async def revoke_lease(self, lease: Lease) -> None:
+        self._leases[lease.id] = 0.0
+        self._expire()
+
+    async def close(self) -> None:
+        pass
+
+
+class EtcdMetadataStore(MetadataStore):
+    """etcd v3 through aetcd. Every call carries the configured deadline."""
+
+    def __init__(self, endpoints: list[tuple[str, int]], timeout_s: float) -> None:
+        import aetcd
+
+        self._endpoints = endpoints
+        self._timeout = timeout_s
+        host, port = endpoints[0]
+        self._client = aetcd.Client(host=host, port=port, timeout=timeout_s)
+        self._aetcd = aetcd
+
+    async def _call(self, what: str, coro: object) -> object:
+        try:
+            return await asyncio.wait_for(coro, self._timeout)  # type: ignore[arg-type]
+        except (TimeoutError, self._aetcd.exceptions.ConnectionFailedError) as exc:
+            raise Unavailable(f"etcd {what}: no answer within {self._timeout}s") from exc
+        except self._aetcd.exceptions.ClientError as exc:
+            raise Unavailable(f"etcd {what}: {exc}") from exc
+
+    async def get(self, key: bytes) -> bytes | None:
+        result = await self._call("get", self._client.get(key))
+        return None if result is None else bytes(result.value)  # type: ignore[attr-defined]
+
+    async def get_prefix(self, prefix: bytes) -> list[tuple[bytes, bytes]]:
+        result = await self._call("get_prefix", self._client.get_prefix(prefix))
+        return [(bytes(kv.key), bytes(kv.value)) for kv in result]  # type: ignore[attr-defined]
+
+    async def put_many(
+        self, items: Sequence[tuple[bytes, bytes]], lease: Lease | None = None
+    ) -> None:
+        lease_id = lease.id if lease else None
+        ops = self._client.transactions
+        for batch in _batches(list(items)):
+            success = [ops.put(k, v, lease=lease_id) for k, v in batch]  # type: ignore[misc]
+            try:
+                await self._call("put", self._client.transaction([], success, []))
+            except Unavailable as exc:
+                if "lease" in str(exc).lower() and "not found" in str(exc).lower():
+                    raise NotFound(f"lease {lease_id} has expired") from exc
+                raise
+
+    async def delete_many(self, keys: Sequence[bytes]) -> None:
+        ops = self._client.transactions
+        for batch in _batches(list(keys)):
+            await self._call(
+                "delete",
+                self._client.transaction([], [ops.delete(k) for k in batch], []),  # type: ignore[arg-type]
+            )
+
+    async def delete_prefix(self, prefix: bytes) -> None:
+        await self._call("delete_prefix", self._client.delete_prefix(prefix))
+
+    async def grant_lease(self, ttl_s: int) -> Lease:
+        lease = await self._call("lease", self._client.lease(ttl_s))
+        return Lease(int(lease.id), ttl_s)  # type: ignore[attr-defined]
+
+    async def refresh_lease(self, lease: Lease) -> None:
+        result = await self._call("refresh_lease", self._client.refresh_lease(lease.id))
+        if int(getattr(result, "TTL", 0)) <= 0:
+            raise NotFound(f"lease {lease.id} has expired")
+
+    async def revoke_lease(self, lease: Lease) -> None:
+        await self._call("revoke_lease", self._client.revoke_lease(lease.id))
+
+    async def close(self) -> None:
+        await self._client.close()
+
+
+def open_metadata_store(url: str, timeout_s: float = 5.0) -> MetadataStore:
+    """The backend a URL names: etcd://host:port[,host:port] or memory://."""
+    parts = urlsplit(url)
+    if parts.scheme == "memory":
+        return MemoryMetadataStore()
+    if parts.scheme == "etcd":
+        endpoints = []
+        for item in (parts.netloc or "").split(","):
+            host, _, port = item.rpartition(":")
+            if not host or not port.isdigit():
+                raise InvalidArgument(f"bad etcd endpoint {item!r} in {url!r}")
+            endpoints.append((host, int(port)))
+        return EtcdMetadataStore(endpoints, timeout_s)
+    raise InvalidArgument(f"unknown metadata store URL {url!r} (etcd://host:port or memory://)")

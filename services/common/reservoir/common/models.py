@@ -1,0 +1,176 @@
+"""Domain objects shared by master, worker and client, and their protobuf/JSON forms."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field, replace
+
+from reservoir.v1 import common_pb2
+
+from .config import MiB
+from .errors import InvalidArgument
+
+DEFAULT_BLOCK_SIZE = 4 * MiB
+
+
+def file_id_for(ufs_uri: str, etag: str, size: int) -> str:
+    """Content identity: a changed object (new ETag or size) gets a new id."""
+    digest = hashlib.blake2b(f"{ufs_uri}\x00{etag}\x00{size}".encode(), digest_size=16)
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class MountOptions:
+    endpoint_url: str = ""
+    region: str = ""
+    block_size: int = 0
+    credentials: str = ""
+    metadata_ttl_ms: int = 0
+
+    def validated(self) -> MountOptions:
+        if self.block_size < 0 or (self.block_size and self.block_size < 4096):
+            raise InvalidArgument("block_size must be at least 4096 bytes")
+        if self.block_size > 256 * MiB:
+            raise InvalidArgument("block_size must be at most 256 MiB")
+        if self.metadata_ttl_ms < 0:
+            raise InvalidArgument("metadata_ttl_ms must not be negative")
+        return self
+
+
+@dataclass(frozen=True, slots=True)
+class Mount:
+    path: str
+    uri: str
+    options: MountOptions = field(default_factory=MountOptions)
+    created_ms: int = 0
+
+    def to_json(self) -> bytes:
+        return json.dumps(asdict(self)).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> Mount:
+        data = json.loads(raw)
+        data["options"] = MountOptions(**data.get("options", {}))
+        return cls(**data)
+
+    def to_proto(self) -> common_pb2.MountInfo:
+        return common_pb2.MountInfo(
+            path=self.path,
+            uri=self.uri,
+            options=common_pb2.MountOptions(**asdict(self.options)),
+            created_ms=self.created_ms,
+        )
+
+    @classmethod
+    def from_proto(cls, msg: common_pb2.MountInfo) -> Mount:
+        o = msg.options
+        return cls(
+            path=msg.path,
+            uri=msg.uri,
+            options=MountOptions(
+                o.endpoint_url, o.region, o.block_size, o.credentials, o.metadata_ttl_ms
+            ),
+            created_ms=msg.created_ms,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Inode:
+    path: str
+    is_dir: bool
+    size: int = 0
+    mtime_ms: int = 0
+    etag: str = ""
+    block_size: int = DEFAULT_BLOCK_SIZE
+    file_id: str = ""
+    ufs_uri: str = ""
+    mount_path: str = ""
+    synced_ms: int = 0  # when the master last checked it against the under-store
+    # Per block index, the ids of the workers that hold it (filled on request).
+    locations: dict[int, list[str]] = field(default_factory=dict)
+
+    @property
+    def block_count(self) -> int:
+        if self.is_dir or self.size == 0:
+            return 0
+        return (self.size + self.block_size - 1) // self.block_size
+
+    def block_length(self, index: int) -> int:
+        return min(self.block_size, self.size - index * self.block_size)
+
+    def to_json(self) -> bytes:
+        data = asdict(self)
+        del data["locations"]
+        return json.dumps(data, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> Inode:
+        return cls(**json.loads(raw))
+
+    def with_locations(self, locations: dict[int, list[str]]) -> Inode:
+        return replace(self, locations=locations)
+
+    def to_proto(self) -> common_pb2.FileInfo:
+        return common_pb2.FileInfo(
+            path=self.path,
+            kind=common_pb2.FILE_KIND_DIRECTORY if self.is_dir else common_pb2.FILE_KIND_FILE,
+            size=self.size,
+            mtime_ms=self.mtime_ms,
+            etag=self.etag,
+            block_size=self.block_size,
+            file_id=self.file_id,
+            ufs_uri=self.ufs_uri,
+            mount_path=self.mount_path,
+            locations=[
+                common_pb2.BlockLocation(index=i, worker_ids=ids)
+                for i, ids in sorted(self.locations.items())
+            ],
+        )
+
+    @classmethod
+    def from_proto(cls, msg: common_pb2.FileInfo) -> Inode:
+        return cls(
+            path=msg.path,
+            is_dir=msg.kind == common_pb2.FILE_KIND_DIRECTORY,
+            size=msg.size,
+            mtime_ms=msg.mtime_ms,
+            etag=msg.etag,
+            block_size=msg.block_size,
+            file_id=msg.file_id,
+            ufs_uri=msg.ufs_uri,
+            mount_path=msg.mount_path,
+            locations={loc.index: list(loc.worker_ids) for loc in msg.locations},
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRecord:
+    id: str
+    address: str
+    host: str = ""
+    zone: str = ""
+    capacity_bytes: int = 0
+    started_ms: int = 0
+    lease_id: int = 0  # the etcd lease its registration (and its block locations) live under
+
+    def to_json(self) -> bytes:
+        return json.dumps(asdict(self)).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> WorkerRecord:
+        return cls(**json.loads(raw))
+
+    def to_proto(self) -> common_pb2.WorkerInfo:
+        return common_pb2.WorkerInfo(
+            id=self.id,
+            address=self.address,
+            host=self.host,
+            zone=self.zone,
+            capacity_bytes=self.capacity_bytes,
+            started_ms=self.started_ms,
+        )
+
+    @classmethod
+    def from_proto(cls, msg: common_pb2.WorkerInfo) -> WorkerRecord:
+        return cls(msg.id, msg.address, msg.host, msg.zone, msg.capacity_bytes, msg.started_ms)

@@ -1,0 +1,127 @@
+"""Structured logs, OpenTelemetry metrics and trace context carried across gRPC calls."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+import grpc.aio
+import structlog
+from opentelemetry import context as otel_context
+from opentelemetry import metrics, propagate, trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import (
+    ConsoleMetricExporter,
+    PeriodicExportingMetricReader,
+)
+from opentelemetry.sdk.trace import TracerProvider
+
+from .config import LogConfig
+
+
+def configure(service: str, config: LogConfig, *, export_metrics: bool = False) -> None:
+    """Sets up logging and OpenTelemetry for a server process. Call once at start."""
+    level = getattr(logging, config.level.upper(), logging.INFO)
+    logging.basicConfig(stream=sys.stderr, level=level, format="%(message)s")
+    renderer: Any = (
+        structlog.processors.JSONRenderer()
+        if config.format == "json"
+        else structlog.dev.ConsoleRenderer(colors=False)
+    )
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            _add_trace_ids,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(level),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        cache_logger_on_first_use=True,
+    )
+    structlog.contextvars.bind_contextvars(service=service)
+    trace.set_tracer_provider(TracerProvider())
+    readers = []
+    if export_metrics:
+        readers.append(
+            PeriodicExportingMetricReader(ConsoleMetricExporter(), export_interval_millis=60_000)
+        )
+    metrics.set_meter_provider(MeterProvider(metric_readers=readers))
+
+
+def _add_trace_ids(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
+    span = trace.get_current_span().get_span_context()
+    if span.is_valid:
+        event["trace_id"] = format(span.trace_id, "032x")
+    return event
+
+
+def inject_metadata() -> tuple[tuple[str, str], ...]:
+    """W3C trace context of the current span, as gRPC metadata for an outgoing call."""
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier)
+    return tuple(carrier.items())
+
+
+class TraceServerInterceptor(grpc.aio.ServerInterceptor):
+    """Continues the caller's trace: every handled call runs inside a server span."""
+
+    def __init__(self, service: str) -> None:
+        self._tracer = trace.get_tracer(f"reservoir.{service}")
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Any],
+        details: grpc.HandlerCallDetails,
+    ) -> Any:
+        handler = await continuation(details)
+        if handler is None:
+            return None
+        carrier = {k: v for k, v in (details.invocation_metadata or ()) if isinstance(v, str)}
+        parent = propagate.extract(carrier)
+        name = details.method
+        tracer = self._tracer
+
+        def wrap_unary(fn: Any) -> Any:
+            async def run(request: Any, context: Any) -> Any:
+                token = otel_context.attach(parent)
+                try:
+                    with tracer.start_as_current_span(name, kind=trace.SpanKind.SERVER):
+                        return await fn(request, context)
+                finally:
+                    otel_context.detach(token)
+
+            return run
+
+        def wrap_stream(fn: Any) -> Any:
+            async def run(request: Any, context: Any) -> Any:
+                token = otel_context.attach(parent)
+                try:
+                    with tracer.start_as_current_span(name, kind=trace.SpanKind.SERVER):
+                        async for item in fn(request, context):
+                            yield item
+                finally:
+                    otel_context.detach(token)
+
+            return run
+
+        if handler.unary_unary:
+            return grpc.unary_unary_rpc_method_handler(
+                wrap_unary(handler.unary_unary),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        if handler.unary_stream:
+            return grpc.unary_stream_rpc_method_handler(
+                wrap_stream(handler.unary_stream),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        return handler
+
+
+meter = metrics.get_meter("reservoir")

@@ -1,0 +1,92 @@
+"""gRPC plumbing shared by every component: channel options, status <-> domain errors."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+import grpc.aio
+
+from . import errors
+
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
+CHANNEL_OPTIONS: list[tuple[str, Any]] = [
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    # Fail fast on a dead peer instead of waiting for TCP to notice.
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 5_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.enable_retries", 0),
+]
+SERVER_OPTIONS: list[tuple[str, Any]] = [
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+    ("grpc.so_reuseport", 0),
+]
+
+
+async def abort_with(context: grpc.aio.ServicerContext, error: BaseException) -> None:
+    """Ends the call with the status the error table chooses for `error`."""
+    kind = type(error).__name__ if isinstance(error, errors.ReservoirError) else "Internal"
+    context.set_trailing_metadata(((errors.ERROR_KIND_KEY, kind),))
+    await context.abort(errors.status_for(error), str(error) or kind)
+
+
+F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
+
+
+def translate_errors(method: F) -> F:
+    """Servicer decorator: domain errors become gRPC statuses; nothing else leaks."""
+
+    @functools.wraps(method)
+    async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            return await method(self, request, context)
+        except errors.ReservoirError as exc:
+            await abort_with(context, exc)
+        except (grpc.aio.AbortError, grpc.aio.UsageError):
+            raise
+        except Exception as exc:  # a bug: report INTERNAL, keep the server up
+            await abort_with(context, errors.Internal(f"{type(exc).__name__}: {exc}"))
+
+    return wrapper  # type: ignore[return-value]
+
+
+def translate_stream_errors(
+    method: Callable[..., AsyncIterator[Any]],
+) -> Callable[..., AsyncIterator[Any]]:
+    @functools.wraps(method)
+    async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            async for item in method(self, request, context):
+                yield item
+        except errors.ReservoirError as exc:
+            await abort_with(context, exc)
+        except (grpc.aio.AbortError, grpc.aio.UsageError):
+            raise
+        except Exception as exc:
+            await abort_with(context, errors.Internal(f"{type(exc).__name__}: {exc}"))
+
+    return wrapper
+
+
+def error_from_rpc(exc: grpc.RpcError, what: str) -> errors.ReservoirError:
+    """The domain error for a failed call, naming what was being done."""
+    code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
+    details = exc.details() if hasattr(exc, "details") else str(exc)
+    kind = None
+    trailing = exc.trailing_metadata() if hasattr(exc, "trailing_metadata") else None
+    for key, value in trailing or ():
+        if key == errors.ERROR_KIND_KEY:
+            kind = value if isinstance(value, str) else value.decode()
+    if code == grpc.StatusCode.UNAVAILABLE:
+        return errors.Unavailable(f"{what}: unavailable ({details})")
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return errors.DeadlineExceeded(f"{what}: deadline exceeded")
+    return errors.error_for(code, details or what, kind)

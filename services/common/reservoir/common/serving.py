@@ -1,0 +1,73 @@
+"""Process plumbing shared by the master and worker servers."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
+
+import grpc
+import grpc.aio
+import structlog
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from .observability import TraceServerInterceptor
+from .rpc import SERVER_OPTIONS
+
+log = structlog.get_logger()
+
+
+def run(main: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    """Runs a server's main coroutine on uvloop (falling back to asyncio's loop)."""
+    try:
+        import uvloop
+
+        uvloop.run(main())
+    except ImportError:
+        asyncio.run(main())
+
+
+def new_server(service: str) -> grpc.aio.Server:
+    return grpc.aio.server(interceptors=[TraceServerInterceptor(service)], options=SERVER_OPTIONS)
+
+
+async def add_health_and_reflection(
+    server: grpc.aio.Server, service_names: list[str]
+) -> health.aio.HealthServicer:
+    checker = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(checker, server)
+    for name in ["", *service_names]:
+        await checker.set(name, health_pb2.HealthCheckResponse.SERVING)
+    reflection.enable_server_reflection(
+        [*service_names, health.SERVICE_NAME, reflection.SERVICE_NAME], server
+    )
+    return checker
+
+
+def bind(server: grpc.aio.Server, address: str) -> int:
+    port = server.add_insecure_port(address)
+    if port == 0:
+        raise SystemExit(f"cannot listen on {address}")
+    return port
+
+
+async def every(interval_s: float, what: str, step: Callable[[], Awaitable[Any]]) -> None:
+    """Runs `step` forever at `interval_s`; a failing step is logged and retried next time."""
+    while True:
+        await asyncio.sleep(interval_s)
+        try:
+            await step()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning(f"{what}_failed", error=str(exc), error_type=type(exc).__name__)
+
+
+async def wait_for_signal() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()

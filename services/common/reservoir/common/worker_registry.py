@@ -1,0 +1,31 @@
+"""Worker membership: each worker's record lives under its own lease."""
+
+from __future__ import annotations
+
+from . import keyspace
+from .metadata_store import Lease, MetadataStore
+from .models import WorkerRecord
+
+
+class WorkerRegistry:
+    def __init__(self, store: MetadataStore) -> None:
+        self._store = store
+
+    async def register(self, record: WorkerRecord, ttl_s: int) -> tuple[WorkerRecord, Lease]:
+        """Publishes `record` under a new lease; it vanishes when the lease does."""
+        lease = await self._store.grant_lease(ttl_s)
+        record = WorkerRecord(
+            record.id,
+            record.address,
+            record.host,
+            record.zone,
+            record.capacity_bytes,
+            record.started_ms,
+            lease.id,
+        )
+        await self._store.put(keyspace.worker_key(record.id), record.to_json(), lease)
+        return record, lease
+
+    async def live(self) -> list[WorkerRecord]:
+        pairs = await self._store.get_prefix(keyspace.WORKERS)
+        return [WorkerRecord.from_json(value) for _, value in pairs]

@@ -1,0 +1,131 @@
+"""The block-location table: which worker holds which block.
+
+Fed by the workers' batched reports, kept in memory for lookups, and persisted to the
+metadata store in batches — one key per (worker, file), written under the worker's lease,
+so etcd itself drops a dead worker's entries when its lease expires.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+
+import structlog
+from reservoir.common import keyspace
+from reservoir.common.errors import NotFound
+from reservoir.common.metadata_store import Lease, MetadataStore
+
+log = structlog.get_logger()
+
+
+class BlockLocationTable:
+    def __init__(self, store: MetadataStore) -> None:
+        self._store = store
+        self._by_worker: dict[str, dict[str, set[int]]] = defaultdict(lambda: defaultdict(set))
+        self._by_file: dict[str, dict[int, set[str]]] = defaultdict(lambda: defaultdict(set))
+        self._dirty: set[tuple[str, str]] = set()
+        self._resets: set[str] = set()
+
+    async def load(self) -> None:
+        """Reads the persisted table (a restarted master has it at once)."""
+        for key, value in await self._store.get_prefix(keyspace.LOCATIONS):
+            worker_id, _, file_id = key[len(keyspace.LOCATIONS) :].decode().partition("/")
+            for index in json.loads(value):
+                self._add(worker_id, file_id, int(index))
+        log.info("locations_loaded", workers=len(self._by_worker), files=len(self._by_file))
+
+    def _add(self, worker_id: str, file_id: str, index: int) -> None:
+        self._by_worker[worker_id][file_id].add(index)
+        self._by_file[file_id][index].add(worker_id)
+
+    def _remove(self, worker_id: str, file_id: str, index: int) -> None:
+        self._by_worker.get(worker_id, {}).get(file_id, set()).discard(index)
+        holders = self._by_file.get(file_id, {}).get(index)
+        if holders is not None:
+            holders.discard(worker_id)
+            if not holders:
+                del self._by_file[file_id][index]
+                if not self._by_file[file_id]:
+                    del self._by_file[file_id]
+
+    def apply(
+        self,
+        worker_id: str,
+        full: bool,
+        added: list[tuple[str, int]],
+        removed: list[tuple[str, int]],
+    ) -> None:
+        if full:
+            self.forget_worker(worker_id)
+            self._resets.add(worker_id)
+        for file_id, index in added:
+            self._add(worker_id, file_id, index)
+            self._dirty.add((worker_id, file_id))
+        for file_id, index in removed:
+            self._remove(worker_id, file_id, index)
+            self._dirty.add((worker_id, file_id))
+
+    def forget_worker(self, worker_id: str) -> None:
+        files = self._by_worker.pop(worker_id, {})
+        for file_id, indices in files.items():
+            for index in list(indices):
+                holders = self._by_file.get(file_id, {}).get(index)
+                if holders is not None:
+                    holders.discard(worker_id)
+                    if not holders:
+                        del self._by_file[file_id][index]
+            if file_id in self._by_file and not self._by_file[file_id]:
+                del self._by_file[file_id]
+        self._dirty = {d for d in self._dirty if d[0] != worker_id}
+
+    def prune(self, live_ids: set[str]) -> None:
+        """Drops the entries of workers that are no longer registered."""
+        for worker_id in [w for w in self._by_worker if w not in live_ids]:
+            log.info("worker_locations_dropped", worker=worker_id)
+            self.forget_worker(worker_id)
+
+    def holders(self, file_id: str) -> dict[int, list[str]]:
+        return {i: sorted(ids) for i, ids in self._by_file.get(file_id, {}).items() if ids}
+
+    def pending_workers(self) -> set[str]:
+        return {w for w, _ in self._dirty} | self._resets
+
+    async def flush(self, leases: dict[str, Lease]) -> int:
+        """Writes what changed since the last flush; returns the number of keys written.
+
+        When the store fails, everything taken is put back to be written next time.
+        """
+        resets, self._resets = self._resets, set()
+        dirty, self._dirty = self._dirty, set()
+        try:
+            return await self._write(resets, dirty, leases)
+        except Exception:
+            self._resets |= resets
+            self._dirty |= dirty
+            raise
+
+    async def _write(
+        self, resets: set[str], dirty: set[tuple[str, str]], leases: dict[str, Lease]
+    ) -> int:
+        for worker_id in resets:
+            await self._store.delete_prefix(keyspace.locations_prefix(worker_id))
+        puts: dict[str, list[tuple[bytes, bytes]]] = defaultdict(list)
+        deletes: list[bytes] = []
+        for worker_id, file_id in dirty:
+            indices = self._by_worker.get(worker_id, {}).get(file_id)
+            key = keyspace.location_key(worker_id, file_id)
+            if indices:
+                puts[worker_id].append((key, json.dumps(sorted(indices)).encode()))
+            else:
+                deletes.append(key)
+        if deletes:
+            await self._store.delete_many(deletes)
+        for worker_id, items in puts.items():
+            lease = leases.get(worker_id)
+            if lease is None:
+                continue  # not registered (any more): its entries go with it
+            try:
+                await self._store.put_many(items, lease)
+            except NotFound:
+                log.info("worker_lease_gone", worker=worker_id)
+        return len(deletes) + sum(len(v) for v in puts.values())

@@ -1,0 +1,82 @@
+"""`reservoir-master`: the master process."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+import structlog
+from reservoir.common import config as cfg
+from reservoir.common import observability, serving
+from reservoir.common.metadata_store import open_metadata_store
+from reservoir.v1 import master_pb2, master_pb2_grpc
+
+from .service import MasterService
+from .servicer import MasterServicer
+
+log = structlog.get_logger()
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[cfg.MasterConfig, cfg.LogConfig]:
+    parser = argparse.ArgumentParser(
+        prog="reservoir-master",
+        description="Reservoir master. Every flag has an environment variable (see README).",
+    )
+    parser.add_argument("--listen", help="host:port to serve gRPC on")
+    parser.add_argument("--metadata-url", help="etcd://host:port or memory://")
+    parser.add_argument("--block-size", type=cfg.parse_size)
+    parser.add_argument("--log-format", choices=["console", "json"])
+    args = parser.parse_args(argv)
+    master = cfg.load(
+        cfg.MasterConfig,
+        listen=args.listen,
+        metadata_url=args.metadata_url,
+        default_block_size=args.block_size,
+    )
+    return master, cfg.load(cfg.LogConfig, format=args.log_format)
+
+
+async def serve(config: cfg.MasterConfig) -> None:
+    store = open_metadata_store(config.metadata_url, config.metadata_timeout_s)
+    service = MasterService(store, config)
+    await service.start()
+    server = serving.new_server("master")
+    master_pb2_grpc.add_MasterServiceServicer_to_server(MasterServicer(service), server)
+    await serving.add_health_and_reflection(
+        server, [master_pb2.DESCRIPTOR.services_by_name["MasterService"].full_name]
+    )
+    port = serving.bind(server, config.listen)
+    await server.start()
+    log.info("master_started", listen=config.listen, port=port, metadata=config.metadata_url)
+    loops = [
+        asyncio.create_task(
+            serving.every(
+                config.location_flush_interval_s, "location_flush", service.flush_locations
+            )
+        ),
+        asyncio.create_task(
+            serving.every(
+                config.worker_refresh_interval_s, "worker_refresh", service.refresh_workers
+            )
+        ),
+    ]
+    await serving.wait_for_signal()
+    log.info("master_stopping")
+    await server.stop(config.grace_s)
+    for task in loops:
+        task.cancel()
+    try:
+        await service.flush_locations()
+    except Exception as exc:
+        log.warning("final_location_flush_failed", error=str(exc))
+    await store.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    config, log_config = parse_args(argv)
+    observability.configure("master", log_config)
+    serving.run(lambda: serve(config))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,276 @@
+"""The master's decisions: mounts, namespace, membership and block locations.
+
+All state lives in the metadata store; what the master keeps in memory (mount table,
+location table, live workers) is a cache of it, rebuilt at start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable
+
+import structlog
+from reservoir.common import keyspace, paths
+from reservoir.common.config import MasterConfig
+from reservoir.common.errors import (
+    AlreadyExists,
+    InvalidArgument,
+    NotADirectory,
+    NotFound,
+    ReservoirError,
+)
+from reservoir.common.metadata_store import Lease, MetadataStore
+from reservoir.common.models import Inode, Mount, MountOptions, WorkerRecord, file_id_for
+from reservoir.common.under_store import (
+    ObjectInfo,
+    UnderStore,
+    UnderStoreSettings,
+    open_under_store,
+)
+from reservoir.common.worker_registry import WorkerRegistry
+
+from .locations import BlockLocationTable
+
+log = structlog.get_logger()
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class MasterService:
+    def __init__(self, store: MetadataStore, config: MasterConfig) -> None:
+        self._store = store
+        self._config = config
+        self._mounts: dict[str, Mount] = {}
+        self._under_stores: dict[str, UnderStore] = {}
+        self._registry = WorkerRegistry(store)
+        self.locations = BlockLocationTable(store)
+        self._leases: dict[str, Lease] = {}
+        self._mount_lock = asyncio.Lock()
+
+    async def start(self) -> None:
+        for _, value in await self._store.get_prefix(keyspace.MOUNTS):
+            mount = Mount.from_json(value)
+            self._mounts[mount.path] = mount
+        await self.locations.load()
+        await self.refresh_workers()
+        log.info("master_state_loaded", mounts=len(self._mounts))
+
+    # ---- mounts -------------------------------------------------------------------------
+
+    def _settings(self, options: MountOptions, *, retries: int | None = None) -> UnderStoreSettings:
+        return UnderStoreSettings(
+            endpoint_url=options.endpoint_url,
+            region=options.region,
+            credentials=options.credentials,
+            timeout_s=self._config.ufs_timeout_s,
+            retries=self._config.ufs_retries if retries is None else retries,
+        )
+
+    def _under_store(self, mount: Mount) -> UnderStore:
+        ufs = self._under_stores.get(mount.path)
+        if ufs is None or ufs.uri != mount.uri:
+            ufs = open_under_store(mount.uri, self._settings(mount.options))
+            self._under_stores[mount.path] = ufs
+        return ufs
+
+    async def mount(self, path: str, uri: str, options: MountOptions) -> Mount:
+        path = paths.normalize(path)
+        if path == paths.ROOT:
+            raise InvalidArgument("cannot mount on /")
+        options = options.validated()
+        # Fail fast at mount time: one attempt, so a wrong endpoint is reported in seconds.
+        probe = open_under_store(uri, self._settings(options, retries=1))
+        async with self._mount_lock:
+            for other in self._mounts.values():
+                if other.path == path:
+                    raise AlreadyExists(f"{path} is already mounted ({other.uri})")
+                if paths.is_within(path, other.path) or paths.is_within(other.path, path):
+                    raise InvalidArgument(f"{path} overlaps the mount at {other.path}")
+            await asyncio.to_thread(probe.check)
+            mount = Mount(path=path, uri=probe.uri, options=options, created_ms=_now_ms())
+            await self._store.put(keyspace.mount_key(path), mount.to_json())
+            self._mounts[path] = mount
+        log.info("mounted", path=path, uri=mount.uri, endpoint=options.endpoint_url)
+        return mount
+
+    async def unmount(self, path: str) -> None:
+        path = paths.normalize(path)
+        async with self._mount_lock:
+            if path not in self._mounts:
+                raise NotFound(f"{path} is not a mount point")
+            await self._store.delete(keyspace.mount_key(path))
+            await self._store.delete(keyspace.inode_key(path))
+            await self._store.delete_prefix(keyspace.inode_key(path + "/"))
+            del self._mounts[path]
+            self._under_stores.pop(path, None)
+        log.info("unmounted", path=path)
+
+    def mounts(self) -> list[Mount]:
+        return sorted(self._mounts.values(), key=lambda m: m.path)
+
+    def _mount_for(self, path: str) -> Mount | None:
+        best: Mount | None = None
+        for mount in self._mounts.values():
+            if paths.is_within(path, mount.path) and (
+                best is None or len(mount.path) > len(best.path)
+            ):
+                best = mount
+        return best
+
+    def _mount_children(self, path: str) -> set[str]:
+        """Names of the entries that exist at `path` only because a mount lies below it."""
+        names = set()
+        for mount_path in self._mounts:
+            if mount_path != path and paths.is_within(mount_path, path):
+                rest = mount_path[len(path) :].lstrip("/")
+                names.add(rest.split("/", 1)[0])
+        return names
+
+    # ---- namespace ----------------------------------------------------------------------
+
+    def _block_size(self, mount: Mount) -> int:
+        return mount.options.block_size or self._config.default_block_size
+
+    def _ttl_ms(self, mount: Mount) -> int:
+        return mount.options.metadata_ttl_ms or int(self._config.metadata_ttl_s * 1000)
+
+    def _file_inode(self, mount: Mount, ufs: UnderStore, path: str, obj: ObjectInfo) -> Inode:
+        uri = ufs.uri_of(obj.key)
+        return Inode(
+            path=path,
+            is_dir=False,
+            size=obj.size,
+            mtime_ms=obj.mtime_ms,
+            etag=obj.etag,
+            block_size=self._block_size(mount),
+            file_id=file_id_for(uri, obj.etag, obj.size),
+            ufs_uri=uri,
+            mount_path=mount.path,
+            synced_ms=_now_ms(),
+        )
+
+    @staticmethod
+    def _dir_inode(path: str, mount: Mount | None, mtime_ms: int = 0) -> Inode:
+        return Inode(
+            path=path,
+            is_dir=True,
+            mtime_ms=mtime_ms,
+            mount_path=mount.path if mount else "",
+            synced_ms=_now_ms(),
+        )
+
+    async def file_info(self, path: str, with_locations: bool = False) -> Inode:
+        path = paths.normalize(path)
+        mount = self._mount_for(path)
+        if mount is None:
+            if path == paths.ROOT or self._mount_children(path):
+                return self._dir_inode(path, None)
+            raise NotFound(f"{path}: no such file or directory (not under any mount)")
+        if path == mount.path:
+            return self._dir_inode(path, mount, mount.created_ms)
+        raw = await self._store.get(keyspace.inode_key(path))
+        if raw is not None:
+            inode = Inode.from_json(raw)
+            if _now_ms() - inode.synced_ms < self._ttl_ms(mount):
+                return self._with_locations(inode) if with_locations else inode
+        inode = await self._sync_inode(mount, path)
+        return self._with_locations(inode) if with_locations else inode
+
+    async def _sync_inode(self, mount: Mount, path: str) -> Inode:
+        ufs = self._under_store(mount)
+        key = path[len(mount.path) + 1 :]
+        try:
+            obj = await asyncio.to_thread(ufs.head, key)
+            inode = self._file_inode(mount, ufs, path, obj)
+        except NotFound:
+            listing = await asyncio.to_thread(ufs.list, key + "/")
+            if not listing.objects and not listing.prefixes:
+                await self._store.delete(keyspace.inode_key(path))
+                raise NotFound(f"{path}: no such file or directory") from None
+            inode = self._dir_inode(path, mount)
+        await self._store.put(keyspace.inode_key(path), inode.to_json())
+        return inode
+
+    async def file_infos(
+        self, many: list[str], with_locations: bool = False
+    ) -> list[Inode | ReservoirError]:
+        limit = asyncio.Semaphore(16)
+
+        async def one(path: str) -> Inode | ReservoirError:
+            async with limit:
+                try:
+                    return await self.file_info(path, with_locations)
+                except ReservoirError as exc:
+                    return exc
+
+        return list(await asyncio.gather(*(one(p) for p in many)))
+
+    async def list_directory(self, path: str, with_locations: bool = False) -> list[Inode]:
+        info = await self.file_info(path)
+        if not info.is_dir:
+            raise NotADirectory(f"{info.path}: not a directory")
+        path = info.path
+        entries: dict[str, Inode] = {
+            name: self._dir_inode(paths.join(path, name), None)
+            for name in self._mount_children(path)
+        }
+        mount = self._mount_for(path)
+        if mount is not None:
+            ufs = self._under_store(mount)
+            prefix = "" if path == mount.path else path[len(mount.path) + 1 :] + "/"
+            listing = await asyncio.to_thread(ufs.list, prefix)
+            for sub in listing.prefixes:
+                child = paths.join(path, sub[len(prefix) :])
+                entries[child.rsplit("/", 1)[1]] = self._dir_inode(child, mount)
+            fresh: list[Inode] = []
+            for obj in listing.objects:
+                name = obj.key[len(prefix) :]
+                child = paths.join(path, name)
+                try:
+                    paths.normalize(child)
+                except InvalidArgument:
+                    continue  # an object name Reservoir paths cannot express
+                inode = self._file_inode(mount, ufs, child, obj)
+                entries[name] = inode
+                fresh.append(inode)
+            # Cache what the listing told us, so a stat that follows costs no S3 request.
+            await self._store.put_many([(keyspace.inode_key(i.path), i.to_json()) for i in fresh])
+        result = [entries[name] for name in sorted(entries)]
+        if with_locations:
+            result = [self._with_locations(i) for i in result]
+        return result
+
+    def _with_locations(self, inode: Inode) -> Inode:
+        if inode.is_dir or not inode.file_id:
+            return inode
+        return inode.with_locations(self.locations.holders(inode.file_id))
+
+    # ---- workers and block locations ----------------------------------------------------
+
+    async def workers(self) -> list[WorkerRecord]:
+        return sorted(await self._registry.live(), key=lambda w: w.id)
+
+    async def refresh_workers(self) -> list[WorkerRecord]:
+        live = await self._registry.live()
+        self._leases = {w.id: Lease(w.lease_id, 0) for w in live}
+        self.locations.prune(set(self._leases))
+        return live
+
+    def report_blocks(
+        self,
+        worker_id: str,
+        full: bool,
+        added: Iterable[tuple[str, int]],
+        removed: Iterable[tuple[str, int]],
+    ) -> None:
+        if not worker_id:
+            raise InvalidArgument("worker_id is required")
+        self.locations.apply(worker_id, full, list(added), list(removed))
+
+    async def flush_locations(self) -> int:
+        if self.locations.pending_workers() - set(self._leases):
+            await self.refresh_workers()  # a worker that joined since the last refresh
+        return await self.locations.flush(self._leases)

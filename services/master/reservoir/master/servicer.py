@@ -1,0 +1,92 @@
+"""MasterService over gRPC: protobuf in, domain call, protobuf out. Nothing else."""
+
+from __future__ import annotations
+
+import grpc.aio
+from reservoir.common.errors import ReservoirError, code_value
+from reservoir.common.models import Inode, Mount, MountOptions
+from reservoir.common.rpc import translate_errors
+from reservoir.v1 import common_pb2, master_pb2, master_pb2_grpc
+
+from .service import MasterService
+
+
+class MasterServicer(master_pb2_grpc.MasterServiceServicer):
+    def __init__(self, service: MasterService) -> None:
+        self._service = service
+
+    @translate_errors
+    async def Mount(
+        self, request: master_pb2.MountRequest, context: grpc.aio.ServicerContext
+    ) -> master_pb2.MountResponse:
+        o = request.options
+        mount = await self._service.mount(
+            request.path,
+            request.uri,
+            MountOptions(o.endpoint_url, o.region, o.block_size, o.credentials, o.metadata_ttl_ms),
+        )
+        return master_pb2.MountResponse(mount=mount.to_proto())
+
+    @translate_errors
+    async def Unmount(
+        self, request: master_pb2.UnmountRequest, context: grpc.aio.ServicerContext
+    ) -> master_pb2.UnmountResponse:
+        await self._service.unmount(request.path)
+        return master_pb2.UnmountResponse()
+
+    @translate_errors
+    async def ListMounts(
+        self, request: master_pb2.ListMountsRequest, context: grpc.aio.ServicerContext
+    ) -> master_pb2.ListMountsResponse:
+        mounts: list[Mount] = self._service.mounts()
+        return master_pb2.ListMountsResponse(mounts=[m.to_proto() for m in mounts])
+
+    @translate_errors
+    async def GetFileInfo(
+        self, request: master_pb2.GetFileInfoRequest, context: grpc.aio.ServicerContext
+    ) -> common_pb2.FileInfo:
+        inode = await self._service.file_info(request.path, request.with_locations)
+        return inode.to_proto()
+
+    @translate_errors
+    async def GetFileInfos(
+        self, request: master_pb2.GetFileInfosRequest, context: grpc.aio.ServicerContext
+    ) -> master_pb2.GetFileInfosResponse:
+        results = await self._service.file_infos(list(request.paths), request.with_locations)
+        out = []
+        for item in results:
+            if isinstance(item, Inode):
+                out.append(master_pb2.FileInfoResult(info=item.to_proto()))
+            else:
+                out.append(_error_result(item))
+        return master_pb2.GetFileInfosResponse(results=out)
+
+    @translate_errors
+    async def ListDirectory(
+        self, request: master_pb2.ListDirectoryRequest, context: grpc.aio.ServicerContext
+    ) -> master_pb2.ListDirectoryResponse:
+        entries = await self._service.list_directory(request.path, request.with_locations)
+        return master_pb2.ListDirectoryResponse(entries=[e.to_proto() for e in entries])
+
+    @translate_errors
+    async def ListWorkers(
+        self, request: master_pb2.ListWorkersRequest, context: grpc.aio.ServicerContext
+    ) -> master_pb2.ListWorkersResponse:
+        workers = await self._service.workers()
+        return master_pb2.ListWorkersResponse(workers=[w.to_proto() for w in workers])
+
+    @translate_errors
+    async def ReportBlocks(
+        self, request: master_pb2.ReportBlocksRequest, context: grpc.aio.ServicerContext
+    ) -> master_pb2.ReportBlocksResponse:
+        self._service.report_blocks(
+            request.worker_id,
+            request.full,
+            ((b.file_id, b.index) for b in request.added),
+            ((b.file_id, b.index) for b in request.removed),
+        )
+        return master_pb2.ReportBlocksResponse()
+
+
+def _error_result(error: ReservoirError) -> master_pb2.FileInfoResult:
+    return master_pb2.FileInfoResult(code=code_value(error), message=str(error))

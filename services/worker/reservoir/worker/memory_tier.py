@@ -1,0 +1,53 @@
+"""The memory tier: immutable blocks within a byte capacity, least recently used out first."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+
+BlockId = tuple[str, int]  # (file_id, index)
+
+
+class MemoryTier:
+    name = "mem"
+
+    def __init__(self, capacity_bytes: int, on_evict: Callable[[BlockId, int], None]) -> None:
+        self.capacity_bytes = capacity_bytes
+        self.used_bytes = 0
+        self._blocks: OrderedDict[BlockId, bytes] = OrderedDict()
+        self._on_evict = on_evict
+
+    def __len__(self) -> int:
+        return len(self._blocks)
+
+    def __contains__(self, block: BlockId) -> bool:
+        return block in self._blocks
+
+    def get(self, block: BlockId) -> bytes | None:
+        data = self._blocks.get(block)
+        if data is not None:
+            self._blocks.move_to_end(block)
+        return data
+
+    def put(self, block: BlockId, data: bytes) -> bool:
+        """Keeps `data`, evicting the least recently used blocks to make room.
+
+        Returns False (and keeps nothing) when the block alone exceeds the capacity:
+        the read is still served, just not cached.
+        """
+        if block in self._blocks:
+            self._blocks.move_to_end(block)
+            return True
+        size = len(data)
+        if size > self.capacity_bytes:
+            return False
+        while self.used_bytes + size > self.capacity_bytes and self._blocks:
+            victim, old = self._blocks.popitem(last=False)
+            self.used_bytes -= len(old)
+            self._on_evict(victim, len(old))
+        self._blocks[block] = data
+        self.used_bytes += size
+        return True
+
+    def blocks(self) -> list[BlockId]:
+        return list(self._blocks)

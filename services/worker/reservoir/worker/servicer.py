@@ -1,0 +1,142 @@
+"""WorkerService over gRPC.
+
+ReadBlock bypasses protobuf on the payload: each response message is a `BlockChunk`
+encoding built by hand around a slice of the cached block (tag, length, bytes), so the
+payload is copied once — into the `bytes` gRPC requires — and never re-encoded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import grpc
+import grpc.aio
+from reservoir.common.errors import ReservoirError, code_value
+from reservoir.common.rpc import translate_errors, translate_stream_errors
+from reservoir.v1 import worker_pb2
+
+from .service import BlockRequest, WorkerService
+
+SERVICE = "reservoir.v1.WorkerService"
+_DATA_TAG = b"\x0a"  # field 1, wire type 2 (length-delimited)
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        low = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(low | 0x80)
+        else:
+            out.append(low)
+            return bytes(out)
+
+
+def encode_chunk(payload: memoryview) -> bytes:
+    """The wire form of BlockChunk(data=payload), with a single copy of the payload."""
+    return b"".join((_DATA_TAG, _varint(len(payload)), payload))
+
+
+def _domain(request: worker_pb2.ReadBlockRequest) -> BlockRequest:
+    return BlockRequest(
+        file_id=request.file_id,
+        index=request.index,
+        offset=request.offset,
+        length=request.length,
+        ufs_uri=request.ufs_uri,
+        etag=request.etag,
+        file_size=request.file_size,
+        block_size=request.block_size,
+        mount_path=request.mount_path,
+    ).validated()
+
+
+def _window(request: BlockRequest, block_length: int) -> tuple[int, int]:
+    start = min(request.offset, block_length)
+    end = block_length if request.length < 0 else min(block_length, start + request.length)
+    return start, end
+
+
+class WorkerServicer:
+    def __init__(self, service: WorkerService) -> None:
+        self._service = service
+
+    @translate_stream_errors
+    async def ReadBlock(
+        self, request: worker_pb2.ReadBlockRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[bytes]:
+        block = _domain(request)
+        data, from_cache = await self._service.block(block)
+        start, end = _window(block, len(data))
+        view = memoryview(data)
+        step = self._service.config.chunk_size
+        for pos in range(start, end, step):
+            yield encode_chunk(view[pos : min(end, pos + step)])
+        self._service.served(end - start, from_cache)
+
+    @translate_stream_errors
+    async def ReadBlocks(
+        self, request: worker_pb2.ReadBlocksRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[worker_pb2.BlockPayload]:
+        async def one(position: int, item: worker_pb2.ReadBlockRequest) -> worker_pb2.BlockPayload:
+            try:
+                block = _domain(item)
+                data, from_cache = await self._service.block(block)
+                start, end = _window(block, len(data))
+                self._service.served(end - start, from_cache)
+                return worker_pb2.BlockPayload(position=position, data=data[start:end])
+            except ReservoirError as exc:
+                return worker_pb2.BlockPayload(
+                    position=position, code=code_value(exc), message=str(exc)
+                )
+
+        tasks = [asyncio.ensure_future(one(i, item)) for i, item in enumerate(request.blocks)]
+        try:
+            for next_done in asyncio.as_completed(tasks):
+                yield await next_done
+        finally:
+            for task in tasks:
+                task.cancel()
+
+    @translate_errors
+    async def GetStats(
+        self, request: worker_pb2.GetStatsRequest, context: grpc.aio.ServicerContext
+    ) -> worker_pb2.WorkerStats:
+        s = self._service.stats
+        tier = self._service.tier
+        return worker_pb2.WorkerStats(
+            worker_id=self._service.worker_id,
+            hits=s.hits,
+            misses=s.misses,
+            bytes_from_cache=s.bytes_from_cache,
+            bytes_from_ufs=s.bytes_from_ufs,
+            ufs_gets=s.ufs_gets,
+            evictions=s.evictions,
+            used_bytes=tier.used_bytes,
+            capacity_bytes=tier.capacity_bytes,
+            blocks=len(tier),
+        )
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        return grpc.method_handlers_generic_handler(
+            SERVICE,
+            {
+                "ReadBlock": grpc.unary_stream_rpc_method_handler(
+                    self.ReadBlock,
+                    request_deserializer=worker_pb2.ReadBlockRequest.FromString,
+                    response_serializer=None,  # already wire bytes
+                ),
+                "ReadBlocks": grpc.unary_stream_rpc_method_handler(
+                    self.ReadBlocks,
+                    request_deserializer=worker_pb2.ReadBlocksRequest.FromString,
+                    response_serializer=worker_pb2.BlockPayload.SerializeToString,
+                ),
+                "GetStats": grpc.unary_unary_rpc_method_handler(
+                    self.GetStats,
+                    request_deserializer=worker_pb2.GetStatsRequest.FromString,
+                    response_serializer=worker_pb2.WorkerStats.SerializeToString,
+                ),
+            },
+        )
