@@ -8,6 +8,7 @@ docker-compose file. The cluster's description is kept in `<state-dir>/cluster.j
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -154,10 +155,8 @@ class LocalCluster:
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
         proc = self.processes[name]
         if proc.alive():
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, sig)
-            except ProcessLookupError:
-                pass
         popen = self._popen.pop(name, None)
         if popen is not None:
             try:
@@ -349,10 +348,8 @@ class LocalCluster:
 
     def down(self) -> None:
         for name in sorted(self.processes, key=_stop_order):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 self.stop(name)
-            except ProcessLookupError:
-                pass
 
     def status(self) -> dict[str, Any]:
         return {

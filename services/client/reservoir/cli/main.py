@@ -1,0 +1,308 @@
+"""`reservoir`: the command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from reservoir.common.config import parse_size
+from reservoir.common.errors import ReservoirError
+from reservoir.common.models import Inode
+
+EXIT_ERROR = 1
+
+
+def _master(args: argparse.Namespace) -> str:
+    if args.master:
+        return str(args.master)
+    if os.environ.get("RESERVOIR_MASTER"):
+        return os.environ["RESERVOIR_MASTER"]
+    from reservoir.local.cluster import LocalCluster
+
+    return LocalCluster.load(Path(args.state_dir)).master_address
+
+
+def _client(args: argparse.Namespace) -> Any:
+    from reservoir.client import Client
+
+    return Client(_master(args))
+
+
+def _emit(args: argparse.Namespace, data: Any, text: Callable[[], str]) -> None:
+    print(json.dumps(data, indent=2, default=str) if args.json else text())
+
+
+def _inode_dict(inode: Inode) -> dict[str, Any]:
+    return {
+        "path": inode.path,
+        "type": "directory" if inode.is_dir else "file",
+        "size": inode.size,
+        "mtime_ms": inode.mtime_ms,
+        "etag": inode.etag,
+        "block_size": inode.block_size,
+        "file_id": inode.file_id,
+        "ufs_uri": inode.ufs_uri,
+        "locations": {str(k): v for k, v in inode.locations.items()},
+    }
+
+
+# ---- local cluster ---------------------------------------------------------------------
+
+
+def cmd_local_up(args: argparse.Namespace) -> None:
+    from reservoir.local.cluster import LocalCluster
+
+    cluster = LocalCluster.up(
+        Path(args.state_dir),
+        workers=args.workers,
+        s3_endpoint=args.s3_endpoint or "",
+        s3_latency_ms=args.s3_latency_ms,
+        capacity=args.capacity,
+    )
+    _emit(args, cluster.status(), lambda: cluster.master_address)
+    if not args.json:
+        print(f"# S3 endpoint: {cluster.s3_endpoint}   state: {cluster.state_dir}", file=sys.stderr)
+
+
+def cmd_local_down(args: argparse.Namespace) -> None:
+    from reservoir.local.cluster import LocalCluster
+
+    file = Path(args.state_dir) / "cluster.json"
+    if not file.exists():
+        print("no local cluster running", file=sys.stderr)
+        return
+    LocalCluster.load(Path(args.state_dir)).down()
+    file.unlink()
+    print("local cluster stopped", file=sys.stderr)
+
+
+def cmd_local_status(args: argparse.Namespace) -> None:
+    from reservoir.local.cluster import LocalCluster
+
+    status = LocalCluster.load(Path(args.state_dir)).status()
+
+    def text() -> str:
+        lines = [f"master {status['master']}  s3 {status['s3_endpoint']}"]
+        for name, p in status["processes"].items():
+            state = "running" if p["alive"] else "DEAD"
+            lines.append(f"{name:10} {state:8} pid={p['pid']:<8} port={p['port']}")
+        return "\n".join(lines)
+
+    _emit(args, status, text)
+
+
+def cmd_local_demo(args: argparse.Namespace) -> None:
+    from reservoir.local.demo import run_demo
+
+    run_demo(Path(args.state_dir), files=args.files, json_output=args.json)
+
+
+# ---- namespace -------------------------------------------------------------------------
+
+
+def cmd_mount(args: argparse.Namespace) -> None:
+    with _client(args) as rs:
+        mount = rs.mount(
+            args.path,
+            args.uri,
+            endpoint_url=args.endpoint_url or "",
+            region=args.region or "",
+            block_size=args.block_size or 0,
+            credentials=args.credentials or "",
+        )
+    _emit(
+        args, {"path": mount.path, "uri": mount.uri}, lambda: f"mounted {mount.uri} at {mount.path}"
+    )
+
+
+def cmd_unmount(args: argparse.Namespace) -> None:
+    with _client(args) as rs:
+        rs.unmount(args.path)
+    _emit(args, {"unmounted": args.path}, lambda: f"unmounted {args.path}")
+
+
+def cmd_mounts(args: argparse.Namespace) -> None:
+    with _client(args) as rs:
+        mounts = rs.mounts()
+    data = [
+        {
+            "path": m.path,
+            "uri": m.uri,
+            "endpoint_url": m.options.endpoint_url,
+            "block_size": m.options.block_size,
+            "credentials": m.options.credentials,
+        }
+        for m in mounts
+    ]
+    _emit(args, data, lambda: "\n".join(f"{m.path}\t{m.uri}" for m in mounts))
+
+
+def cmd_ls(args: argparse.Namespace) -> None:
+    with _client(args) as rs:
+        entries = rs.ls(args.path)
+
+    def text() -> str:
+        if not args.long:
+            return "\n".join(e.path.rsplit("/", 1)[-1] + ("/" if e.is_dir else "") for e in entries)
+        lines = []
+        for e in entries:
+            when = (
+                time.strftime("%Y-%m-%d %H:%M", time.gmtime(e.mtime_ms / 1000))
+                if e.mtime_ms
+                else "-"
+            )
+            kind = "d" if e.is_dir else "-"
+            lines.append(f"{kind} {e.size:>12} {when}  {e.path.rsplit('/', 1)[-1]}")
+        return "\n".join(lines)
+
+    _emit(args, [_inode_dict(e) for e in entries], text)
+
+
+def cmd_stat(args: argparse.Namespace) -> None:
+    with _client(args) as rs:
+        inode = rs.stat(args.path, with_locations=True)
+    data = _inode_dict(inode)
+    _emit(args, data, lambda: "\n".join(f"{k}: {v}" for k, v in data.items()))
+
+
+def cmd_cat(args: argparse.Namespace) -> None:
+    with _client(args) as rs, rs.open(args.path) as f:
+        shutil.copyfileobj(f, sys.stdout.buffer, 4 << 20)
+    sys.stdout.buffer.flush()
+
+
+def cmd_cp(args: argparse.Namespace) -> None:
+    start = time.perf_counter()
+    target = Path(args.dest)
+    tmp = target.with_name(target.name + ".part")
+    with _client(args) as rs, rs.open(args.path) as src, tmp.open("wb") as dst:
+        shutil.copyfileobj(src, dst, 4 << 20)
+    tmp.replace(target)
+    size = target.stat().st_size
+    seconds = time.perf_counter() - start
+    _emit(
+        args,
+        {"path": args.path, "dest": str(target), "bytes": size, "seconds": seconds},
+        lambda: f"copied {size} bytes to {target} in {seconds:.2f}s",
+    )
+
+
+def cmd_workers(args: argparse.Namespace) -> None:
+    with _client(args) as rs:
+        workers = rs.workers()
+        stats = {s.worker_id: s for s in rs.worker_stats()} if args.long else {}
+    data = []
+    for w in workers:
+        item: dict[str, Any] = {
+            "id": w.id,
+            "address": w.address,
+            "host": w.host,
+            "zone": w.zone,
+            "capacity_bytes": w.capacity_bytes,
+        }
+        if w.id in stats:
+            s = stats[w.id]
+            item.update(used_bytes=s.used_bytes, blocks=s.blocks, hits=s.hits, misses=s.misses)
+        data.append(item)
+
+    def text() -> str:
+        return (
+            "\n".join("\t".join(str(v) for v in item.values()) for item in data)
+            or "(no live workers)"
+        )
+
+    _emit(args, data, text)
+
+
+# ---- parser ----------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from reservoir.local.cluster import DEFAULT_STATE_DIR
+
+    parser = argparse.ArgumentParser(
+        prog="reservoir", description="Reservoir: a data cache for ML training."
+    )
+    parser.add_argument(
+        "--master",
+        help="master address host:port (default: $RESERVOIR_MASTER, else the local cluster)",
+    )
+    parser.add_argument(
+        "--state-dir", default=str(DEFAULT_STATE_DIR), help="local cluster state directory"
+    )
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    local = sub.add_parser("local", help="a cluster on this machine").add_subparsers(
+        dest="action", required=True
+    )
+    up = local.add_parser("up", help="start etcd, S3 (unless given), the master and workers")
+    up.add_argument("--workers", type=int, default=2)
+    up.add_argument("--s3-endpoint", help="use this S3 endpoint instead of starting one")
+    up.add_argument(
+        "--s3-latency-ms", type=float, default=0.0, help="first-byte latency of the local S3"
+    )
+    up.add_argument("--capacity", default="1GiB", help="cache capacity per worker")
+    up.set_defaults(func=cmd_local_up)
+    local.add_parser("down", help="stop the local cluster").set_defaults(func=cmd_local_down)
+    local.add_parser("status", help="show the local cluster").set_defaults(func=cmd_local_status)
+    demo = local.add_parser("demo", help="write a sample data set, mount it, read it twice")
+    demo.add_argument("--files", type=int, default=400)
+    demo.set_defaults(func=cmd_local_demo)
+
+    p = sub.add_parser("mount", help="mount an under-store URI at a Reservoir path")
+    p.add_argument("path")
+    p.add_argument("uri", help="s3://bucket/prefix or file:///dir")
+    p.add_argument("--endpoint-url")
+    p.add_argument("--region")
+    p.add_argument("--block-size", type=parse_size)
+    p.add_argument("--credentials", help="env (default), anonymous, or file:/path")
+    p.set_defaults(func=cmd_mount)
+    p = sub.add_parser("unmount", help="remove a mount")
+    p.add_argument("path")
+    p.set_defaults(func=cmd_unmount)
+    sub.add_parser("mounts", help="list mounts").set_defaults(func=cmd_mounts)
+    p = sub.add_parser("ls", help="list a directory")
+    p.add_argument("path", nargs="?", default="/")
+    p.add_argument("-l", "--long", action="store_true")
+    p.set_defaults(func=cmd_ls)
+    p = sub.add_parser("stat", help="file info, with block locations")
+    p.add_argument("path")
+    p.set_defaults(func=cmd_stat)
+    p = sub.add_parser("cat", help="write a file to stdout")
+    p.add_argument("path")
+    p.set_defaults(func=cmd_cat)
+    p = sub.add_parser("cp", help="copy a file out of Reservoir")
+    p.add_argument("path")
+    p.add_argument("dest")
+    p.set_defaults(func=cmd_cp)
+    p = sub.add_parser("workers", help="live workers")
+    p.add_argument("-l", "--long", action="store_true", help="with cache usage")
+    p.set_defaults(func=cmd_workers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    from reservoir.local.cluster import ClusterError
+
+    try:
+        args.func(args)
+    except BrokenPipeError:
+        sys.exit(0)
+    except (ReservoirError, ClusterError, OSError, ValueError) as exc:
+        print(f"reservoir: error: {exc}", file=sys.stderr)
+        sys.exit(EXIT_ERROR)
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,21 @@
+import os
+
+import pytest
+
+from reservoir.client.async_client import chunk_payload
+from reservoir.v1 import worker_pb2
+from reservoir.worker.servicer import encode_chunk
+
+
+@pytest.mark.parametrize("size", [0, 1, 127, 128, 16383, 16384, 1 << 20, (4 << 20) + 3])
+def test_hand_built_chunk_is_valid_protobuf_and_slices_back_exactly(size: int) -> None:
+    payload = os.urandom(size)
+    wire = encode_chunk(memoryview(payload))
+    assert worker_pb2.BlockChunk.FromString(wire).data == payload
+    assert bytes(chunk_payload(wire)) == payload
+
+
+def test_truncated_chunk_is_rejected() -> None:
+    wire = encode_chunk(memoryview(b"abcdef"))
+    with pytest.raises(ConnectionError):
+        chunk_payload(wire[:-1])
