@@ -17,6 +17,7 @@ def test_generated_grpc_code_is_fresh(tmp_path: Path) -> None:
         ["bash", str(ROOT / "scripts/gen_protos.sh"), str(tmp_path)],
         capture_output=True,
         text=True,
+        env={**os.environ, "PYTHON": os.path.join(sys.prefix, "bin", "python")},
     )
     assert done.returncode == 0, done.stderr
     fresh = tmp_path / "reservoir" / "v1"
