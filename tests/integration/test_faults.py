@@ -1,0 +1,112 @@
+"""Kill and restart parts of a real cluster; readers keep getting correct bytes."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from reservoir.client import Client
+from reservoir.local.cluster import LocalCluster
+from tests.conftest import LEASE_TTL_S
+
+BLOCK = 64 * 1024
+
+
+def _dataset(cluster: LocalCluster, count: int = 12) -> dict[str, bytes]:
+    s3 = cluster.s3_client()
+    s3.create_bucket(Bucket="faults")
+    files = {f"f{i}.bin": os.urandom(BLOCK * (i % 4) + 1000 * i) for i in range(count)}
+    for name, data in files.items():
+        s3.put_object(Bucket="faults", Key=f"d/{name}", Body=data)
+    return files
+
+
+def _wait_for(condition, timeout_s: float) -> float:  # type: ignore[no-untyped-def]
+    start = time.monotonic()
+    while time.monotonic() - start < timeout_s:
+        if condition():
+            return time.monotonic() - start
+        time.sleep(0.1)
+    raise AssertionError(f"condition not met within {timeout_s}s")
+
+
+def test_sigkill_of_one_worker_keeps_reads_correct(own_cluster: LocalCluster) -> None:
+    files = _dataset(own_cluster)
+    with Client(own_cluster.master_address) as c:
+        c.mount("/f", "s3://faults/d/", endpoint_url=own_cluster.s3_endpoint, block_size=BLOCK)
+        for name, data in files.items():
+            assert c.read(f"/f/{name}") == data
+        own_cluster.kill("worker1")
+        for name, data in files.items():
+            assert c.read(f"/f/{name}") == data
+        # ...and from a new client that does not know yet that worker1 died.
+    with Client(own_cluster.master_address) as fresh:
+        for name, data in files.items():
+            assert fresh.read(f"/f/{name}") == data
+
+
+def test_reads_fall_back_to_s3_when_every_worker_is_dead(own_cluster: LocalCluster) -> None:
+    files = _dataset(own_cluster, count=4)
+    with Client(own_cluster.master_address) as c:
+        c.mount("/f", "s3://faults/d/", endpoint_url=own_cluster.s3_endpoint, block_size=BLOCK)
+        c.ls("/f")
+        own_cluster.kill("worker1")
+        own_cluster.kill("worker2")
+        for name, data in files.items():
+            assert c.read(f"/f/{name}") == data
+
+
+def test_dead_worker_leaves_workers_and_location_table_within_lease_ttl(
+    own_cluster: LocalCluster,
+) -> None:
+    files = _dataset(own_cluster)
+    with Client(own_cluster.master_address) as c:
+        c.mount("/f", "s3://faults/d/", endpoint_url=own_cluster.s3_endpoint, block_size=BLOCK)
+        for name in files:
+            c.read(f"/f/{name}")
+
+        def holders() -> set[str]:
+            ids: set[str] = set()
+            for name in files:
+                for workers in c.stat(f"/f/{name}", with_locations=True).locations.values():
+                    ids.update(workers)
+            return ids
+
+        _wait_for(lambda: holders() == {"worker1", "worker2"}, 5)
+        own_cluster.kill("worker1")
+        gone = _wait_for(lambda: "worker1" not in {w.id for w in c.workers()}, LEASE_TTL_S + 3)
+        assert gone <= LEASE_TTL_S + 2
+        _wait_for(lambda: holders() == {"worker2"}, 3)
+
+
+def test_master_restart_keeps_mounts_namespace_and_block_locations(
+    own_cluster: LocalCluster,
+) -> None:
+    files = _dataset(own_cluster)
+    with Client(own_cluster.master_address) as c:
+        c.mount("/f", "s3://faults/d/", endpoint_url=own_cluster.s3_endpoint, block_size=BLOCK)
+        listing = [e.path for e in c.ls("/f")]
+        for name in files:
+            c.read(f"/f/{name}")
+        time.sleep(1.5)  # past the workers' report and the master's flush interval
+        before = {n: c.stat(f"/f/{n}", with_locations=True).locations for n in files}
+    own_cluster.kill("master")
+    own_cluster.start_master()
+    with Client(own_cluster.master_address) as c:
+        assert [m.path for m in c.mounts()] == ["/f"]
+        assert [e.path for e in c.ls("/f")] == listing
+        heads = own_cluster.s3_counts().get("HEAD", 0)
+        after = {n: c.stat(f"/f/{n}", with_locations=True).locations for n in files}
+        assert own_cluster.s3_counts().get("HEAD", 0) == heads  # inodes came from etcd
+        assert after == before
+        gets = own_cluster.s3_counts().get("GET", 0)
+        for name, data in files.items():
+            assert c.read(f"/f/{name}") == data
+        assert own_cluster.s3_counts().get("GET", 0) == gets
+
+
+def test_worker_rejoins_after_etcd_restart(own_cluster: LocalCluster) -> None:
+    own_cluster.stop("etcd")
+    own_cluster.restart_etcd()
+    with Client(own_cluster.master_address) as c:
+        _wait_for(lambda: {w.id for w in c.workers()} == {"worker1", "worker2"}, 10)
