@@ -26,7 +26,7 @@ from reservoir.common.errors import (
 )
 from reservoir.common.models import Inode, Mount, MountOptions, WorkerRecord
 from reservoir.common.observability import inject_metadata
-from reservoir.common.rpc import CHANNEL_OPTIONS, error_from_rpc
+from reservoir.common.rpc import CHANNEL_OPTIONS, error_from_rpc, is_transport_failure
 from reservoir.common.under_store import UnderStore, UnderStoreSettings, open_under_store
 from reservoir.v1 import master_pb2, master_pb2_grpc, worker_pb2
 
@@ -107,7 +107,7 @@ class AsyncClient:
             )
         except grpc.RpcError as exc:
             error = error_from_rpc(exc, what)
-            if isinstance(error, Unavailable) and not isinstance(error, DeadlineExceeded):
+            if is_transport_failure(exc) and not isinstance(error, DeadlineExceeded):
                 error = Unavailable(f"{what}: master at {self.config.master} is unreachable")
             raise error from None
 

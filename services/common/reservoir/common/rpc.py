@@ -76,17 +76,33 @@ def translate_stream_errors(
     return wrapper
 
 
+def _error_kind(exc: grpc.RpcError) -> str | None:
+    trailing = exc.trailing_metadata() if hasattr(exc, "trailing_metadata") else None
+    for key, value in trailing or ():
+        if key == errors.ERROR_KIND_KEY:
+            return value if isinstance(value, str) else value.decode()
+    return None
+
+
+def is_transport_failure(exc: grpc.RpcError) -> bool:
+    """True when the peer could not be reached or did not answer (no domain error sent)."""
+    code = exc.code() if hasattr(exc, "code") else None
+    return _error_kind(exc) is None and code in (
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.CANCELLED,
+    )
+
+
 def error_from_rpc(exc: grpc.RpcError, what: str) -> errors.ReservoirError:
     """The domain error for a failed call, naming what was being done."""
     code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
     details = exc.details() if hasattr(exc, "details") else str(exc)
-    kind = None
-    trailing = exc.trailing_metadata() if hasattr(exc, "trailing_metadata") else None
-    for key, value in trailing or ():
-        if key == errors.ERROR_KIND_KEY:
-            kind = value if isinstance(value, str) else value.decode()
-    if code == grpc.StatusCode.UNAVAILABLE:
-        return errors.Unavailable(f"{what}: unavailable ({details})")
+    kind = _error_kind(exc)
+    if kind is not None:
+        return errors.error_for(code, details or what, kind)
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return errors.DeadlineExceeded(f"{what}: deadline exceeded")
-    return errors.error_for(code, details or what, kind)
+    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
+        return errors.Unavailable(f"{what}: unavailable ({details})")
+    return errors.error_for(code, details or what)

@@ -1,0 +1,134 @@
+"""Bad input gets a clear error with the right gRPC status; nothing hangs."""
+
+from __future__ import annotations
+
+import time
+
+import grpc
+import pytest
+
+from reservoir.client import Client
+from reservoir.common import errors
+from reservoir.common.config import ClientConfig
+from reservoir.local.cluster import LocalCluster, free_port
+from reservoir.v1 import master_pb2, master_pb2_grpc, worker_pb2
+from tests.conftest import new_mount_path
+
+
+def _raw_status(cluster: LocalCluster, path: str) -> grpc.StatusCode:
+    with grpc.insecure_channel(cluster.master_address) as channel:
+        stub = master_pb2_grpc.MasterServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as caught:
+            stub.GetFileInfo(master_pb2.GetFileInfoRequest(path=path), timeout=5)
+        return caught.value.code()  # type: ignore[no-any-return]
+
+
+def test_path_outside_every_mount_is_not_found(cluster: LocalCluster, client: Client) -> None:
+    with pytest.raises(FileNotFoundError):
+        client.stat("/no/such/mount/file")
+    assert _raw_status(cluster, "/no/such/mount/file") == grpc.StatusCode.NOT_FOUND
+
+
+def test_missing_object_under_a_mount_is_not_found(
+    cluster: LocalCluster, bucket: str, client: Client
+) -> None:
+    root = new_mount_path()
+    client.mount(root, f"s3://{bucket}/x/", endpoint_url=cluster.s3_endpoint)
+    with pytest.raises(FileNotFoundError):
+        client.read(f"{root}/missing.bin")
+    assert _raw_status(cluster, f"{root}/missing.bin") == grpc.StatusCode.NOT_FOUND
+
+
+@pytest.mark.parametrize("bad", ["/a/../b", "/a//b", "/a/\x00b", "relative/path", "/a/./b"])
+def test_malformed_paths_are_invalid_argument(
+    cluster: LocalCluster, client: Client, bad: str
+) -> None:
+    with pytest.raises(ValueError):
+        client.stat(bad)
+    assert _raw_status(cluster, bad) == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_reading_a_directory_is_refused(cluster: LocalCluster, bucket: str, client: Client) -> None:
+    cluster.s3_client().put_object(Bucket=bucket, Key="d/sub/x", Body=b"1")
+    root = new_mount_path()
+    client.mount(root, f"s3://{bucket}/d/", endpoint_url=cluster.s3_endpoint)
+    with pytest.raises(IsADirectoryError):
+        client.read(f"{root}/sub")
+    with pytest.raises(NotADirectoryError):
+        client.ls(f"{root}/sub/x")
+
+
+@pytest.mark.parametrize("uri", ["s3://", "s3://UPPER_case/x", "ftp://host/x", "not a uri"])
+def test_bad_under_store_uri_is_refused_at_mount(
+    cluster: LocalCluster, client: Client, uri: str
+) -> None:
+    with pytest.raises(errors.InvalidArgument):
+        client.mount(new_mount_path(), uri, endpoint_url=cluster.s3_endpoint)
+
+
+def test_missing_bucket_is_refused_at_mount(cluster: LocalCluster, client: Client) -> None:
+    with pytest.raises(FileNotFoundError):
+        client.mount(new_mount_path(), "s3://no-such-bucket-xyz/", endpoint_url=cluster.s3_endpoint)
+
+
+def test_unreachable_endpoint_fails_mount_quickly_and_clearly(client: Client) -> None:
+    start = time.monotonic()
+    with pytest.raises(errors.Unavailable, match="cannot connect"):
+        client.mount(
+            new_mount_path(), "s3://bucket/x/", endpoint_url=f"http://127.0.0.1:{free_port()}"
+        )
+    assert time.monotonic() - start < 10
+
+
+def test_mount_over_an_existing_mount_is_refused(
+    cluster: LocalCluster, bucket: str, client: Client
+) -> None:
+    root = new_mount_path()
+    client.mount(root, f"s3://{bucket}/a/", endpoint_url=cluster.s3_endpoint)
+    with pytest.raises(FileExistsError):
+        client.mount(root, f"s3://{bucket}/b/", endpoint_url=cluster.s3_endpoint)
+    with pytest.raises(errors.InvalidArgument):
+        client.mount(root + "/nested", f"s3://{bucket}/b/", endpoint_url=cluster.s3_endpoint)
+    with pytest.raises(FileNotFoundError):
+        client.unmount(root + "/never-mounted")
+
+
+def test_unreachable_master_fails_within_the_deadline() -> None:
+    config = ClientConfig(master=f"127.0.0.1:{free_port()}", rpc_timeout_s=1.0)
+    start = time.monotonic()
+    with Client(config=config) as c, pytest.raises(errors.Unavailable):
+        c.stat("/anything")
+    assert time.monotonic() - start < 5
+
+
+def test_worker_refuses_a_block_request_whose_identity_does_not_match(
+    cluster: LocalCluster, client: Client
+) -> None:
+    worker = client.workers()[0]
+    request = worker_pb2.ReadBlockRequest(
+        file_id="0" * 32,
+        index=0,
+        offset=0,
+        length=-1,
+        ufs_uri="s3://b/k",
+        etag="e",
+        file_size=10,
+        block_size=4096,
+        mount_path="/t/x",
+    )
+    with grpc.insecure_channel(worker.address) as channel:
+        call = channel.unary_stream(
+            "/reservoir.v1.WorkerService/ReadBlock",
+            request_serializer=worker_pb2.ReadBlockRequest.SerializeToString,
+            response_deserializer=worker_pb2.BlockChunk.FromString,
+        )
+        with pytest.raises(grpc.RpcError) as caught:
+            list(call(request, timeout=5))
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_negative_offset_is_invalid_argument(
+    cluster: LocalCluster, bucket: str, client: Client
+) -> None:
+    with pytest.raises(ValueError):
+        client.read("/t/whatever", offset=-1)

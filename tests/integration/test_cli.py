@@ -1,0 +1,85 @@
+"""The `reservoir` command against a real cluster, as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from reservoir.local.cluster import LocalCluster
+from tests.conftest import new_mount_path
+
+
+def _cli(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "reservoir.cli.main", "--master", cluster.master_address, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ},
+    )
+
+
+def test_mount_ls_stat_cat_cp_round_trip(
+    cluster: LocalCluster, bucket: str, tmp_path: Path
+) -> None:
+    s3 = cluster.s3_client()
+    payload = os.urandom(300_000)
+    s3.put_object(Bucket=bucket, Key="cli/a.bin", Body=payload)
+    s3.put_object(Bucket=bucket, Key="cli/dir/b.txt", Body=b"hello")
+    root = new_mount_path()
+    done = _cli(cluster, "mount", root, f"s3://{bucket}/cli", "--endpoint-url", cluster.s3_endpoint)
+    assert done.returncode == 0, done.stderr
+    assert root in _cli(cluster, "mounts").stdout
+    assert _cli(cluster, "ls", root).stdout.split() == ["a.bin", "dir/"]
+    listing = json.loads(_cli(cluster, "--json", "ls", "-l", root).stdout)
+    assert [(e["path"], e["size"]) for e in listing] == [
+        (f"{root}/a.bin", 300_000),
+        (f"{root}/dir", 0),
+    ]
+    stat = json.loads(_cli(cluster, "--json", "stat", f"{root}/a.bin").stdout)
+    assert stat["size"] == 300_000 and stat["type"] == "file"
+    assert _cli(cluster, "cat", f"{root}/dir/b.txt").stdout == "hello"
+    target = tmp_path / "a.bin"
+    assert _cli(cluster, "cp", f"{root}/a.bin", str(target)).returncode == 0
+    assert target.read_bytes() == payload
+    workers = json.loads(_cli(cluster, "--json", "workers").stdout)
+    assert len(workers) == 3
+
+
+def test_errors_are_one_line_with_nonzero_exit(cluster: LocalCluster) -> None:
+    done = _cli(cluster, "cat", "/not/mounted")
+    assert done.returncode == 1
+    assert done.stderr.strip().count("\n") == 0
+    assert "no such file" in done.stderr
+    bad = _cli(cluster, "ls", "/a/../b")
+    assert bad.returncode == 1 and ".." in bad.stderr
+
+
+def test_local_cluster_up_status_down_from_the_command_line(tmp_path: Path) -> None:
+    state = str(tmp_path / "state")
+    base = [sys.executable, "-m", "reservoir.cli.main", "--state-dir", state]
+    up = subprocess.run(
+        [*base, "local", "up", "--workers", "1"], capture_output=True, text=True, timeout=120
+    )
+    try:
+        assert up.returncode == 0, up.stderr
+        master = up.stdout.strip()
+        status = json.loads(
+            subprocess.run(
+                [*base, "--json", "local", "status"], capture_output=True, text=True, timeout=30
+            ).stdout
+        )
+        assert status["master"] == master
+        assert all(p["alive"] for p in status["processes"].values())
+        # The master address comes from cluster.json when --master is not given.
+        workers = subprocess.run(
+            [*base, "--json", "workers"], capture_output=True, text=True, timeout=30
+        )
+        assert [w["id"] for w in json.loads(workers.stdout)] == ["worker1"]
+    finally:
+        down = subprocess.run([*base, "local", "down"], capture_output=True, text=True, timeout=120)
+    assert down.returncode == 0
+    assert not (tmp_path / "state" / "cluster.json").exists()
