@@ -241,10 +241,8 @@ class Bench:
     # ---- boto3 --------------------------------------------------------------------------
 
     def boto3_direct(self, ds: Dataset) -> None:
-        from botocore.config import Config
-
         import boto3
-
+        from botocore.config import Config
         from reservoir.local.cluster import DEV_CREDENTIALS
 
         conc = self.args.concurrency
@@ -280,7 +278,6 @@ class Bench:
 
     def s3fs_simplecache(self, ds: Dataset, cache_dir: Path) -> None:
         import fsspec
-
         from reservoir.local.cluster import DEV_CREDENTIALS
 
         conc = self.args.concurrency

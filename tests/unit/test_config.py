@@ -1,5 +1,4 @@
 import pytest
-
 from reservoir.common import config
 from reservoir.common.errors import InvalidArgument
 

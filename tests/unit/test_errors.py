@@ -1,6 +1,5 @@
 import grpc
 import pytest
-
 from reservoir.common import errors
 
 

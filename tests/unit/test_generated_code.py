@@ -1,6 +1,6 @@
 import filecmp
-import shutil
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path

@@ -1,5 +1,4 @@
 import pytest
-
 from reservoir.common import paths
 from reservoir.common.errors import InvalidArgument
 

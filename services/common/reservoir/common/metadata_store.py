@@ -10,7 +10,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -65,11 +65,6 @@ class MetadataStore(abc.ABC):
 
     async def delete(self, key: bytes) -> None:
         await self.delete_many([key])
-
-
-def _batches(items: Sequence[object], size: int = MAX_TXN_OPS) -> Iterable[Sequence[object]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
 
 
 class MemoryMetadataStore(MetadataStore):
@@ -169,8 +164,10 @@ class EtcdMetadataStore(MetadataStore):
     ) -> None:
         lease_id = lease.id if lease else None
         ops = self._client.transactions
-        for batch in _batches(list(items)):
-            success = [ops.put(k, v, lease=lease_id) for k, v in batch]  # type: ignore[misc]
+        pairs: list[tuple[bytes, bytes]] = list(items)
+        for start in range(0, len(pairs), MAX_TXN_OPS):
+            batch = pairs[start : start + MAX_TXN_OPS]
+            success = [ops.put(k, v, lease=lease_id) for k, v in batch]
             try:
                 await self._call("put", self._client.transaction([], success, []))
             except Unavailable as exc:
@@ -180,10 +177,11 @@ class EtcdMetadataStore(MetadataStore):
 
     async def delete_many(self, keys: Sequence[bytes]) -> None:
         ops = self._client.transactions
-        for batch in _batches(list(keys)):
+        flat = list(keys)
+        for start in range(0, len(flat), MAX_TXN_OPS):
+            batch = flat[start : start + MAX_TXN_OPS]
             await self._call(
-                "delete",
-                self._client.transaction([], [ops.delete(k) for k in batch], []),  # type: ignore[arg-type]
+                "delete", self._client.transaction([], [ops.delete(k) for k in batch], [])
             )
 
     async def delete_prefix(self, prefix: bytes) -> None:

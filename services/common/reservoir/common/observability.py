@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from typing import Any
 
 import grpc
@@ -53,7 +53,7 @@ def configure(service: str, config: LogConfig, *, export_metrics: bool = False) 
     metrics.set_meter_provider(MeterProvider(metric_readers=readers))
 
 
-def _add_trace_ids(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
+def _add_trace_ids(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
     span = trace.get_current_span().get_span_context()
     if span.is_valid:
         event["trace_id"] = format(span.trace_id, "032x")

@@ -11,7 +11,6 @@ import abc
 import configparser
 import os
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -288,15 +287,15 @@ class LocalUnderStore(UnderStore):
         objects: list[ObjectInfo] = []
         prefixes: list[str] = []
         try:
-            entries: Iterator[os.DirEntry[str]] = os.scandir(self._path(prefix))
+            with os.scandir(self._path(prefix)) as it:
+                entries = sorted(it, key=lambda e: e.name)
         except (FileNotFoundError, NotADirectoryError):
             return Listing([], [])
-        with entries as it:
-            for entry in sorted(it, key=lambda e: e.name):
-                if entry.is_dir():
-                    prefixes.append(prefix + entry.name)
-                elif entry.is_file():
-                    objects.append(self._info(prefix + entry.name, entry.stat()))
+        for entry in entries:
+            if entry.is_dir():
+                prefixes.append(prefix + entry.name)
+            elif entry.is_file():
+                objects.append(self._info(prefix + entry.name, entry.stat()))
         return Listing(objects, prefixes)
 
     def get_range(self, key: str, offset: int, length: int, etag: str = "") -> bytes:

@@ -165,7 +165,7 @@ async def serve(config: cfg.WorkerConfig) -> None:
     async def report() -> None:
         full = membership.needs_full_report
         if full:
-            added, removed = service.tier.blocks(), []
+            added, removed = service.tier.blocks(), list[tuple[str, int]]()
             service.take_report()
         else:
             added, removed = service.take_report()

@@ -1,0 +1,125 @@
+"""One contract for every MetadataStore backend: memory:// in-process, etcd:// against a
+real etcd server process."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from reservoir.common.errors import NotFound
+from reservoir.common.metadata_store import MAX_TXN_OPS, MetadataStore, open_metadata_store
+from reservoir.local.cluster import LocalCluster
+
+
+@pytest.fixture(scope="module")
+def etcd_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    cluster = LocalCluster(state_dir=tmp_path_factory.mktemp("etcd"))
+    cluster.start_etcd()
+    try:
+        yield cluster.metadata_url
+    finally:
+        cluster.down()
+
+
+@pytest.fixture(params=["memory", "etcd"])
+def store_url(request: pytest.FixtureRequest) -> str:
+    if request.param == "memory":
+        return "memory://"
+    return str(request.getfixturevalue("etcd_url"))
+
+
+def run(store_url: str, scenario) -> None:  # type: ignore[no-untyped-def]
+    async def main() -> None:
+        store: MetadataStore = open_metadata_store(store_url, timeout_s=5)
+        try:
+            await store.delete_prefix(b"/contract/")
+            await scenario(store)
+        finally:
+            await store.delete_prefix(b"/contract/")
+            await store.close()
+
+    asyncio.run(main())
+
+
+def test_put_get_delete_round_trip(store_url: str) -> None:
+    async def scenario(s: MetadataStore) -> None:
+        assert await s.get(b"/contract/a") is None
+        await s.put(b"/contract/a", b"1")
+        assert await s.get(b"/contract/a") == b"1"
+        await s.put(b"/contract/a", b"2")
+        assert await s.get(b"/contract/a") == b"2"
+        await s.delete(b"/contract/a")
+        assert await s.get(b"/contract/a") is None
+
+    run(store_url, scenario)
+
+
+def test_get_prefix_is_sorted_and_bounded_by_the_prefix(store_url: str) -> None:
+    async def scenario(s: MetadataStore) -> None:
+        await s.put_many(
+            [(b"/contract/p/b", b"2"), (b"/contract/p/a", b"1"), (b"/contract/q", b"x")]
+        )
+        assert await s.get_prefix(b"/contract/p/") == [
+            (b"/contract/p/a", b"1"),
+            (b"/contract/p/b", b"2"),
+        ]
+        await s.delete_prefix(b"/contract/p/")
+        assert await s.get_prefix(b"/contract/p/") == []
+        assert await s.get(b"/contract/q") == b"x"
+
+    run(store_url, scenario)
+
+
+def test_batches_larger_than_one_transaction_are_written_whole(store_url: str) -> None:
+    async def scenario(s: MetadataStore) -> None:
+        items = [(f"/contract/many/{i:05d}".encode(), b"v") for i in range(MAX_TXN_OPS * 3 + 7)]
+        await s.put_many(items)
+        assert len(await s.get_prefix(b"/contract/many/")) == len(items)
+        await s.delete_many([k for k, _ in items[:150]])
+        assert len(await s.get_prefix(b"/contract/many/")) == len(items) - 150
+
+    run(store_url, scenario)
+
+
+def test_keys_under_a_revoked_lease_disappear(store_url: str) -> None:
+    async def scenario(s: MetadataStore) -> None:
+        lease = await s.grant_lease(30)
+        await s.put(b"/contract/leased", b"x", lease)
+        await s.put(b"/contract/kept", b"y")
+        await s.refresh_lease(lease)
+        await s.revoke_lease(lease)
+        assert await s.get(b"/contract/leased") is None
+        assert await s.get(b"/contract/kept") == b"y"
+        with pytest.raises(NotFound):
+            await s.refresh_lease(lease)
+
+    run(store_url, scenario)
+
+
+def test_keys_under_an_expired_lease_disappear(store_url: str) -> None:
+    async def scenario(s: MetadataStore) -> None:
+        lease = await s.grant_lease(1)
+        await s.put(b"/contract/short", b"x", lease)
+        await asyncio.sleep(2.5)
+        assert await s.get(b"/contract/short") is None
+        with pytest.raises(NotFound):
+            await s.put(b"/contract/late", b"x", lease)
+
+    run(store_url, scenario)
+
+
+def test_etcd_that_is_down_gives_unavailable_within_the_timeout(tmp_path: Path) -> None:
+    from reservoir.common.errors import Unavailable
+    from reservoir.local.cluster import free_port
+
+    async def main() -> None:
+        store = open_metadata_store(f"etcd://127.0.0.1:{free_port()}", timeout_s=1)
+        try:
+            with pytest.raises(Unavailable):
+                await store.get(b"/x")
+        finally:
+            await store.close()
+
+    asyncio.run(asyncio.wait_for(main(), 10))

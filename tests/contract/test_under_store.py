@@ -1,0 +1,83 @@
+"""One contract for every UnderStore backend: file:// on a temp dir, s3:// against the
+local S3-compatible server process."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from reservoir.common.errors import Conflict, NotFound
+from reservoir.common.under_store import UnderStore, UnderStoreSettings, open_under_store
+from reservoir.local.cluster import DEV_CREDENTIALS, LocalCluster
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    cluster = LocalCluster(state_dir=tmp_path_factory.mktemp("s3"))
+    cluster.start_s3()
+    try:
+        yield cluster.s3_endpoint
+    finally:
+        cluster.down()
+
+
+@pytest.fixture(params=["file", "s3"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> UnderStore:
+    if request.param == "file":
+        root = tmp_path / "ufs"
+        root.mkdir()
+        return open_under_store(f"file://{root}/", UnderStoreSettings())
+    endpoint = request.getfixturevalue("s3_endpoint")
+    os.environ.update(DEV_CREDENTIALS)
+    bucket = f"c-{uuid.uuid4().hex[:10]}"
+    settings = UnderStoreSettings(endpoint_url=endpoint, credentials="env", timeout_s=5)
+    ufs = open_under_store(f"s3://{bucket}/root", settings)
+    ufs._s3.create_bucket(Bucket=bucket)  # type: ignore[attr-defined]
+    return ufs
+
+
+def test_put_then_head_reports_size_and_a_stable_etag(store: UnderStore) -> None:
+    info = store.put("a/b.bin", b"x" * 1000)
+    head = store.head("a/b.bin")
+    assert head.size == 1000 and head.etag == info.etag and head.etag
+
+
+def test_head_of_a_missing_key_is_not_found(store: UnderStore) -> None:
+    with pytest.raises(NotFound):
+        store.head("nope")
+
+
+def test_get_range_returns_exact_bytes_and_clips_at_the_end(store: UnderStore) -> None:
+    data = os.urandom(5000)
+    info = store.put("r.bin", data)
+    assert store.get_range("r.bin", 0, 5000, info.etag) == data
+    assert store.get_range("r.bin", 4990, 10) == data[4990:]
+    assert store.get_range("r.bin", 100, 0) == b""
+
+
+def test_get_range_with_a_stale_etag_is_a_conflict(store: UnderStore) -> None:
+    old = store.put("v.bin", b"old")
+    store.put("v.bin", b"newer content")
+    with pytest.raises(Conflict):
+        store.get_range("v.bin", 0, 3, old.etag)
+
+
+def test_list_shows_one_level_of_objects_and_prefixes(store: UnderStore) -> None:
+    store.put("d/x.txt", b"1")
+    store.put("d/y.txt", b"22")
+    store.put("d/sub/z.txt", b"333")
+    listing = store.list("d/")
+    assert sorted(o.key for o in listing.objects) == ["d/x.txt", "d/y.txt"]
+    assert listing.prefixes == ["d/sub"]
+    assert store.list("missing/").objects == []
+
+
+def test_uri_and_key_are_inverse(store: UnderStore) -> None:
+    assert store.key_of(store.uri_of("a/b")) == "a/b"
+
+
+def test_check_passes_for_a_readable_store(store: UnderStore) -> None:
+    store.check()
