@@ -193,19 +193,6 @@ def test_compose_master_and_workers_build_from_the_deploy_dockerfile() -> None:
         assert (REPO / build.get("context", ".") / build["dockerfile"]) == DOCKERFILE
 
 
-def test_compose_workers_keep_their_cache_in_their_own_named_volume() -> None:
-    compose = load_compose()
-    volumes = []
-    for name in WORKERS:
-        mounts = [m for m in compose["services"][name]["volumes"] if isinstance(m, str)]
-        cache = [m for m in mounts if m.split(":")[1] == "/var/lib/reservoir"]
-        assert len(cache) == 1, name
-        volume = cache[0].split(":")[0]
-        assert volume in compose["volumes"], f"{name}: {volume} is not a named volume"
-        volumes.append(volume)
-    assert len(set(volumes)) == len(WORKERS)
-
-
 # --- Dockerfile --------------------------------------------------------------------------
 
 
@@ -298,13 +285,6 @@ def test_k8s_worker_identity_comes_from_the_node_and_pod_ip() -> None:
     names = [e["name"] for e in worker["env"]]
     assert names.index(ip_var) < names.index("RESERVOIR_WORKER_ADVERTISE")
     assert advertise.endswith(f":{WORKER_PORT}")
-
-
-def test_k8s_worker_caches_in_a_host_directory() -> None:
-    pod = k8s_workload("DaemonSet", "reservoir-worker")["spec"]["template"]["spec"]
-    volumes = {v["name"]: v for v in pod["volumes"]}
-    mounts = {m["mountPath"]: m["name"] for m in pod["containers"][0]["volumeMounts"]}
-    assert volumes[mounts["/var/lib/reservoir"]]["hostPath"]["path"] == "/var/lib/reservoir"
 
 
 def test_k8s_s3_credentials_come_only_from_an_optional_secret() -> None:

@@ -12,6 +12,7 @@ from typing import Any
 import grpc
 import grpc.aio
 import structlog
+from opentelemetry import trace
 from reservoir.common import config as cfg
 from reservoir.common import paths
 from reservoir.common.errors import (
@@ -33,6 +34,7 @@ from reservoir.v1 import master_pb2, master_pb2_grpc, worker_pb2
 from .routing import candidates
 
 log = structlog.get_logger()
+_tracer = trace.get_tracer("reservoir.client")
 
 _READ_BLOCK = "/reservoir.v1.WorkerService/ReadBlock"
 _READ_BLOCKS = "/reservoir.v1.WorkerService/ReadBlocks"
@@ -211,6 +213,10 @@ class AsyncClient:
         """
         if offset < 0 or length < -1:
             raise InvalidArgument("offset must be >= 0 and length >= -1")
+        with _tracer.start_as_current_span("reservoir.read", attributes={"path": path}):
+            return await self._read(path, offset, length)
+
+    async def _read(self, path: str, offset: int, length: int) -> bytes:
         for attempt in range(2):
             inode = await self.stat(path)
             try:
@@ -356,6 +362,10 @@ class AsyncClient:
 
     async def read_many(self, many: Sequence[str]) -> list[bytes]:
         """Whole contents of many files, small ones batched: one worker call per batch."""
+        with _tracer.start_as_current_span("reservoir.read_many", attributes={"files": len(many)}):
+            return await self._read_many(many)
+
+    async def _read_many(self, many: Sequence[str]) -> list[bytes]:
         inodes = await self.stat_many(many)
         for inode in inodes:
             if inode.is_dir:
