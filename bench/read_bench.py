@@ -523,11 +523,17 @@ def main(argv: list[str] | None = None) -> int:
     info = machine_info()
     log(f"machine: {info['nproc']} cpus, load {info['loadavg']}")
 
-    log(f"ceiling: TCP loopback, {args.ceiling_mb} MiB x {args.runs}")
     ceiling = Row("-", "ceiling: TCP loopback", note="sendall -> recv_into mmap, 2 threads")
-    for _ in range(args.runs):
-        ceiling.runs.append(tcp_loopback(args.ceiling_mb * MiB))
-        log(f"  {ceiling.runs[-1].mb_s:.0f} MB/s")
+
+    def measure_ceiling(when: str) -> None:
+        # Half the runs before the cluster starts and half after it stops, so a noisy
+        # neighbour at one moment does not set the scale alone.
+        log(f"ceiling ({when}): TCP loopback, {args.ceiling_mb} MiB x {args.runs}")
+        for _ in range(args.runs):
+            ceiling.runs.append(tcp_loopback(args.ceiling_mb * MiB))
+            log(f"  {ceiling.runs[-1].mb_s:.0f} MB/s")
+
+    measure_ceiling("before")
 
     own_state = args.state_dir is None
     state_dir = Path(tempfile.mkdtemp(prefix="reservoir-bench-")) if own_state else args.state_dir
@@ -562,6 +568,7 @@ def main(argv: list[str] | None = None) -> int:
         if own_state:
             shutil.rmtree(state_dir, ignore_errors=True)
 
+    measure_ceiling("after")
     order = {"large": 0, "small": 1}
     rows = sorted(bench.rows, key=lambda r: order[r.dataset])  # stable: system order kept
     text = table(rows, ceiling)

@@ -94,9 +94,10 @@ class WorkerService:
         self.removed.add(block)
         log.debug("block_evicted", file_id=block[0], index=block[1], bytes=size, tier="mem")
 
-    async def _under_store(self, mount_path: str) -> tuple[Mount, UnderStore]:
+    async def _under_store(self, mount_path: str, ufs_uri: str) -> tuple[Mount, UnderStore]:
         mount = self._mounts.get(mount_path)
-        if mount is None:
+        if mount is None or not ufs_uri.startswith(mount.uri):
+            # Unknown, or remounted elsewhere since we looked: ask the master again.
             self._mounts = {m.path: m for m in await self._fetch_mounts()}
             mount = self._mounts.get(mount_path)
             if mount is None:
@@ -147,7 +148,7 @@ class WorkerService:
             task.exception()  # retrieved: the callers that still wait have it
 
     async def _fetch(self, request: BlockRequest) -> bytes:
-        mount, ufs = await self._under_store(request.mount_path)
+        mount, ufs = await self._under_store(request.mount_path, request.ufs_uri)
         key = ufs.key_of(request.ufs_uri)
         length = request.block_length
         self.stats.misses += 1
