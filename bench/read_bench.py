@@ -243,6 +243,7 @@ class Bench:
     def boto3_direct(self, ds: Dataset) -> None:
         import boto3
         from botocore.config import Config
+
         from reservoir.local.cluster import DEV_CREDENTIALS
 
         conc = self.args.concurrency
@@ -278,6 +279,7 @@ class Bench:
 
     def s3fs_simplecache(self, ds: Dataset, cache_dir: Path) -> None:
         import fsspec
+
         from reservoir.local.cluster import DEV_CREDENTIALS
 
         conc = self.args.concurrency

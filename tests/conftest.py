@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from reservoir.client import Client
 from reservoir.local.cluster import DEV_CREDENTIALS, LocalCluster
 

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from reservoir.common.errors import NotFound
 from reservoir.common.metadata_store import MAX_TXN_OPS, MetadataStore, open_metadata_store
 from reservoir.local.cluster import LocalCluster

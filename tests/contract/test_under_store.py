@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from reservoir.common.errors import Conflict, NotFound
 from reservoir.common.under_store import UnderStore, UnderStoreSettings, open_under_store
 from reservoir.local.cluster import DEV_CREDENTIALS, LocalCluster

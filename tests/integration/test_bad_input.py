@@ -6,12 +6,12 @@ import time
 
 import grpc
 import pytest
+
 from reservoir.client import Client
 from reservoir.common import errors
 from reservoir.common.config import ClientConfig
 from reservoir.local.cluster import LocalCluster, free_port
 from reservoir.v1 import master_pb2, master_pb2_grpc, worker_pb2
-
 from tests.conftest import new_mount_path
 
 

@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 from reservoir.local.cluster import LocalCluster
-
 from tests.conftest import new_mount_path
 
 

@@ -7,7 +7,6 @@ import time
 
 from reservoir.client import Client
 from reservoir.local.cluster import LocalCluster
-
 from tests.conftest import LEASE_TTL_S
 
 BLOCK = 64 * 1024

@@ -10,9 +10,9 @@ import time
 from pathlib import Path
 
 import pytest
+
 from reservoir.client import AsyncClient, Client
 from reservoir.local.cluster import LocalCluster
-
 from tests.conftest import new_mount_path
 
 BLOCK = 64 * 1024

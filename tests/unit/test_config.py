@@ -1,4 +1,5 @@
 import pytest
+
 from reservoir.common import config
 from reservoir.common.errors import InvalidArgument
 

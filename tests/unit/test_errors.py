@@ -1,5 +1,6 @@
 import grpc
 import pytest
+
 from reservoir.common import errors
 
 

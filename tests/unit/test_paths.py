@@ -1,4 +1,5 @@
 import pytest
+
 from reservoir.common import paths
 from reservoir.common.errors import InvalidArgument
 

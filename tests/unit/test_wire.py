@@ -1,6 +1,7 @@
 import os
 
 import pytest
+
 from reservoir.client.async_client import chunk_payload
 from reservoir.v1 import worker_pb2
 from reservoir.worker.servicer import encode_chunk

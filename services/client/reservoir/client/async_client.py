@@ -13,6 +13,7 @@ import grpc
 import grpc.aio
 import structlog
 from opentelemetry import trace
+
 from reservoir.common import config as cfg
 from reservoir.common import paths
 from reservoir.common.errors import (

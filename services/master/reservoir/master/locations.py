@@ -11,6 +11,7 @@ import json
 from collections import defaultdict
 
 import structlog
+
 from reservoir.common import keyspace
 from reservoir.common.errors import NotFound
 from reservoir.common.metadata_store import Lease, MetadataStore

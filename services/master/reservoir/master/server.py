@@ -6,6 +6,7 @@ import argparse
 import asyncio
 
 import structlog
+
 from reservoir.common import config as cfg
 from reservoir.common import observability, serving
 from reservoir.common.metadata_store import open_metadata_store

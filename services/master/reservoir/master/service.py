@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterable
 
 import structlog
+
 from reservoir.common import keyspace, paths
 from reservoir.common.config import MasterConfig
 from reservoir.common.errors import (

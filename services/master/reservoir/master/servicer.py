@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import grpc.aio
+
 from reservoir.common.errors import ReservoirError, code_value
 from reservoir.common.models import Inode, Mount, MountOptions
 from reservoir.common.rpc import translate_errors

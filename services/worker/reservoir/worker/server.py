@@ -9,6 +9,7 @@ import time
 import grpc
 import grpc.aio
 import structlog
+
 from reservoir.common import config as cfg
 from reservoir.common import observability, serving
 from reservoir.common.errors import NotFound

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import structlog
 from opentelemetry import metrics
+
 from reservoir.common.config import WorkerConfig
 from reservoir.common.errors import InvalidArgument, NotFound, OutOfRange
 from reservoir.common.models import Mount, file_id_for

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 
 import grpc
 import grpc.aio
+
 from reservoir.common.errors import ReservoirError, code_value
 from reservoir.common.rpc import translate_errors, translate_stream_errors
 from reservoir.v1 import worker_pb2
