@@ -124,3 +124,16 @@ def test_etcd_that_is_down_gives_unavailable_within_the_timeout(tmp_path: Path) 
             await store.close()
 
     asyncio.run(asyncio.wait_for(main(), 10))
+
+
+def test_get_many_returns_values_in_order_with_none_for_absent_keys(store_url: str) -> None:
+    async def scenario(s: MetadataStore) -> None:
+        items = [(f"/contract/gm/{i:04d}".encode(), str(i).encode()) for i in range(250)]
+        await s.put_many(items)
+        keys = [k for k, _ in items] + [b"/contract/gm/absent"]
+        keys.reverse()
+        values = await s.get_many(keys)
+        assert values[0] is None
+        assert values[1:] == [v for _, v in reversed(items)]
+
+    run(store_url, scenario)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +26,7 @@ from reservoir.common.errors import (
     Unavailable,
     error_for_code_value,
 )
+from reservoir.common.malloc_tuning import tune_for_large_buffers
 from reservoir.common.models import Inode, Mount, MountOptions, WorkerRecord
 from reservoir.common.observability import inject_metadata
 from reservoir.common.rpc import CHANNEL_OPTIONS, error_from_rpc, is_transport_failure
@@ -79,6 +80,8 @@ class AsyncClient:
         self.config = config or cfg.load(cfg.ClientConfig, master=master)
         if master:
             self.config = cfg.ClientConfig(**{**self.config.__dict__, "master": master})
+        if self.config.tune_malloc:
+            tune_for_large_buffers()
         self._master_channel = grpc.aio.insecure_channel(
             self.config.master, options=CHANNEL_OPTIONS
         )
@@ -124,8 +127,11 @@ class AsyncClient:
         block_size: int = 0,
         credentials: str = "",
         metadata_ttl_ms: int = 0,
+        metadata_sync: str = "",
     ) -> Mount:
-        options = MountOptions(endpoint_url, region, block_size, credentials, metadata_ttl_ms)
+        options = MountOptions(
+            endpoint_url, region, block_size, credentials, metadata_ttl_ms, metadata_sync
+        )
         request = master_pb2.MountRequest(
             path=path, uri=uri, options=Mount(path, uri, options).to_proto().options
         )
@@ -441,6 +447,72 @@ class AsyncClient:
         missing = [p for p in positions if results[p] is None]
         for position in missing:
             results[position] = await self.read(inodes[position].path)
+
+    # ---- warm-up: metadata load, load jobs, cached report ----------------------------------
+
+    async def _stream(self, method: str, request: Any, what: str) -> AsyncIterator[Any]:
+        try:
+            async for item in getattr(self._master, method)(
+                request, timeout=self.config.job_timeout_s, metadata=inject_metadata()
+            ):
+                yield item
+        except grpc.RpcError as exc:
+            raise error_from_rpc(exc, what) from None
+
+    async def load_metadata(
+        self, path: str, recursive: bool = True
+    ) -> AsyncIterator[master_pb2.LoadMetadataProgress]:
+        """Syncs the namespace below `path` from the under-store into etcd, with progress."""
+        request = master_pb2.LoadMetadataRequest(path=path, recursive=recursive)
+        async for progress in self._stream("LoadMetadata", request, f"load metadata {path}"):
+            yield progress
+        self._infos.clear()
+
+    async def report(self, path: str) -> master_pb2.ReportResponse:
+        """Files, bytes and how much of them is cached."""
+        response: master_pb2.ReportResponse = await self._call(
+            "Report", master_pb2.ReportRequest(path=path), f"report {path}"
+        )
+        return response
+
+    async def submit_load(
+        self,
+        path: str,
+        *,
+        replicas: int = 1,
+        priority_paths: Sequence[str] = (),
+        metadata_only: bool = False,
+    ) -> master_pb2.Job:
+        request = master_pb2.SubmitLoadRequest(
+            path=path,
+            replicas=replicas,
+            priority_paths=list(priority_paths),
+            metadata_only=metadata_only,
+        )
+        job: master_pb2.Job = await self._call("SubmitLoad", request, f"load {path}")
+        return job
+
+    async def job(self, job_id: str) -> master_pb2.Job:
+        job: master_pb2.Job = await self._call(
+            "GetJob", master_pb2.GetJobRequest(id=job_id), f"job {job_id}"
+        )
+        return job
+
+    async def watch_job(self, job_id: str) -> AsyncIterator[master_pb2.Job]:
+        """The job's record each time it changes, until it ends."""
+        request = master_pb2.GetJobRequest(id=job_id)
+        async for job in self._stream("WatchJob", request, f"watch job {job_id}"):
+            yield job
+
+    async def cancel_job(self, job_id: str) -> master_pb2.Job:
+        job: master_pb2.Job = await self._call(
+            "CancelJob", master_pb2.GetJobRequest(id=job_id), f"cancel job {job_id}"
+        )
+        return job
+
+    async def jobs(self) -> list[master_pb2.Job]:
+        response = await self._call("ListJobs", master_pb2.ListJobsRequest(), "list jobs")
+        return list(response.jobs)
 
     async def worker_stats(self) -> list[worker_pb2.WorkerStats]:
         stats = []

@@ -5,13 +5,13 @@ from __future__ import annotations
 import asyncio
 import io
 import threading
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 from reservoir.common import config as cfg
 from reservoir.common.errors import IsADirectory
 from reservoir.common.models import Inode, Mount, WorkerRecord
-from reservoir.v1 import worker_pb2
+from reservoir.v1 import master_pb2, worker_pb2
 
 from .async_client import AsyncClient
 
@@ -83,6 +83,52 @@ class Client:
 
     def read_many(self, paths: Sequence[str]) -> list[bytes]:
         return self._run(self._async.read_many(paths))
+
+    def load_metadata(
+        self,
+        path: str,
+        recursive: bool = True,
+        progress: Callable[[master_pb2.LoadMetadataProgress], None] | None = None,
+    ) -> master_pb2.LoadMetadataProgress:
+        """Syncs the namespace below `path` into etcd; returns the final progress."""
+
+        async def run() -> master_pb2.LoadMetadataProgress:
+            last = master_pb2.LoadMetadataProgress()
+            async for last in self._async.load_metadata(path, recursive):
+                if progress is not None:
+                    progress(last)
+            return last
+
+        return self._run(run())
+
+    def report(self, path: str) -> master_pb2.ReportResponse:
+        return self._run(self._async.report(path))
+
+    def submit_load(self, path: str, **options: Any) -> master_pb2.Job:
+        return self._run(self._async.submit_load(path, **options))
+
+    def job(self, job_id: str) -> master_pb2.Job:
+        return self._run(self._async.job(job_id))
+
+    def watch_job(
+        self, job_id: str, progress: Callable[[master_pb2.Job], None] | None = None
+    ) -> master_pb2.Job:
+        """Waits for the job to end, calling `progress` with each change; returns it."""
+
+        async def run() -> master_pb2.Job:
+            last = master_pb2.Job()
+            async for last in self._async.watch_job(job_id):
+                if progress is not None:
+                    progress(last)
+            return last
+
+        return self._run(run())
+
+    def cancel_job(self, job_id: str) -> master_pb2.Job:
+        return self._run(self._async.cancel_job(job_id))
+
+    def jobs(self) -> list[master_pb2.Job]:
+        return self._run(self._async.jobs())
 
     def open(self, path: str, mode: str = "rb", buffering: int = -1) -> io.BufferedReader:
         """A read-only binary file object (seekable, readinto, usable with io wrappers)."""

@@ -36,6 +36,18 @@ def parse_size(text: str | int) -> int:
     return int(float(number) * _UNITS[(unit or "").lower()[:1]])
 
 
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+
+
+def parse_duration(text: str) -> float:
+    """'500ms', '30s', '5m', '1h', '2' (seconds) -> seconds."""
+    match = _DURATION.match(text)
+    if not match:
+        raise InvalidArgument(f"not a duration: {text!r} (e.g. 30s, 5m, 1h)")
+    return float(match.group(1)) * _SECONDS[match.group(2)]
+
+
 def env(name: str) -> Any:
     """Field metadata naming the environment variable a setting is read from."""
     return {"env": name}
@@ -98,6 +110,14 @@ class MasterConfig:
         default=1.0, metadata=env("RESERVOIR_WORKER_REFRESH_INTERVAL")
     )
     grace_s: float = field(default=3.0, metadata=env("RESERVOIR_SHUTDOWN_GRACE"))
+    metadata_load_parallelism: int = field(
+        default=8, metadata=env("RESERVOIR_METADATA_LOAD_PARALLELISM")
+    )
+    rpc_timeout_s: float = field(default=10.0, metadata=env("RESERVOIR_RPC_TIMEOUT"))
+    # Load jobs: blocks per worker call and calls in flight per worker.
+    load_batch_blocks: int = field(default=8, metadata=env("RESERVOIR_LOAD_BATCH_BLOCKS"))
+    load_calls_per_worker: int = field(default=2, metadata=env("RESERVOIR_LOAD_CALLS_PER_WORKER"))
+    load_timeout_s: float = field(default=300.0, metadata=env("RESERVOIR_LOAD_TIMEOUT"))
 
 
 @dataclass(frozen=True)
@@ -130,6 +150,8 @@ class ClientConfig:
     master: str = field(default="127.0.0.1:19998", metadata=env("RESERVOIR_MASTER"))
     rpc_timeout_s: float = field(default=10.0, metadata=env("RESERVOIR_RPC_TIMEOUT"))
     read_timeout_s: float = field(default=60.0, metadata=env("RESERVOIR_READ_TIMEOUT"))
+    # Deadline of streams that follow a long operation (metadata load, watching a job).
+    job_timeout_s: float = field(default=6 * 3600.0, metadata=env("RESERVOIR_JOB_TIMEOUT"))
     file_info_ttl_s: float = field(default=30.0, metadata=env("RESERVOIR_FILE_INFO_TTL"))
     workers_ttl_s: float = field(default=5.0, metadata=env("RESERVOIR_WORKERS_TTL"))
     # When no worker can serve a block, read it from the under-store directly.
@@ -141,3 +163,5 @@ class ClientConfig:
     small_file_bytes: int = field(default=1 * MiB, metadata=env("RESERVOIR_SMALL_FILE_BYTES"))
     batch_files: int = field(default=64, metadata=env("RESERVOIR_BATCH_FILES"))
     parallelism: int = field(default=8, metadata=env("RESERVOIR_CLIENT_PARALLELISM"))
+    # Raise glibc's mmap/trim thresholds in this process (see common/malloc_tuning.py).
+    tune_malloc: bool = field(default=True, metadata=env("RESERVOIR_TUNE_MALLOC"))

@@ -7,6 +7,7 @@ MOUNTS = ROOT + b"mounts"
 INODES = ROOT + b"inodes"
 WORKERS = ROOT + b"workers/"
 LOCATIONS = ROOT + b"locations/"
+JOBS = ROOT + b"jobs/"
 
 
 def mount_key(path: str) -> bytes:

@@ -12,6 +12,7 @@ import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 from .errors import InvalidArgument, NotFound, Unavailable
@@ -29,6 +30,10 @@ class Lease:
 class MetadataStore(abc.ABC):
     @abc.abstractmethod
     async def get(self, key: bytes) -> bytes | None: ...
+
+    @abc.abstractmethod
+    async def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        """Values of many keys in few round trips (None where a key is absent)."""
 
     @abc.abstractmethod
     async def get_prefix(self, prefix: bytes) -> list[tuple[bytes, bytes]]:
@@ -89,6 +94,9 @@ class MemoryMetadataStore(MetadataStore):
         self._expire()
         entry = self._data.get(key)
         return entry[0] if entry else None
+
+    async def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        return [await self.get(k) for k in keys]
 
     async def get_prefix(self, prefix: bytes) -> list[tuple[bytes, bytes]]:
         self._expire()
@@ -154,6 +162,19 @@ class EtcdMetadataStore(MetadataStore):
     async def get(self, key: bytes) -> bytes | None:
         result = await self._call("get", self._client.get(key))
         return None if result is None else bytes(result.value)  # type: ignore[attr-defined]
+
+    async def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        ops = self._client.transactions
+        flat = list(keys)
+        values: list[bytes | None] = []
+        for start in range(0, len(flat), MAX_TXN_OPS):
+            batch = flat[start : start + MAX_TXN_OPS]
+            outcome: Any = await self._call(
+                "get_many", self._client.transaction([], [ops.get(k) for k in batch], [])
+            )
+            _, responses = outcome
+            values.extend(bytes(r[0][0]) if r else None for r in responses)
+        return values
 
     async def get_prefix(self, prefix: bytes) -> list[tuple[bytes, bytes]]:
         result = await self._call("get_prefix", self._client.get_prefix(prefix))

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 from reservoir.v1 import common_pb2
 
-from .config import MiB
+from .config import MiB, parse_duration
 from .errors import InvalidArgument
 
 DEFAULT_BLOCK_SIZE = 4 * MiB
@@ -27,8 +27,26 @@ class MountOptions:
     block_size: int = 0
     credentials: str = ""
     metadata_ttl_ms: int = 0
+    metadata_sync: str = ""
+
+    def sync_ttl_ms(self, default_ms: int) -> int | None:
+        """How long the namespace is trusted before it is checked against the
+        under-store again; None = never checked again."""
+        policy = self.metadata_sync
+        if policy == "never":
+            return None
+        if policy == "always":
+            return 0
+        if policy.startswith("interval:"):
+            return int(parse_duration(policy[len("interval:") :]) * 1000)
+        return self.metadata_ttl_ms or default_ms
 
     def validated(self) -> MountOptions:
+        if self.metadata_sync and not (
+            self.metadata_sync in ("never", "always") or self.metadata_sync.startswith("interval:")
+        ):
+            raise InvalidArgument("metadata_sync must be never, always or interval:<duration>")
+        self.sync_ttl_ms(0)  # a bad duration fails here, at mount time
         if self.block_size < 0 or (self.block_size and self.block_size < 4096):
             raise InvalidArgument("block_size must be at least 4096 bytes")
         if self.block_size > 256 * MiB:
@@ -69,7 +87,12 @@ class Mount:
             path=msg.path,
             uri=msg.uri,
             options=MountOptions(
-                o.endpoint_url, o.region, o.block_size, o.credentials, o.metadata_ttl_ms
+                o.endpoint_url,
+                o.region,
+                o.block_size,
+                o.credentials,
+                o.metadata_ttl_ms,
+                o.metadata_sync,
             ),
             created_ms=msg.created_ms,
         )
@@ -87,6 +110,7 @@ class Inode:
     ufs_uri: str = ""
     mount_path: str = ""
     synced_ms: int = 0  # when the master last checked it against the under-store
+    listed_ms: int = 0  # directories: when all their children were last written
     # Per block index, the ids of the workers that hold it (filled on request).
     locations: dict[int, list[str]] = field(default_factory=dict)
 

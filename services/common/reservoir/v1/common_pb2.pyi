@@ -50,6 +50,7 @@ class MountOptions(_message.Message):
     BLOCK_SIZE_FIELD_NUMBER: _builtins.int
     CREDENTIALS_FIELD_NUMBER: _builtins.int
     METADATA_TTL_MS_FIELD_NUMBER: _builtins.int
+    METADATA_SYNC_FIELD_NUMBER: _builtins.int
     endpoint_url: _builtins.str
     region: _builtins.str
     block_size: _builtins.int
@@ -58,6 +59,10 @@ class MountOptions(_message.Message):
     """credential source reference"""
     metadata_ttl_ms: _builtins.int
     """how long a cached inode is trusted; 0 = the master's default"""
+    metadata_sync: _builtins.str
+    """When the namespace is checked against the under-store: "never", "always" or
+    "interval:<duration>" (e.g. "interval:5m"); empty = the master's default interval.
+    """
     def __init__(
         self,
         *,
@@ -66,10 +71,11 @@ class MountOptions(_message.Message):
         block_size: _builtins.int = ...,
         credentials: _builtins.str = ...,
         metadata_ttl_ms: _builtins.int = ...,
+        metadata_sync: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["block_size", b"block_size", "credentials", b"credentials", "endpoint_url", b"endpoint_url", "metadata_ttl_ms", b"metadata_ttl_ms", "region", b"region"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["block_size", b"block_size", "credentials", b"credentials", "endpoint_url", b"endpoint_url", "metadata_sync", b"metadata_sync", "metadata_ttl_ms", b"metadata_ttl_ms", "region", b"region"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -20,6 +20,266 @@ else:
 DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
+class LoadMetadataRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PATH_FIELD_NUMBER: _builtins.int
+    RECURSIVE_FIELD_NUMBER: _builtins.int
+    path: _builtins.str
+    recursive: _builtins.bool
+    def __init__(
+        self,
+        *,
+        path: _builtins.str = ...,
+        recursive: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["path", b"path", "recursive", b"recursive"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LoadMetadataRequest: _TypeAlias = LoadMetadataRequest  # noqa: Y015
+
+@_typing.final
+class LoadMetadataProgress(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LISTED_FIELD_NUMBER: _builtins.int
+    WRITTEN_FIELD_NUMBER: _builtins.int
+    REMOVED_FIELD_NUMBER: _builtins.int
+    ELAPSED_MS_FIELD_NUMBER: _builtins.int
+    DONE_FIELD_NUMBER: _builtins.int
+    listed: _builtins.int
+    """objects and prefixes seen in the under-store"""
+    written: _builtins.int
+    """inodes written to etcd"""
+    removed: _builtins.int
+    """inodes deleted because their object is gone"""
+    elapsed_ms: _builtins.int
+    done: _builtins.bool
+    def __init__(
+        self,
+        *,
+        listed: _builtins.int = ...,
+        written: _builtins.int = ...,
+        removed: _builtins.int = ...,
+        elapsed_ms: _builtins.int = ...,
+        done: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["done", b"done", "elapsed_ms", b"elapsed_ms", "listed", b"listed", "removed", b"removed", "written", b"written"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LoadMetadataProgress: _TypeAlias = LoadMetadataProgress  # noqa: Y015
+
+@_typing.final
+class ReportRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PATH_FIELD_NUMBER: _builtins.int
+    path: _builtins.str
+    def __init__(
+        self,
+        *,
+        path: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["path", b"path"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReportRequest: _TypeAlias = ReportRequest  # noqa: Y015
+
+@_typing.final
+class ReportResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FILES_FIELD_NUMBER: _builtins.int
+    BYTES_FIELD_NUMBER: _builtins.int
+    BLOCKS_FIELD_NUMBER: _builtins.int
+    CACHED_BLOCKS_FIELD_NUMBER: _builtins.int
+    CACHED_BYTES_FIELD_NUMBER: _builtins.int
+    files: _builtins.int
+    bytes: _builtins.int
+    blocks: _builtins.int
+    cached_blocks: _builtins.int
+    cached_bytes: _builtins.int
+    def __init__(
+        self,
+        *,
+        files: _builtins.int = ...,
+        bytes: _builtins.int = ...,
+        blocks: _builtins.int = ...,
+        cached_blocks: _builtins.int = ...,
+        cached_bytes: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["blocks", b"blocks", "bytes", b"bytes", "cached_blocks", b"cached_blocks", "cached_bytes", b"cached_bytes", "files", b"files"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReportResponse: _TypeAlias = ReportResponse  # noqa: Y015
+
+@_typing.final
+class SubmitLoadRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PATH_FIELD_NUMBER: _builtins.int
+    REPLICAS_FIELD_NUMBER: _builtins.int
+    PRIORITY_PATHS_FIELD_NUMBER: _builtins.int
+    METADATA_ONLY_FIELD_NUMBER: _builtins.int
+    path: _builtins.str
+    replicas: _builtins.int
+    """0 = 1"""
+    metadata_only: _builtins.bool
+    @_builtins.property
+    def priority_paths(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        path: _builtins.str = ...,
+        replicas: _builtins.int = ...,
+        priority_paths: _abc.Iterable[_builtins.str] | None = ...,
+        metadata_only: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["metadata_only", b"metadata_only", "path", b"path", "priority_paths", b"priority_paths", "replicas", b"replicas"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SubmitLoadRequest: _TypeAlias = SubmitLoadRequest  # noqa: Y015
+
+@_typing.final
+class GetJobRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetJobRequest: _TypeAlias = GetJobRequest  # noqa: Y015
+
+@_typing.final
+class ListJobsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListJobsRequest: _TypeAlias = ListJobsRequest  # noqa: Y015
+
+@_typing.final
+class ListJobsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOBS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def jobs(self) -> _containers.RepeatedCompositeFieldContainer[Global___Job]: ...
+    def __init__(
+        self,
+        *,
+        jobs: _abc.Iterable[Global___Job] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["jobs", b"jobs"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListJobsResponse: _TypeAlias = ListJobsResponse  # noqa: Y015
+
+@_typing.final
+class Job(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    PATH_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    REPLICAS_FIELD_NUMBER: _builtins.int
+    PRIORITY_PATHS_FIELD_NUMBER: _builtins.int
+    METADATA_ONLY_FIELD_NUMBER: _builtins.int
+    TOTAL_FILES_FIELD_NUMBER: _builtins.int
+    TOTAL_BLOCKS_FIELD_NUMBER: _builtins.int
+    TOTAL_BYTES_FIELD_NUMBER: _builtins.int
+    DONE_BLOCKS_FIELD_NUMBER: _builtins.int
+    DONE_BYTES_FIELD_NUMBER: _builtins.int
+    FAILED_BLOCKS_FIELD_NUMBER: _builtins.int
+    ERRORS_FIELD_NUMBER: _builtins.int
+    CREATED_MS_FIELD_NUMBER: _builtins.int
+    UPDATED_MS_FIELD_NUMBER: _builtins.int
+    ATTEMPTS_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    path: _builtins.str
+    state: _builtins.str
+    """pending, running, completed, failed, cancelled"""
+    replicas: _builtins.int
+    metadata_only: _builtins.bool
+    total_files: _builtins.int
+    total_blocks: _builtins.int
+    total_bytes: _builtins.int
+    done_blocks: _builtins.int
+    done_bytes: _builtins.int
+    failed_blocks: _builtins.int
+    created_ms: _builtins.int
+    updated_ms: _builtins.int
+    attempts: _builtins.int
+    """how many masters have run it (resumed after failover)"""
+    @_builtins.property
+    def priority_paths(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def errors(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """a sample"""
+
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        path: _builtins.str = ...,
+        state: _builtins.str = ...,
+        replicas: _builtins.int = ...,
+        priority_paths: _abc.Iterable[_builtins.str] | None = ...,
+        metadata_only: _builtins.bool = ...,
+        total_files: _builtins.int = ...,
+        total_blocks: _builtins.int = ...,
+        total_bytes: _builtins.int = ...,
+        done_blocks: _builtins.int = ...,
+        done_bytes: _builtins.int = ...,
+        failed_blocks: _builtins.int = ...,
+        errors: _abc.Iterable[_builtins.str] | None = ...,
+        created_ms: _builtins.int = ...,
+        updated_ms: _builtins.int = ...,
+        attempts: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "created_ms", b"created_ms", "done_blocks", b"done_blocks", "done_bytes", b"done_bytes", "errors", b"errors", "failed_blocks", b"failed_blocks", "id", b"id", "metadata_only", b"metadata_only", "path", b"path", "priority_paths", b"priority_paths", "replicas", b"replicas", "state", b"state", "total_blocks", b"total_blocks", "total_bytes", b"total_bytes", "total_files", b"total_files", "updated_ms", b"updated_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Job: _TypeAlias = Job  # noqa: Y015
+
+@_typing.final
 class MountRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

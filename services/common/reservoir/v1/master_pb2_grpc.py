@@ -76,6 +76,41 @@ class MasterServiceStub:
                 request_serializer=reservoir_dot_v1_dot_master__pb2.ReportBlocksRequest.SerializeToString,
                 response_deserializer=reservoir_dot_v1_dot_master__pb2.ReportBlocksResponse.FromString,
                 _registered_method=True)
+        self.LoadMetadata = channel.unary_stream(
+                '/reservoir.v1.MasterService/LoadMetadata',
+                request_serializer=reservoir_dot_v1_dot_master__pb2.LoadMetadataRequest.SerializeToString,
+                response_deserializer=reservoir_dot_v1_dot_master__pb2.LoadMetadataProgress.FromString,
+                _registered_method=True)
+        self.Report = channel.unary_unary(
+                '/reservoir.v1.MasterService/Report',
+                request_serializer=reservoir_dot_v1_dot_master__pb2.ReportRequest.SerializeToString,
+                response_deserializer=reservoir_dot_v1_dot_master__pb2.ReportResponse.FromString,
+                _registered_method=True)
+        self.SubmitLoad = channel.unary_unary(
+                '/reservoir.v1.MasterService/SubmitLoad',
+                request_serializer=reservoir_dot_v1_dot_master__pb2.SubmitLoadRequest.SerializeToString,
+                response_deserializer=reservoir_dot_v1_dot_master__pb2.Job.FromString,
+                _registered_method=True)
+        self.GetJob = channel.unary_unary(
+                '/reservoir.v1.MasterService/GetJob',
+                request_serializer=reservoir_dot_v1_dot_master__pb2.GetJobRequest.SerializeToString,
+                response_deserializer=reservoir_dot_v1_dot_master__pb2.Job.FromString,
+                _registered_method=True)
+        self.WatchJob = channel.unary_stream(
+                '/reservoir.v1.MasterService/WatchJob',
+                request_serializer=reservoir_dot_v1_dot_master__pb2.GetJobRequest.SerializeToString,
+                response_deserializer=reservoir_dot_v1_dot_master__pb2.Job.FromString,
+                _registered_method=True)
+        self.CancelJob = channel.unary_unary(
+                '/reservoir.v1.MasterService/CancelJob',
+                request_serializer=reservoir_dot_v1_dot_master__pb2.GetJobRequest.SerializeToString,
+                response_deserializer=reservoir_dot_v1_dot_master__pb2.Job.FromString,
+                _registered_method=True)
+        self.ListJobs = channel.unary_unary(
+                '/reservoir.v1.MasterService/ListJobs',
+                request_serializer=reservoir_dot_v1_dot_master__pb2.ListJobsRequest.SerializeToString,
+                response_deserializer=reservoir_dot_v1_dot_master__pb2.ListJobsResponse.FromString,
+                _registered_method=True)
 
 
 class MasterServiceServicer:
@@ -132,6 +167,50 @@ class MasterServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def LoadMetadata(self, request, context):
+        """Lists the under-store below a path and writes the namespace to etcd, streaming progress.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Report(self, request, context):
+        """What part of a path is cached, from the block-location table.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SubmitLoad(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetJob(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WatchJob(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CancelJob(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListJobs(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MasterServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -174,6 +253,41 @@ def add_MasterServiceServicer_to_server(servicer, server):
                     servicer.ReportBlocks,
                     request_deserializer=reservoir_dot_v1_dot_master__pb2.ReportBlocksRequest.FromString,
                     response_serializer=reservoir_dot_v1_dot_master__pb2.ReportBlocksResponse.SerializeToString,
+            ),
+            'LoadMetadata': grpc.unary_stream_rpc_method_handler(
+                    servicer.LoadMetadata,
+                    request_deserializer=reservoir_dot_v1_dot_master__pb2.LoadMetadataRequest.FromString,
+                    response_serializer=reservoir_dot_v1_dot_master__pb2.LoadMetadataProgress.SerializeToString,
+            ),
+            'Report': grpc.unary_unary_rpc_method_handler(
+                    servicer.Report,
+                    request_deserializer=reservoir_dot_v1_dot_master__pb2.ReportRequest.FromString,
+                    response_serializer=reservoir_dot_v1_dot_master__pb2.ReportResponse.SerializeToString,
+            ),
+            'SubmitLoad': grpc.unary_unary_rpc_method_handler(
+                    servicer.SubmitLoad,
+                    request_deserializer=reservoir_dot_v1_dot_master__pb2.SubmitLoadRequest.FromString,
+                    response_serializer=reservoir_dot_v1_dot_master__pb2.Job.SerializeToString,
+            ),
+            'GetJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetJob,
+                    request_deserializer=reservoir_dot_v1_dot_master__pb2.GetJobRequest.FromString,
+                    response_serializer=reservoir_dot_v1_dot_master__pb2.Job.SerializeToString,
+            ),
+            'WatchJob': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchJob,
+                    request_deserializer=reservoir_dot_v1_dot_master__pb2.GetJobRequest.FromString,
+                    response_serializer=reservoir_dot_v1_dot_master__pb2.Job.SerializeToString,
+            ),
+            'CancelJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.CancelJob,
+                    request_deserializer=reservoir_dot_v1_dot_master__pb2.GetJobRequest.FromString,
+                    response_serializer=reservoir_dot_v1_dot_master__pb2.Job.SerializeToString,
+            ),
+            'ListJobs': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListJobs,
+                    request_deserializer=reservoir_dot_v1_dot_master__pb2.ListJobsRequest.FromString,
+                    response_serializer=reservoir_dot_v1_dot_master__pb2.ListJobsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -393,6 +507,195 @@ class MasterService:
             '/reservoir.v1.MasterService/ReportBlocks',
             reservoir_dot_v1_dot_master__pb2.ReportBlocksRequest.SerializeToString,
             reservoir_dot_v1_dot_master__pb2.ReportBlocksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LoadMetadata(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/reservoir.v1.MasterService/LoadMetadata',
+            reservoir_dot_v1_dot_master__pb2.LoadMetadataRequest.SerializeToString,
+            reservoir_dot_v1_dot_master__pb2.LoadMetadataProgress.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Report(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/reservoir.v1.MasterService/Report',
+            reservoir_dot_v1_dot_master__pb2.ReportRequest.SerializeToString,
+            reservoir_dot_v1_dot_master__pb2.ReportResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SubmitLoad(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/reservoir.v1.MasterService/SubmitLoad',
+            reservoir_dot_v1_dot_master__pb2.SubmitLoadRequest.SerializeToString,
+            reservoir_dot_v1_dot_master__pb2.Job.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/reservoir.v1.MasterService/GetJob',
+            reservoir_dot_v1_dot_master__pb2.GetJobRequest.SerializeToString,
+            reservoir_dot_v1_dot_master__pb2.Job.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/reservoir.v1.MasterService/WatchJob',
+            reservoir_dot_v1_dot_master__pb2.GetJobRequest.SerializeToString,
+            reservoir_dot_v1_dot_master__pb2.Job.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CancelJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/reservoir.v1.MasterService/CancelJob',
+            reservoir_dot_v1_dot_master__pb2.GetJobRequest.SerializeToString,
+            reservoir_dot_v1_dot_master__pb2.Job.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListJobs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/reservoir.v1.MasterService/ListJobs',
+            reservoir_dot_v1_dot_master__pb2.ListJobsRequest.SerializeToString,
+            reservoir_dot_v1_dot_master__pb2.ListJobsResponse.FromString,
             options,
             channel_credentials,
             insecure,

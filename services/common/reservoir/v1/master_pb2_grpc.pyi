@@ -44,6 +44,15 @@ class MasterServiceStub:
     ListWorkers: _grpc.UnaryUnaryMultiCallable[_master_pb2.ListWorkersRequest, _master_pb2.ListWorkersResponse]
     ReportBlocks: _grpc.UnaryUnaryMultiCallable[_master_pb2.ReportBlocksRequest, _master_pb2.ReportBlocksResponse]
     """Workers report the blocks they add and drop, in batches."""
+    LoadMetadata: _grpc.UnaryStreamMultiCallable[_master_pb2.LoadMetadataRequest, _master_pb2.LoadMetadataProgress]
+    """Lists the under-store below a path and writes the namespace to etcd, streaming progress."""
+    Report: _grpc.UnaryUnaryMultiCallable[_master_pb2.ReportRequest, _master_pb2.ReportResponse]
+    """What part of a path is cached, from the block-location table."""
+    SubmitLoad: _grpc.UnaryUnaryMultiCallable[_master_pb2.SubmitLoadRequest, _master_pb2.Job]
+    GetJob: _grpc.UnaryUnaryMultiCallable[_master_pb2.GetJobRequest, _master_pb2.Job]
+    WatchJob: _grpc.UnaryStreamMultiCallable[_master_pb2.GetJobRequest, _master_pb2.Job]
+    CancelJob: _grpc.UnaryUnaryMultiCallable[_master_pb2.GetJobRequest, _master_pb2.Job]
+    ListJobs: _grpc.UnaryUnaryMultiCallable[_master_pb2.ListJobsRequest, _master_pb2.ListJobsResponse]
 
 @_typing.type_check_only
 class MasterServiceAsyncStub(MasterServiceStub):
@@ -60,6 +69,15 @@ class MasterServiceAsyncStub(MasterServiceStub):
     ListWorkers: _aio.UnaryUnaryMultiCallable[_master_pb2.ListWorkersRequest, _master_pb2.ListWorkersResponse]  # type: ignore[assignment]
     ReportBlocks: _aio.UnaryUnaryMultiCallable[_master_pb2.ReportBlocksRequest, _master_pb2.ReportBlocksResponse]  # type: ignore[assignment]
     """Workers report the blocks they add and drop, in batches."""
+    LoadMetadata: _aio.UnaryStreamMultiCallable[_master_pb2.LoadMetadataRequest, _master_pb2.LoadMetadataProgress]  # type: ignore[assignment]
+    """Lists the under-store below a path and writes the namespace to etcd, streaming progress."""
+    Report: _aio.UnaryUnaryMultiCallable[_master_pb2.ReportRequest, _master_pb2.ReportResponse]  # type: ignore[assignment]
+    """What part of a path is cached, from the block-location table."""
+    SubmitLoad: _aio.UnaryUnaryMultiCallable[_master_pb2.SubmitLoadRequest, _master_pb2.Job]  # type: ignore[assignment]
+    GetJob: _aio.UnaryUnaryMultiCallable[_master_pb2.GetJobRequest, _master_pb2.Job]  # type: ignore[assignment]
+    WatchJob: _aio.UnaryStreamMultiCallable[_master_pb2.GetJobRequest, _master_pb2.Job]  # type: ignore[assignment]
+    CancelJob: _aio.UnaryUnaryMultiCallable[_master_pb2.GetJobRequest, _master_pb2.Job]  # type: ignore[assignment]
+    ListJobs: _aio.UnaryUnaryMultiCallable[_master_pb2.ListJobsRequest, _master_pb2.ListJobsResponse]  # type: ignore[assignment]
 
 class MasterServiceServicer(metaclass=_abc_1.ABCMeta):
     """The metadata authority: mounts, namespace, worker membership, block locations."""
@@ -121,5 +139,56 @@ class MasterServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_master_pb2.ReportBlocksResponse, _abc.Awaitable[_master_pb2.ReportBlocksResponse]]:
         """Workers report the blocks they add and drop, in batches."""
+
+    @_abc_1.abstractmethod
+    def LoadMetadata(
+        self,
+        request: _master_pb2.LoadMetadataRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_master_pb2.LoadMetadataProgress], _abc.AsyncIterator[_master_pb2.LoadMetadataProgress]]:
+        """Lists the under-store below a path and writes the namespace to etcd, streaming progress."""
+
+    @_abc_1.abstractmethod
+    def Report(
+        self,
+        request: _master_pb2.ReportRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_master_pb2.ReportResponse, _abc.Awaitable[_master_pb2.ReportResponse]]:
+        """What part of a path is cached, from the block-location table."""
+
+    @_abc_1.abstractmethod
+    def SubmitLoad(
+        self,
+        request: _master_pb2.SubmitLoadRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_master_pb2.Job, _abc.Awaitable[_master_pb2.Job]]: ...
+
+    @_abc_1.abstractmethod
+    def GetJob(
+        self,
+        request: _master_pb2.GetJobRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_master_pb2.Job, _abc.Awaitable[_master_pb2.Job]]: ...
+
+    @_abc_1.abstractmethod
+    def WatchJob(
+        self,
+        request: _master_pb2.GetJobRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_master_pb2.Job], _abc.AsyncIterator[_master_pb2.Job]]: ...
+
+    @_abc_1.abstractmethod
+    def CancelJob(
+        self,
+        request: _master_pb2.GetJobRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_master_pb2.Job, _abc.Awaitable[_master_pb2.Job]]: ...
+
+    @_abc_1.abstractmethod
+    def ListJobs(
+        self,
+        request: _master_pb2.ListJobsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_master_pb2.ListJobsResponse, _abc.Awaitable[_master_pb2.ListJobsResponse]]: ...
 
 def add_MasterServiceServicer_to_server(servicer: MasterServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -19,6 +19,55 @@ else:
 DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
+class BlockStatus(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    POSITION_FIELD_NUMBER: _builtins.int
+    CODE_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    BYTES_FIELD_NUMBER: _builtins.int
+    position: _builtins.int
+    code: _builtins.int
+    """gRPC status code; 0 = cached"""
+    message: _builtins.str
+    bytes: _builtins.int
+    def __init__(
+        self,
+        *,
+        position: _builtins.int = ...,
+        code: _builtins.int = ...,
+        message: _builtins.str = ...,
+        bytes: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes", b"bytes", "code", b"code", "message", b"message", "position", b"position"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BlockStatus: _TypeAlias = BlockStatus  # noqa: Y015
+
+@_typing.final
+class LoadBlocksResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESULTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___BlockStatus]: ...
+    def __init__(
+        self,
+        *,
+        results: _abc.Iterable[Global___BlockStatus] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["results", b"results"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LoadBlocksResponse: _TypeAlias = LoadBlocksResponse  # noqa: Y015
+
+@_typing.final
 class ReadBlockRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -51,6 +51,11 @@ class WorkerServiceStub:
                 request_serializer=reservoir_dot_v1_dot_worker__pb2.GetStatsRequest.SerializeToString,
                 response_deserializer=reservoir_dot_v1_dot_worker__pb2.WorkerStats.FromString,
                 _registered_method=True)
+        self.LoadBlocks = channel.unary_unary(
+                '/reservoir.v1.WorkerService/LoadBlocks',
+                request_serializer=reservoir_dot_v1_dot_worker__pb2.ReadBlocksRequest.SerializeToString,
+                response_deserializer=reservoir_dot_v1_dot_worker__pb2.LoadBlocksResponse.FromString,
+                _registered_method=True)
 
 
 class WorkerServiceServicer:
@@ -80,6 +85,14 @@ class WorkerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def LoadBlocks(self, request, context):
+        """Fetches blocks into the cache (for load jobs); one status per request entry, OK only
+        when the block is really held afterwards.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WorkerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -97,6 +110,11 @@ def add_WorkerServiceServicer_to_server(servicer, server):
                     servicer.GetStats,
                     request_deserializer=reservoir_dot_v1_dot_worker__pb2.GetStatsRequest.FromString,
                     response_serializer=reservoir_dot_v1_dot_worker__pb2.WorkerStats.SerializeToString,
+            ),
+            'LoadBlocks': grpc.unary_unary_rpc_method_handler(
+                    servicer.LoadBlocks,
+                    request_deserializer=reservoir_dot_v1_dot_worker__pb2.ReadBlocksRequest.FromString,
+                    response_serializer=reservoir_dot_v1_dot_worker__pb2.LoadBlocksResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -182,6 +200,33 @@ class WorkerService:
             '/reservoir.v1.WorkerService/GetStats',
             reservoir_dot_v1_dot_worker__pb2.GetStatsRequest.SerializeToString,
             reservoir_dot_v1_dot_worker__pb2.WorkerStats.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LoadBlocks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/reservoir.v1.WorkerService/LoadBlocks',
+            reservoir_dot_v1_dot_worker__pb2.ReadBlocksRequest.SerializeToString,
+            reservoir_dot_v1_dot_worker__pb2.LoadBlocksResponse.FromString,
             options,
             channel_credentials,
             insecure,

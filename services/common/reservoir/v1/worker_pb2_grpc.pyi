@@ -43,6 +43,10 @@ class WorkerServiceStub:
     ReadBlocks: _grpc.UnaryStreamMultiCallable[_worker_pb2.ReadBlocksRequest, _worker_pb2.BlockPayload]
     """Many small blocks in one call (small files), one BlockPayload per request entry."""
     GetStats: _grpc.UnaryUnaryMultiCallable[_worker_pb2.GetStatsRequest, _worker_pb2.WorkerStats]
+    LoadBlocks: _grpc.UnaryUnaryMultiCallable[_worker_pb2.ReadBlocksRequest, _worker_pb2.LoadBlocksResponse]
+    """Fetches blocks into the cache (for load jobs); one status per request entry, OK only
+    when the block is really held afterwards.
+    """
 
 @_typing.type_check_only
 class WorkerServiceAsyncStub(WorkerServiceStub):
@@ -59,6 +63,10 @@ class WorkerServiceAsyncStub(WorkerServiceStub):
     ReadBlocks: _aio.UnaryStreamMultiCallable[_worker_pb2.ReadBlocksRequest, _worker_pb2.BlockPayload]  # type: ignore[assignment]
     """Many small blocks in one call (small files), one BlockPayload per request entry."""
     GetStats: _aio.UnaryUnaryMultiCallable[_worker_pb2.GetStatsRequest, _worker_pb2.WorkerStats]  # type: ignore[assignment]
+    LoadBlocks: _aio.UnaryUnaryMultiCallable[_worker_pb2.ReadBlocksRequest, _worker_pb2.LoadBlocksResponse]  # type: ignore[assignment]
+    """Fetches blocks into the cache (for load jobs); one status per request entry, OK only
+    when the block is really held afterwards.
+    """
 
 class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
     """A cache node. Blocks are fetched from the under-store on a miss (once, however many
@@ -90,5 +98,15 @@ class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _worker_pb2.GetStatsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_worker_pb2.WorkerStats, _abc.Awaitable[_worker_pb2.WorkerStats]]: ...
+
+    @_abc_1.abstractmethod
+    def LoadBlocks(
+        self,
+        request: _worker_pb2.ReadBlocksRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_worker_pb2.LoadBlocksResponse, _abc.Awaitable[_worker_pb2.LoadBlocksResponse]]:
+        """Fetches blocks into the cache (for load jobs); one status per request entry, OK only
+        when the block is really held afterwards.
+        """
 
 def add_WorkerServiceServicer_to_server(servicer: WorkerServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -9,6 +9,7 @@ import structlog
 
 from reservoir.common import config as cfg
 from reservoir.common import observability, serving
+from reservoir.common.malloc_tuning import tune_for_large_buffers
 from reservoir.common.metadata_store import open_metadata_store
 from reservoir.v1 import master_pb2, master_pb2_grpc
 
@@ -66,6 +67,7 @@ async def serve(config: cfg.MasterConfig) -> None:
     await server.stop(config.grace_s)
     for task in loops:
         task.cancel()
+    await service.close()
     try:
         await service.flush_locations()
     except Exception as exc:
@@ -75,6 +77,7 @@ async def serve(config: cfg.MasterConfig) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     config, log_config = parse_args(argv)
+    tune_for_large_buffers()
     observability.configure("master", log_config)
     serving.run(lambda: serve(config))
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import replace
 
 import structlog
 
@@ -16,6 +17,7 @@ from reservoir.common import keyspace, paths
 from reservoir.common.config import MasterConfig
 from reservoir.common.errors import (
     AlreadyExists,
+    Internal,
     InvalidArgument,
     NotADirectory,
     NotFound,
@@ -31,7 +33,9 @@ from reservoir.common.under_store import (
 )
 from reservoir.common.worker_registry import WorkerRegistry
 
+from .jobs import LoadJobs
 from .locations import BlockLocationTable
+from .worker_link import WorkerLink
 
 log = structlog.get_logger()
 
@@ -50,6 +54,15 @@ class MasterService:
         self.locations = BlockLocationTable(store)
         self._leases: dict[str, Lease] = {}
         self._mount_lock = asyncio.Lock()
+        self._worker_link = WorkerLink(config.load_timeout_s)
+        self.jobs = LoadJobs(
+            store,
+            config,
+            load_metadata=self._load_all_metadata,
+            workers=self.workers,
+            load_blocks=self._worker_link.load_blocks,
+            file_info=self.file_info,
+        )
 
     async def start(self) -> None:
         for _, value in await self._store.get_prefix(keyspace.MOUNTS):
@@ -57,7 +70,16 @@ class MasterService:
             self._mounts[mount.path] = mount
         await self.locations.load()
         await self.refresh_workers()
+        await self.jobs.resume()
         log.info("master_state_loaded", mounts=len(self._mounts))
+
+    async def close(self) -> None:
+        await self.jobs.close()
+        await self._worker_link.close()
+
+    async def _load_all_metadata(self, path: str) -> None:
+        async for _ in self.load_metadata(path, recursive=True):
+            pass
 
     # ---- mounts -------------------------------------------------------------------------
 
@@ -135,8 +157,10 @@ class MasterService:
     def _block_size(self, mount: Mount) -> int:
         return mount.options.block_size or self._config.default_block_size
 
-    def _ttl_ms(self, mount: Mount) -> int:
-        return mount.options.metadata_ttl_ms or int(self._config.metadata_ttl_s * 1000)
+    def _fresh(self, mount: Mount, checked_ms: int) -> bool:
+        """Whether metadata checked against the under-store at `checked_ms` is still trusted."""
+        ttl = mount.options.sync_ttl_ms(int(self._config.metadata_ttl_s * 1000))
+        return checked_ms > 0 and (ttl is None or _now_ms() - checked_ms < ttl)
 
     def _file_inode(self, mount: Mount, ufs: UnderStore, path: str, obj: ObjectInfo) -> Inode:
         uri = ufs.uri_of(obj.key)
@@ -175,10 +199,21 @@ class MasterService:
         raw = await self._store.get(keyspace.inode_key(path))
         if raw is not None:
             inode = Inode.from_json(raw)
-            if _now_ms() - inode.synced_ms < self._ttl_ms(mount):
+            if self._fresh(mount, inode.synced_ms):
                 return self._with_locations(inode) if with_locations else inode
+        elif await self._listed_without(mount, path):
+            raise NotFound(f"{path}: no such file or directory")
         inode = await self._sync_inode(mount, path)
         return self._with_locations(inode) if with_locations else inode
+
+    async def _listed_without(self, mount: Mount, path: str) -> bool:
+        """True when the parent directory's fresh listing shows `path` does not exist, so
+        the answer costs no under-store request."""
+        parent = paths.parent_of(path)
+        if not paths.is_within(parent, mount.path):
+            return False
+        raw = await self._store.get(keyspace.inode_key(parent))
+        return raw is not None and self._fresh(mount, Inode.from_json(raw).listed_ms)
 
     async def _sync_inode(self, mount: Mount, path: str) -> Inode:
         ufs = self._under_store(mount)
@@ -198,16 +233,39 @@ class MasterService:
     async def file_infos(
         self, many: list[str], with_locations: bool = False
     ) -> list[Inode | ReservoirError]:
+        """Many stats: cached inodes come from one batched store read; only the rest
+        (missing or stale) are checked against the under-store, 16 at a time."""
+        results: list[Inode | ReservoirError | None] = [None] * len(many)
+        keyed: list[tuple[int, str]] = []
+        for position, raw_path in enumerate(many):
+            try:
+                path = paths.normalize(raw_path)
+            except ReservoirError as exc:
+                results[position] = exc
+                continue
+            mount = self._mount_for(path)
+            if mount is None or path == mount.path:
+                continue  # virtual directories: answered by file_info without the store
+            keyed.append((position, path))
+        raws = await self._store.get_many([keyspace.inode_key(p) for _, p in keyed])
+        for (position, path), raw in zip(keyed, raws, strict=True):
+            if raw is None:
+                continue
+            inode = Inode.from_json(raw)
+            mount = self._mount_for(path)
+            if mount is not None and self._fresh(mount, inode.synced_ms):
+                results[position] = self._with_locations(inode) if with_locations else inode
         limit = asyncio.Semaphore(16)
 
-        async def one(path: str) -> Inode | ReservoirError:
+        async def one(position: int) -> None:
             async with limit:
                 try:
-                    return await self.file_info(path, with_locations)
+                    results[position] = await self.file_info(many[position], with_locations)
                 except ReservoirError as exc:
-                    return exc
+                    results[position] = exc
 
-        return list(await asyncio.gather(*(one(p) for p in many)))
+        await asyncio.gather(*(one(i) for i, r in enumerate(results) if r is None))
+        return [r if r is not None else Internal("stat lost") for r in results]
 
     async def list_directory(self, path: str, with_locations: bool = False) -> list[Inode]:
         info = await self.file_info(path)
@@ -220,29 +278,114 @@ class MasterService:
         }
         mount = self._mount_for(path)
         if mount is not None:
-            ufs = self._under_store(mount)
-            prefix = "" if path == mount.path else path[len(mount.path) + 1 :] + "/"
-            listing = await asyncio.to_thread(ufs.list, prefix)
-            for sub in listing.prefixes:
-                child = paths.join(path, sub[len(prefix) :])
-                entries[child.rsplit("/", 1)[1]] = self._dir_inode(child, mount)
-            fresh: list[Inode] = []
-            for obj in listing.objects:
-                name = obj.key[len(prefix) :]
-                child = paths.join(path, name)
-                try:
-                    paths.normalize(child)
-                except InvalidArgument:
-                    continue  # an object name Reservoir paths cannot express
-                inode = self._file_inode(mount, ufs, child, obj)
-                entries[name] = inode
-                fresh.append(inode)
-            # Cache what the listing told us, so a stat that follows costs no S3 request.
-            await self._store.put_many([(keyspace.inode_key(i.path), i.to_json()) for i in fresh])
+            stored = await self._store.get(keyspace.inode_key(path))
+            if stored is not None and self._fresh(mount, Inode.from_json(stored).listed_ms):
+                children = await self._stored_children(path)
+            else:
+                children, _ = await self._sync_directory(mount, path)
+            entries.update((c.path.rsplit("/", 1)[1], c) for c in children)
         result = [entries[name] for name in sorted(entries)]
         if with_locations:
             result = [self._with_locations(i) for i in result]
         return result
+
+    async def _stored_children(self, path: str) -> list[Inode]:
+        depth = path.count("/") + (0 if path == paths.ROOT else 1)
+        prefix = keyspace.inode_key(path.rstrip("/") + "/")
+        return [
+            inode
+            for inode in (Inode.from_json(v) for _, v in await self._store.get_prefix(prefix))
+            if inode.path.count("/") == depth
+        ]
+
+    async def _sync_directory(self, mount: Mount, path: str) -> tuple[list[Inode], int]:
+        """Lists one directory level in the under-store and makes etcd agree with it:
+        children written, vanished children (and their subtrees) removed, the directory
+        marked as listed. Returns the children and how many inodes were removed."""
+        ufs = self._under_store(mount)
+        prefix = "" if path == mount.path else path[len(mount.path) + 1 :] + "/"
+        listing = await asyncio.to_thread(ufs.list, prefix)
+        children: list[Inode] = []
+        for sub in listing.prefixes:
+            children.append(self._dir_inode(paths.join(path, sub[len(prefix) :]), mount))
+        for obj in listing.objects:
+            child = paths.join(path, obj.key[len(prefix) :])
+            try:
+                paths.normalize(child)
+            except InvalidArgument:
+                continue  # an object name Reservoir paths cannot express
+            children.append(self._file_inode(mount, ufs, child, obj))
+        seen = {c.path for c in children}
+        gone = [old for old in await self._stored_children(path) if old.path not in seen]
+        for old in gone:
+            await self._store.delete_prefix(keyspace.inode_key(old.path + "/"))
+        await self._store.delete_many([keyspace.inode_key(old.path) for old in gone])
+        # Directories keep their own listing marker: rewriting them would lose it.
+        fresh = [c for c in children if not c.is_dir]
+        existing_dirs = {c.path for c in await self._stored_children(path) if c.is_dir}
+        fresh += [c for c in children if c.is_dir and c.path not in existing_dirs]
+        here = replace(self._dir_inode(path, mount), listed_ms=_now_ms())
+        await self._store.put_many(
+            [(keyspace.inode_key(i.path), i.to_json()) for i in fresh]
+            + [(keyspace.inode_key(path), here.to_json())]
+        )
+        return sorted(children, key=lambda c: c.path), len(gone)
+
+    async def load_metadata(
+        self, path: str, recursive: bool = True
+    ) -> AsyncIterator[tuple[int, int, int, bool]]:
+        """Syncs the namespace below `path` with the under-store, level by level with
+        bounded parallelism; yields (listed, written, removed, done) as it goes."""
+        info = await self.file_info(path)
+        mount = self._mount_for(info.path)
+        if mount is None:
+            raise InvalidArgument(f"{info.path} is above every mount; load a mount instead")
+        if not info.is_dir:
+            await self._sync_inode(mount, info.path)
+            yield (1, 1, 0, True)
+            return
+        listed = written = removed = 0
+        pending = [info.path]
+        limit = asyncio.Semaphore(self._config.metadata_load_parallelism)
+
+        async def one(directory: str) -> tuple[list[Inode], int]:
+            async with limit:
+                return await self._sync_directory(mount, directory)
+
+        while pending:
+            batch, pending = pending, []
+            for children, gone in await asyncio.gather(*(one(d) for d in batch)):
+                listed += len(children)
+                written += len(children) + 1
+                removed += gone
+                if recursive:
+                    pending.extend(c.path for c in children if c.is_dir)
+            yield (listed, written, removed, False)
+        yield (listed, written, removed, True)
+
+    async def report(self, path: str) -> dict[str, int]:
+        """Files, bytes and how much of them the workers hold, for a path."""
+        info = await self.file_info(path)
+        if info.is_dir:
+            prefix = keyspace.inode_key(info.path.rstrip("/") + "/")
+            files = [
+                i
+                for i in (Inode.from_json(v) for _, v in await self._store.get_prefix(prefix))
+                if not i.is_dir
+            ]
+        else:
+            files = [info]
+        totals = {"files": 0, "bytes": 0, "blocks": 0, "cached_blocks": 0, "cached_bytes": 0}
+        for inode in files:
+            holders = self.locations.holders(inode.file_id)
+            totals["files"] += 1
+            totals["bytes"] += inode.size
+            totals["blocks"] += inode.block_count
+            for index in holders:
+                if index < inode.block_count:
+                    totals["cached_blocks"] += 1
+                    totals["cached_bytes"] += inode.block_length(index)
+        return totals
 
     def _with_locations(self, inode: Inode) -> Inode:
         if inode.is_dir or not inode.file_id:

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from dataclasses import asdict
+
 import grpc.aio
 
 from reservoir.common.errors import ReservoirError, code_value
 from reservoir.common.models import Inode, Mount, MountOptions
-from reservoir.common.rpc import translate_errors
+from reservoir.common.rpc import abort_with, translate_errors
 from reservoir.v1 import common_pb2, master_pb2, master_pb2_grpc
 
+from .jobs import TERMINAL, Job
 from .service import MasterService
 
 
@@ -24,7 +30,14 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
         mount = await self._service.mount(
             request.path,
             request.uri,
-            MountOptions(o.endpoint_url, o.region, o.block_size, o.credentials, o.metadata_ttl_ms),
+            MountOptions(
+                o.endpoint_url,
+                o.region,
+                o.block_size,
+                o.credentials,
+                o.metadata_ttl_ms,
+                o.metadata_sync,
+            ),
         )
         return master_pb2.MountResponse(mount=mount.to_proto())
 
@@ -87,6 +100,77 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
             ((b.file_id, b.index) for b in request.removed),
         )
         return master_pb2.ReportBlocksResponse()
+
+    async def LoadMetadata(
+        self, request: master_pb2.LoadMetadataRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[master_pb2.LoadMetadataProgress]:
+        start = time.monotonic()
+        try:
+            async for listed, written, removed, done in self._service.load_metadata(
+                request.path, request.recursive
+            ):
+                yield master_pb2.LoadMetadataProgress(
+                    listed=listed,
+                    written=written,
+                    removed=removed,
+                    elapsed_ms=int((time.monotonic() - start) * 1000),
+                    done=done,
+                )
+        except ReservoirError as exc:
+            await abort_with(context, exc)
+
+    @translate_errors
+    async def Report(
+        self, request: master_pb2.ReportRequest, context: grpc.aio.ServicerContext
+    ) -> master_pb2.ReportResponse:
+        return master_pb2.ReportResponse(**await self._service.report(request.path))
+
+    @translate_errors
+    async def SubmitLoad(
+        self, request: master_pb2.SubmitLoadRequest, context: grpc.aio.ServicerContext
+    ) -> master_pb2.Job:
+        job = await self._service.jobs.submit(
+            request.path, request.replicas, list(request.priority_paths), request.metadata_only
+        )
+        return _job(job)
+
+    @translate_errors
+    async def GetJob(
+        self, request: master_pb2.GetJobRequest, context: grpc.aio.ServicerContext
+    ) -> master_pb2.Job:
+        return _job(await self._service.jobs.get(request.id))
+
+    async def WatchJob(
+        self, request: master_pb2.GetJobRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[master_pb2.Job]:
+        try:
+            last = None
+            while True:
+                job = _job(await self._service.jobs.get(request.id))
+                if job != last:
+                    yield job
+                    last = job
+                if job.state in TERMINAL:
+                    return
+                await asyncio.sleep(0.25)
+        except ReservoirError as exc:
+            await abort_with(context, exc)
+
+    @translate_errors
+    async def CancelJob(
+        self, request: master_pb2.GetJobRequest, context: grpc.aio.ServicerContext
+    ) -> master_pb2.Job:
+        return _job(await self._service.jobs.cancel(request.id))
+
+    @translate_errors
+    async def ListJobs(
+        self, request: master_pb2.ListJobsRequest, context: grpc.aio.ServicerContext
+    ) -> master_pb2.ListJobsResponse:
+        return master_pb2.ListJobsResponse(jobs=[_job(j) for j in await self._service.jobs.all()])
+
+
+def _job(job: Job) -> master_pb2.Job:
+    return master_pb2.Job(**asdict(job))
 
 
 def _error_result(error: ReservoirError) -> master_pb2.FileInfoResult:

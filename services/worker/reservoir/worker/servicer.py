@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 import grpc
 import grpc.aio
 
-from reservoir.common.errors import ReservoirError, code_value
+from reservoir.common.errors import ReservoirError, ResourceExhausted, code_value
 from reservoir.common.rpc import translate_errors, translate_stream_errors
 from reservoir.v1 import worker_pb2
 
@@ -102,6 +102,25 @@ class WorkerServicer:
                 task.cancel()
 
     @translate_errors
+    async def LoadBlocks(
+        self, request: worker_pb2.ReadBlocksRequest, context: grpc.aio.ServicerContext
+    ) -> worker_pb2.LoadBlocksResponse:
+        async def one(position: int, item: worker_pb2.ReadBlockRequest) -> worker_pb2.BlockStatus:
+            try:
+                block = _domain(item)
+                data, _ = await self._service.block(block)
+                if block.block not in self._service.tier:
+                    raise ResourceExhausted("block fetched but not kept: the cache is full")
+                return worker_pb2.BlockStatus(position=position, bytes=len(data))
+            except ReservoirError as exc:
+                return worker_pb2.BlockStatus(
+                    position=position, code=code_value(exc), message=str(exc)
+                )
+
+        results = await asyncio.gather(*(one(i, b) for i, b in enumerate(request.blocks)))
+        return worker_pb2.LoadBlocksResponse(results=results)
+
+    @translate_errors
     async def GetStats(
         self, request: worker_pb2.GetStatsRequest, context: grpc.aio.ServicerContext
     ) -> worker_pb2.WorkerStats:
@@ -133,6 +152,11 @@ class WorkerServicer:
                     self.ReadBlocks,
                     request_deserializer=worker_pb2.ReadBlocksRequest.FromString,
                     response_serializer=worker_pb2.BlockPayload.SerializeToString,
+                ),
+                "LoadBlocks": grpc.unary_unary_rpc_method_handler(
+                    self.LoadBlocks,
+                    request_deserializer=worker_pb2.ReadBlocksRequest.FromString,
+                    response_serializer=worker_pb2.LoadBlocksResponse.SerializeToString,
                 ),
                 "GetStats": grpc.unary_unary_rpc_method_handler(
                     self.GetStats,

@@ -1,0 +1,264 @@
+"""Load jobs: put a data set into the cache before training starts.
+
+A job record lives in etcd (state, totals, progress, an error sample), so a restarted
+master resumes running jobs instead of losing them. The master expands the path into
+blocks, sends each block to its home workers (the same rendezvous order readers use; the
+next workers for extra replicas) and counts a block done only when the worker confirms
+it holds it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass, field
+
+import structlog
+
+from reservoir.common import keyspace, paths
+from reservoir.common.config import MasterConfig
+from reservoir.common.errors import InvalidArgument, NotFound, ReservoirError
+from reservoir.common.metadata_store import MetadataStore
+from reservoir.common.models import Inode, WorkerRecord
+from reservoir.common.placement import Candidate, block_key, rank
+
+log = structlog.get_logger()
+
+TERMINAL = ("completed", "failed", "cancelled")
+MAX_ERRORS = 20
+
+
+@dataclass
+class Job:
+    id: str
+    path: str
+    state: str = "pending"
+    replicas: int = 1
+    priority_paths: list[str] = field(default_factory=list)
+    metadata_only: bool = False
+    total_files: int = 0
+    total_blocks: int = 0
+    total_bytes: int = 0
+    done_blocks: int = 0
+    done_bytes: int = 0
+    failed_blocks: int = 0
+    errors: list[str] = field(default_factory=list)
+    created_ms: int = 0
+    updated_ms: int = 0
+    attempts: int = 0
+
+    def to_json(self) -> bytes:
+        return json.dumps(asdict(self)).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> Job:
+        return cls(**json.loads(raw))
+
+    def fail(self, message: str) -> None:
+        self.failed_blocks += 1
+        if len(self.errors) < MAX_ERRORS:
+            self.errors.append(message)
+
+
+# (worker, [(inode, block index)]) -> per entry: None when cached, else the error.
+LoadBlocks = Callable[
+    [WorkerRecord, list[tuple[Inode, int]]], Awaitable[list[ReservoirError | None]]
+]
+
+
+class LoadJobs:
+    def __init__(
+        self,
+        store: MetadataStore,
+        config: MasterConfig,
+        load_metadata: Callable[[str], Awaitable[None]],
+        workers: Callable[[], Awaitable[list[WorkerRecord]]],
+        load_blocks: LoadBlocks,
+        file_info: Callable[[str], Awaitable[Inode]],
+    ) -> None:
+        self._store = store
+        self._config = config
+        self._load_metadata = load_metadata
+        self._workers = workers
+        self._load_blocks = load_blocks
+        self._file_info = file_info
+        self._jobs: dict[str, Job] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+
+    @staticmethod
+    def _key(job_id: str) -> bytes:
+        return keyspace.JOBS + job_id.encode()
+
+    async def _save(self, job: Job) -> None:
+        job.updated_ms = int(time.time() * 1000)
+        await self._store.put(self._key(job.id), job.to_json())
+
+    async def resume(self) -> None:
+        """Picks up the jobs a previous master left unfinished."""
+        for _, raw in await self._store.get_prefix(keyspace.JOBS):
+            job = Job.from_json(raw)
+            self._jobs[job.id] = job
+            if job.state not in TERMINAL:
+                log.info("load_job_resumed", job=job.id, path=job.path, attempts=job.attempts)
+                self._start(job)
+
+    async def submit(
+        self, path: str, replicas: int, priority_paths: list[str], metadata_only: bool
+    ) -> Job:
+        info = await self._file_info(path)  # NOT_FOUND / INVALID_ARGUMENT early
+        replicas = replicas or 1
+        live = await self._workers()
+        if replicas < 1 or (not metadata_only and replicas > len(live)):
+            raise InvalidArgument(f"replicas must be between 1 and {len(live)} (live workers)")
+        job = Job(
+            id=uuid.uuid4().hex[:12],
+            path=info.path,
+            replicas=replicas,
+            priority_paths=[paths.normalize(p) for p in priority_paths],
+            metadata_only=metadata_only,
+            created_ms=int(time.time() * 1000),
+        )
+        await self._save(job)
+        self._jobs[job.id] = job
+        self._start(job)
+        log.info("load_job_submitted", job=job.id, path=job.path, replicas=replicas)
+        return job
+
+    def _start(self, job: Job) -> None:
+        task = asyncio.create_task(self._run(job))
+        self._tasks[job.id] = task
+        task.add_done_callback(lambda _: self._tasks.pop(job.id, None))
+
+    async def get(self, job_id: str) -> Job:
+        job = self._jobs.get(job_id)
+        if job is None:
+            raw = await self._store.get(self._key(job_id))
+            if raw is None:
+                raise NotFound(f"no load job {job_id!r}")
+            job = Job.from_json(raw)
+        return job
+
+    async def all(self) -> list[Job]:
+        jobs = [Job.from_json(raw) for _, raw in await self._store.get_prefix(keyspace.JOBS)]
+        for job in jobs:
+            if job.id in self._jobs:
+                job.__dict__.update(self._jobs[job.id].__dict__)
+        return sorted(jobs, key=lambda j: j.created_ms)
+
+    async def cancel(self, job_id: str) -> Job:
+        job = await self.get(job_id)
+        if job.state in TERMINAL:
+            return job
+        task = self._tasks.get(job_id)
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        job.state = "cancelled"
+        await self._save(job)
+        log.info("load_job_cancelled", job=job.id)
+        return job
+
+    async def close(self) -> None:
+        """Stops running jobs without changing their records: the next master resumes them."""
+        tasks = list(self._tasks.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _run(self, job: Job) -> None:
+        saver: asyncio.Task[None] | None = None
+        try:
+            job.state = "running"
+            job.attempts += 1
+            job.done_blocks = job.done_bytes = job.failed_blocks = 0
+            job.errors = []
+            await self._save(job)
+            await self._load_metadata(job.path)
+            files = await self._files(job.path)
+            job.total_files = len(files)
+            job.total_bytes = sum(f.size for f in files) * job.replicas
+            job.total_blocks = sum(f.block_count for f in files) * job.replicas
+            await self._save(job)
+            if not job.metadata_only:
+                saver = asyncio.create_task(self._save_every(job))
+                await self._load(job, files)
+            job.state = "failed" if job.failed_blocks else "completed"
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            job.state = "failed"
+            job.errors.append(f"{type(exc).__name__}: {exc}")
+            log.warning("load_job_failed", job=job.id, error=str(exc))
+        finally:
+            if saver is not None:
+                saver.cancel()
+        await self._save(job)
+        log.info(
+            "load_job_finished",
+            job=job.id,
+            state=job.state,
+            done=job.done_blocks,
+            failed=job.failed_blocks,
+            bytes=job.done_bytes,
+        )
+
+    async def _save_every(self, job: Job) -> None:
+        while True:
+            await asyncio.sleep(0.5)
+            try:
+                await self._save(job)
+            except ReservoirError as exc:
+                log.warning("load_job_save_failed", job=job.id, error=str(exc))
+
+    async def _files(self, path: str) -> list[Inode]:
+        info = await self._file_info(path)
+        if not info.is_dir:
+            return [info]
+        prefix = keyspace.inode_key(info.path.rstrip("/") + "/")
+        inodes = (Inode.from_json(v) for _, v in await self._store.get_prefix(prefix))
+        return [i for i in inodes if not i.is_dir]
+
+    async def _load(self, job: Job, files: list[Inode]) -> None:
+        workers = await self._workers()
+        if len(workers) < job.replicas:
+            raise InvalidArgument(f"{job.replicas} replicas asked, {len(workers)} workers live")
+        by_id = {w.id: w for w in workers}
+        weights = [Candidate(w.id, float(w.capacity_bytes or 1)) for w in workers]
+
+        def priority(inode: Inode) -> int:
+            return 0 if any(paths.is_within(inode.path, p) for p in job.priority_paths) else 1
+
+        queues: dict[str, list[tuple[Inode, int]]] = defaultdict(list)
+        for inode in sorted(files, key=lambda f: (priority(f), f.path)):
+            for index in range(inode.block_count):
+                homes = rank(block_key(inode.file_id, index), weights)[: job.replicas]
+                for worker_id in homes:
+                    queues[worker_id].append((inode, index))
+
+        async def drain(worker_id: str) -> None:
+            queue = queues[worker_id]
+            size = self._config.load_batch_blocks
+            while queue:
+                batch, queue[:] = queue[:size], queue[size:]
+                try:
+                    outcomes = await self._load_blocks(by_id[worker_id], batch)
+                except ReservoirError as exc:
+                    outcomes = [exc] * len(batch)
+                for (inode, index), outcome in zip(batch, outcomes, strict=True):
+                    if outcome is None:
+                        job.done_blocks += 1
+                        job.done_bytes += inode.block_length(index)
+                    else:
+                        job.fail(f"{inode.path} block {index} on {worker_id}: {outcome}")
+
+        await asyncio.gather(
+            *(
+                drain(worker_id)
+                for worker_id in queues
+                for _ in range(self._config.load_calls_per_worker)
+            )
+        )

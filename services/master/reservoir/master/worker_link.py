@@ -1,0 +1,64 @@
+"""The master's calls to workers (load jobs), each with its deadline."""
+
+from __future__ import annotations
+
+import grpc
+import grpc.aio
+
+from reservoir.common.errors import ReservoirError, error_for_code_value
+from reservoir.common.models import Inode, WorkerRecord
+from reservoir.common.observability import inject_metadata
+from reservoir.common.rpc import CHANNEL_OPTIONS, error_from_rpc
+from reservoir.v1 import worker_pb2
+
+_LOAD_BLOCKS = "/reservoir.v1.WorkerService/LoadBlocks"
+
+
+def block_request(inode: Inode, index: int) -> worker_pb2.ReadBlockRequest:
+    return worker_pb2.ReadBlockRequest(
+        file_id=inode.file_id,
+        index=index,
+        offset=0,
+        length=0,
+        ufs_uri=inode.ufs_uri,
+        etag=inode.etag,
+        file_size=inode.size,
+        block_size=inode.block_size,
+        mount_path=inode.mount_path,
+    )
+
+
+class WorkerLink:
+    def __init__(self, timeout_s: float) -> None:
+        self._timeout = timeout_s
+        self._channels: dict[str, grpc.aio.Channel] = {}
+
+    def _channel(self, address: str) -> grpc.aio.Channel:
+        channel = self._channels.get(address)
+        if channel is None:
+            channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+            self._channels[address] = channel
+        return channel
+
+    async def load_blocks(
+        self, worker: WorkerRecord, blocks: list[tuple[Inode, int]]
+    ) -> list[ReservoirError | None]:
+        call = self._channel(worker.address).unary_unary(
+            _LOAD_BLOCKS,
+            request_serializer=worker_pb2.ReadBlocksRequest.SerializeToString,
+            response_deserializer=worker_pb2.LoadBlocksResponse.FromString,
+        )
+        request = worker_pb2.ReadBlocksRequest(blocks=[block_request(i, n) for i, n in blocks])
+        try:
+            response = await call(request, timeout=self._timeout, metadata=inject_metadata())
+        except grpc.RpcError as exc:
+            raise error_from_rpc(exc, f"load blocks on worker {worker.id}") from None
+        outcomes: list[ReservoirError | None] = [None] * len(blocks)
+        for result in response.results:
+            if result.code:
+                outcomes[result.position] = error_for_code_value(result.code, result.message)
+        return outcomes
+
+    async def close(self) -> None:
+        for channel in self._channels.values():
+            await channel.close()
