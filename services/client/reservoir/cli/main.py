@@ -116,6 +116,7 @@ def cmd_mount(args: argparse.Namespace) -> None:
             region=args.region or "",
             block_size=args.block_size or 0,
             credentials=args.credentials or "",
+            metadata_sync=args.metadata_sync or "",
         )
     _emit(
         args, {"path": mount.path, "uri": mount.uri}, lambda: f"mounted {mount.uri} at {mount.path}"
@@ -221,6 +222,145 @@ def cmd_workers(args: argparse.Namespace) -> None:
     _emit(args, data, text)
 
 
+# ---- warm-up ---------------------------------------------------------------------------
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.1f}{unit}" if unit != "B" else f"{int(n)}B"
+        n /= 1024
+    return str(n)
+
+
+def _job_dict(job: Any) -> dict[str, Any]:
+    from google.protobuf.json_format import MessageToDict
+
+    return dict(
+        MessageToDict(
+            job, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+        )
+    )
+
+
+class _Progress:
+    """A live line on a terminal; plain lines (at most one a second) otherwise."""
+
+    def __init__(self) -> None:
+        self._tty = sys.stderr.isatty()
+        self._start = time.monotonic()
+        self._last = 0.0
+
+    def job(self, job: Any) -> None:
+        elapsed = max(time.monotonic() - self._start, 1e-6)
+        rate = job.done_bytes / elapsed
+        left = max(job.total_bytes - job.done_bytes, 0)
+        eta = f"{left / rate:.0f}s" if rate > 0 and left else "-"
+        pct = 100.0 * job.done_blocks / job.total_blocks if job.total_blocks else 0.0
+        line = (
+            f"{job.state:9} {pct:5.1f}%  blocks {job.done_blocks}/{job.total_blocks}"
+            f" ({job.failed_blocks} failed)  files {job.total_files}"
+            f"  {_human(job.done_bytes)}/{_human(job.total_bytes)}  {_human(rate)}/s  eta {eta}"
+        )
+        self._show(line, final=job.state in ("completed", "failed", "cancelled"))
+
+    def metadata(self, p: Any) -> None:
+        self._show(
+            f"metadata: listed {p.listed}  written {p.written}  removed {p.removed}"
+            f"  {p.elapsed_ms / 1000:.1f}s",
+            final=p.done,
+        )
+
+    def _show(self, line: str, final: bool) -> None:
+        now = time.monotonic()
+        if self._tty:
+            sys.stderr.write("\r\x1b[2K" + line + ("\n" if final else ""))
+            sys.stderr.flush()
+        elif final or now - self._last >= 1.0:
+            print(line, file=sys.stderr, flush=True)
+            self._last = now
+
+
+def cmd_load(args: argparse.Namespace) -> None:
+    with _client(args) as rs:
+        job = rs.submit_load(
+            args.path,
+            replicas=args.replicas,
+            priority_paths=args.priority or [],
+            metadata_only=args.metadata_only,
+        )
+        if not args.wait:
+            _emit(args, _job_dict(job), lambda: f"submitted load job {job.id} for {job.path}")
+            return
+        progress = _Progress()
+        final = rs.watch_job(job.id, progress=None if args.json else progress.job)
+    _emit(args, _job_dict(final), lambda: f"job {final.id}: {final.state}")
+    if final.state != "completed":
+        for error in final.errors:
+            print(f"  {error}", file=sys.stderr)
+        sys.exit(EXIT_ERROR)
+
+
+def cmd_jobs(args: argparse.Namespace) -> None:
+    with _client(args) as rs:
+        jobs = rs.jobs()
+
+    def text() -> str:
+        lines = [f"{'id':12} {'state':9} {'blocks':>15} {'bytes':>20}  path"]
+        for j in jobs:
+            lines.append(
+                f"{j.id:12} {j.state:9} {f'{j.done_blocks}/{j.total_blocks}':>15}"
+                f" {f'{_human(j.done_bytes)}/{_human(j.total_bytes)}':>20}  {j.path}"
+            )
+        return "\n".join(lines)
+
+    _emit(args, [_job_dict(j) for j in jobs], text)
+
+
+def cmd_job(args: argparse.Namespace) -> None:
+    with _client(args) as rs:
+        job = rs.cancel_job(args.id) if args.action == "cancel" else rs.job(args.id)
+    data = _job_dict(job)
+    _emit(args, data, lambda: "\n".join(f"{k}: {v}" for k, v in data.items()))
+
+
+def cmd_report(args: argparse.Namespace) -> None:
+    with _client(args) as rs:
+        r = rs.report(args.path)
+    data = {
+        "path": args.path,
+        "files": r.files,
+        "bytes": r.bytes,
+        "blocks": r.blocks,
+        "cached_blocks": r.cached_blocks,
+        "cached_bytes": r.cached_bytes,
+        "cached_ratio": r.cached_bytes / r.bytes if r.bytes else 1.0,
+    }
+    _emit(
+        args,
+        data,
+        lambda: (
+            f"{args.path}: {r.files} files, {_human(r.bytes)}; cached {_human(r.cached_bytes)}"
+            f" ({100 * data['cached_ratio']:.1f}%), {r.cached_blocks}/{r.blocks} blocks"
+        ),
+    )
+
+
+def cmd_load_metadata(args: argparse.Namespace) -> None:
+    with _client(args) as rs:
+        progress = _Progress()
+        last = rs.load_metadata(
+            args.path,
+            recursive=not args.no_recursive,
+            progress=None if args.json else progress.metadata,
+        )
+    _emit(
+        args,
+        _job_dict(last),
+        lambda: f"{args.path}: {last.listed} entries in {last.elapsed_ms / 1000:.1f}s",
+    )
+
+
 # ---- parser ----------------------------------------------------------------------------
 
 
@@ -264,6 +404,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--region")
     p.add_argument("--block-size", type=parse_size)
     p.add_argument("--credentials", help="env (default), anonymous, or file:/path")
+    p.add_argument(
+        "--metadata-sync", help="never, always, or interval:<duration> (default interval:5m)"
+    )
     p.set_defaults(func=cmd_mount)
     p = sub.add_parser("unmount", help="remove a mount")
     p.add_argument("path")
@@ -283,6 +426,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("path")
     p.add_argument("dest")
     p.set_defaults(func=cmd_cp)
+    p = sub.add_parser("load", help="preload a path into the cache (a load job)")
+    p.add_argument("path")
+    p.add_argument("--replicas", type=int, default=1)
+    p.add_argument("--priority", action="append", metavar="PATH", help="load these first")
+    p.add_argument("--metadata-only", action="store_true", help="only sync the namespace")
+    p.add_argument("--wait", action="store_true", help="show progress until the job ends")
+    p.set_defaults(func=cmd_load)
+    p = sub.add_parser("load-metadata", help="sync the namespace below a path from S3")
+    p.add_argument("path")
+    p.add_argument("--no-recursive", action="store_true")
+    p.set_defaults(func=cmd_load_metadata)
+    sub.add_parser("jobs", help="list load jobs").set_defaults(func=cmd_jobs)
+    p = sub.add_parser("job", help="show or cancel a load job")
+    p.add_argument("action", choices=["show", "cancel"])
+    p.add_argument("id")
+    p.set_defaults(func=cmd_job)
+    p = sub.add_parser("report", help="how much of a path is cached")
+    p.add_argument("path")
+    p.set_defaults(func=cmd_report)
     p = sub.add_parser("workers", help="live workers")
     p.add_argument("-l", "--long", action="store_true", help="with cache usage")
     p.set_defaults(func=cmd_workers)
