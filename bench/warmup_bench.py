@@ -56,6 +56,7 @@ LARGE_FILE = 16 * MiB
 FAN_OUT = 5  # leaf directories per top-level directory of the small data set
 
 META, PRELOAD, EPOCH = "metadata", "preload", "first epoch"
+WARN = " (!) "  # marks a row note that says the run did not measure what it should
 BASELINES = {
     META: "boto3 list_objects_v2, recursive",
     PRELOAD: "boto3 get_object",
@@ -245,7 +246,7 @@ class WarmupBench(Bench):
             r = self.timed_entries(name, ls_all)
             rows[name].runs.append(r)
             if r.s3:
-                rows[name].note += " (S3 REQUESTS: not served from etcd)"
+                _warn(rows[name], "S3 requests: ls not served from etcd")
             self.extra["ls"].append({"run": run, "directories": len(dirs), "s3": r.s3})
 
     # ---- 2. preload, 3. first epoch ----------------------------------------------------------
@@ -273,9 +274,15 @@ class WarmupBench(Bench):
         before_report = client.report(MOUNT)
         stats = self._stats(client)
         s3_before, w_before = self.s3_counts(), stats()
+        blocks_known: list[float] = []  # when the job's metadata sync ended (0.25 s polls)
+
+        def progress(j: Any) -> None:
+            if j.total_blocks and not blocks_known:
+                blocks_known.append(time.perf_counter() - start)
+
         start = time.perf_counter()
         job = client.submit_load(MOUNT)
-        job = client.watch_job(job.id)
+        job = client.watch_job(job.id, progress=progress)
         seconds = time.perf_counter() - start
         run_ = Run(
             seconds,
@@ -284,9 +291,10 @@ class WarmupBench(Bench):
             self.s3_delta(s3_before),
             {k: v - w_before.get(k, 0) for k, v in stats().items()},
         )
+        meta = f"{blocks_known[0]:.1f}s" if blocks_known else "?"
         log(
             f"  preload: {seconds:7.2f}s {run_.mb_s:9.1f} MB/s  state={job.state} "
-            f"blocks={job.done_blocks}/{job.total_blocks} s3={run_.s3}"
+            f"blocks={job.done_blocks}/{job.total_blocks} (metadata sync ~{meta}) s3={run_.s3}"
         )
         if job.state != "completed" or job.done_bytes != ds.nbytes or job.failed_blocks:
             raise RuntimeError(f"preload job: {job}")
@@ -303,6 +311,7 @@ class WarmupBench(Bench):
                 "total_blocks": job.total_blocks,
                 "done_bytes": job.done_bytes,
                 "job_ms": job.updated_ms - job.created_ms,
+                "metadata_phase_s": blocks_known[0] if blocks_known else None,
                 "cached_bytes_before": before_report.cached_bytes,
                 "cached_bytes_after": report.cached_bytes,
                 "bytes": report.bytes,
@@ -324,6 +333,7 @@ class WarmupBench(Bench):
 
     def warmup(self, large: Dataset, small: Dataset, run: int) -> None:
         from reservoir.client import Client
+        from reservoir.common.errors import ReservoirError
 
         everything = merged(large, small)
         conc = self.args.concurrency
@@ -350,6 +360,10 @@ class WarmupBench(Bench):
             warm.runs.append(self.epoch(client, large, small, everything))
             if not run:
                 self._verify(client, [large, small])
+        if load.runs[-1].workers["cached_bytes_before"]:
+            _warn(load, "NOT COLD: Report showed cached bytes before the job")
+        if warm.runs[-1].s3.get("GET", 0) or warm.runs[-1].workers.get("misses", 0):
+            _warn(warm, "NOT WARM: S3 GETs or worker misses")
 
         log("restarting workers" + (", remounting" if self.args.cold_metadata == "drop" else ""))
         self.restart_workers()
@@ -357,14 +371,17 @@ class WarmupBench(Bench):
             if self.args.cold_metadata == "drop":
                 self.remount(client)
             log(f"first epoch (run {run + 1}/{self.args.runs}): cold")
-            cold.runs.append(self.epoch(client, large, small, everything))
-
-        if load.runs[-1].workers["cached_bytes_before"]:
-            load.note += " (NOT COLD: Report showed cached bytes before the job)"
-        if warm.runs[-1].s3.get("GET", 0) or warm.runs[-1].workers.get("misses", 0):
-            warm.note += " (NOT WARM: S3 GETs or worker misses)"
+            try:
+                cold.runs.append(self.epoch(client, large, small, everything))
+            except ReservoirError as exc:  # reported in the table, the other rows still count
+                log(f"  FAILED: {type(exc).__name__}: {exc}")
+                _warn(cold, f"FAILED: {type(exc).__name__}: {exc}")
+                self.extra.setdefault("failures", []).append(
+                    {"run": run, "row": cold.system, "error": f"{type(exc).__name__}: {exc}"}
+                )
+                return
         if not cold.runs[-1].workers.get("misses", 0):
-            cold.note += " (NOT COLD: no worker misses)"
+            _warn(cold, "NOT COLD: no worker misses")
 
     def _epoch_how(self) -> str:
         a = self.args
@@ -372,6 +389,11 @@ class WarmupBench(Bench):
             f"large: read() {a.reservoir_large_threads} threads; small: read_many() of "
             f"{a.batch}, {a.reservoir_small_threads} threads"
         )
+
+
+def _warn(row: Row, message: str) -> None:
+    if WARN + message not in row.note:
+        row.note += WARN + message
 
 
 def _listed(client: Any, path: str, out: list[Any]) -> int:
@@ -394,7 +416,7 @@ def table(rows: list[Row]) -> str:
             return run.files_s if run else row.median("files_s")
         return run.mb_s if run else row.median("mb_s")
 
-    base = {r.dataset: rate(r) for r in rows if r.system == BASELINES.get(r.dataset)}
+    base = {r.dataset: rate(r) for r in rows if r.system == BASELINES[r.dataset] and r.runs}
     header = (
         f"{'row':<36} {'runs':>4} {'seconds':>8} {'(min-max)':>13} {'rate':>9} {'unit':<9} "
         f"{'GET':>6} {'HEAD':>6} {'LIST':>6} {'x base':>7}"
@@ -403,16 +425,23 @@ def table(rows: list[Row]) -> str:
     for section in (META, PRELOAD, EPOCH):
         lines.append(f"{section}:")
         for r in (r for r in rows if r.dataset == section):
+            if not r.runs:
+                lines.append(f"  {r.system:<34} {0:>4}   failed (see warnings)")
+                continue
             secs = [x.seconds for x in r.runs]
             spread = f"{min(secs):.2f}-{max(secs):.2f}"
-            ratio = "base" if r.system == BASELINES[section] else f"{rate(r) / base[section]:.2f}"
+            ratio = "base" if r.system == BASELINES[section] else "-"
+            if ratio == "-" and section in base:
+                ratio = f"{rate(r) / base[section]:.2f}"
             unit = "entries/s" if section == META else "MB/s"
             lines.append(
                 f"  {r.system:<34} {len(r.runs):>4} {r.median('seconds'):>8.2f} {spread:>13} "
                 f"{rate(r):>9.1f} {unit:<9} {_counts(r, 'GET'):>6} {_counts(r, 'HEAD'):>6} "
                 f"{_counts(r, 'LIST'):>6} {ratio:>7}"
             )
-    warnings = [f"  {r.dataset} / {r.system}: {r.note}" for r in rows if "(" in r.note]
+    warnings = [
+        f"  {r.system}: {'; '.join(r.note.split(WARN)[1:])}" for r in rows if WARN in r.note
+    ]
     if warnings:
         lines += ["warnings:", *warnings]
     return "\n".join(lines)
@@ -424,7 +453,9 @@ def table(rows: list[Row]) -> str:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--files", type=int, default=3_000, help="small files (1-4 KB)")
+    # 2000, not 3000: moto serves ~100-150 small GETs/s here, and each run reads the small
+    # files from S3 three times (boto3, preload, cold epoch); 3000 makes a default run ~7 min.
+    p.add_argument("--files", type=int, default=2_000, help="small files (1-4 KB)")
     p.add_argument("--dirs", type=int, default=30, help="leaf directories of the small files")
     p.add_argument("--preload-mb", type=int, default=256, help="total, in 16 MiB files")
     p.add_argument("--s3-latency-ms", type=float, default=20.0, help="first-byte latency")
@@ -436,8 +467,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--cold-metadata",
         choices=("drop", "keep"),
-        default="drop",
-        help="cold epoch: drop = remount (no metadata either), keep = only restart workers",
+        default="keep",
+        help="cold epoch: keep = only restart workers (metadata stays in etcd), "
+        "drop = also remount (no metadata: every file is stat'ed against S3)",
     )
     p.add_argument("--capacity", default="1GiB", help="cache capacity per worker")
     p.add_argument("--json", type=Path, default=HERE / "results" / "warmup_bench.json")
@@ -508,7 +540,10 @@ def main(argv: list[str] | None = None) -> int:
             }
             for ds in (large, small)
         },
-        "rows": [r.to_json() for r in rows],
+        "rows": [
+            r.to_json() if r.runs else {"dataset": r.dataset, "system": r.system, "note": r.note}
+            for r in rows
+        ],
         "extra": bench.extra,
         "table": text,
     }

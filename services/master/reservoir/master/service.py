@@ -316,14 +316,14 @@ class MasterService:
                 continue  # an object name Reservoir paths cannot express
             children.append(self._file_inode(mount, ufs, child, obj))
         seen = {c.path for c in children}
-        gone = [old for old in await self._stored_children(path) if old.path not in seen]
+        stored = await self._stored_children(path)
+        gone = [old for old in stored if old.path not in seen]
         for old in gone:
             await self._store.delete_prefix(keyspace.inode_key(old.path + "/"))
         await self._store.delete_many([keyspace.inode_key(old.path) for old in gone])
-        # Directories keep their own listing marker: rewriting them would lose it.
-        fresh = [c for c in children if not c.is_dir]
-        existing_dirs = {c.path for c in await self._stored_children(path) if c.is_dir}
-        fresh += [c for c in children if c.is_dir and c.path not in existing_dirs]
+        # A directory already stored keeps its own listing marker: rewriting it would lose it.
+        stored_dirs = {c.path for c in stored if c.is_dir}
+        fresh = [c for c in children if not c.is_dir or c.path not in stored_dirs]
         here = replace(self._dir_inode(path, mount), listed_ms=_now_ms())
         await self._store.put_many(
             [(keyspace.inode_key(i.path), i.to_json()) for i in fresh]
