@@ -137,3 +137,20 @@ def test_get_many_returns_values_in_order_with_none_for_absent_keys(store_url: s
         assert values[1:] == [v for _, v in reversed(items)]
 
     run(store_url, scenario)
+
+
+def test_etcd_store_moves_on_to_a_reachable_endpoint(etcd_url: str) -> None:
+    from reservoir.local.cluster import free_port
+
+    live = etcd_url.removeprefix("etcd://")
+
+    async def main() -> None:
+        store = open_metadata_store(f"etcd://127.0.0.1:{free_port()},{live}", timeout_s=2)
+        try:
+            await store.put(b"/contract/failover", b"ok")
+            assert await store.get(b"/contract/failover") == b"ok"
+            await store.delete(b"/contract/failover")
+        finally:
+            await store.close()
+
+    asyncio.run(asyncio.wait_for(main(), 20))

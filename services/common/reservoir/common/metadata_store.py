@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import functools
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -139,28 +140,43 @@ class MemoryMetadataStore(MetadataStore):
         pass
 
 
+def _transaction(success: list[Any], client: Any) -> Awaitable[Any]:
+    return client.transaction([], success, [])  # type: ignore[no-any-return]
+
+
 class EtcdMetadataStore(MetadataStore):
-    """etcd v3 through aetcd. Every call carries the configured deadline."""
+    """etcd v3 through aetcd. Every call carries the configured deadline; with several
+    endpoints, a call that cannot reach one moves on to the next (each tried once)."""
 
     def __init__(self, endpoints: list[tuple[str, int]], timeout_s: float) -> None:
         import aetcd
 
+        self._aetcd = aetcd
         self._endpoints = endpoints
         self._timeout = timeout_s
-        host, port = endpoints[0]
-        self._client = aetcd.Client(host=host, port=port, timeout=timeout_s)
-        self._aetcd = aetcd
+        self._clients = [aetcd.Client(host=h, port=p, timeout=timeout_s) for h, p in endpoints]
+        self._current = 0
 
-    async def _call(self, what: str, coro: object) -> object:
-        try:
-            return await asyncio.wait_for(coro, self._timeout)  # type: ignore[arg-type]
-        except (TimeoutError, self._aetcd.exceptions.ConnectionFailedError) as exc:
-            raise Unavailable(f"etcd {what}: no answer within {self._timeout}s") from exc
-        except self._aetcd.exceptions.ClientError as exc:
-            raise Unavailable(f"etcd {what}: {exc}") from exc
+    @property
+    def _client(self) -> Any:
+        return self._clients[self._current]
+
+    async def _call(self, what: str, operation: Callable[[Any], Awaitable[Any]]) -> Any:
+        errors = self._aetcd.exceptions
+        for _ in range(len(self._clients)):
+            client = self._client
+            try:
+                return await asyncio.wait_for(operation(client), self._timeout)
+            except (TimeoutError, errors.ConnectionFailedError, errors.ConnectionTimeoutError):
+                host, port = self._endpoints[self._current]
+                self._current = (self._current + 1) % len(self._clients)
+                last = f"etcd {what}: no answer from {host}:{port} within {self._timeout}s"
+            except errors.ClientError as exc:
+                raise Unavailable(f"etcd {what}: {exc}") from exc
+        raise Unavailable(last)
 
     async def get(self, key: bytes) -> bytes | None:
-        result = await self._call("get", self._client.get(key))
+        result = await self._call("get", lambda c: c.get(key))
         return None if result is None else bytes(result.value)  # type: ignore[attr-defined]
 
     async def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
@@ -170,14 +186,14 @@ class EtcdMetadataStore(MetadataStore):
         for start in range(0, len(flat), MAX_TXN_OPS):
             batch = flat[start : start + MAX_TXN_OPS]
             outcome: Any = await self._call(
-                "get_many", self._client.transaction([], [ops.get(k) for k in batch], [])
+                "get_many", functools.partial(_transaction, [ops.get(k) for k in batch])
             )
             _, responses = outcome
             values.extend(bytes(r[0][0]) if r else None for r in responses)
         return values
 
     async def get_prefix(self, prefix: bytes) -> list[tuple[bytes, bytes]]:
-        result = await self._call("get_prefix", self._client.get_prefix(prefix))
+        result = await self._call("get_prefix", lambda c: c.get_prefix(prefix))
         return [(bytes(kv.key), bytes(kv.value)) for kv in result]  # type: ignore[attr-defined]
 
     async def put_many(
@@ -190,7 +206,7 @@ class EtcdMetadataStore(MetadataStore):
             batch = pairs[start : start + MAX_TXN_OPS]
             success = [ops.put(k, v, lease=lease_id) for k, v in batch]
             try:
-                await self._call("put", self._client.transaction([], success, []))
+                await self._call("put", functools.partial(_transaction, success))
             except Unavailable as exc:
                 if "lease" in str(exc).lower() and "not found" in str(exc).lower():
                     raise NotFound(f"lease {lease_id} has expired") from exc
@@ -202,26 +218,27 @@ class EtcdMetadataStore(MetadataStore):
         for start in range(0, len(flat), MAX_TXN_OPS):
             batch = flat[start : start + MAX_TXN_OPS]
             await self._call(
-                "delete", self._client.transaction([], [ops.delete(k) for k in batch], [])
+                "delete", functools.partial(_transaction, [ops.delete(k) for k in batch])
             )
 
     async def delete_prefix(self, prefix: bytes) -> None:
-        await self._call("delete_prefix", self._client.delete_prefix(prefix))
+        await self._call("delete_prefix", lambda c: c.delete_prefix(prefix))
 
     async def grant_lease(self, ttl_s: int) -> Lease:
-        lease = await self._call("lease", self._client.lease(ttl_s))
+        lease = await self._call("lease", lambda c: c.lease(ttl_s))
         return Lease(int(lease.id), ttl_s)  # type: ignore[attr-defined]
 
     async def refresh_lease(self, lease: Lease) -> None:
-        result = await self._call("refresh_lease", self._client.refresh_lease(lease.id))
+        result = await self._call("refresh_lease", lambda c: c.refresh_lease(lease.id))
         if int(getattr(result, "TTL", 0)) <= 0:
             raise NotFound(f"lease {lease.id} has expired")
 
     async def revoke_lease(self, lease: Lease) -> None:
-        await self._call("revoke_lease", self._client.revoke_lease(lease.id))
+        await self._call("revoke_lease", lambda c: c.revoke_lease(lease.id))
 
     async def close(self) -> None:
-        await self._client.close()
+        for client in self._clients:
+            await client.close()
 
 
 def open_metadata_store(url: str, timeout_s: float = 5.0) -> MetadataStore:
