@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 from reservoir.client import Client
 from reservoir.local.cluster import LocalCluster
@@ -110,3 +111,36 @@ def test_worker_rejoins_after_etcd_restart(own_cluster: LocalCluster) -> None:
     own_cluster.restart_etcd()
     with Client(own_cluster.master_address) as c:
         _wait_for(lambda: {w.id for w in c.workers()} == {"worker1", "worker2"}, 10)
+
+
+def test_locations_a_killed_master_never_wrote_return_with_the_next_full_report(
+    tmp_path: Path,
+) -> None:
+    cluster = LocalCluster.up(
+        tmp_path / "c",
+        workers=1,
+        lease_ttl=LEASE_TTL_S,
+        # The master writes locations to etcd only at shutdown; workers repeat everything
+        # they hold every 2 s.
+        env={"RESERVOIR_LOCATION_FLUSH_INTERVAL": "3600", "RESERVOIR_FULL_REPORT_INTERVAL": "2"},
+    )
+    try:
+        files = _dataset(cluster, count=3)
+        with Client(cluster.master_address) as c:
+            c.mount("/f", "s3://faults/d/", endpoint_url=cluster.s3_endpoint, block_size=BLOCK)
+            for name in files:
+                c.read(f"/f/{name}")
+            _wait_for(lambda: bool(c.stat("/f/f1.bin", with_locations=True).locations), 5)
+        cluster.kill("master")  # SIGKILL: nothing was flushed
+        cluster.start_master()
+        with Client(cluster.master_address) as c:
+            assert c.stat("/f/f1.bin", with_locations=True).locations == {}
+            _wait_for(
+                lambda: (
+                    c.stat("/f/f1.bin", with_locations=True).locations
+                    == {0: ["worker1"], 1: ["worker1"]}
+                ),
+                10,
+            )
+    finally:
+        cluster.down()

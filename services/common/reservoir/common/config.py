@@ -137,6 +137,11 @@ class WorkerConfig:
     metadata_timeout_s: float = field(default=5.0, metadata=env("RESERVOIR_METADATA_TIMEOUT"))
     lease_ttl_s: int = field(default=10, metadata=env("RESERVOIR_WORKER_LEASE_TTL"))
     report_interval_s: float = field(default=0.2, metadata=env("RESERVOIR_REPORT_INTERVAL"))
+    # A whole-content report now and then repairs what a master lost (e.g. killed between
+    # receiving a report and writing it to etcd).
+    full_report_interval_s: float = field(
+        default=60.0, metadata=env("RESERVOIR_FULL_REPORT_INTERVAL")
+    )
     rpc_timeout_s: float = field(default=5.0, metadata=env("RESERVOIR_RPC_TIMEOUT"))
     ufs_timeout_s: float = field(default=10.0, metadata=env("RESERVOIR_UFS_TIMEOUT"))
     ufs_retries: int = field(default=3, metadata=env("RESERVOIR_UFS_RETRIES"))

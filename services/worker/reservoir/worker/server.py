@@ -164,7 +164,12 @@ async def serve(config: cfg.WorkerConfig) -> None:
     await membership.register()
     log.info("worker_started", worker=worker_id, address=address, capacity=config.capacity_bytes)
 
+    last_full = time.monotonic()
+
     async def report() -> None:
+        nonlocal last_full
+        if time.monotonic() - last_full >= config.full_report_interval_s:
+            membership.needs_full_report = True
         full = membership.needs_full_report
         if full:
             added, removed = service.tier.blocks(), list[tuple[str, int]]()
@@ -180,6 +185,8 @@ async def serve(config: cfg.WorkerConfig) -> None:
                 service.put_back_report(added, removed)
             raise
         membership.needs_full_report = False
+        if full:
+            last_full = time.monotonic()
 
     loops = [
         asyncio.create_task(
