@@ -1,6 +1,6 @@
 """Warm-up: Reservoir's metadata load and preload jobs against S3 directly, on one machine.
 
-    python bench/warmup_bench.py            # defaults (about 5 minutes on 2 cores)
+    python bench/warmup_bench.py            # defaults (about 4 minutes on 2 cores)
     python bench/warmup_bench.py --quick    # smoke run (tiny data sets, one run per row)
 
 Starts a local cluster (etcd, a moto-based S3 server with injected first-byte latency, the
