@@ -206,3 +206,18 @@ def test_small_cache_evicts_and_still_serves_correct_bytes(tmp_path: Path) -> No
             assert stats.used_bytes <= 3 * BLOCK
     finally:
         cluster.down()
+
+
+def test_cold_read_many_stats_a_directory_with_one_listing_not_a_head_per_file(
+    cluster: LocalCluster, bucket: str, client: Client
+) -> None:
+    files = {f"dir{i % 2}/{i:04d}": os.urandom(50 + i) for i in range(200)}
+    for key, data in files.items():
+        _put(cluster, bucket, f"data/{key}", data)
+    root = _mount(client, cluster, bucket)
+    before = cluster.s3_counts()
+    with Client(cluster.master_address) as fresh:
+        assert fresh.read_many([f"{root}/{k}" for k in files]) == list(files.values())
+    after = cluster.s3_counts()
+    assert after.get("HEAD", 0) == before.get("HEAD", 0)
+    assert after.get("LIST", 0) - before.get("LIST", 0) <= 4

@@ -44,6 +44,7 @@ _GET_STATS = "/reservoir.v1.WorkerService/GetStats"
 # Worker failures that mean "try another replica"; anything else is the answer.
 _RETRY_ELSEWHERE = (Unavailable, DeadlineExceeded)
 _WORKER_PENALTY_S = 2.0
+_STAT_BATCH = 1000
 
 
 def chunk_payload(message: bytes) -> memoryview:
@@ -181,9 +182,11 @@ class AsyncClient:
         missing = sorted(
             {p for p in normal if not (p in self._infos and self._infos[p].expires > now)}
         )
-        if missing:
+        # Calls of bounded size, so each finishes well within its deadline.
+        for start in range(0, len(missing), _STAT_BATCH):
+            chunk = missing[start : start + _STAT_BATCH]
             response = await self._call(
-                "GetFileInfos", master_pb2.GetFileInfosRequest(paths=missing), "stat many"
+                "GetFileInfos", master_pb2.GetFileInfosRequest(paths=chunk), "stat many"
             )
             for result in response.results:
                 if result.code:

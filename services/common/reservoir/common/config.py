@@ -103,6 +103,7 @@ class MasterConfig:
     metadata_timeout_s: float = field(default=5.0, metadata=env("RESERVOIR_METADATA_TIMEOUT"))
     ufs_timeout_s: float = field(default=10.0, metadata=env("RESERVOIR_UFS_TIMEOUT"))
     ufs_retries: int = field(default=3, metadata=env("RESERVOIR_UFS_RETRIES"))
+    ufs_concurrency: int = field(default=16, metadata=env("RESERVOIR_UFS_CONCURRENCY"))
     location_flush_interval_s: float = field(
         default=0.5, metadata=env("RESERVOIR_LOCATION_FLUSH_INTERVAL")
     )

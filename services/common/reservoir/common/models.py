@@ -111,6 +111,7 @@ class Inode:
     mount_path: str = ""
     synced_ms: int = 0  # when the master last checked it against the under-store
     listed_ms: int = 0  # directories: when all their children were last written
+    tree_listed_ms: int = 0  # directories: when a recursive metadata load last completed
     # Per block index, the ids of the workers that hold it (filled on request).
     locations: dict[int, list[str]] = field(default_factory=dict)
 

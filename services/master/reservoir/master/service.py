@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from typing import Any, TypeVar
 
 import structlog
 
@@ -38,10 +40,20 @@ from .locations import BlockLocationTable
 from .worker_link import WorkerLink
 
 log = structlog.get_logger()
+T = TypeVar("T")
 
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _same(stored: Inode | None, listed: Inode) -> bool:
+    """Whether a stored inode already says what a fresh listing says."""
+    if stored is None:
+        return False
+    if listed.is_dir:
+        return stored.is_dir
+    return replace(stored, synced_ms=0) == replace(listed, synced_ms=0)
 
 
 class MasterService:
@@ -55,6 +67,9 @@ class MasterService:
         self._leases: dict[str, Lease] = {}
         self._mount_lock = asyncio.Lock()
         self._worker_link = WorkerLink(config.load_timeout_s)
+        # boto3 blocks: under-store calls run on a pool of their own, sized by a setting
+        # (asyncio's default pool is small on small machines).
+        self._pool = ThreadPoolExecutor(config.ufs_concurrency, thread_name_prefix="ufs")
         self.jobs = LoadJobs(
             store,
             config,
@@ -76,8 +91,14 @@ class MasterService:
     async def close(self) -> None:
         await self.jobs.close()
         await self._worker_link.close()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    async def _ufs(self, call: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._pool, call, *args)
 
     async def _load_all_metadata(self, path: str) -> None:
+        if await self.tree_is_fresh(path):
+            return  # loaded recently: the stored namespace is the truth
         async for _ in self.load_metadata(path, recursive=True):
             pass
 
@@ -112,7 +133,7 @@ class MasterService:
                     raise AlreadyExists(f"{path} is already mounted ({other.uri})")
                 if paths.is_within(path, other.path) or paths.is_within(other.path, path):
                     raise InvalidArgument(f"{path} overlaps the mount at {other.path}")
-            await asyncio.to_thread(probe.check)
+            await self._ufs(probe.check)
             mount = Mount(path=path, uri=probe.uri, options=options, created_ms=_now_ms())
             await self._store.put(keyspace.mount_key(path), mount.to_json())
             self._mounts[path] = mount
@@ -199,16 +220,16 @@ class MasterService:
         raw = await self._store.get(keyspace.inode_key(path))
         if raw is not None:
             inode = Inode.from_json(raw)
-            if self._fresh(mount, inode.synced_ms):
+            if self._fresh(mount, inode.synced_ms) or await self._parent_listed(mount, path):
                 return self._with_locations(inode) if with_locations else inode
-        elif await self._listed_without(mount, path):
+        elif await self._parent_listed(mount, path):
             raise NotFound(f"{path}: no such file or directory")
         inode = await self._sync_inode(mount, path)
         return self._with_locations(inode) if with_locations else inode
 
-    async def _listed_without(self, mount: Mount, path: str) -> bool:
-        """True when the parent directory's fresh listing shows `path` does not exist, so
-        the answer costs no under-store request."""
+    async def _parent_listed(self, mount: Mount, path: str) -> bool:
+        """True when the parent directory was listed recently enough that its stored
+        children are the truth: what is there exists, what is not does not."""
         parent = paths.parent_of(path)
         if not paths.is_within(parent, mount.path):
             return False
@@ -219,10 +240,10 @@ class MasterService:
         ufs = self._under_store(mount)
         key = path[len(mount.path) + 1 :]
         try:
-            obj = await asyncio.to_thread(ufs.head, key)
+            obj = await self._ufs(ufs.head, key)
             inode = self._file_inode(mount, ufs, path, obj)
         except NotFound:
-            listing = await asyncio.to_thread(ufs.list, key + "/")
+            listing = await self._ufs(ufs.list, key + "/")
             if not listing.objects and not listing.prefixes:
                 await self._store.delete(keyspace.inode_key(path))
                 raise NotFound(f"{path}: no such file or directory") from None
@@ -255,7 +276,38 @@ class MasterService:
             mount = self._mount_for(path)
             if mount is not None and self._fresh(mount, inode.synced_ms):
                 results[position] = self._with_locations(inode) if with_locations else inode
-        limit = asyncio.Semaphore(16)
+        # Several unknown files in one directory: one listing answers them all, where
+        # a HEAD each would cost a round trip each.
+        by_parent: dict[str, list[int]] = {}
+        for position, path in keyed:
+            if results[position] is None:
+                by_parent.setdefault(paths.parent_of(path), []).append(position)
+        limit = asyncio.Semaphore(self._config.metadata_load_parallelism)
+
+        async def listed(parent: str, positions: list[int]) -> None:
+            mount = self._mount_for(parent)
+            if mount is None:
+                return
+            async with limit:
+                try:
+                    children, _, _ = await self._sync_directory(mount, parent)
+                except ReservoirError:
+                    return  # left to the one-by-one path below, which reports it
+            found = {c.path: c for c in children}
+            for position in positions:
+                path = paths.normalize(many[position])
+                inode = found.get(path)
+                results[position] = (
+                    NotFound(f"{path}: no such file or directory")
+                    if inode is None
+                    else self._with_locations(inode)
+                    if with_locations
+                    else inode
+                )
+
+        await asyncio.gather(
+            *(listed(parent, ps) for parent, ps in by_parent.items() if len(ps) > 1)
+        )
 
         async def one(position: int) -> None:
             async with limit:
@@ -282,7 +334,7 @@ class MasterService:
             if stored is not None and self._fresh(mount, Inode.from_json(stored).listed_ms):
                 children = await self._stored_children(path)
             else:
-                children, _ = await self._sync_directory(mount, path)
+                children, _, _ = await self._sync_directory(mount, path)
             entries.update((c.path.rsplit("/", 1)[1], c) for c in children)
         result = [entries[name] for name in sorted(entries)]
         if with_locations:
@@ -298,13 +350,13 @@ class MasterService:
             if inode.path.count("/") == depth
         ]
 
-    async def _sync_directory(self, mount: Mount, path: str) -> tuple[list[Inode], int]:
+    async def _sync_directory(self, mount: Mount, path: str) -> tuple[list[Inode], int, int]:
         """Lists one directory level in the under-store and makes etcd agree with it:
-        children written, vanished children (and their subtrees) removed, the directory
-        marked as listed. Returns the children and how many inodes were removed."""
+        changed and new children written, vanished children (and their subtrees)
+        removed, the directory marked as listed. Returns (children, written, removed)."""
         ufs = self._under_store(mount)
         prefix = "" if path == mount.path else path[len(mount.path) + 1 :] + "/"
-        listing = await asyncio.to_thread(ufs.list, prefix)
+        listing = await self._ufs(ufs.list, prefix)
         children: list[Inode] = []
         for sub in listing.prefixes:
             children.append(self._dir_inode(paths.join(path, sub[len(prefix) :]), mount))
@@ -315,21 +367,28 @@ class MasterService:
             except InvalidArgument:
                 continue  # an object name Reservoir paths cannot express
             children.append(self._file_inode(mount, ufs, child, obj))
+        if not children and path != mount.path:
+            # The directory is gone (or never was): no listing marker for a phantom.
+            raw = await self._store.get(keyspace.inode_key(path))
+            if raw is not None and Inode.from_json(raw).is_dir:
+                await self._store.delete_prefix(keyspace.inode_key(path + "/"))
+                await self._store.delete(keyspace.inode_key(path))
+            return [], 0, 0
         seen = {c.path for c in children}
-        stored = await self._stored_children(path)
-        gone = [old for old in stored if old.path not in seen]
+        stored = {c.path: c for c in await self._stored_children(path)}
+        gone = [old for old in stored.values() if old.path not in seen]
         for old in gone:
             await self._store.delete_prefix(keyspace.inode_key(old.path + "/"))
         await self._store.delete_many([keyspace.inode_key(old.path) for old in gone])
-        # A directory already stored keeps its own listing marker: rewriting it would lose it.
-        stored_dirs = {c.path for c in stored if c.is_dir}
-        fresh = [c for c in children if not c.is_dir or c.path not in stored_dirs]
+        # Unchanged children are not rewritten (the directory's listing marker vouches for
+        # them); a stored directory keeps its own listing marker.
+        changed = [c for c in children if not _same(stored.get(c.path), c)]
         here = replace(self._dir_inode(path, mount), listed_ms=_now_ms())
         await self._store.put_many(
-            [(keyspace.inode_key(i.path), i.to_json()) for i in fresh]
+            [(keyspace.inode_key(i.path), i.to_json()) for i in changed]
             + [(keyspace.inode_key(path), here.to_json())]
         )
-        return sorted(children, key=lambda c: c.path), len(gone)
+        return sorted(children, key=lambda c: c.path), len(changed), len(gone)
 
     async def load_metadata(
         self, path: str, recursive: bool = True
@@ -348,20 +407,36 @@ class MasterService:
         pending = [info.path]
         limit = asyncio.Semaphore(self._config.metadata_load_parallelism)
 
-        async def one(directory: str) -> tuple[list[Inode], int]:
+        async def one(directory: str) -> tuple[list[Inode], int, int]:
             async with limit:
                 return await self._sync_directory(mount, directory)
 
         while pending:
             batch, pending = pending, []
-            for children, gone in await asyncio.gather(*(one(d) for d in batch)):
+            for children, changed, gone in await asyncio.gather(*(one(d) for d in batch)):
                 listed += len(children)
-                written += len(children) + 1
+                written += changed
                 removed += gone
                 if recursive:
                     pending.extend(c.path for c in children if c.is_dir)
             yield (listed, written, removed, False)
+        if recursive:
+            raw = await self._store.get(keyspace.inode_key(info.path))
+            if raw is not None:
+                top = replace(Inode.from_json(raw), tree_listed_ms=_now_ms())
+                await self._store.put(keyspace.inode_key(info.path), top.to_json())
         yield (listed, written, removed, True)
+
+    async def tree_is_fresh(self, path: str) -> bool:
+        """True when a recursive metadata load of `path` is recent enough to trust."""
+        path = paths.normalize(path)
+        mount = self._mount_for(path)
+        raw = await self._store.get(keyspace.inode_key(path))
+        return (
+            mount is not None
+            and raw is not None
+            and self._fresh(mount, Inode.from_json(raw).tree_listed_ms)
+        )
 
     async def report(self, path: str) -> dict[str, int]:
         """Files, bytes and how much of them the workers hold, for a path."""
