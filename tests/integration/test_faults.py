@@ -134,7 +134,7 @@ def test_locations_a_killed_master_never_wrote_return_with_the_next_full_report(
         cluster.kill("master")  # SIGKILL: nothing was flushed
         cluster.start_master()
         with Client(cluster.master_address) as c:
-            assert c.stat("/f/f1.bin", with_locations=True).locations == {}
+            # (Not asserted empty first: the next full report may already have arrived.)
             _wait_for(
                 lambda: (
                     c.stat("/f/f1.bin", with_locations=True).locations

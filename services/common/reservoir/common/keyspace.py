@@ -14,8 +14,26 @@ def mount_key(path: str) -> bytes:
     return MOUNTS + path.encode()
 
 
+# Inodes are keyed by depth, then path: a directory's children are one contiguous range,
+# so listing a directory reads its children only, never the whole subtree below it.
+MAX_DEPTH = 256
+
+
+def depth(path: str) -> int:
+    return 0 if path == "/" else path.count("/")
+
+
 def inode_key(path: str) -> bytes:
-    return INODES + path.encode()
+    return INODES + f"/{depth(path):03d}".encode() + path.encode()
+
+
+def inode_level_prefix(directory: str, level: int) -> bytes:
+    """Keys of the inodes `level` components deep that lie below `directory`."""
+    return INODES + f"/{level:03d}".encode() + (directory.rstrip("/") + "/").encode()
+
+
+def inode_children_prefix(directory: str) -> bytes:
+    return inode_level_prefix(directory, depth(directory) + 1)
 
 
 def worker_key(worker_id: str) -> bytes:

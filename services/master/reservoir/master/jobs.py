@@ -79,6 +79,7 @@ class LoadJobs:
         workers: Callable[[], Awaitable[list[WorkerRecord]]],
         load_blocks: LoadBlocks,
         file_info: Callable[[str], Awaitable[Inode]],
+        subtree: Callable[[str], Awaitable[list[Inode]]],
     ) -> None:
         self._store = store
         self._config = config
@@ -86,6 +87,7 @@ class LoadJobs:
         self._workers = workers
         self._load_blocks = load_blocks
         self._file_info = file_info
+        self._subtree = subtree
         self._jobs: dict[str, Job] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
 
@@ -218,9 +220,7 @@ class LoadJobs:
         info = await self._file_info(path)
         if not info.is_dir:
             return [info]
-        prefix = keyspace.inode_key(info.path.rstrip("/") + "/")
-        inodes = (Inode.from_json(v) for _, v in await self._store.get_prefix(prefix))
-        return [i for i in inodes if not i.is_dir]
+        return [i for i in await self._subtree(info.path) if not i.is_dir]
 
     async def _load(self, job: Job, files: list[Inode]) -> None:
         workers = await self._workers()

@@ -77,6 +77,7 @@ class MasterService:
             workers=self.workers,
             load_blocks=self._worker_link.load_blocks,
             file_info=self.file_info,
+            subtree=self.subtree,
         )
 
     async def start(self) -> None:
@@ -147,7 +148,7 @@ class MasterService:
                 raise NotFound(f"{path} is not a mount point")
             await self._store.delete(keyspace.mount_key(path))
             await self._store.delete(keyspace.inode_key(path))
-            await self._store.delete_prefix(keyspace.inode_key(path + "/"))
+            await self._delete_subtree(path, exhaustive=True)
             del self._mounts[path]
             self._under_stores.pop(path, None)
         log.info("unmounted", path=path)
@@ -342,13 +343,27 @@ class MasterService:
         return result
 
     async def _stored_children(self, path: str) -> list[Inode]:
-        depth = path.count("/") + (0 if path == paths.ROOT else 1)
-        prefix = keyspace.inode_key(path.rstrip("/") + "/")
-        return [
-            inode
-            for inode in (Inode.from_json(v) for _, v in await self._store.get_prefix(prefix))
-            if inode.path.count("/") == depth
-        ]
+        pairs = await self._store.get_prefix(keyspace.inode_children_prefix(path))
+        return [Inode.from_json(v) for _, v in pairs]
+
+    async def subtree(self, path: str) -> list[Inode]:
+        """Every stored inode below `path`, level by level."""
+        found: list[Inode] = []
+        for level in range(keyspace.depth(path) + 1, keyspace.MAX_DEPTH):
+            pairs = await self._store.get_prefix(keyspace.inode_level_prefix(path, level))
+            if not pairs:
+                break  # a level with nothing below this directory has no deeper levels
+            found.extend(Inode.from_json(v) for _, v in pairs)
+        return found
+
+    async def _delete_subtree(self, path: str, *, exhaustive: bool = False) -> None:
+        """Deletes every stored inode below `path`. `exhaustive` also reaches inodes
+        stored without their parents (stat of a deep path), at the cost of a call per level."""
+        for level in range(keyspace.depth(path) + 1, keyspace.MAX_DEPTH):
+            prefix = keyspace.inode_level_prefix(path, level)
+            if not exhaustive and not await self._store.get_prefix(prefix):
+                break
+            await self._store.delete_prefix(prefix)
 
     async def _sync_directory(self, mount: Mount, path: str) -> tuple[list[Inode], int, int]:
         """Lists one directory level in the under-store and makes etcd agree with it:
@@ -371,14 +386,15 @@ class MasterService:
             # The directory is gone (or never was): no listing marker for a phantom.
             raw = await self._store.get(keyspace.inode_key(path))
             if raw is not None and Inode.from_json(raw).is_dir:
-                await self._store.delete_prefix(keyspace.inode_key(path + "/"))
+                await self._delete_subtree(path)
                 await self._store.delete(keyspace.inode_key(path))
             return [], 0, 0
         seen = {c.path for c in children}
         stored = {c.path: c for c in await self._stored_children(path)}
         gone = [old for old in stored.values() if old.path not in seen]
         for old in gone:
-            await self._store.delete_prefix(keyspace.inode_key(old.path + "/"))
+            if old.is_dir:
+                await self._delete_subtree(old.path)
         await self._store.delete_many([keyspace.inode_key(old.path) for old in gone])
         # Unchanged children are not rewritten (the directory's listing marker vouches for
         # them); a stored directory keeps its own listing marker.
@@ -442,12 +458,7 @@ class MasterService:
         """Files, bytes and how much of them the workers hold, for a path."""
         info = await self.file_info(path)
         if info.is_dir:
-            prefix = keyspace.inode_key(info.path.rstrip("/") + "/")
-            files = [
-                i
-                for i in (Inode.from_json(v) for _, v in await self._store.get_prefix(prefix))
-                if not i.is_dir
-            ]
+            files = [i for i in await self.subtree(info.path) if not i.is_dir]
         else:
             files = [info]
         totals = {"files": 0, "bytes": 0, "blocks": 0, "cached_blocks": 0, "cached_bytes": 0}
