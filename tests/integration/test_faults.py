@@ -110,7 +110,14 @@ def test_worker_rejoins_after_etcd_restart(own_cluster: LocalCluster) -> None:
     own_cluster.stop("etcd")
     own_cluster.restart_etcd()
     with Client(own_cluster.master_address) as c:
-        _wait_for(lambda: {w.id for w in c.workers()} == {"worker1", "worker2"}, 10)
+
+        def both_registered() -> bool:
+            try:
+                return {w.id for w in c.workers()} == {"worker1", "worker2"}
+            except ConnectionError:  # the master's own etcd client may still be reconnecting
+                return False
+
+        _wait_for(both_registered, 15)
 
 
 def test_locations_a_killed_master_never_wrote_return_with_the_next_full_report(

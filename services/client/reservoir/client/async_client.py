@@ -27,10 +27,10 @@ from reservoir.common.errors import (
     error_for_code_value,
 )
 from reservoir.common.malloc_tuning import tune_for_large_buffers
-from reservoir.common.models import Inode, Mount, MountOptions, WorkerRecord
+from reservoir.common.models import Inode, Mount, MountOptions, WorkerRecord, block_request
 from reservoir.common.observability import inject_metadata
 from reservoir.common.rpc import CHANNEL_OPTIONS, error_from_rpc, is_transport_failure
-from reservoir.common.under_store import UnderStore, UnderStoreSettings, open_under_store
+from reservoir.common.under_store import MountedStores
 from reservoir.v1 import master_pb2, master_pb2_grpc, worker_pb2
 
 from .routing import candidates
@@ -92,7 +92,7 @@ class AsyncClient:
         self._workers: _Cached | None = None
         self._mounts: _Cached | None = None
         self._penalised: dict[str, float] = {}
-        self._under_stores: dict[str, UnderStore] = {}
+        self._under_stores = MountedStores(self.config.ufs_timeout_s)
 
     async def close(self) -> None:
         for channel in self._worker_channels.values():
@@ -267,21 +267,6 @@ class AsyncClient:
             pieces = [p for ps in parts for p in ps]
         return b"".join(pieces)  # the one copy: received buffers -> the caller's bytes
 
-    def _block_request(
-        self, inode: Inode, index: int, offset: int, length: int
-    ) -> worker_pb2.ReadBlockRequest:
-        return worker_pb2.ReadBlockRequest(
-            file_id=inode.file_id,
-            index=index,
-            offset=offset,
-            length=length,
-            ufs_uri=inode.ufs_uri,
-            etag=inode.etag,
-            file_size=inode.size,
-            block_size=inode.block_size,
-            mount_path=inode.mount_path,
-        )
-
     def _ordered(self, inode: Inode, index: int, workers: list[WorkerRecord]) -> list[WorkerRecord]:
         order = candidates(
             inode.file_id,
@@ -305,7 +290,7 @@ class AsyncClient:
     async def _read_block(
         self, inode: Inode, index: int, offset: int, length: int, workers: list[WorkerRecord]
     ) -> list[memoryview]:
-        request = self._block_request(inode, index, offset, length)
+        request = block_request(inode, index, offset, length)
         last_error: ReservoirError | None = None
         for worker in self._ordered(inode, index, workers):
             try:
@@ -351,19 +336,7 @@ class AsyncClient:
         mount = next((m for m in mounts if m.path == inode.mount_path), None)
         if mount is None:
             raise NotFound(f"{inode.mount_path} is no longer mounted")
-        ufs = self._under_stores.get(mount.path)
-        if ufs is None or ufs.uri != mount.uri:
-            o = mount.options
-            ufs = open_under_store(
-                mount.uri,
-                UnderStoreSettings(
-                    endpoint_url=o.endpoint_url,
-                    region=o.region,
-                    credentials=o.credentials,
-                    timeout_s=self.config.ufs_timeout_s,
-                ),
-            )
-            self._under_stores[mount.path] = ufs
+        ufs = self._under_stores.for_mount(mount)
         log.info("read_from_under_store", path=inode.path, block=index)
         start = index * inode.block_size + offset
         return await asyncio.to_thread(
@@ -419,7 +392,7 @@ class AsyncClient:
         limit: asyncio.Semaphore,
     ) -> None:
         request = worker_pb2.ReadBlocksRequest(
-            blocks=[self._block_request(inodes[p], 0, 0, -1) for p in positions]
+            blocks=[block_request(inodes[p], 0, 0, -1) for p in positions]
         )
         call = self._channel(worker.address).unary_stream(
             _READ_BLOCKS,

@@ -6,7 +6,7 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, field, replace
 
-from reservoir.v1 import common_pb2
+from reservoir.v1 import common_pb2, worker_pb2
 
 from .config import MiB, parse_duration
 from .errors import InvalidArgument
@@ -28,6 +28,17 @@ class MountOptions:
     credentials: str = ""
     metadata_ttl_ms: int = 0
     metadata_sync: str = ""
+
+    @classmethod
+    def from_proto(cls, o: common_pb2.MountOptions) -> MountOptions:
+        return cls(
+            o.endpoint_url,
+            o.region,
+            o.block_size,
+            o.credentials,
+            o.metadata_ttl_ms,
+            o.metadata_sync,
+        )
 
     def sync_ttl_ms(self, default_ms: int) -> int | None:
         """How long the namespace is trusted before it is checked against the
@@ -82,18 +93,10 @@ class Mount:
 
     @classmethod
     def from_proto(cls, msg: common_pb2.MountInfo) -> Mount:
-        o = msg.options
         return cls(
             path=msg.path,
             uri=msg.uri,
-            options=MountOptions(
-                o.endpoint_url,
-                o.region,
-                o.block_size,
-                o.credentials,
-                o.metadata_ttl_ms,
-                o.metadata_sync,
-            ),
+            options=MountOptions.from_proto(msg.options),
             created_ms=msg.created_ms,
         )
 
@@ -199,3 +202,20 @@ class WorkerRecord:
     @classmethod
     def from_proto(cls, msg: common_pb2.WorkerInfo) -> WorkerRecord:
         return cls(msg.id, msg.address, msg.host, msg.zone, msg.capacity_bytes, msg.started_ms)
+
+
+def block_request(
+    inode: Inode, index: int, offset: int = 0, length: int = -1
+) -> worker_pb2.ReadBlockRequest:
+    """What a worker needs to serve (or fetch) one block of `inode`."""
+    return worker_pb2.ReadBlockRequest(
+        file_id=inode.file_id,
+        index=index,
+        offset=offset,
+        length=length,
+        ufs_uri=inode.ufs_uri,
+        etag=inode.etag,
+        file_size=inode.size,
+        block_size=inode.block_size,
+        mount_path=inode.mount_path,
+    )

@@ -25,6 +25,7 @@ from .errors import (
     ReservoirError,
     Unavailable,
 )
+from .models import Mount, MountOptions
 
 
 @dataclass(frozen=True, slots=True)
@@ -320,6 +321,37 @@ class LocalUnderStore(UnderStore):
     def check(self) -> None:
         if not self.root.is_dir():
             raise NotFound(f"mount {self.uri}: no such directory")
+
+
+class MountedStores:
+    """One open under-store per mount, opened on first use and reopened when the mount
+    now points elsewhere. Credentials are resolved here, in this process, never stored."""
+
+    def __init__(self, timeout_s: float, retries: int = 3, max_connections: int = 16) -> None:
+        self._timeout_s = timeout_s
+        self._retries = retries
+        self._max_connections = max_connections
+        self._open: dict[str, UnderStore] = {}
+
+    def settings(self, options: MountOptions, retries: int | None = None) -> UnderStoreSettings:
+        return UnderStoreSettings(
+            endpoint_url=options.endpoint_url,
+            region=options.region,
+            credentials=options.credentials,
+            timeout_s=self._timeout_s,
+            retries=self._retries if retries is None else retries,
+            max_connections=self._max_connections,
+        )
+
+    def for_mount(self, mount: Mount) -> UnderStore:
+        ufs = self._open.get(mount.path)
+        if ufs is None or ufs.uri != mount.uri:
+            ufs = open_under_store(mount.uri, self.settings(mount.options))
+            self._open[mount.path] = ufs
+        return ufs
+
+    def forget(self, mount_path: str) -> None:
+        self._open.pop(mount_path, None)
 
 
 def open_under_store(uri: str, settings: UnderStoreSettings) -> UnderStore:

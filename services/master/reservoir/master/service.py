@@ -28,9 +28,9 @@ from reservoir.common.errors import (
 from reservoir.common.metadata_store import Lease, MetadataStore
 from reservoir.common.models import Inode, Mount, MountOptions, WorkerRecord, file_id_for
 from reservoir.common.under_store import (
+    MountedStores,
     ObjectInfo,
     UnderStore,
-    UnderStoreSettings,
     open_under_store,
 )
 from reservoir.common.worker_registry import WorkerRegistry
@@ -61,7 +61,9 @@ class MasterService:
         self._store = store
         self._config = config
         self._mounts: dict[str, Mount] = {}
-        self._under_stores: dict[str, UnderStore] = {}
+        self._under_stores = MountedStores(
+            config.ufs_timeout_s, config.ufs_retries, config.ufs_concurrency
+        )
         self._registry = WorkerRegistry(store)
         self.locations = BlockLocationTable(store)
         self._leases: dict[str, Lease] = {}
@@ -105,21 +107,8 @@ class MasterService:
 
     # ---- mounts -------------------------------------------------------------------------
 
-    def _settings(self, options: MountOptions, *, retries: int | None = None) -> UnderStoreSettings:
-        return UnderStoreSettings(
-            endpoint_url=options.endpoint_url,
-            region=options.region,
-            credentials=options.credentials,
-            timeout_s=self._config.ufs_timeout_s,
-            retries=self._config.ufs_retries if retries is None else retries,
-        )
-
     def _under_store(self, mount: Mount) -> UnderStore:
-        ufs = self._under_stores.get(mount.path)
-        if ufs is None or ufs.uri != mount.uri:
-            ufs = open_under_store(mount.uri, self._settings(mount.options))
-            self._under_stores[mount.path] = ufs
-        return ufs
+        return self._under_stores.for_mount(mount)
 
     async def mount(self, path: str, uri: str, options: MountOptions) -> Mount:
         path = paths.normalize(path)
@@ -127,7 +116,7 @@ class MasterService:
             raise InvalidArgument("cannot mount on /")
         options = options.validated()
         # Fail fast at mount time: one attempt, so a wrong endpoint is reported in seconds.
-        probe = open_under_store(uri, self._settings(options, retries=1))
+        probe = open_under_store(uri, self._under_stores.settings(options, retries=1))
         async with self._mount_lock:
             for other in self._mounts.values():
                 if other.path == path:
@@ -150,7 +139,7 @@ class MasterService:
             await self._store.delete(keyspace.inode_key(path))
             await self._delete_subtree(path, exhaustive=True)
             del self._mounts[path]
-            self._under_stores.pop(path, None)
+            self._under_stores.forget(path)
         log.info("unmounted", path=path)
 
     def mounts(self) -> list[Mount]:

@@ -26,18 +26,8 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
     async def Mount(
         self, request: master_pb2.MountRequest, context: grpc.aio.ServicerContext
     ) -> master_pb2.MountResponse:
-        o = request.options
         mount = await self._service.mount(
-            request.path,
-            request.uri,
-            MountOptions(
-                o.endpoint_url,
-                o.region,
-                o.block_size,
-                o.credentials,
-                o.metadata_ttl_ms,
-                o.metadata_sync,
-            ),
+            request.path, request.uri, MountOptions.from_proto(request.options)
         )
         return master_pb2.MountResponse(mount=mount.to_proto())
 

@@ -6,26 +6,12 @@ import grpc
 import grpc.aio
 
 from reservoir.common.errors import ReservoirError, error_for_code_value
-from reservoir.common.models import Inode, WorkerRecord
+from reservoir.common.models import Inode, WorkerRecord, block_request
 from reservoir.common.observability import inject_metadata
 from reservoir.common.rpc import CHANNEL_OPTIONS, error_from_rpc
 from reservoir.v1 import worker_pb2
 
 _LOAD_BLOCKS = "/reservoir.v1.WorkerService/LoadBlocks"
-
-
-def block_request(inode: Inode, index: int) -> worker_pb2.ReadBlockRequest:
-    return worker_pb2.ReadBlockRequest(
-        file_id=inode.file_id,
-        index=index,
-        offset=0,
-        length=0,
-        ufs_uri=inode.ufs_uri,
-        etag=inode.etag,
-        file_size=inode.size,
-        block_size=inode.block_size,
-        mount_path=inode.mount_path,
-    )
 
 
 class WorkerLink:
@@ -48,7 +34,9 @@ class WorkerLink:
             request_serializer=worker_pb2.ReadBlocksRequest.SerializeToString,
             response_deserializer=worker_pb2.LoadBlocksResponse.FromString,
         )
-        request = worker_pb2.ReadBlocksRequest(blocks=[block_request(i, n) for i, n in blocks])
+        request = worker_pb2.ReadBlocksRequest(
+            blocks=[block_request(i, n, length=0) for i, n in blocks]
+        )
         try:
             response = await call(request, timeout=self._timeout, metadata=inject_metadata())
         except grpc.RpcError as exc:

@@ -13,7 +13,7 @@ from opentelemetry import metrics
 from reservoir.common.config import WorkerConfig
 from reservoir.common.errors import InvalidArgument, NotFound, OutOfRange
 from reservoir.common.models import Mount, file_id_for
-from reservoir.common.under_store import UnderStore, UnderStoreSettings, open_under_store
+from reservoir.common.under_store import MountedStores, UnderStore
 
 from .memory_tier import BlockId, MemoryTier
 
@@ -80,7 +80,9 @@ class WorkerService:
         self.tier = MemoryTier(config.capacity_bytes, self._evicted)
         self._fetch_mounts = fetch_mounts
         self._mounts: dict[str, Mount] = {}
-        self._under_stores: dict[str, UnderStore] = {}
+        self._under_stores = MountedStores(
+            config.ufs_timeout_s, config.ufs_retries, config.ufs_concurrency
+        )
         self._inflight: dict[BlockId, asyncio.Task[bytes]] = {}
         # boto3 is blocking: its calls run on a bounded pool, which also bounds the
         # number of concurrent GETs this worker sends to the under-store.
@@ -103,22 +105,7 @@ class WorkerService:
             mount = self._mounts.get(mount_path)
             if mount is None:
                 raise NotFound(f"{mount_path} is not mounted")
-        ufs = self._under_stores.get(mount.path)
-        if ufs is None or ufs.uri != mount.uri:
-            o = mount.options
-            ufs = open_under_store(
-                mount.uri,
-                UnderStoreSettings(
-                    endpoint_url=o.endpoint_url,
-                    region=o.region,
-                    credentials=o.credentials,
-                    timeout_s=self.config.ufs_timeout_s,
-                    retries=self.config.ufs_retries,
-                    max_connections=self.config.ufs_concurrency,
-                ),
-            )
-            self._under_stores[mount.path] = ufs
-        return mount, ufs
+        return mount, self._under_stores.for_mount(mount)
 
     async def block(self, request: BlockRequest) -> tuple[bytes, bool]:
         """The whole block and whether it came from cache.

@@ -1,0 +1,41 @@
+import pytest
+
+from reservoir.common.errors import InvalidArgument
+from reservoir.common.models import Inode, MountOptions, file_id_for
+
+
+@pytest.mark.parametrize(
+    ("policy", "ttl_ms"),
+    [
+        ("never", None),
+        ("always", 0),
+        ("interval:90s", 90_000),
+        ("interval:5m", 300_000),
+        ("", 1234),
+    ],
+)
+def test_metadata_sync_policy_sets_how_long_metadata_is_trusted(
+    policy: str, ttl_ms: int | None
+) -> None:
+    assert MountOptions(metadata_sync=policy).validated().sync_ttl_ms(1234) == ttl_ms
+
+
+@pytest.mark.parametrize("bad", ["sometimes", "interval:", "interval:soon"])
+def test_unknown_sync_policy_is_refused_at_mount(bad: str) -> None:
+    with pytest.raises(InvalidArgument):
+        MountOptions(metadata_sync=bad).validated()
+
+
+def test_a_changed_object_gets_a_new_file_id() -> None:
+    a = file_id_for("s3://b/k", "etag1", 10)
+    assert a == file_id_for("s3://b/k", "etag1", 10)
+    assert a != file_id_for("s3://b/k", "etag2", 10)
+    assert a != file_id_for("s3://b/k", "etag1", 11)
+    assert a != file_id_for("s3://b/other", "etag1", 10)
+
+
+def test_block_geometry_covers_the_file_exactly() -> None:
+    inode = Inode(path="/m/f", is_dir=False, size=10_000, block_size=4096)
+    assert inode.block_count == 3
+    assert [inode.block_length(i) for i in range(3)] == [4096, 4096, 1808]
+    assert Inode(path="/m/e", is_dir=False, size=0, block_size=4096).block_count == 0
