@@ -221,3 +221,24 @@ def test_cold_read_many_stats_a_directory_with_one_listing_not_a_head_per_file(
     after = cluster.s3_counts()
     assert after.get("HEAD", 0) == before.get("HEAD", 0)
     assert after.get("LIST", 0) - before.get("LIST", 0) <= 4
+
+
+def test_s3_errors_are_retried_within_a_bound_then_reported_clearly(
+    cluster: LocalCluster, bucket: str, client: Client
+) -> None:
+    _put(cluster, bucket, "data/flaky.bin", b"a" * 1000)
+    _put(cluster, bucket, "data/down.bin", b"b" * 1000)
+    root = _mount(client, cluster, bucket)
+    client.ls(root)
+    cluster.s3_config(fail_gets=2)  # fewer than the retry budget: nobody notices
+    assert client.read(f"{root}/flaky.bin") == b"a" * 1000
+    cluster.s3_config(fail_gets=1000)  # the store is down for GETs
+    try:
+        with Client(cluster.master_address) as c:
+            start = time.monotonic()
+            with pytest.raises(ConnectionError):
+                c.read(f"{root}/down.bin")
+            assert time.monotonic() - start < 30
+    finally:
+        cluster.s3_config(fail_gets=0)
+    assert client.read(f"{root}/down.bin") == b"b" * 1000
