@@ -65,6 +65,7 @@ def cmd_local_up(args: argparse.Namespace) -> None:
         s3_endpoint=args.s3_endpoint or "",
         s3_latency_ms=args.s3_latency_ms,
         capacity=args.capacity,
+        shm=args.shm,
     )
     _emit(args, cluster.status(), lambda: cluster.master_address)
     if not args.json:
@@ -390,6 +391,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--s3-latency-ms", type=float, default=0.0, help="first-byte latency of the local S3"
     )
     up.add_argument("--capacity", default="1GiB", help="cache capacity per worker")
+    up.add_argument(
+        "--shm",
+        action="store_true",
+        help="workers keep blocks in /dev/shm: same-host short-circuit reads",
+    )
     up.set_defaults(func=cmd_local_up)
     local.add_parser("down", help="stop the local cluster").set_defaults(func=cmd_local_down)
     local.add_parser("status", help="show the local cluster").set_defaults(func=cmd_local_status)

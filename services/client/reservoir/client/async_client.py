@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -27,7 +28,14 @@ from reservoir.common.errors import (
     error_for_code_value,
 )
 from reservoir.common.malloc_tuning import tune_for_large_buffers
-from reservoir.common.models import Inode, Mount, MountOptions, WorkerRecord, block_request
+from reservoir.common.models import (
+    Inode,
+    Mount,
+    MountOptions,
+    WorkerRecord,
+    block_request,
+    shm_block_name,
+)
 from reservoir.common.observability import inject_metadata
 from reservoir.common.rpc import CHANNEL_OPTIONS, error_from_rpc, is_transport_failure
 from reservoir.common.under_store import MountedStores
@@ -93,6 +101,7 @@ class AsyncClient:
         self._mounts: _Cached | None = None
         self._penalised: dict[str, float] = {}
         self._under_stores = MountedStores(self.config.ufs_timeout_s)
+        self.short_circuit_bytes = 0  # bytes read from same-host workers' files
 
     async def close(self) -> None:
         for channel in self._worker_channels.values():
@@ -221,30 +230,37 @@ class AsyncClient:
 
         A range past the end is clipped, as a file read is; a negative offset is refused.
         """
+        return b"".join(await self.read_pieces(path, offset, length))
+
+    async def read_pieces(self, path: str, offset: int = 0, length: int = -1) -> list[memoryview]:
+        """The same range as `read`, as the received buffers in order (no copy made).
+
+        The blocking client joins them in the caller's thread: a large result allocated
+        there can reuse freed heap memory, where the event loop thread's arena cannot."""
         if offset < 0 or length < -1:
             raise InvalidArgument("offset must be >= 0 and length >= -1")
         with _tracer.start_as_current_span("reservoir.read", attributes={"path": path}):
-            return await self._read(path, offset, length)
-
-    async def _read(self, path: str, offset: int, length: int) -> bytes:
-        for attempt in range(2):
-            inode = await self.stat(path)
-            try:
-                return await self._read_inode(inode, offset, length)
-            except Conflict:
-                # The object changed since we looked: fetch fresh metadata once.
-                self.forget(inode.path)
-                await self.stat(path, fresh=True)
-                if attempt:
-                    raise
+            for attempt in range(2):
+                inode = await self.stat(path)
+                try:
+                    return await self._read_inode_pieces(inode, offset, length)
+                except Conflict:
+                    # The object changed since we looked: fetch fresh metadata once.
+                    self.forget(inode.path)
+                    await self.stat(path, fresh=True)
+                    if attempt:
+                        raise
         raise AssertionError("unreachable")
 
     async def _read_inode(self, inode: Inode, offset: int, length: int) -> bytes:
+        return b"".join(await self._read_inode_pieces(inode, offset, length))
+
+    async def _read_inode_pieces(self, inode: Inode, offset: int, length: int) -> list[memoryview]:
         if inode.is_dir:
             raise IsADirectory(f"{inode.path}: is a directory")
         end = inode.size if length < 0 else min(inode.size, offset + length)
         if offset >= end:
-            return b""
+            return []
         first, last = offset // inode.block_size, (end - 1) // inode.block_size
         workers = await self.workers(fresh=False)
 
@@ -255,17 +271,15 @@ class AsyncClient:
             return await self._read_block(inode, index, lo, hi - lo, workers)
 
         if first == last:
-            pieces = await part(first)
-        else:
-            limit = asyncio.Semaphore(self.config.parallelism)
+            return await part(first)
+        limit = asyncio.Semaphore(self.config.parallelism)
 
-            async def bounded(index: int) -> list[memoryview]:
-                async with limit:
-                    return await part(index)
+        async def bounded(index: int) -> list[memoryview]:
+            async with limit:
+                return await part(index)
 
-            parts = await asyncio.gather(*(bounded(i) for i in range(first, last + 1)))
-            pieces = [p for ps in parts for p in ps]
-        return b"".join(pieces)  # the one copy: received buffers -> the caller's bytes
+        parts = await asyncio.gather(*(bounded(i) for i in range(first, last + 1)))
+        return [p for ps in parts for p in ps]
 
     def _ordered(self, inode: Inode, index: int, workers: list[WorkerRecord]) -> list[WorkerRecord]:
         order = candidates(
@@ -290,9 +304,14 @@ class AsyncClient:
     async def _read_block(
         self, inode: Inode, index: int, offset: int, length: int, workers: list[WorkerRecord]
     ) -> list[memoryview]:
+        ordered = self._ordered(inode, index, workers)
+        for worker in ordered:
+            local = self._local_block(worker, inode, index, offset, length)
+            if local is not None:
+                return [memoryview(local)]
         request = block_request(inode, index, offset, length)
         last_error: ReservoirError | None = None
-        for worker in self._ordered(inode, index, workers):
+        for worker in ordered:
             try:
                 return await self._stream_block(worker, request)
             except _RETRY_ELSEWHERE as exc:
@@ -303,6 +322,33 @@ class AsyncClient:
         return [
             memoryview(await self._read_from_under_store(inode, index, offset, length, last_error))
         ]
+
+    def _local_block(
+        self, worker: WorkerRecord, inode: Inode, index: int, offset: int, length: int
+    ) -> bytes | None:
+        """The block range read straight from a same-host worker's shared-memory file, or
+        None when that is not possible (another host, not cached there, evicted)."""
+        if not (self.config.short_circuit and worker.shm_dir and worker.host == self.config.host):
+            return None
+        try:
+            fd = os.open(
+                os.path.join(worker.shm_dir, shm_block_name(inode.file_id, index)), os.O_RDONLY
+            )
+        except OSError:
+            return None
+        try:
+            block_length = inode.block_length(index)
+            if os.fstat(fd).st_size != block_length:
+                return None
+            start = min(offset, block_length)
+            want = block_length - start if length < 0 else min(length, block_length - start)
+            data = os.pread(fd, want, start)
+        finally:
+            os.close(fd)
+        if len(data) != want:
+            return None
+        self.short_circuit_bytes += want
+        return data
 
     async def _stream_block(
         self, worker: WorkerRecord, request: worker_pb2.ReadBlockRequest
@@ -391,6 +437,16 @@ class AsyncClient:
         results: list[bytes | None],
         limit: asyncio.Semaphore,
     ) -> None:
+        remote = []
+        for position in positions:
+            local = self._local_block(worker, inodes[position], 0, 0, -1)
+            if local is None:
+                remote.append(position)
+            else:
+                results[position] = local
+        if not remote:
+            return
+        positions = remote
         request = worker_pb2.ReadBlocksRequest(
             blocks=[block_request(inodes[p], 0, 0, -1) for p in positions]
         )

@@ -79,7 +79,7 @@ class Client:
         return self._run(self._async.ls(path, with_locations=with_locations))
 
     def read(self, path: str, offset: int = 0, length: int = -1) -> bytes:
-        return self._run(self._async.read(path, offset, length))
+        return b"".join(self._run(self._async.read_pieces(path, offset, length)))
 
     def read_many(self, paths: Sequence[str]) -> list[bytes]:
         return self._run(self._async.read_many(paths))
@@ -188,10 +188,16 @@ class ReservoirFile(io.RawIOBase):
         block_size = self._inode.block_size
         index = self._pos // block_size
         if want >= block_size:
-            data = self._client._run(self._client.aio._read_inode(self._inode, self._pos, want))
-            view[: len(data)] = data
-            self._pos += len(data)
-            return len(data)
+            # Straight from the received buffers into the caller's: no intermediate copy.
+            pieces = self._client._run(
+                self._client.aio._read_inode_pieces(self._inode, self._pos, want)
+            )
+            filled = 0
+            for piece in pieces:
+                view[filled : filled + len(piece)] = piece
+                filled += len(piece)
+            self._pos += filled
+            return filled
         if index != self._block_index:
             self._block = self._client._run(
                 self._client.aio._read_inode(self._inode, index * block_size, block_size)

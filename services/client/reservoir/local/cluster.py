@@ -9,8 +9,10 @@ docker-compose file. The cluster's description is kept in `<state-dir>/cluster.j
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -284,6 +286,8 @@ class LocalCluster:
             "RESERVOIR_WORKER_CAPACITY": str(self.settings.get("capacity", "1GiB")),
             "RESERVOIR_WORKER_LEASE_TTL": str(self.settings.get("lease_ttl", 10)),
         }
+        if self.settings.get("shm"):
+            env["RESERVOIR_WORKER_SHM_DIR"] = str(self.shm_root / name)
         proc = Process(
             name=name,
             argv=[sys.executable, "-m", "reservoir.worker.server"],
@@ -301,6 +305,13 @@ class LocalCluster:
         with Client(self.master_address) as client:
             return any(w.id == worker_id for w in client.workers())
 
+    @property
+    def shm_root(self) -> Path:
+        """Where workers keep blocks as files for short-circuit reads (tmpfs if present)."""
+        base = Path("/dev/shm") if Path("/dev/shm").is_dir() else self.state_dir
+        digest = hashlib.blake2b(str(self.state_dir.resolve()).encode(), digest_size=6).hexdigest()
+        return base / f"reservoir-{digest}"
+
     def worker_names(self) -> list[str]:
         return sorted(n for n in self.processes if n.startswith("worker"))
 
@@ -316,6 +327,7 @@ class LocalCluster:
         capacity: str = "1GiB",
         lease_ttl: int = 10,
         env: dict[str, str] | None = None,
+        shm: bool = False,
     ) -> LocalCluster:
         state_dir = Path(state_dir)
         state_dir.mkdir(parents=True, exist_ok=True)
@@ -327,7 +339,7 @@ class LocalCluster:
                 )
         cluster = cls(
             state_dir=state_dir,
-            settings={"capacity": capacity, "lease_ttl": lease_ttl, "env": env or {}},
+            settings={"capacity": capacity, "lease_ttl": lease_ttl, "env": env or {}, "shm": shm},
         )
         try:
             cluster.start_etcd()
@@ -347,6 +359,8 @@ class LocalCluster:
         for name in sorted(self.processes, key=_stop_order):
             with contextlib.suppress(ProcessLookupError):
                 self.stop(name)
+        if self.settings.get("shm"):
+            shutil.rmtree(self.shm_root, ignore_errors=True)
 
     def status(self) -> dict[str, Any]:
         return {

@@ -131,6 +131,9 @@ class WorkerConfig:
     host: str = field(default_factory=socket.gethostname, metadata=env("RESERVOIR_HOST"))
     zone: str = field(default="", metadata=env("RESERVOIR_ZONE"))
     capacity_bytes: int = field(default=1 * GiB, metadata=env("RESERVOIR_WORKER_CAPACITY"))
+    # Keep blocks as files in this tmpfs directory (e.g. /dev/shm/reservoir) so clients on
+    # the same host can read them directly; empty keeps them in the process's memory.
+    shm_dir: str = field(default="", metadata=env("RESERVOIR_WORKER_SHM_DIR"))
     master: str = field(default="127.0.0.1:19998", metadata=env("RESERVOIR_MASTER"))
     metadata_url: str = field(
         default="etcd://127.0.0.1:2379", metadata=env("RESERVOIR_METADATA_URL")
@@ -169,5 +172,7 @@ class ClientConfig:
     small_file_bytes: int = field(default=1 * MiB, metadata=env("RESERVOIR_SMALL_FILE_BYTES"))
     batch_files: int = field(default=64, metadata=env("RESERVOIR_BATCH_FILES"))
     parallelism: int = field(default=8, metadata=env("RESERVOIR_CLIENT_PARALLELISM"))
+    # Read blocks held by a worker on this host straight from its shared-memory files.
+    short_circuit: bool = field(default=True, metadata=env("RESERVOIR_SHORT_CIRCUIT"))
     # Raise glibc's mmap/trim thresholds in this process (see common/malloc_tuning.py).
     tune_malloc: bool = field(default=True, metadata=env("RESERVOIR_TUNE_MALLOC"))

@@ -181,6 +181,7 @@ class WorkerRecord:
     capacity_bytes: int = 0
     started_ms: int = 0
     lease_id: int = 0  # the etcd lease its registration (and its block locations) live under
+    shm_dir: str = ""  # blocks as files a same-host client may read directly
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self)).encode()
@@ -197,11 +198,20 @@ class WorkerRecord:
             zone=self.zone,
             capacity_bytes=self.capacity_bytes,
             started_ms=self.started_ms,
+            shm_dir=self.shm_dir,
         )
 
     @classmethod
     def from_proto(cls, msg: common_pb2.WorkerInfo) -> WorkerRecord:
-        return cls(msg.id, msg.address, msg.host, msg.zone, msg.capacity_bytes, msg.started_ms)
+        return cls(
+            msg.id,
+            msg.address,
+            msg.host,
+            msg.zone,
+            msg.capacity_bytes,
+            msg.started_ms,
+            shm_dir=msg.shm_dir,
+        )
 
 
 def block_request(
@@ -219,3 +229,8 @@ def block_request(
         block_size=inode.block_size,
         mount_path=inode.mount_path,
     )
+
+
+def shm_block_name(file_id: str, index: int) -> str:
+    """The file name of a block in a worker's shared-memory directory."""
+    return f"{file_id}-{index}"

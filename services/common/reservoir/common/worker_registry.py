@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from . import keyspace
 from .metadata_store import Lease, MetadataStore
 from .models import WorkerRecord
@@ -14,15 +16,7 @@ class WorkerRegistry:
     async def register(self, record: WorkerRecord, ttl_s: int) -> tuple[WorkerRecord, Lease]:
         """Publishes `record` under a new lease; it vanishes when the lease does."""
         lease = await self._store.grant_lease(ttl_s)
-        record = WorkerRecord(
-            record.id,
-            record.address,
-            record.host,
-            record.zone,
-            record.capacity_bytes,
-            record.started_ms,
-            lease.id,
-        )
+        record = replace(record, lease_id=lease.id)
         await self._store.put(keyspace.worker_key(record.id), record.to_json(), lease)
         return record, lease
 

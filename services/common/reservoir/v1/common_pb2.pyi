@@ -197,6 +197,7 @@ class WorkerInfo(_message.Message):
     ZONE_FIELD_NUMBER: _builtins.int
     CAPACITY_BYTES_FIELD_NUMBER: _builtins.int
     STARTED_MS_FIELD_NUMBER: _builtins.int
+    SHM_DIR_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     address: _builtins.str
     """host:port clients dial"""
@@ -206,6 +207,10 @@ class WorkerInfo(_message.Message):
     """zone label, for same-zone preference"""
     capacity_bytes: _builtins.int
     started_ms: _builtins.int
+    shm_dir: _builtins.str
+    """Where the worker keeps its blocks as files in shared memory (tmpfs); a client on the
+    same host reads them directly (short-circuit). Empty: blocks only over gRPC.
+    """
     def __init__(
         self,
         *,
@@ -215,10 +220,11 @@ class WorkerInfo(_message.Message):
         zone: _builtins.str = ...,
         capacity_bytes: _builtins.int = ...,
         started_ms: _builtins.int = ...,
+        shm_dir: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "capacity_bytes", b"capacity_bytes", "host", b"host", "id", b"id", "started_ms", b"started_ms", "zone", b"zone"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "capacity_bytes", b"capacity_bytes", "host", b"host", "id", b"id", "shm_dir", b"shm_dir", "started_ms", b"started_ms", "zone", b"zone"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

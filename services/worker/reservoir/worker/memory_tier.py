@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import mmap
 from collections import OrderedDict
 from collections.abc import Callable
 
 BlockId = tuple[str, int]  # (file_id, index)
+BlockData = bytes | mmap.mmap  # what a tier hands out: immutable block bytes
 
 
 class MemoryTier:

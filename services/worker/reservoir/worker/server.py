@@ -36,6 +36,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[cfg.WorkerConfig, cfg.Log
     parser.add_argument("--worker-id")
     parser.add_argument("--zone")
     parser.add_argument("--capacity", type=cfg.parse_size, help="cache bytes, e.g. 4GiB")
+    parser.add_argument(
+        "--shm-dir", help="keep blocks as files here (tmpfs) for short-circuit reads"
+    )
     parser.add_argument("--master", help="master host:port")
     parser.add_argument("--metadata-url", help="etcd://host:port")
     parser.add_argument("--lease-ttl", type=int)
@@ -48,6 +51,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[cfg.WorkerConfig, cfg.Log
         worker_id=args.worker_id,
         zone=args.zone,
         capacity_bytes=args.capacity,
+        shm_dir=args.shm_dir,
         master=args.master,
         metadata_url=args.metadata_url,
         lease_ttl_s=args.lease_ttl,
@@ -158,6 +162,7 @@ async def serve(config: cfg.WorkerConfig) -> None:
         zone=config.zone,
         capacity_bytes=config.capacity_bytes,
         started_ms=int(time.time() * 1000),
+        shm_dir=config.shm_dir,
     )
     membership = Membership(store, record, config)
     await server.start()

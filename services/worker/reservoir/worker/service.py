@@ -15,7 +15,8 @@ from reservoir.common.errors import InvalidArgument, NotFound, OutOfRange
 from reservoir.common.models import Mount, file_id_for
 from reservoir.common.under_store import MountedStores, UnderStore
 
-from .memory_tier import BlockId, MemoryTier
+from .memory_tier import BlockData, BlockId, MemoryTier
+from .shm_tier import ShmTier
 
 log = structlog.get_logger()
 _meter = metrics.get_meter("reservoir.worker")
@@ -77,7 +78,11 @@ class WorkerService:
         self.config = config
         self.worker_id = config.worker_id
         self.stats = WorkerStats()
-        self.tier = MemoryTier(config.capacity_bytes, self._evicted)
+        self.tier: MemoryTier | ShmTier = (
+            ShmTier(config.shm_dir, config.capacity_bytes, self._evicted)
+            if config.shm_dir
+            else MemoryTier(config.capacity_bytes, self._evicted)
+        )
         self._fetch_mounts = fetch_mounts
         self._mounts: dict[str, Mount] = {}
         self._under_stores = MountedStores(
@@ -95,7 +100,9 @@ class WorkerService:
         _evictions.add(1, {"tier": self.tier.name})
         self.added.discard(block)
         self.removed.add(block)
-        log.debug("block_evicted", file_id=block[0], index=block[1], bytes=size, tier="mem")
+        log.debug(
+            "block_evicted", file_id=block[0], index=block[1], bytes=size, tier=self.tier.name
+        )
 
     async def _under_store(self, mount_path: str, ufs_uri: str) -> tuple[Mount, UnderStore]:
         mount = self._mounts.get(mount_path)
@@ -107,7 +114,7 @@ class WorkerService:
                 raise NotFound(f"{mount_path} is not mounted")
         return mount, self._under_stores.for_mount(mount)
 
-    async def block(self, request: BlockRequest) -> tuple[bytes, bool]:
+    async def block(self, request: BlockRequest) -> tuple[BlockData, bool]:
         """The whole block and whether it came from cache.
 
         A miss is fetched by one task however many callers wait for it; a caller that
