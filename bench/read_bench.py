@@ -346,7 +346,18 @@ class Bench:
             ds.name: self.row(ds.name, "reservoir cold", self._how(ds) + "; workers restarted")
             for ds in datasets
         }
-        warm = {ds.name: self.row(ds.name, "reservoir warm", self._how(ds)) for ds in datasets}
+        warm = {
+            ds.name: self.row(ds.name, "reservoir warm", self._how(ds) + "; over gRPC")
+            for ds in datasets
+        }
+        short = {
+            ds.name: self.row(
+                ds.name,
+                "reservoir short-circuit",
+                self._how(ds) + "; same-host client reads the workers' /dev/shm files",
+            )
+            for ds in datasets
+        }
         via_master = {
             ds.name: self.row(
                 ds.name,
@@ -361,7 +372,7 @@ class Bench:
                 log("restarting workers (cold cache)")
                 self.restart_workers()
             # A fresh client per run: no channel or metadata state from the previous run.
-            with Client(self.cluster.master_address) as client:
+            with self._client(short_circuit=False) as client:
                 stats = self._stats(client)
                 for rows, phase in ((cold, "cold"), (warm, "warm")):
                     for ds in datasets:
@@ -377,19 +388,33 @@ class Bench:
                         rows[ds.name].runs.append(self.measure(ds, self._reader(client, ds), stats))
                 if run == 0:
                     self._verify(client, datasets)
+            with self._client(short_circuit=True) as client:
+                for ds in datasets:
+                    client.ls(f"{MOUNT}/{ds.name}")
+                    log(f"reservoir short-circuit (run {run + 1}/{args.runs}), {ds.name}")
+                    short[ds.name].runs.append(
+                        self.measure(ds, self._reader(client, ds), self._stats(client))
+                    )
             for ds in datasets:
                 # An epoch longer than the client's metadata TTL: each read asks the master.
-                with Client(self.cluster.master_address) as client:
+                with self._client(short_circuit=False) as client:
                     log(f"reservoir warm, stat@master (run {run + 1}/{args.runs}), {ds.name}")
                     run_ = self.measure(ds, self._reader(client, ds), self._stats(client))
                     via_master[ds.name].runs.append(run_)
         for row in cold.values():
             if any(r.workers.get("misses", 0) == 0 for r in row.runs):
                 row.note += " (NOT COLD: no worker misses)"
-        for row in [*warm.values(), *via_master.values()]:
+        for row in [*warm.values(), *short.values(), *via_master.values()]:
             if any(r.s3.get("GET", 0) for r in row.runs):
                 row.note += " (NOT WARM: S3 GETs)"
         self.extra["reservoir_ls_seconds"] = ls_seconds
+
+    def _client(self, short_circuit: bool) -> Any:
+        from reservoir.client import Client
+        from reservoir.common.config import ClientConfig
+
+        config = ClientConfig(master=self.cluster.master_address, short_circuit=short_circuit)
+        return Client(config=config)
 
     @staticmethod
     def _stats(client: Any) -> Callable[[], dict[str, int]]:
@@ -544,7 +569,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         log(f"starting cluster ({args.workers} workers) in {state_dir}")
         bench.cluster = LocalCluster.up(
-            state_dir, workers=args.workers, s3_latency_ms=0, capacity=args.capacity
+            state_dir, workers=args.workers, s3_latency_ms=0, capacity=args.capacity, shm=True
         )
         s3 = bench.cluster.s3_client()
         s3.create_bucket(Bucket=BUCKET)
