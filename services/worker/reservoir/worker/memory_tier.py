@@ -11,12 +11,15 @@ BlockData = bytes | mmap.mmap  # what a tier hands out: immutable block bytes
 
 
 class MemoryTier:
+    """LRU within a byte capacity. Subclasses change where a block's bytes live by
+    overriding `_keep` and `_release`; the policy stays here."""
+
     name = "mem"
 
     def __init__(self, capacity_bytes: int, on_evict: Callable[[BlockId, int], None]) -> None:
         self.capacity_bytes = capacity_bytes
         self.used_bytes = 0
-        self._blocks: OrderedDict[BlockId, bytes] = OrderedDict()
+        self._blocks: OrderedDict[BlockId, BlockData] = OrderedDict()
         self._on_evict = on_evict
 
     def __len__(self) -> int:
@@ -25,7 +28,7 @@ class MemoryTier:
     def __contains__(self, block: BlockId) -> bool:
         return block in self._blocks
 
-    def get(self, block: BlockId) -> bytes | None:
+    def get(self, block: BlockId) -> BlockData | None:
         data = self._blocks.get(block)
         if data is not None:
             self._blocks.move_to_end(block)
@@ -46,10 +49,18 @@ class MemoryTier:
         while self.used_bytes + size > self.capacity_bytes and self._blocks:
             victim, old = self._blocks.popitem(last=False)
             self.used_bytes -= len(old)
+            self._release(victim)
             self._on_evict(victim, len(old))
-        self._blocks[block] = data
+        self._blocks[block] = self._keep(block, data)
         self.used_bytes += size
         return True
+
+    def _keep(self, block: BlockId, data: bytes) -> BlockData:
+        """Stores a block's bytes; returns what `get` will hand out for it."""
+        return data
+
+    def _release(self, block: BlockId) -> None:
+        """Frees what `_keep` stored for an evicted block."""
 
     def blocks(self) -> list[BlockId]:
         return list(self._blocks)

@@ -78,7 +78,7 @@ class WorkerService:
         self.config = config
         self.worker_id = config.worker_id
         self.stats = WorkerStats()
-        self.tier: MemoryTier | ShmTier = (
+        self.tier: MemoryTier = (
             ShmTier(config.shm_dir, config.capacity_bytes, self._evicted)
             if config.shm_dir
             else MemoryTier(config.capacity_bytes, self._evicted)
