@@ -10,11 +10,12 @@ it holds it.
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 
 import structlog
@@ -143,6 +144,19 @@ class LoadJobs:
                 raise NotFound(f"no load job {job_id!r}")
             job = Job.from_json(raw)
         return job
+
+    async def watch(self, job_id: str, poll_s: float = 0.25) -> AsyncIterator[Job]:
+        """The job each time it changes, until it ends (read from etcd when another
+        master runs it)."""
+        last: Job | None = None
+        while True:
+            job = await self.get(job_id)
+            if job != last:
+                last = copy.deepcopy(job)  # a snapshot: the running job keeps changing
+                yield last
+            if job.state in TERMINAL:
+                return
+            await asyncio.sleep(poll_s)
 
     async def all(self) -> list[Job]:
         jobs = [Job.from_json(raw) for _, raw in await self._store.get_prefix(keyspace.JOBS)]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator
 from dataclasses import asdict
@@ -11,10 +10,10 @@ import grpc.aio
 
 from reservoir.common.errors import ReservoirError, code_value
 from reservoir.common.models import Inode, Mount, MountOptions
-from reservoir.common.rpc import abort_with, translate_errors
+from reservoir.common.rpc import translate_errors, translate_stream_errors
 from reservoir.v1 import common_pb2, master_pb2, master_pb2_grpc
 
-from .jobs import TERMINAL, Job
+from .jobs import Job
 from .service import MasterService
 
 
@@ -91,23 +90,21 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
         )
         return master_pb2.ReportBlocksResponse()
 
+    @translate_stream_errors
     async def LoadMetadata(
         self, request: master_pb2.LoadMetadataRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[master_pb2.LoadMetadataProgress]:
         start = time.monotonic()
-        try:
-            async for listed, written, removed, done in self._service.load_metadata(
-                request.path, request.recursive
-            ):
-                yield master_pb2.LoadMetadataProgress(
-                    listed=listed,
-                    written=written,
-                    removed=removed,
-                    elapsed_ms=int((time.monotonic() - start) * 1000),
-                    done=done,
-                )
-        except ReservoirError as exc:
-            await abort_with(context, exc)
+        async for listed, written, removed, done in self._service.load_metadata(
+            request.path, request.recursive
+        ):
+            yield master_pb2.LoadMetadataProgress(
+                listed=listed,
+                written=written,
+                removed=removed,
+                elapsed_ms=int((time.monotonic() - start) * 1000),
+                done=done,
+            )
 
     @translate_errors
     async def Report(
@@ -130,21 +127,12 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
     ) -> master_pb2.Job:
         return _job(await self._service.jobs.get(request.id))
 
+    @translate_stream_errors
     async def WatchJob(
         self, request: master_pb2.GetJobRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[master_pb2.Job]:
-        try:
-            last = None
-            while True:
-                job = _job(await self._service.jobs.get(request.id))
-                if job != last:
-                    yield job
-                    last = job
-                if job.state in TERMINAL:
-                    return
-                await asyncio.sleep(0.25)
-        except ReservoirError as exc:
-            await abort_with(context, exc)
+        async for job in self._service.jobs.watch(request.id):
+            yield _job(job)
 
     @translate_errors
     async def CancelJob(
