@@ -37,7 +37,12 @@ from reservoir.common.models import (
     shm_block_name,
 )
 from reservoir.common.observability import inject_metadata
-from reservoir.common.rpc import CHANNEL_OPTIONS, error_from_rpc, is_transport_failure
+from reservoir.common.rpc import (
+    CHANNEL_OPTIONS,
+    ChannelPool,
+    error_from_rpc,
+    is_transport_failure,
+)
 from reservoir.common.under_store import MountedStores
 from reservoir.v1 import master_pb2, master_pb2_grpc, worker_pb2
 
@@ -95,7 +100,7 @@ class AsyncClient:
             self.config.master, options=CHANNEL_OPTIONS
         )
         self._master = master_pb2_grpc.MasterServiceStub(self._master_channel)
-        self._worker_channels: dict[str, grpc.aio.Channel] = {}
+        self._worker_channels = ChannelPool()
         self._infos: dict[str, _Cached] = {}
         self._workers: _Cached | None = None
         self._mounts: _Cached | None = None
@@ -104,8 +109,7 @@ class AsyncClient:
         self.short_circuit_bytes = 0  # bytes read from same-host workers' files
 
     async def close(self) -> None:
-        for channel in self._worker_channels.values():
-            await channel.close()
+        await self._worker_channels.close()
         await self._master_channel.close()
 
     async def __aenter__(self) -> AsyncClient:
@@ -294,13 +298,6 @@ class AsyncClient:
         healthy = [w for w in order if self._penalised.get(w.id, 0) <= now]
         return healthy + [w for w in order if self._penalised.get(w.id, 0) > now]
 
-    def _channel(self, address: str) -> grpc.aio.Channel:
-        channel = self._worker_channels.get(address)
-        if channel is None:
-            channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
-            self._worker_channels[address] = channel
-        return channel
-
     async def _read_block(
         self, inode: Inode, index: int, offset: int, length: int, workers: list[WorkerRecord]
     ) -> list[memoryview]:
@@ -353,7 +350,7 @@ class AsyncClient:
     async def _stream_block(
         self, worker: WorkerRecord, request: worker_pb2.ReadBlockRequest
     ) -> list[memoryview]:
-        call = self._channel(worker.address).unary_stream(
+        call = self._worker_channels.get(worker.address).unary_stream(
             _READ_BLOCK,
             request_serializer=worker_pb2.ReadBlockRequest.SerializeToString,
             response_deserializer=None,
@@ -450,7 +447,7 @@ class AsyncClient:
         request = worker_pb2.ReadBlocksRequest(
             blocks=[block_request(inodes[p], 0, 0, -1) for p in positions]
         )
-        call = self._channel(worker.address).unary_stream(
+        call = self._worker_channels.get(worker.address).unary_stream(
             _READ_BLOCKS,
             request_serializer=worker_pb2.ReadBlocksRequest.SerializeToString,
             response_deserializer=worker_pb2.BlockPayload.FromString,
@@ -549,7 +546,7 @@ class AsyncClient:
     async def worker_stats(self) -> list[worker_pb2.WorkerStats]:
         stats = []
         for worker in await self.workers():
-            call = self._channel(worker.address).unary_unary(
+            call = self._worker_channels.get(worker.address).unary_unary(
                 _GET_STATS,
                 request_serializer=worker_pb2.GetStatsRequest.SerializeToString,
                 response_deserializer=worker_pb2.WorkerStats.FromString,

@@ -300,10 +300,15 @@ class LocalCluster:
         return name
 
     def _registered(self, worker_id: str) -> bool:
-        from reservoir.client import Client
+        import grpc
 
-        with Client(self.master_address) as client:
-            return any(w.id == worker_id for w in client.workers())
+        from reservoir.v1 import master_pb2, master_pb2_grpc
+
+        with grpc.insecure_channel(self.master_address) as channel:
+            reply = master_pb2_grpc.MasterServiceStub(channel).ListWorkers(
+                master_pb2.ListWorkersRequest(), timeout=2
+            )
+        return any(w.id == worker_id for w in reply.workers)
 
     @property
     def shm_root(self) -> Path:

@@ -31,6 +31,25 @@ SERVER_OPTIONS: list[tuple[str, Any]] = [
 ]
 
 
+class ChannelPool:
+    """One channel per peer address, opened on first use (gRPC multiplexes calls on it)."""
+
+    def __init__(self) -> None:
+        self._channels: dict[str, grpc.aio.Channel] = {}
+
+    def get(self, address: str) -> grpc.aio.Channel:
+        channel = self._channels.get(address)
+        if channel is None:
+            channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+            self._channels[address] = channel
+        return channel
+
+    async def close(self) -> None:
+        for channel in self._channels.values():
+            await channel.close()
+        self._channels.clear()
+
+
 async def abort_with(context: grpc.aio.ServicerContext, error: BaseException) -> None:
     """Ends the call with the status the error table chooses for `error`."""
     kind = type(error).__name__ if isinstance(error, errors.ReservoirError) else "Internal"

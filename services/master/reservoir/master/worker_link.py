@@ -8,7 +8,7 @@ import grpc.aio
 from reservoir.common.errors import ReservoirError, error_for_code_value
 from reservoir.common.models import Inode, WorkerRecord, block_request
 from reservoir.common.observability import inject_metadata
-from reservoir.common.rpc import CHANNEL_OPTIONS, error_from_rpc
+from reservoir.common.rpc import ChannelPool, error_from_rpc
 from reservoir.v1 import worker_pb2
 
 _LOAD_BLOCKS = "/reservoir.v1.WorkerService/LoadBlocks"
@@ -17,19 +17,12 @@ _LOAD_BLOCKS = "/reservoir.v1.WorkerService/LoadBlocks"
 class WorkerLink:
     def __init__(self, timeout_s: float) -> None:
         self._timeout = timeout_s
-        self._channels: dict[str, grpc.aio.Channel] = {}
-
-    def _channel(self, address: str) -> grpc.aio.Channel:
-        channel = self._channels.get(address)
-        if channel is None:
-            channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
-            self._channels[address] = channel
-        return channel
+        self._channels = ChannelPool()
 
     async def load_blocks(
         self, worker: WorkerRecord, blocks: list[tuple[Inode, int]]
     ) -> list[ReservoirError | None]:
-        call = self._channel(worker.address).unary_unary(
+        call = self._channels.get(worker.address).unary_unary(
             _LOAD_BLOCKS,
             request_serializer=worker_pb2.ReadBlocksRequest.SerializeToString,
             response_deserializer=worker_pb2.LoadBlocksResponse.FromString,
@@ -48,5 +41,4 @@ class WorkerLink:
         return outcomes
 
     async def close(self) -> None:
-        for channel in self._channels.values():
-            await channel.close()
+        await self._channels.close()
