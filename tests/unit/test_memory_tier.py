@@ -1,16 +1,24 @@
 from pathlib import Path
 
-from reservoir.worker.memory_tier import MemoryTier
+import pytest
+
+from reservoir.common.block_file import HEADER_SIZE, checksum
+from reservoir.common.errors import DataLoss
+from reservoir.worker.memory_tier import BlockId, MemoryTier
+
+
+def _put(tier: MemoryTier, block: BlockId, data: bytes) -> bool:
+    return tier.put(block, data, checksum(data), 0)
 
 
 def test_least_recently_used_block_is_evicted_first() -> None:
     evicted: list[tuple[str, int]] = []
     tier = MemoryTier(30, lambda b, n: evicted.append(b))
-    tier.put(("a", 0), b"x" * 10)
-    tier.put(("b", 0), b"x" * 10)
-    tier.put(("c", 0), b"x" * 10)
+    _put(tier, ("a", 0), b"x" * 10)
+    _put(tier, ("b", 0), b"x" * 10)
+    _put(tier, ("c", 0), b"x" * 10)
     assert tier.get(("a", 0)) is not None  # a is now the most recent
-    tier.put(("d", 0), b"x" * 10)
+    _put(tier, ("d", 0), b"x" * 10)
     assert evicted == [("b", 0)]
     assert tier.used_bytes == 30
 
@@ -18,15 +26,15 @@ def test_least_recently_used_block_is_evicted_first() -> None:
 def test_block_larger_than_capacity_is_not_kept_and_evicts_nothing() -> None:
     evicted: list[tuple[str, int]] = []
     tier = MemoryTier(10, lambda b, n: evicted.append(b))
-    tier.put(("a", 0), b"x" * 5)
-    assert tier.put(("big", 0), b"x" * 11) is False
+    _put(tier, ("a", 0), b"x" * 5)
+    assert _put(tier, ("big", 0), b"x" * 11) is False
     assert evicted == [] and ("a", 0) in tier and ("big", 0) not in tier
 
 
 def test_used_bytes_never_exceed_capacity() -> None:
     tier = MemoryTier(100, lambda b, n: None)
     for i in range(50):
-        tier.put(("f", i), b"x" * (i % 37 + 1))
+        _put(tier, ("f", i), b"x" * (i % 37 + 1))
         assert tier.used_bytes <= 100
 
 
@@ -35,10 +43,34 @@ def test_shm_tier_keeps_blocks_as_files_and_unlinks_evicted_ones(tmp_path: Path)
 
     evicted: list[tuple[str, int]] = []
     tier = ShmTier(str(tmp_path / "shm"), 20, lambda b, n: evicted.append(b))
-    tier.put(("a", 0), b"x" * 10)
-    tier.put(("b", 0), b"y" * 10)
-    assert bytes(tier.get(("a", 0)) or b"") == b"x" * 10
-    tier.put(("c", 0), b"z" * 10)
+    _put(tier, ("a", 0), b"x" * 10)
+    _put(tier, ("b", 0), b"y" * 10)
+    held = tier.get(("a", 0))
+    assert held is not None and bytes(held[0]) == b"x" * 10 and held[1] == checksum(b"x" * 10)
+    _put(tier, ("c", 0), b"z" * 10)
     assert evicted == [("b", 0)]
     assert sorted(p.name for p in (tmp_path / "shm").iterdir()) == ["a-0", "c-0"]
-    assert (tmp_path / "shm" / "c-0").read_bytes() == b"z" * 10
+    assert (tmp_path / "shm" / "c-0").read_bytes()[HEADER_SIZE:] == b"z" * 10
+
+
+def test_shm_tier_refuses_a_block_file_changed_behind_its_back(tmp_path: Path) -> None:
+    from reservoir.worker.shm_tier import ShmTier
+
+    tier = ShmTier(str(tmp_path / "shm"), 100, lambda b, n: None)
+    _put(tier, ("a", 0), b"x" * 10)
+    path = tmp_path / "shm" / "a-0"
+    raw = bytearray(path.read_bytes())
+    raw[HEADER_SIZE + 3] ^= 0xFF
+    path.chmod(0o644)
+    path.write_bytes(bytes(raw))
+    with pytest.raises(DataLoss):
+        tier.get(("a", 0))
+    assert tier.drop(("a", 0)) and not path.exists() and tier.used_bytes == 0
+
+
+def test_a_dropped_block_is_no_longer_held() -> None:
+    tier = MemoryTier(10, lambda b, n: None)
+    _put(tier, ("a", 0), b"abc")
+    held = tier.get(("a", 0))
+    assert held is not None and bytes(held[0]) == b"abc"
+    assert tier.drop(("a", 0)) and tier.get(("a", 0)) is None and tier.used_bytes == 0

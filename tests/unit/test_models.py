@@ -27,11 +27,13 @@ def test_unknown_sync_policy_is_refused_at_mount(bad: str) -> None:
 
 
 def test_a_changed_object_gets_a_new_file_id() -> None:
-    a = file_id_for("s3://b/k", "etag1", 10)
-    assert a == file_id_for("s3://b/k", "etag1", 10)
-    assert a != file_id_for("s3://b/k", "etag2", 10)
-    assert a != file_id_for("s3://b/k", "etag1", 11)
-    assert a != file_id_for("s3://b/other", "etag1", 10)
+    a = file_id_for("s3://b/k", "etag1", 10, 4096)
+    assert a == file_id_for("s3://b/k", "etag1", 10, 4096)
+    assert a != file_id_for("s3://b/k", "etag2", 10, 4096)
+    assert a != file_id_for("s3://b/k", "etag1", 11, 4096)
+    assert a != file_id_for("s3://b/other", "etag1", 10, 4096)
+    # The same object cut into other blocks: another block id space.
+    assert a != file_id_for("s3://b/k", "etag1", 10, 8192)
 
 
 def test_block_geometry_covers_the_file_exactly() -> None:

@@ -17,8 +17,10 @@ from opentelemetry import trace
 
 from reservoir.common import config as cfg
 from reservoir.common import paths
+from reservoir.common.block_file import checksum, checksum_of_pieces, read_block_file
 from reservoir.common.errors import (
     Conflict,
+    DataLoss,
     DeadlineExceeded,
     InvalidArgument,
     IsADirectory,
@@ -54,16 +56,20 @@ _tracer = trace.get_tracer("reservoir.client")
 _READ_BLOCK = "/reservoir.v1.WorkerService/ReadBlock"
 _READ_BLOCKS = "/reservoir.v1.WorkerService/ReadBlocks"
 _GET_STATS = "/reservoir.v1.WorkerService/GetStats"
-# Worker failures that mean "try another replica"; anything else is the answer.
-_RETRY_ELSEWHERE = (Unavailable, DeadlineExceeded)
+# Worker failures that mean "try another replica"; anything else is the answer. DataLoss:
+# bytes that failed their checksum or length on the way here.
+_RETRY_ELSEWHERE = (Unavailable, DeadlineExceeded, DataLoss)
 _WORKER_PENALTY_S = 2.0
 _STAT_BATCH = 1000
 
 
-def chunk_payload(message: bytes) -> memoryview:
-    """The `data` of a BlockChunk, sliced out of the received message without a copy."""
+def chunk_payload(message: bytes) -> memoryview | int:
+    """The `data` of a BlockChunk, sliced out of the received message without a copy; or,
+    for the stream's last message, the `crc32c` it carries."""
     if not message:
         return memoryview(b"")
+    if message[0] == 0x15 and len(message) == 5:
+        return int.from_bytes(message[1:5], "little")
     if message[0] != 0x0A:
         raise Unavailable("malformed block chunk from worker")
     length = shift = 0
@@ -79,6 +85,25 @@ def chunk_payload(message: bytes) -> memoryview:
     if len(view) != length:
         raise Unavailable("truncated block chunk from worker")
     return view
+
+
+def _range_length(inode: Inode, index: int, offset: int, length: int) -> int:
+    """How many bytes a read of [offset, offset+length) within block `index` returns."""
+    block_length = inode.block_length(index)
+    start = min(offset, block_length)
+    return block_length - start if length < 0 else min(length, block_length - start)
+
+
+def _verified_payload(
+    item: worker_pb2.BlockPayload, inode: Inode, worker: WorkerRecord
+) -> bytes | None:
+    """A batch entry's bytes when their length and checksum are right; None (read again
+    one by one, with failover) when not."""
+    data = item.data
+    if len(data) != inode.size or not item.HasField("crc32c") or checksum(data) != item.crc32c:
+        log.warning("batch_block_rejected", worker=worker.id, path=inode.path, bytes=len(data))
+        return None
+    return data
 
 
 @dataclass
@@ -103,6 +128,7 @@ class AsyncClient:
         self._worker_channels = ChannelPool()
         self._infos: dict[str, _Cached] = {}
         self._workers: _Cached | None = None
+        self._workers_refresh: asyncio.Future[None] | None = None
         self._mounts: _Cached | None = None
         self._penalised: dict[str, float] = {}
         self._under_stores = MountedStores(self.config.ufs_timeout_s)
@@ -165,25 +191,58 @@ class AsyncClient:
         return mounts
 
     async def workers(self, *, fresh: bool = True) -> list[WorkerRecord]:
-        now = time.monotonic()
-        if not fresh and self._workers is not None and self._workers.expires > now:
-            return list(self._workers.value)
+        """The live workers. `fresh=False` is the read path's view: the last list known,
+        renewed in the background once it is older than `workers_ttl_s`, so neither a
+        slow nor a dead master ever holds up a read that has workers to go to."""
+        known = self._workers
+        if fresh or known is None:
+            return await self._fetch_workers()
+        if known.expires <= time.monotonic() and self._workers_refresh is None:
+            self._workers_refresh = asyncio.ensure_future(self._refresh_workers())
+        return list(known.value)
+
+    async def _fetch_workers(self) -> list[WorkerRecord]:
         response = await self._call("ListWorkers", master_pb2.ListWorkersRequest(), "list workers")
         workers = [WorkerRecord.from_proto(w) for w in response.workers]
-        self._workers = _Cached(workers, now + self.config.workers_ttl_s)
+        self._workers = _Cached(workers, time.monotonic() + self.config.workers_ttl_s)
         return workers
+
+    async def _refresh_workers(self) -> None:
+        try:
+            await self._fetch_workers()
+        except ReservoirError as exc:
+            # Keep reading with the list we have; ask again after another interval.
+            if self._workers is not None:
+                self._workers.expires = time.monotonic() + self.config.workers_ttl_s
+            log.debug("workers_refresh_failed", error=str(exc))
+        finally:
+            self._workers_refresh = None
+
+    def _worker_failed(self, worker: WorkerRecord, error: ReservoirError) -> None:
+        """Routes around one worker for a while and asks for news of the membership,
+        without forgetting the others."""
+        self._penalised[worker.id] = time.monotonic() + _WORKER_PENALTY_S
+        if self._workers is not None:
+            self._workers.expires = 0.0
+        log.info("worker_failed", worker=worker.id, error=str(error))
 
     async def stat(self, path: str, *, with_locations: bool = False, fresh: bool = False) -> Inode:
         path = paths.normalize(path)
-        if not fresh and not with_locations:
-            hit = self._infos.get(path)
-            if hit is not None and hit.expires > time.monotonic():
-                return hit.value  # type: ignore[no-any-return]
-        message = await self._call(
-            "GetFileInfo",
-            master_pb2.GetFileInfoRequest(path=path, with_locations=with_locations),
-            f"stat {path}",
-        )
+        hit = self._infos.get(path)
+        if not fresh and not with_locations and hit is not None and hit.expires > time.monotonic():
+            return hit.value  # type: ignore[no-any-return]
+        try:
+            message = await self._call(
+                "GetFileInfo",
+                master_pb2.GetFileInfoRequest(path=path, with_locations=with_locations),
+                f"stat {path}",
+            )
+        except Unavailable:
+            if hit is None or fresh or with_locations:
+                raise
+            # The master is down: what we knew still reads right, because the workers and
+            # the under-store check the file's identity (ETag) on every fetch.
+            return hit.value  # type: ignore[no-any-return]
         inode = Inode.from_proto(message)
         self._remember(inode)
         return inode
@@ -198,9 +257,14 @@ class AsyncClient:
         # Calls of bounded size, so each finishes well within its deadline.
         for start in range(0, len(missing), _STAT_BATCH):
             chunk = missing[start : start + _STAT_BATCH]
-            response = await self._call(
-                "GetFileInfos", master_pb2.GetFileInfosRequest(paths=chunk), "stat many"
-            )
+            try:
+                response = await self._call(
+                    "GetFileInfos", master_pb2.GetFileInfosRequest(paths=chunk), "stat many"
+                )
+            except Unavailable:
+                if any(p not in self._infos for p in chunk):
+                    raise
+                continue  # the master is down: read with what we knew (see `stat`)
             for result in response.results:
                 if result.code:
                     raise error_for_code_value(result.code, result.message)
@@ -307,62 +371,75 @@ class AsyncClient:
             if local is not None:
                 return [memoryview(local)]
         request = block_request(inode, index, offset, length)
+        expected = _range_length(inode, index, offset, length)
         last_error: ReservoirError | None = None
         for worker in ordered:
             try:
-                return await self._stream_block(worker, request)
+                return await self._stream_block(worker, request, expected)
             except _RETRY_ELSEWHERE as exc:
                 last_error = exc
-                self._penalised[worker.id] = time.monotonic() + _WORKER_PENALTY_S
-                self._workers = None  # membership may have changed: ask again next time
-                log.info("worker_failed", worker=worker.id, error=str(exc))
+                self._worker_failed(worker, exc)
         return [
             memoryview(await self._read_from_under_store(inode, index, offset, length, last_error))
         ]
 
     def _local_block(
         self, worker: WorkerRecord, inode: Inode, index: int, offset: int, length: int
-    ) -> bytes | None:
+    ) -> bytes | memoryview | None:
         """The block range read straight from a same-host worker's shared-memory file, or
         None when that is not possible (another host, not cached there, evicted)."""
         if not (self.config.short_circuit and worker.shm_dir and worker.host == self.config.host):
             return None
+        path = os.path.join(worker.shm_dir, shm_block_name(inode.file_id, index))
+        block_length = inode.block_length(index)
         try:
-            fd = os.open(
-                os.path.join(worker.shm_dir, shm_block_name(inode.file_id, index)), os.O_RDONLY
-            )
+            # The whole block, copied out and checked against the checksum in its header:
+            # the file is another process's, so it is never mapped or trusted.
+            data, _ = read_block_file(path, block_length, index * inode.block_size)
         except OSError:
+            return None  # not cached there (or evicted since)
+        except DataLoss as exc:
+            # The worker will find the same when asked over gRPC, drop it and refetch.
+            log.warning("short_circuit_block_corrupt", worker=worker.id, error=str(exc))
             return None
-        try:
-            block_length = inode.block_length(index)
-            if os.fstat(fd).st_size != block_length:
-                return None
-            start = min(offset, block_length)
-            want = block_length - start if length < 0 else min(length, block_length - start)
-            data = os.pread(fd, want, start)
-        finally:
-            os.close(fd)
-        if len(data) != want:
-            return None
+        start = min(offset, block_length)
+        want = block_length - start if length < 0 else min(length, block_length - start)
         self.short_circuit_bytes += want
-        return data
+        if (start, want) == (0, block_length):
+            return data
+        return memoryview(data)[start : start + want]
 
     async def _stream_block(
-        self, worker: WorkerRecord, request: worker_pb2.ReadBlockRequest
+        self, worker: WorkerRecord, request: worker_pb2.ReadBlockRequest, expected: int
     ) -> list[memoryview]:
+        """The range's bytes, checked for length and against the checksum that ends the
+        stream; DataLoss when either disagrees."""
         call = self._worker_channels.get(worker.address).unary_stream(
             _READ_BLOCK,
             request_serializer=worker_pb2.ReadBlockRequest.SerializeToString,
             response_deserializer=None,
         )
         pieces: list[memoryview] = []
+        crc: int | None = None
         try:
             async for message in call(
                 request, timeout=self.config.read_timeout_s, metadata=inject_metadata()
             ):
-                pieces.append(chunk_payload(message))
+                part = chunk_payload(message)
+                if isinstance(part, int):
+                    crc = part
+                else:
+                    pieces.append(part)
         except grpc.RpcError as exc:
             raise error_from_rpc(exc, f"read block from worker {worker.id}") from None
+        what = f"block {request.index} of {request.file_id} from worker {worker.id}"
+        received = sum(len(p) for p in pieces)
+        if received != expected:
+            raise DataLoss(f"{what}: {received} bytes, expected {expected}")
+        if crc is None:
+            raise DataLoss(f"{what}: no checksum")
+        if checksum_of_pieces(pieces) != crc:
+            raise DataLoss(f"{what}: checksum mismatch")
         return pieces
 
     async def _read_from_under_store(
@@ -375,16 +452,28 @@ class AsyncClient:
     ) -> bytes:
         if not self.config.ufs_fallback:
             raise Unavailable(f"{inode.path}: no worker could serve block {index} ({cause})")
-        mounts = await self.mounts()
+        try:
+            mounts = await self.mounts()
+        except Unavailable:
+            if self._mounts is None:
+                raise
+            mounts = self._mounts.value  # the master is down too: the last list known
         mount = next((m for m in mounts if m.path == inode.mount_path), None)
         if mount is None:
             raise NotFound(f"{inode.mount_path} is no longer mounted")
         ufs = self._under_stores.for_mount(mount)
         log.info("read_from_under_store", path=inode.path, block=index)
-        start = index * inode.block_size + offset
-        return await asyncio.to_thread(
-            ufs.get_range, ufs.key_of(inode.ufs_uri), start, length, inode.etag
+        start = index * inode.block_size + min(offset, inode.block_length(index))
+        want = _range_length(inode, index, offset, length)
+        data = await asyncio.to_thread(
+            ufs.get_range, ufs.key_of(inode.ufs_uri), start, want, inode.etag
         )
+        if len(data) != want:
+            raise DataLoss(
+                f"{inode.path}: the under-store returned {len(data)} bytes of block {index}, "
+                f"expected {want}"
+            )
+        return data
 
     async def read_many(self, many: Sequence[str]) -> list[bytes]:
         """Whole contents of many files, small ones batched: one worker call per batch."""
@@ -440,7 +529,7 @@ class AsyncClient:
             if local is None:
                 remote.append(position)
             else:
-                results[position] = local
+                results[position] = bytes(local)  # the whole block: no copy
         if not remote:
             return
         positions = remote
@@ -459,7 +548,7 @@ class AsyncClient:
                 ):
                     position = positions[item.position]
                     if item.code == 0:
-                        results[position] = item.data
+                        results[position] = _verified_payload(item, inodes[position], worker)
                     else:
                         error = error_for_code_value(item.code, item.message)
                         if not isinstance(error, _RETRY_ELSEWHERE + (Conflict,)):
@@ -469,9 +558,7 @@ class AsyncClient:
                 error = error_from_rpc(exc, f"batch read from worker {worker.id}")
                 if not isinstance(error, _RETRY_ELSEWHERE):
                     raise error from None
-                self._penalised[worker.id] = time.monotonic() + _WORKER_PENALTY_S
-                self._workers = None
-                log.info("worker_failed", worker=worker.id, error=str(error))
+                self._worker_failed(worker, error)
         # Whatever the batch did not deliver is read one by one, with failover.
         missing = [p for p in positions if results[p] is None]
         for position in missing:

@@ -12,11 +12,17 @@ from .config import MiB, parse_duration
 from .errors import InvalidArgument
 
 DEFAULT_BLOCK_SIZE = 4 * MiB
+MIN_BLOCK_SIZE = 4096
+MAX_BLOCK_SIZE = 256 * MiB
 
 
-def file_id_for(ufs_uri: str, etag: str, size: int) -> str:
-    """Content identity: a changed object (new ETag or size) gets a new id."""
-    digest = hashlib.blake2b(f"{ufs_uri}\x00{etag}\x00{size}".encode(), digest_size=16)
+def file_id_for(ufs_uri: str, etag: str, size: int, block_size: int) -> str:
+    """Content and layout identity: a changed object (new ETag or size) gets a new id, and
+    so does the same object cut into blocks of another size, so a block id
+    (file_id, index) always names one byte range of one version of one object."""
+    digest = hashlib.blake2b(
+        f"{ufs_uri}\x00{etag}\x00{size}\x00{block_size}".encode(), digest_size=16
+    )
     return digest.hexdigest()
 
 
@@ -58,10 +64,10 @@ class MountOptions:
         ):
             raise InvalidArgument("metadata_sync must be never, always or interval:<duration>")
         self.sync_ttl_ms(0)  # a bad duration fails here, at mount time
-        if self.block_size < 0 or (self.block_size and self.block_size < 4096):
-            raise InvalidArgument("block_size must be at least 4096 bytes")
-        if self.block_size > 256 * MiB:
-            raise InvalidArgument("block_size must be at most 256 MiB")
+        if self.block_size < 0 or (self.block_size and self.block_size < MIN_BLOCK_SIZE):
+            raise InvalidArgument(f"block_size must be at least {MIN_BLOCK_SIZE} bytes")
+        if self.block_size > MAX_BLOCK_SIZE:
+            raise InvalidArgument(f"block_size must be at most {MAX_BLOCK_SIZE // MiB} MiB")
         if self.metadata_ttl_ms < 0:
             raise InvalidArgument("metadata_ttl_ms must not be negative")
         return self

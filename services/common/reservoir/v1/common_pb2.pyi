@@ -156,8 +156,9 @@ class FileInfo(_message.Message):
     etag: _builtins.str
     block_size: _builtins.int
     file_id: _builtins.str
-    """Derived from (under-store URI, ETag, size): a changed object gets a new id, so
-    blocks cached for old content are never served for new content.
+    """Derived from (under-store URI, ETag, size, block size): a changed object gets a new
+    id, so blocks cached for old content are never served for new content; and a block
+    (file_id, index) pins its byte range, so two geometries never share a cache entry.
     """
     ufs_uri: _builtins.str
     mount_path: _builtins.str

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19reservoir/v1/worker.proto\x12\x0creservoir.v1\"M\n\x0b\x42lockStatus\x12\x10\n\x08position\x18\x01 \x01(\x05\x12\x0c\n\x04\x63ode\x18\x02 \x01(\x05\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\r\n\x05\x62ytes\x18\x04 \x01(\x03\"@\n\x12LoadBlocksResponse\x12*\n\x07results\x18\x01 \x03(\x0b\x32\x19.reservoir.v1.BlockStatus\"\xac\x01\n\x10ReadBlockRequest\x12\x0f\n\x07\x66ile_id\x18\x01 \x01(\t\x12\r\n\x05index\x18\x02 \x01(\x03\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\x0e\n\x06length\x18\x04 \x01(\x03\x12\x0f\n\x07ufs_uri\x18\x05 \x01(\t\x12\x0c\n\x04\x65tag\x18\x06 \x01(\t\x12\x11\n\tfile_size\x18\x07 \x01(\x03\x12\x12\n\nblock_size\x18\x08 \x01(\x03\x12\x12\n\nmount_path\x18\t \x01(\t\"\x1a\n\nBlockChunk\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\"C\n\x11ReadBlocksRequest\x12.\n\x06\x62locks\x18\x01 \x03(\x0b\x32\x1e.reservoir.v1.ReadBlockRequest\"M\n\x0c\x42lockPayload\x12\x10\n\x08position\x18\x01 \x01(\x05\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\x0c\n\x04\x63ode\x18\x03 \x01(\x05\x12\x0f\n\x07message\x18\x04 \x01(\t\"\x11\n\x0fGetStatsRequest\"\xd1\x01\n\x0bWorkerStats\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0c\n\x04hits\x18\x02 \x01(\x03\x12\x0e\n\x06misses\x18\x03 \x01(\x03\x12\x18\n\x10\x62ytes_from_cache\x18\x04 \x01(\x03\x12\x16\n\x0e\x62ytes_from_ufs\x18\x05 \x01(\x03\x12\x10\n\x08ufs_gets\x18\x06 \x01(\x03\x12\x11\n\tevictions\x18\x07 \x01(\x03\x12\x12\n\nused_bytes\x18\x08 \x01(\x03\x12\x16\n\x0e\x63\x61pacity_bytes\x18\t \x01(\x03\x12\x0e\n\x06\x62locks\x18\n \x01(\x03\x32\xbc\x02\n\rWorkerService\x12G\n\tReadBlock\x12\x1e.reservoir.v1.ReadBlockRequest\x1a\x18.reservoir.v1.BlockChunk0\x01\x12K\n\nReadBlocks\x12\x1f.reservoir.v1.ReadBlocksRequest\x1a\x1a.reservoir.v1.BlockPayload0\x01\x12\x44\n\x08GetStats\x12\x1d.reservoir.v1.GetStatsRequest\x1a\x19.reservoir.v1.WorkerStats\x12O\n\nLoadBlocks\x12\x1f.reservoir.v1.ReadBlocksRequest\x1a .reservoir.v1.LoadBlocksResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19reservoir/v1/worker.proto\x12\x0creservoir.v1\"M\n\x0b\x42lockStatus\x12\x10\n\x08position\x18\x01 \x01(\x05\x12\x0c\n\x04\x63ode\x18\x02 \x01(\x05\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\r\n\x05\x62ytes\x18\x04 \x01(\x03\"@\n\x12LoadBlocksResponse\x12*\n\x07results\x18\x01 \x03(\x0b\x32\x19.reservoir.v1.BlockStatus\"\xac\x01\n\x10ReadBlockRequest\x12\x0f\n\x07\x66ile_id\x18\x01 \x01(\t\x12\r\n\x05index\x18\x02 \x01(\x03\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\x0e\n\x06length\x18\x04 \x01(\x03\x12\x0f\n\x07ufs_uri\x18\x05 \x01(\t\x12\x0c\n\x04\x65tag\x18\x06 \x01(\t\x12\x11\n\tfile_size\x18\x07 \x01(\x03\x12\x12\n\nblock_size\x18\x08 \x01(\x03\x12\x12\n\nmount_path\x18\t \x01(\t\":\n\nBlockChunk\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x13\n\x06\x63rc32c\x18\x02 \x01(\x07H\x00\x88\x01\x01\x42\t\n\x07_crc32c\"C\n\x11ReadBlocksRequest\x12.\n\x06\x62locks\x18\x01 \x03(\x0b\x32\x1e.reservoir.v1.ReadBlockRequest\"m\n\x0c\x42lockPayload\x12\x10\n\x08position\x18\x01 \x01(\x05\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\x0c\n\x04\x63ode\x18\x03 \x01(\x05\x12\x0f\n\x07message\x18\x04 \x01(\t\x12\x13\n\x06\x63rc32c\x18\x05 \x01(\x07H\x00\x88\x01\x01\x42\t\n\x07_crc32c\"\x11\n\x0fGetStatsRequest\"\xe9\x01\n\x0bWorkerStats\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0c\n\x04hits\x18\x02 \x01(\x03\x12\x0e\n\x06misses\x18\x03 \x01(\x03\x12\x18\n\x10\x62ytes_from_cache\x18\x04 \x01(\x03\x12\x16\n\x0e\x62ytes_from_ufs\x18\x05 \x01(\x03\x12\x10\n\x08ufs_gets\x18\x06 \x01(\x03\x12\x11\n\tevictions\x18\x07 \x01(\x03\x12\x12\n\nused_bytes\x18\x08 \x01(\x03\x12\x16\n\x0e\x63\x61pacity_bytes\x18\t \x01(\x03\x12\x0e\n\x06\x62locks\x18\n \x01(\x03\x12\x16\n\x0e\x63orrupt_blocks\x18\x0b \x01(\x03\x32\xbc\x02\n\rWorkerService\x12G\n\tReadBlock\x12\x1e.reservoir.v1.ReadBlockRequest\x1a\x18.reservoir.v1.BlockChunk0\x01\x12K\n\nReadBlocks\x12\x1f.reservoir.v1.ReadBlocksRequest\x1a\x1a.reservoir.v1.BlockPayload0\x01\x12\x44\n\x08GetStats\x12\x1d.reservoir.v1.GetStatsRequest\x1a\x19.reservoir.v1.WorkerStats\x12O\n\nLoadBlocks\x12\x1f.reservoir.v1.ReadBlocksRequest\x1a .reservoir.v1.LoadBlocksResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,15 +38,15 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_READBLOCKREQUEST']._serialized_start=189
   _globals['_READBLOCKREQUEST']._serialized_end=361
   _globals['_BLOCKCHUNK']._serialized_start=363
-  _globals['_BLOCKCHUNK']._serialized_end=389
-  _globals['_READBLOCKSREQUEST']._serialized_start=391
-  _globals['_READBLOCKSREQUEST']._serialized_end=458
-  _globals['_BLOCKPAYLOAD']._serialized_start=460
-  _globals['_BLOCKPAYLOAD']._serialized_end=537
-  _globals['_GETSTATSREQUEST']._serialized_start=539
-  _globals['_GETSTATSREQUEST']._serialized_end=556
-  _globals['_WORKERSTATS']._serialized_start=559
-  _globals['_WORKERSTATS']._serialized_end=768
-  _globals['_WORKERSERVICE']._serialized_start=771
-  _globals['_WORKERSERVICE']._serialized_end=1087
+  _globals['_BLOCKCHUNK']._serialized_end=421
+  _globals['_READBLOCKSREQUEST']._serialized_start=423
+  _globals['_READBLOCKSREQUEST']._serialized_end=490
+  _globals['_BLOCKPAYLOAD']._serialized_start=492
+  _globals['_BLOCKPAYLOAD']._serialized_end=601
+  _globals['_GETSTATSREQUEST']._serialized_start=603
+  _globals['_GETSTATSREQUEST']._serialized_end=620
+  _globals['_WORKERSTATS']._serialized_start=623
+  _globals['_WORKERSTATS']._serialized_end=856
+  _globals['_WORKERSERVICE']._serialized_start=859
+  _globals['_WORKERSERVICE']._serialized_end=1175
 # @@protoc_insertion_point(module_scope)

@@ -115,20 +115,30 @@ Global___ReadBlockRequest: _TypeAlias = ReadBlockRequest  # noqa: Y015
 
 @_typing.final
 class BlockChunk(_message.Message):
+    """The last message of a ReadBlock stream carries only `crc32c`: the CRC32C (Castagnoli) of
+    all the bytes sent, computed from the worker's verified copy of the block. A reader
+    that receives a stream without it, or whose bytes do not match it, discards them.
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
     DATA_FIELD_NUMBER: _builtins.int
+    CRC32C_FIELD_NUMBER: _builtins.int
     data: _builtins.bytes
+    crc32c: _builtins.int
     def __init__(
         self,
         *,
         data: _builtins.bytes = ...,
+        crc32c: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_crc32c", b"_crc32c", "crc32c", b"crc32c"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_crc32c", b"_crc32c", "crc32c", b"crc32c", "data", b"data"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__crc32c: _TypeAlias = _typing.Literal["crc32c"]  # noqa: Y015
+    _WhichOneofArgType__crc32c: _TypeAlias = _typing.Literal["_crc32c", b"_crc32c"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__crc32c) -> _WhichOneofReturnType__crc32c | None: ...
 
 Global___BlockChunk: _TypeAlias = BlockChunk  # noqa: Y015
 
@@ -160,12 +170,15 @@ class BlockPayload(_message.Message):
     DATA_FIELD_NUMBER: _builtins.int
     CODE_FIELD_NUMBER: _builtins.int
     MESSAGE_FIELD_NUMBER: _builtins.int
+    CRC32C_FIELD_NUMBER: _builtins.int
     position: _builtins.int
     """index into ReadBlocksRequest.blocks"""
     data: _builtins.bytes
     code: _builtins.int
     """gRPC status code; 0 = OK"""
     message: _builtins.str
+    crc32c: _builtins.int
+    """of `data`; set whenever code is 0"""
     def __init__(
         self,
         *,
@@ -173,12 +186,15 @@ class BlockPayload(_message.Message):
         data: _builtins.bytes = ...,
         code: _builtins.int = ...,
         message: _builtins.str = ...,
+        crc32c: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_crc32c", b"_crc32c", "crc32c", b"crc32c"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "data", b"data", "message", b"message", "position", b"position"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_crc32c", b"_crc32c", "code", b"code", "crc32c", b"crc32c", "data", b"data", "message", b"message", "position", b"position"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__crc32c: _TypeAlias = _typing.Literal["crc32c"]  # noqa: Y015
+    _WhichOneofArgType__crc32c: _TypeAlias = _typing.Literal["_crc32c", b"_crc32c"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__crc32c) -> _WhichOneofReturnType__crc32c | None: ...
 
 Global___BlockPayload: _TypeAlias = BlockPayload  # noqa: Y015
 
@@ -211,6 +227,7 @@ class WorkerStats(_message.Message):
     USED_BYTES_FIELD_NUMBER: _builtins.int
     CAPACITY_BYTES_FIELD_NUMBER: _builtins.int
     BLOCKS_FIELD_NUMBER: _builtins.int
+    CORRUPT_BLOCKS_FIELD_NUMBER: _builtins.int
     worker_id: _builtins.str
     hits: _builtins.int
     misses: _builtins.int
@@ -221,6 +238,8 @@ class WorkerStats(_message.Message):
     used_bytes: _builtins.int
     capacity_bytes: _builtins.int
     blocks: _builtins.int
+    corrupt_blocks: _builtins.int
+    """Blocks whose bytes failed their checksum when read back; each was dropped, never served."""
     def __init__(
         self,
         *,
@@ -234,10 +253,11 @@ class WorkerStats(_message.Message):
         used_bytes: _builtins.int = ...,
         capacity_bytes: _builtins.int = ...,
         blocks: _builtins.int = ...,
+        corrupt_blocks: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["blocks", b"blocks", "bytes_from_cache", b"bytes_from_cache", "bytes_from_ufs", b"bytes_from_ufs", "capacity_bytes", b"capacity_bytes", "evictions", b"evictions", "hits", b"hits", "misses", b"misses", "ufs_gets", b"ufs_gets", "used_bytes", b"used_bytes", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["blocks", b"blocks", "bytes_from_cache", b"bytes_from_cache", "bytes_from_ufs", b"bytes_from_ufs", "capacity_bytes", b"capacity_bytes", "corrupt_blocks", b"corrupt_blocks", "evictions", b"evictions", "hits", b"hits", "misses", b"misses", "ufs_gets", b"ufs_gets", "used_bytes", b"used_bytes", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -115,6 +115,9 @@ class MasterService:
         if path == paths.ROOT:
             raise InvalidArgument("cannot mount on /")
         options = options.validated()
+        # The effective block size is part of the mount, so a worker can refuse a request
+        # whose geometry disagrees with it without knowing this master's default.
+        options = replace(options, block_size=self._block_size_of(options))
         # Fail fast at mount time: one attempt, so a wrong endpoint is reported in seconds.
         probe = open_under_store(uri, self._under_stores.settings(options, retries=1))
         async with self._mount_lock:
@@ -166,7 +169,10 @@ class MasterService:
     # ---- namespace ----------------------------------------------------------------------
 
     def _block_size(self, mount: Mount) -> int:
-        return mount.options.block_size or self._config.default_block_size
+        return self._block_size_of(mount.options)
+
+    def _block_size_of(self, options: MountOptions) -> int:
+        return options.block_size or self._config.default_block_size
 
     def _fresh(self, mount: Mount, checked_ms: int) -> bool:
         """Whether metadata checked against the under-store at `checked_ms` is still trusted."""
@@ -182,7 +188,7 @@ class MasterService:
             mtime_ms=obj.mtime_ms,
             etag=obj.etag,
             block_size=self._block_size(mount),
-            file_id=file_id_for(uri, obj.etag, obj.size),
+            file_id=file_id_for(uri, obj.etag, obj.size, self._block_size(mount)),
             ufs_uri=uri,
             mount_path=mount.path,
             synced_ms=_now_ms(),

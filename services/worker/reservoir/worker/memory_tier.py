@@ -5,21 +5,36 @@ from __future__ import annotations
 import mmap
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
-BlockId = tuple[str, int]  # (file_id, index)
+BlockId = tuple[str, int]  # (file_id, index); the file_id pins the block size too
 BlockData = bytes | mmap.mmap  # what a tier hands out: immutable block bytes
+
+
+@dataclass(slots=True)
+class _Entry:
+    length: int
+    crc: int  # CRC32C taken when the block landed
+    offset: int  # of the block in its object
+    held: Any  # what the tier keeps for the bytes (see `_keep`)
 
 
 class MemoryTier:
     """LRU within a byte capacity. Subclasses change where a block's bytes live by
-    overriding `_keep` and `_release`; the policy stays here."""
+    overriding `_keep`, `_load` and `_release`; the policy stays here.
+
+    Each block's bytes live in an anonymous mapping of their own, so the memory a block
+    holds goes back to the system the moment the block is evicted (and the last reader
+    lets go of it): the worker's footprint follows its capacity, whatever the heap does.
+    """
 
     name = "mem"
 
     def __init__(self, capacity_bytes: int, on_evict: Callable[[BlockId, int], None]) -> None:
         self.capacity_bytes = capacity_bytes
         self.used_bytes = 0
-        self._blocks: OrderedDict[BlockId, BlockData] = OrderedDict()
+        self._blocks: OrderedDict[BlockId, _Entry] = OrderedDict()
         self._on_evict = on_evict
 
     def __len__(self) -> int:
@@ -28,13 +43,18 @@ class MemoryTier:
     def __contains__(self, block: BlockId) -> bool:
         return block in self._blocks
 
-    def get(self, block: BlockId) -> BlockData | None:
-        data = self._blocks.get(block)
-        if data is not None:
-            self._blocks.move_to_end(block)
-        return data
+    def get(self, block: BlockId) -> tuple[BlockData, int] | None:
+        """The block's bytes and checksum, or None when it is not held.
 
-    def put(self, block: BlockId, data: bytes) -> bool:
+        Raises DataLoss when bytes read back fail their checksum (the caller drops them).
+        """
+        entry = self._blocks.get(block)
+        if entry is None:
+            return None
+        self._blocks.move_to_end(block)
+        return self._load(block, entry), entry.crc
+
+    def put(self, block: BlockId, data: bytes, crc: int, offset: int) -> bool:
         """Keeps `data`, evicting the least recently used blocks to make room.
 
         Returns False (and keeps nothing) when the block alone exceeds the capacity:
@@ -48,19 +68,36 @@ class MemoryTier:
             return False
         while self.used_bytes + size > self.capacity_bytes and self._blocks:
             victim, old = self._blocks.popitem(last=False)
-            self.used_bytes -= len(old)
+            self.used_bytes -= old.length
             self._release(victim)
-            self._on_evict(victim, len(old))
-        self._blocks[block] = self._keep(block, data)
+            self._on_evict(victim, old.length)
+        self._blocks[block] = _Entry(size, crc, offset, self._keep(block, data, crc, offset))
         self.used_bytes += size
         return True
 
-    def _keep(self, block: BlockId, data: bytes) -> BlockData:
-        """Stores a block's bytes; returns what `get` will hand out for it."""
-        return data
+    def drop(self, block: BlockId) -> bool:
+        """Forgets a block (e.g. its bytes failed their checksum); False if not held."""
+        entry = self._blocks.pop(block, None)
+        if entry is None:
+            return False
+        self.used_bytes -= entry.length
+        self._release(block)
+        return True
+
+    def _keep(self, block: BlockId, data: bytes, crc: int, offset: int) -> Any:
+        """Stores a block's bytes; returns what `_load` gets back to find them."""
+        if not data:
+            return b""  # an empty mapping cannot be made
+        held = mmap.mmap(-1, len(data))
+        held[:] = data
+        return held
+
+    def _load(self, block: BlockId, entry: _Entry) -> BlockData:
+        """The bytes `_keep` stored."""
+        return entry.held  # type: ignore[no-any-return]
 
     def _release(self, block: BlockId) -> None:
-        """Frees what `_keep` stored for an evicted block."""
+        """Frees what `_keep` stored for a block that leaves the tier."""
 
     def blocks(self) -> list[BlockId]:
         return list(self._blocks)

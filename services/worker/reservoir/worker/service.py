@@ -10,9 +10,10 @@ from dataclasses import dataclass
 import structlog
 from opentelemetry import metrics
 
+from reservoir.common.block_file import checksum
 from reservoir.common.config import WorkerConfig
-from reservoir.common.errors import InvalidArgument, NotFound, OutOfRange
-from reservoir.common.models import Mount, file_id_for
+from reservoir.common.errors import DataLoss, InvalidArgument, NotFound, OutOfRange
+from reservoir.common.models import MAX_BLOCK_SIZE, Mount, file_id_for
 from reservoir.common.under_store import MountedStores, UnderStore
 
 from .memory_tier import BlockData, BlockId, MemoryTier
@@ -24,6 +25,9 @@ _hits = _meter.create_counter("reservoir.worker.cache_hits", description="blocks
 _misses = _meter.create_counter("reservoir.worker.cache_misses", description="blocks fetched")
 _bytes = _meter.create_counter("reservoir.worker.bytes", unit="By", description="bytes by source")
 _evictions = _meter.create_counter("reservoir.worker.evictions", description="blocks evicted")
+_corrupt = _meter.create_counter(
+    "reservoir.worker.corrupt_blocks", description="blocks dropped because they failed checksum"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,8 +51,10 @@ class BlockRequest:
             raise InvalidArgument("file_id, ufs_uri and mount_path are required")
         if self.block_size <= 0 or self.file_size < 0 or self.index < 0:
             raise InvalidArgument("block_size must be positive; file_size and index not negative")
-        if self.file_id != file_id_for(self.ufs_uri, self.etag, self.file_size):
-            raise InvalidArgument("file_id does not match (ufs_uri, etag, file_size)")
+        if self.block_size > MAX_BLOCK_SIZE:
+            raise InvalidArgument(f"block_size must be at most {MAX_BLOCK_SIZE} bytes")
+        if self.file_id != file_id_for(self.ufs_uri, self.etag, self.file_size, self.block_size):
+            raise InvalidArgument("file_id does not match (ufs_uri, etag, file_size, block_size)")
         if self.index > 0 and self.index * self.block_size >= self.file_size:
             raise OutOfRange(f"block {self.index} is past the end of the file")
         if self.offset < 0 or self.length < -1:
@@ -68,6 +74,7 @@ class WorkerStats:
     bytes_from_ufs: int = 0
     ufs_gets: int = 0
     evictions: int = 0
+    corrupt_blocks: int = 0
 
 
 MountLookup = Callable[[], Awaitable[list[Mount]]]
@@ -88,7 +95,7 @@ class WorkerService:
         self._under_stores = MountedStores(
             config.ufs_timeout_s, config.ufs_retries, config.ufs_concurrency
         )
-        self._inflight: dict[BlockId, asyncio.Task[bytes]] = {}
+        self._inflight: dict[BlockId, asyncio.Task[tuple[BlockData, int]]] = {}
         # boto3 is blocking: its calls run on a bounded pool, which also bounds the
         # number of concurrent GETs this worker sends to the under-store.
         self._pool = ThreadPoolExecutor(config.ufs_concurrency, thread_name_prefix="ufs")
@@ -114,36 +121,64 @@ class WorkerService:
                 raise NotFound(f"{mount_path} is not mounted")
         return mount, self._under_stores.for_mount(mount)
 
-    async def block(self, request: BlockRequest) -> tuple[BlockData, bool]:
-        """The whole block and whether it came from cache.
+    async def block(self, request: BlockRequest) -> tuple[BlockData, int, bool]:
+        """The whole block, its CRC32C, and whether it came from cache.
 
         A miss is fetched by one task however many callers wait for it; a caller that
-        gives up does not cancel the fetch the others are waiting on.
+        gives up does not cancel the fetch the others are waiting on. A held block whose
+        bytes fail their checksum is dropped and fetched again, never served.
         """
-        data = self.tier.get(request.block)
-        if data is not None:
+        held = self._held(request.block)
+        if held is not None:
             self.stats.hits += 1
             _hits.add(1)
-            return data, True
+            return held[0], held[1], True
         task = self._inflight.get(request.block)
         if task is None:
             task = asyncio.create_task(self._fetch(request))
             self._inflight[request.block] = task
             task.add_done_callback(self._fetch_done)
-            return await asyncio.shield(task), False
+            data, crc = await asyncio.shield(task)
+            return data, crc, False
         self.stats.hits += 1
         _hits.add(1)
-        return await asyncio.shield(task), True
+        data, crc = await asyncio.shield(task)
+        return data, crc, True
 
-    def _fetch_done(self, task: asyncio.Task[bytes]) -> None:
+    def _held(self, block: BlockId) -> tuple[BlockData, int] | None:
+        try:
+            return self.tier.get(block)
+        except DataLoss as exc:
+            self.stats.corrupt_blocks += 1
+            _corrupt.add(1, {"tier": self.tier.name})
+            log.warning(
+                "block_corrupt",
+                file_id=block[0],
+                index=block[1],
+                tier=self.tier.name,
+                error=str(exc),
+            )
+            if self.tier.drop(block):
+                self.added.discard(block)
+                self.removed.add(block)
+            return None
+
+    def _fetch_done(self, task: asyncio.Task[tuple[BlockData, int]]) -> None:
         for block, running in list(self._inflight.items()):
             if running is task:
                 del self._inflight[block]
         if not task.cancelled():
             task.exception()  # retrieved: the callers that still wait have it
 
-    async def _fetch(self, request: BlockRequest) -> bytes:
+    async def _fetch(self, request: BlockRequest) -> tuple[BlockData, int]:
         mount, ufs = await self._under_store(request.mount_path, request.ufs_uri)
+        if mount.options.block_size and request.block_size != mount.options.block_size:
+            # Another geometry than the mount's would cache bytes no reader of this mount
+            # asks for (and could be sized to make this worker download whole objects).
+            raise InvalidArgument(
+                f"block_size {request.block_size} disagrees with the mount at "
+                f"{mount.path} ({mount.options.block_size})"
+            )
         key = ufs.key_of(request.ufs_uri)
         length = request.block_length
         self.stats.misses += 1
@@ -158,13 +193,14 @@ class WorkerService:
                 f"under-store returned {len(data)} bytes for block {request.index}, "
                 f"expected {length}: the object changed"
             )
+        crc = checksum(data)
         self.stats.bytes_from_ufs += length
         _bytes.add(length, {"source": "ufs"})
-        if self.tier.put(request.block, data):
+        if self.tier.put(request.block, data, crc, start):
             self.removed.discard(request.block)
             self.added.add(request.block)
         log.debug("block_fetched", file_id=request.file_id, index=request.index, bytes=length)
-        return data
+        return data, crc
 
     def served(self, nbytes: int, from_cache: bool) -> None:
         if from_cache:

@@ -2,7 +2,8 @@
 
 ReadBlock bypasses protobuf on the payload: each response message is a `BlockChunk`
 encoding built by hand around a slice of the cached block (tag, length, bytes), so the
-payload is copied once — into the `bytes` gRPC requires — and never re-encoded.
+payload is copied once — into the `bytes` gRPC requires — and never re-encoded. The
+stream ends with a message that carries only the CRC32C of the bytes sent.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import AsyncIterator
 import grpc
 import grpc.aio
 
+from reservoir.common.block_file import checksum
 from reservoir.common.errors import ReservoirError, ResourceExhausted, code_value
 from reservoir.common.rpc import translate_errors, translate_stream_errors
 from reservoir.v1 import worker_pb2
@@ -21,6 +23,7 @@ from .service import BlockRequest, WorkerService
 
 SERVICE = "reservoir.v1.WorkerService"
 _DATA_TAG = b"\x0a"  # field 1, wire type 2 (length-delimited)
+_CRC_TAG = b"\x15"  # field 2, wire type 5 (fixed32)
 
 
 def _varint(n: int) -> bytes:
@@ -38,6 +41,15 @@ def _varint(n: int) -> bytes:
 def encode_chunk(payload: memoryview) -> bytes:
     """The wire form of BlockChunk(data=payload), with a single copy of the payload."""
     return b"".join((_DATA_TAG, _varint(len(payload)), payload))
+
+
+def encode_crc(crc: int) -> bytes:
+    """The wire form of BlockChunk(crc32c=crc)."""
+    return _CRC_TAG + crc.to_bytes(4, "little")
+
+
+def _range_crc(view: memoryview, start: int, end: int, block_crc: int) -> int:
+    return block_crc if (start, end) == (0, len(view)) else checksum(view[start:end])
 
 
 def _domain(request: worker_pb2.ReadBlockRequest) -> BlockRequest:
@@ -69,12 +81,14 @@ class WorkerServicer:
         self, request: worker_pb2.ReadBlockRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[bytes]:
         block = _domain(request)
-        data, from_cache = await self._service.block(block)
+        data, crc, from_cache = await self._service.block(block)
         start, end = _window(block, len(data))
         view = memoryview(data)
+        crc = _range_crc(view, start, end, crc)
         step = self._service.config.chunk_size
         for pos in range(start, end, step):
             yield encode_chunk(view[pos : min(end, pos + step)])
+        yield encode_crc(crc)
         self._service.served(end - start, from_cache)
 
     @translate_stream_errors
@@ -84,10 +98,14 @@ class WorkerServicer:
         async def one(position: int, item: worker_pb2.ReadBlockRequest) -> worker_pb2.BlockPayload:
             try:
                 block = _domain(item)
-                data, from_cache = await self._service.block(block)
+                data, crc, from_cache = await self._service.block(block)
                 start, end = _window(block, len(data))
+                view = memoryview(data)
+                crc = _range_crc(view, start, end, crc)
                 self._service.served(end - start, from_cache)
-                return worker_pb2.BlockPayload(position=position, data=data[start:end])
+                whole = isinstance(data, bytes) and (start, end) == (0, len(data))
+                payload = data if whole and isinstance(data, bytes) else bytes(view[start:end])
+                return worker_pb2.BlockPayload(position=position, data=payload, crc32c=crc)
             except ReservoirError as exc:
                 return worker_pb2.BlockPayload(
                     position=position, code=code_value(exc), message=str(exc)
@@ -108,7 +126,7 @@ class WorkerServicer:
         async def one(position: int, item: worker_pb2.ReadBlockRequest) -> worker_pb2.BlockStatus:
             try:
                 block = _domain(item)
-                data, _ = await self._service.block(block)
+                data, _, _ = await self._service.block(block)
                 if block.block not in self._service.tier:
                     raise ResourceExhausted("block fetched but not kept: the cache is full")
                 return worker_pb2.BlockStatus(position=position, bytes=len(data))
@@ -137,6 +155,7 @@ class WorkerServicer:
             used_bytes=tier.used_bytes,
             capacity_bytes=tier.capacity_bytes,
             blocks=len(tier),
+            corrupt_blocks=s.corrupt_blocks,
         )
 
     def handler(self) -> grpc.GenericRpcHandler:

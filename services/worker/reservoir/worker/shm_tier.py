@@ -1,24 +1,26 @@
 """The shared-memory tier: blocks as files in a tmpfs directory (e.g. /dev/shm).
 
-The memory tier's LRU policy, with each block kept as a file, mapped read-only for
-serving over gRPC, that a client on the same host may read directly (short-circuit).
-A block appears under its final name only once complete (write, then rename), and its
-content never changes (the name is its content identity), so a reader sees the whole
-block or no file. Eviction unlinks the file: a reader that already opened it still reads
-the old, intact bytes.
+The memory tier's LRU policy, with each block kept as a block file (see
+`reservoir.common.block_file`: a header with its length, offset and checksum, then the
+bytes) that a client on the same host may read directly (short-circuit). A block appears
+under its final name only once complete (write, then rename). The worker never trusts the
+file: every read copies the bytes out and verifies them against the checksum it took
+when the block landed, and a block that fails is dropped, never served. Eviction unlinks
+the file: a reader that already opened it still reads the old, intact bytes.
 """
 
 from __future__ import annotations
 
-import mmap
-import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+from reservoir.common.block_file import read_block_file, write_block_file
+from reservoir.common.errors import DataLoss
 from reservoir.common.models import shm_block_name
 
-from .memory_tier import BlockData, BlockId, MemoryTier
+from .memory_tier import BlockData, BlockId, MemoryTier, _Entry
 
 
 class ShmTier(MemoryTier):
@@ -33,20 +35,21 @@ class ShmTier(MemoryTier):
         shutil.rmtree(self.directory, ignore_errors=True)
         self.directory.mkdir(parents=True, exist_ok=True)
 
-    def _path(self, block: BlockId) -> Path:
-        return self.directory / shm_block_name(*block)
+    def _path(self, block: BlockId) -> str:
+        return str(self.directory / shm_block_name(*block))
 
-    def _keep(self, block: BlockId, data: bytes) -> BlockData:
-        path = self._path(block)
-        tmp = path.with_name("." + path.name + ".tmp")
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-        if not data:
-            return b""  # an empty file cannot be mapped
-        with open(path, "rb") as f:
-            return mmap.mmap(f.fileno(), len(data), prot=mmap.PROT_READ)
+    def _keep(self, block: BlockId, data: bytes, crc: int, offset: int) -> Any:
+        write_block_file(self._path(block), data, crc, offset)
+        return None
+
+    def _load(self, block: BlockId, entry: _Entry) -> BlockData:
+        try:
+            data, crc = read_block_file(self._path(block), entry.length, entry.offset)
+        except FileNotFoundError as exc:
+            raise DataLoss(f"block file of {block[0]}:{block[1]} is gone") from exc
+        if crc != entry.crc:
+            raise DataLoss(f"block file of {block[0]}:{block[1]} was rewritten")
+        return data
 
     def _release(self, block: BlockId) -> None:
-        # The mapping is dropped with the last reference (a stream may still use it).
-        self._path(block).unlink(missing_ok=True)
+        Path(self._path(block)).unlink(missing_ok=True)

@@ -1,0 +1,100 @@
+"""A cached block as a file: a fixed header that pins what the bytes are, then the bytes.
+
+Workers write these (shared-memory and disk tiers); a client on the same host reads them
+directly (short-circuit). The header carries the block's length, its offset in the object
+and the CRC32C taken when the block landed, so a reader of the file needs nothing else to
+know whether the bytes are the ones that were cached. Readers copy the bytes into their
+own memory with pread and verify that copy: a file another process can write is never
+trusted, and never mapped.
+
+CRC32C (Castagnoli), from the `crc32c` package: hardware (SSE4.2/ARMv8) CRC at ~24 GB/s
+on this kind of machine, about 8x the best gRPC stream and above a page-cache read, so
+checking every block costs a few percent of a warm read; it is also the checksum S3 offers
+for objects. It takes any buffer (memoryview slices, mmaps) without a copy, which
+`google-crc32c` (bytes only, same speed) does not. xxh3 is faster still (~50 GB/s) but
+both are far from the bottleneck.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import struct
+from collections.abc import Iterable
+
+import crc32c
+
+from .errors import DataLoss
+
+MAGIC = b"RSVBLK01"
+# magic, crc32c, flags (0), block length, offset of the block in its object
+HEADER = struct.Struct("<8sIIQQ")
+HEADER_SIZE = HEADER.size
+
+
+Buffer = bytes | bytearray | memoryview | mmap.mmap
+
+
+def checksum(data: Buffer) -> int:
+    """The CRC32C of `data`."""
+    return int(crc32c.crc32c(data))
+
+
+def checksum_of_pieces(pieces: Iterable[Buffer]) -> int:
+    crc = 0
+    for piece in pieces:
+        crc = crc32c.crc32c(piece, crc)
+    return int(crc)
+
+
+def header(crc: int, length: int, offset: int) -> bytes:
+    return HEADER.pack(MAGIC, crc, 0, length, offset)
+
+
+def write_block_file(path: str, data: bytes | memoryview, crc: int, offset: int) -> None:
+    """Writes the block under a temporary name, then renames it: a reader sees the whole
+    block or no file."""
+    tmp = os.path.join(os.path.dirname(path), "." + os.path.basename(path) + ".tmp")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp)  # left by a crash; it may not be writable
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o444)
+    try:
+        for part in (memoryview(header(crc, len(data), offset)), memoryview(data)):
+            while part:
+                part = part[os.write(fd, part) :]
+    except BaseException:
+        os.close(fd)
+        os.unlink(tmp)
+        raise
+    os.close(fd)
+    os.replace(tmp, path)
+
+
+def read_block_file(path: str, length: int, offset: int) -> tuple[bytes, int]:
+    """The block's bytes (a private copy) and their checksum, verified against the header.
+
+    FileNotFoundError when there is no such file; DataLoss when the file is not the block
+    it should be (wrong geometry, truncated, or bytes that fail their checksum).
+    """
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        raw = os.pread(fd, HEADER_SIZE, 0)
+        if len(raw) != HEADER_SIZE:
+            raise DataLoss(f"block file {path}: truncated header")
+        magic, crc, _flags, stored_length, stored_offset = HEADER.unpack(raw)
+        if magic != MAGIC:
+            raise DataLoss(f"block file {path}: not a block file")
+        if stored_length != length or stored_offset != offset:
+            raise DataLoss(
+                f"block file {path}: holds {stored_length} bytes at {stored_offset}, "
+                f"expected {length} at {offset}"
+            )
+        data = os.pread(fd, length, HEADER_SIZE)
+    finally:
+        os.close(fd)
+    if len(data) != length:
+        raise DataLoss(f"block file {path}: {len(data)} of {length} bytes")
+    if checksum(data) != crc:
+        raise DataLoss(f"block file {path}: checksum mismatch")
+    return data, crc
