@@ -358,6 +358,16 @@ class Bench:
             )
             for ds in datasets
         }
+        # The same warm reads with the client's checksum check off: what the check costs.
+        unverified = {
+            (ds.name, sc): self.row(
+                ds.name,
+                "reservoir short-circuit, no crc" if sc else "reservoir warm, no crc",
+                self._how(ds) + "; RESERVOIR_VERIFY_CHECKSUMS=0 (measures the check's cost)",
+            )
+            for ds in datasets
+            for sc in (False, True)
+        }
         via_master = {
             ds.name: self.row(
                 ds.name,
@@ -395,6 +405,14 @@ class Bench:
                     short[ds.name].runs.append(
                         self.measure(ds, self._reader(client, ds), self._stats(client))
                     )
+            for short_circuit in (False, True):
+                with self._client(short_circuit=short_circuit, verify=False) as client:
+                    for ds in datasets:
+                        client.ls(f"{MOUNT}/{ds.name}")
+                        log(f"reservoir no crc, short-circuit={short_circuit}, {ds.name}")
+                        unverified[ds.name, short_circuit].runs.append(
+                            self.measure(ds, self._reader(client, ds), self._stats(client))
+                        )
             for ds in datasets:
                 # An epoch longer than the client's metadata TTL: each read asks the master.
                 with self._client(short_circuit=False) as client:
@@ -404,16 +422,20 @@ class Bench:
         for row in cold.values():
             if any(r.workers.get("misses", 0) == 0 for r in row.runs):
                 row.note += " (NOT COLD: no worker misses)"
-        for row in [*warm.values(), *short.values(), *via_master.values()]:
+        for row in [*warm.values(), *short.values(), *unverified.values(), *via_master.values()]:
             if any(r.s3.get("GET", 0) for r in row.runs):
                 row.note += " (NOT WARM: S3 GETs)"
         self.extra["reservoir_ls_seconds"] = ls_seconds
 
-    def _client(self, short_circuit: bool) -> Any:
+    def _client(self, short_circuit: bool, verify: bool = True) -> Any:
         from reservoir.client import Client
         from reservoir.common.config import ClientConfig
 
-        config = ClientConfig(master=self.cluster.master_address, short_circuit=short_circuit)
+        config = ClientConfig(
+            master=self.cluster.master_address,
+            short_circuit=short_circuit,
+            verify_checksums=verify,
+        )
         return Client(config=config)
 
     @staticmethod

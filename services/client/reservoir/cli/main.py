@@ -211,7 +211,14 @@ def cmd_workers(args: argparse.Namespace) -> None:
         }
         if w.id in stats:
             s = stats[w.id]
-            item.update(used_bytes=s.used_bytes, blocks=s.blocks, hits=s.hits, misses=s.misses)
+            item.update(
+                used_bytes=s.used_bytes,
+                blocks=s.blocks,
+                hits=s.hits,
+                misses=s.misses,
+                evictions=s.evictions,
+                corrupt_blocks=s.corrupt_blocks,
+            )
         data.append(item)
 
     def text() -> str:

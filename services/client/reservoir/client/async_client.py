@@ -95,12 +95,13 @@ def _range_length(inode: Inode, index: int, offset: int, length: int) -> int:
 
 
 def _verified_payload(
-    item: worker_pb2.BlockPayload, inode: Inode, worker: WorkerRecord
+    item: worker_pb2.BlockPayload, inode: Inode, worker: WorkerRecord, verify: bool
 ) -> bytes | None:
     """A batch entry's bytes when their length and checksum are right; None (read again
     one by one, with failover) when not."""
     data = item.data
-    if len(data) != inode.size or not item.HasField("crc32c") or checksum(data) != item.crc32c:
+    intact = item.HasField("crc32c") and (not verify or checksum(data) == item.crc32c)
+    if len(data) != inode.size or not intact:
         log.warning("batch_block_rejected", worker=worker.id, path=inode.path, bytes=len(data))
         return None
     return data
@@ -395,7 +396,9 @@ class AsyncClient:
         try:
             # The whole block, copied out and checked against the checksum in its header:
             # the file is another process's, so it is never mapped or trusted.
-            data, _ = read_block_file(path, block_length, index * inode.block_size)
+            data, _ = read_block_file(
+                path, block_length, index * inode.block_size, verify=self.config.verify_checksums
+            )
         except OSError:
             return None  # not cached there (or evicted since)
         except DataLoss as exc:
@@ -438,7 +441,7 @@ class AsyncClient:
             raise DataLoss(f"{what}: {received} bytes, expected {expected}")
         if crc is None:
             raise DataLoss(f"{what}: no checksum")
-        if checksum_of_pieces(pieces) != crc:
+        if self.config.verify_checksums and checksum_of_pieces(pieces) != crc:
             raise DataLoss(f"{what}: checksum mismatch")
         return pieces
 
@@ -548,7 +551,9 @@ class AsyncClient:
                 ):
                     position = positions[item.position]
                     if item.code == 0:
-                        results[position] = _verified_payload(item, inodes[position], worker)
+                        results[position] = _verified_payload(
+                            item, inodes[position], worker, self.config.verify_checksums
+                        )
                     else:
                         error = error_for_code_value(item.code, item.message)
                         if not isinstance(error, _RETRY_ELSEWHERE + (Conflict,)):

@@ -152,6 +152,14 @@ class WorkerConfig:
     ufs_concurrency: int = field(default=16, metadata=env("RESERVOIR_UFS_CONCURRENCY"))
     chunk_size: int = field(default=1 * MiB, metadata=env("RESERVOIR_CHUNK_SIZE"))
     grace_s: float = field(default=3.0, metadata=env("RESERVOIR_SHUTDOWN_GRACE"))
+    # glibc thresholds that keep the worker's footprint near its capacity (measured: see
+    # common/malloc_tuning.py).
+    malloc_mmap_threshold: int = field(
+        default=256 * KiB, metadata=env("RESERVOIR_WORKER_MMAP_THRESHOLD")
+    )
+    malloc_trim_threshold: int = field(
+        default=16 * MiB, metadata=env("RESERVOIR_WORKER_TRIM_THRESHOLD")
+    )
 
 
 @dataclass(frozen=True)
@@ -174,5 +182,7 @@ class ClientConfig:
     parallelism: int = field(default=8, metadata=env("RESERVOIR_CLIENT_PARALLELISM"))
     # Read blocks held by a worker on this host straight from its shared-memory files.
     short_circuit: bool = field(default=True, metadata=env("RESERVOIR_SHORT_CIRCUIT"))
+    # Check every received block against its CRC32C. Off only to measure what it costs.
+    verify_checksums: bool = field(default=True, metadata=env("RESERVOIR_VERIFY_CHECKSUMS"))
     # Raise glibc's mmap/trim thresholds in this process (see common/malloc_tuning.py).
     tune_malloc: bool = field(default=True, metadata=env("RESERVOIR_TUNE_MALLOC"))

@@ -1,10 +1,20 @@
-"""glibc allocator tuning for processes that move large buffers.
+"""glibc allocator tuning, chosen per process from measurements.
 
-By default glibc serves every allocation above 128 KiB with a fresh mmap and returns it
-with munmap, so each 1 MiB gRPC message costs 256 page faults on arrival. Raising the
-mmap and trim thresholds lets those buffers (and the block-sized results assembled from
-them) be reused from the heap: measured here, a warm 128 MiB read went from 3.0 to 1.2 ms
-of client CPU per MiB. The cost is up to TRIM_THRESHOLD of freed memory kept for reuse.
+Clients (`tune_for_large_buffers`): by default glibc serves every allocation above 128 KiB
+with a fresh mmap and returns it with munmap, so each 1 MiB gRPC message costs 256 page
+faults on arrival. Raising the mmap and trim thresholds lets those buffers (and the
+block-sized results assembled from them) be reused from the heap: measured here, a warm
+128 MiB read went from 3.0 to 1.2 ms of client CPU per MiB. The cost is up to
+TRIM_THRESHOLD of freed memory kept for reuse.
+
+Workers (`tune_for_bounded_footprint`): a worker's memory must follow its capacity. Its
+blocks live in mappings of their own (see the memory tier); what remains on the heap is
+transient (under-store bodies, outgoing messages). Measured here with one worker of
+64 MiB capacity, 1 MiB and 4 MiB blocks, 300 MiB read in shuffled epochs
+(`bench/worker_memory.py`): glibc's defaults peaked at 178 MiB RSS and the client's tuning
+at 185 MiB, both still creeping up (the dynamic mmap threshold moves large transient
+buffers onto a heap that is never trimmed); a fixed 256 KiB mmap threshold with a 16 MiB
+trim threshold held 143–145 MiB, flat from the first epoch, at the same epoch times.
 """
 
 from __future__ import annotations
@@ -20,26 +30,37 @@ _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD = 1024 * 1024 * 1024
 TRIM_THRESHOLD = 1024 * 1024 * 1024
-_applied = False
+_applied: tuple[int, int] | None = None
 
 
-def tune_for_large_buffers() -> bool:
-    """Applies the thresholds once per process; False where the allocator is not glibc."""
+def tune(mmap_threshold: int, trim_threshold: int) -> bool:
+    """Sets both thresholds (a fixed mmap threshold also turns off glibc's dynamic one);
+    False where the allocator is not glibc."""
     global _applied
-    if _applied:
+    if _applied == (mmap_threshold, trim_threshold):
         return True
     name = ctypes.util.find_library("c")
     if not name:
         return False
     try:
-        libc = ctypes.CDLL(name)
-        mallopt = libc.mallopt
+        mallopt = ctypes.CDLL(name).mallopt
     except (OSError, AttributeError):
         return False
-    ok = bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(
-        mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
+    ok = bool(mallopt(_M_MMAP_THRESHOLD, mmap_threshold)) and bool(
+        mallopt(_M_TRIM_THRESHOLD, trim_threshold)
     )
-    _applied = ok
-    if not ok:
+    if ok:
+        _applied = (mmap_threshold, trim_threshold)
+    else:
         log.info("malloc_tuning_refused")
     return ok
+
+
+def tune_for_large_buffers() -> bool:
+    """The client's tuning: large buffers reused from the heap."""
+    return tune(MMAP_THRESHOLD, TRIM_THRESHOLD)
+
+
+def tune_for_bounded_footprint(mmap_threshold: int, trim_threshold: int) -> bool:
+    """The worker's tuning: large transient buffers go straight back to the system."""
+    return tune(mmap_threshold, trim_threshold)

@@ -13,7 +13,7 @@ import structlog
 from reservoir.common import config as cfg
 from reservoir.common import observability, serving
 from reservoir.common.errors import NotFound
-from reservoir.common.malloc_tuning import tune_for_large_buffers
+from reservoir.common.malloc_tuning import tune_for_bounded_footprint
 from reservoir.common.metadata_store import Lease, MetadataStore, open_metadata_store
 from reservoir.common.models import Mount, WorkerRecord
 from reservoir.common.rpc import CHANNEL_OPTIONS, error_from_rpc
@@ -215,7 +215,7 @@ async def serve(config: cfg.WorkerConfig) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     config, log_config = parse_args(argv)
-    tune_for_large_buffers()
+    tune_for_bounded_footprint(config.malloc_mmap_threshold, config.malloc_trim_threshold)
     observability.configure("worker", log_config)
     serving.run(lambda: serve(config))
 
