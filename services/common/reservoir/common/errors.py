@@ -47,6 +47,10 @@ class PermissionDenied(ReservoirError, PermissionError):
     """The under-store or the cluster refused the caller."""
 
 
+class Unauthenticated(PermissionDenied):
+    """No credentials, or credentials the cluster does not know."""
+
+
 class ResourceExhausted(ReservoirError):
     """A quota or capacity would be exceeded."""
 
@@ -76,6 +80,7 @@ STATUS_BY_ERROR: tuple[tuple[type[ReservoirError], grpc.StatusCode], ...] = (
     (InvalidArgument, grpc.StatusCode.INVALID_ARGUMENT),
     (AlreadyExists, grpc.StatusCode.ALREADY_EXISTS),
     (Conflict, grpc.StatusCode.ABORTED),
+    (Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
     (PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
     (ResourceExhausted, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (DeadlineExceeded, grpc.StatusCode.DEADLINE_EXCEEDED),

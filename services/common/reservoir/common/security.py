@@ -1,0 +1,125 @@
+"""Transport security: TLS on every gRPC hop, and the bearer token a process presents.
+
+One `SecuritySettings` per process, read once from the environment; one `Transport`
+built from it opens every channel that process dials (client -> master, client -> worker,
+worker -> master, master -> worker) and gives the server its credentials. A token is
+sent only over TLS (gRPC attaches call credentials to secure channels alone), so it never
+crosses the network in clear.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+import grpc.aio
+
+from .config import env, load
+from .errors import InvalidArgument, PermissionDenied
+
+
+@dataclass(frozen=True)
+class SecuritySettings:
+    # CA bundle this process trusts for the servers it dials (and, with client_auth, for
+    # the clients that dial it).
+    tls_ca: str = field(default="", metadata=env("RESERVOIR_TLS_CA"))
+    # This process's certificate and key: a server's identity, and a client's for mTLS.
+    tls_cert: str = field(default="", metadata=env("RESERVOIR_TLS_CERT"))
+    tls_key: str = field(default="", metadata=env("RESERVOIR_TLS_KEY"))
+    # Servers: require a client certificate signed by tls_ca (mutual TLS).
+    tls_client_auth: bool = field(default=False, metadata=env("RESERVOIR_TLS_CLIENT_AUTH"))
+    # The name checked in server certificates when it is not the dialled host.
+    tls_server_name: str = field(default="", metadata=env("RESERVOIR_TLS_SERVER_NAME"))
+    # The token this process presents (the file wins over the variable).
+    token: str = field(default="", metadata=env("RESERVOIR_TOKEN"), repr=False)
+    token_file: str = field(default="", metadata=env("RESERVOIR_TOKEN_FILE"))
+    # Servers: hashes and roles of the tokens they accept; empty = no authentication.
+    auth_tokens_file: str = field(default="", metadata=env("RESERVOIR_AUTH_TOKENS_FILE"))
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> SecuritySettings:
+        return load(cls, **overrides)
+
+    @property
+    def tls(self) -> bool:
+        return bool(self.tls_ca or self.tls_cert)
+
+    def presented_token(self) -> str:
+        if self.token_file:
+            try:
+                return Path(self.token_file).read_text().strip()
+            except OSError as exc:
+                raise PermissionDenied(
+                    f"cannot read token file {self.token_file}: {exc.strerror}"
+                ) from exc
+        return self.token.strip()
+
+
+def _read(path: str, what: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise InvalidArgument(f"cannot read {what} {path}: {exc.strerror}") from exc
+
+
+class Transport:
+    """Opens this process's channels and serves its ports, with or without TLS."""
+
+    def __init__(self, settings: SecuritySettings, channel_options: list[tuple[str, Any]]) -> None:
+        self.settings = settings
+        self._options = list(channel_options)
+        if settings.tls_server_name:
+            self._options.append(("grpc.ssl_target_name_override", settings.tls_server_name))
+        self._token = settings.presented_token()
+        self._credentials: grpc.ChannelCredentials | None = None
+        if settings.tls:
+            ca = _read(settings.tls_ca, "TLS CA bundle") if settings.tls_ca else None
+            key = _read(settings.tls_key, "TLS key") if settings.tls_key else None
+            cert = _read(settings.tls_cert, "TLS certificate") if settings.tls_cert else None
+            credentials = grpc.ssl_channel_credentials(ca, key, cert)
+            if self._token:
+                credentials = grpc.composite_channel_credentials(
+                    credentials, grpc.access_token_call_credentials(self._token)
+                )
+            self._credentials = credentials
+        elif self._token:
+            raise InvalidArgument(
+                "a token is configured but TLS is not (set RESERVOIR_TLS_CA): "
+                "a token is never sent in clear"
+            )
+
+    @property
+    def secure(self) -> bool:
+        return self._credentials is not None
+
+    def channel(self, address: str) -> grpc.aio.Channel:
+        if self._credentials is None:
+            return grpc.aio.insecure_channel(address, options=self._options)
+        return grpc.aio.secure_channel(address, self._credentials, options=self._options)
+
+    def sync_channel(self, address: str) -> grpc.Channel:
+        """A blocking channel (launcher checks, tests)."""
+        if self._credentials is None:
+            return grpc.insecure_channel(address, options=self._options)
+        return grpc.secure_channel(address, self._credentials, options=self._options)
+
+    def server_credentials(self) -> grpc.ServerCredentials | None:
+        s = self.settings
+        if not s.tls_cert:
+            if s.auth_tokens_file:
+                raise InvalidArgument(
+                    "authentication (RESERVOIR_AUTH_TOKENS_FILE) needs TLS "
+                    "(RESERVOIR_TLS_CERT and RESERVOIR_TLS_KEY): tokens are never sent in clear"
+                )
+            return None
+        if not s.tls_key:
+            raise InvalidArgument("RESERVOIR_TLS_CERT is set but RESERVOIR_TLS_KEY is not")
+        if s.tls_client_auth and not s.tls_ca:
+            raise InvalidArgument("RESERVOIR_TLS_CLIENT_AUTH needs RESERVOIR_TLS_CA")
+        return grpc.ssl_server_credentials(
+            [(_read(s.tls_key, "TLS key"), _read(s.tls_cert, "TLS certificate"))],
+            root_certificates=_read(s.tls_ca, "TLS CA bundle") if s.tls_client_auth else None,
+            require_client_auth=s.tls_client_auth,
+        )
