@@ -132,3 +132,31 @@ def test_negative_offset_is_invalid_argument(
 ) -> None:
     with pytest.raises(ValueError):
         client.read("/t/whatever", offset=-1)
+
+
+@pytest.mark.parametrize(
+    "method",
+    [
+        "/reservoir.v1.MasterService/GetFileInfo",
+        "/reservoir.v1.MasterService/Mount",
+        "/reservoir.v1.MasterService/LoadMetadata",
+        "/reservoir.v1.WorkerService/ReadBlock",
+        "/reservoir.v1.WorkerService/ReadBlocks",
+    ],
+)
+def test_undecodable_requests_are_invalid_argument(
+    cluster: LocalCluster, client: Client, method: str
+) -> None:
+    address = cluster.master_address if "Master" in method else client.workers()[0].address
+    garbage = b"\xff\xff\xff\xff\x0f" + bytes(range(256))
+    with grpc.insecure_channel(address) as channel:
+        streaming = method.endswith(("ReadBlock", "ReadBlocks", "LoadMetadata"))
+        make = channel.unary_stream if streaming else channel.unary_unary
+        call = make(method, request_serializer=None, response_deserializer=None)
+        with pytest.raises(grpc.RpcError) as caught:
+            result = call(garbage, timeout=10)
+            if streaming:
+                list(result)
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "DecodeError" not in (caught.value.details() or "")
+    assert client.workers()  # still serving

@@ -5,6 +5,16 @@ from __future__ import annotations
 from .errors import InvalidArgument
 
 ROOT = "/"
+MAX_PATH_BYTES = 4096  # PATH_MAX
+MAX_NAME_BYTES = 255  # NAME_MAX
+_SHOWN = 120
+
+
+def shown(path: str) -> str:
+    """`path` as an error message may quote it: never longer than a line."""
+    if len(path) <= _SHOWN:
+        return repr(path)
+    return f"{path[:_SHOWN]!r}... ({len(path.encode(errors='replace'))} bytes)"
 
 
 def normalize(path: str) -> str:
@@ -15,8 +25,10 @@ def normalize(path: str) -> str:
     """
     if not isinstance(path, str) or not path:
         raise InvalidArgument("path must be a non-empty string")
+    if len(path.encode(errors="replace")) > MAX_PATH_BYTES:
+        raise InvalidArgument(f"path longer than {MAX_PATH_BYTES} bytes: {shown(path)}")
     if not path.startswith("/"):
-        raise InvalidArgument(f"path must be absolute: {path!r}")
+        raise InvalidArgument(f"path must be absolute: {shown(path)}")
     if "\x00" in path:
         raise InvalidArgument("path must not contain NUL")
     parts = path.split("/")[1:]
@@ -24,9 +36,13 @@ def normalize(path: str) -> str:
         parts = parts[:-1]
     for part in parts:
         if part == "":
-            raise InvalidArgument(f"path has an empty component: {path!r}")
+            raise InvalidArgument(f"path has an empty component: {shown(path)}")
         if part in (".", ".."):
-            raise InvalidArgument(f"path must not contain {part!r}: {path!r}")
+            raise InvalidArgument(f"path must not contain {part!r}: {shown(path)}")
+        if len(part.encode(errors="replace")) > MAX_NAME_BYTES:
+            raise InvalidArgument(
+                f"path component longer than {MAX_NAME_BYTES} bytes: {shown(path)}"
+            )
     return "/" + "/".join(parts)
 
 

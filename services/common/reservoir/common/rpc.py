@@ -125,3 +125,63 @@ def error_from_rpc(exc: grpc.RpcError, what: str) -> errors.ReservoirError:
     if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
         return errors.Unavailable(f"{what}: unavailable ({details})")
     return errors.error_for(code, details or what)
+
+
+class _Undecodable:
+    """Stands in for a request whose bytes are not the message the method takes."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: str) -> None:
+        self.error = error
+
+
+class RequestDecodingInterceptor(grpc.aio.ServerInterceptor):
+    """Undecodable requests get INVALID_ARGUMENT (gRPC's own answer is UNKNOWN with the
+    parser's exception text), before any servicer sees them."""
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Any],
+        details: grpc.HandlerCallDetails,
+    ) -> Any:
+        handler = await continuation(details)
+        if handler is None or handler.request_deserializer is None:
+            return handler
+        decode = handler.request_deserializer
+
+        def tolerant(raw: bytes) -> Any:
+            try:
+                return decode(raw)
+            except Exception as exc:
+                return _Undecodable(type(exc).__name__)
+
+        refusal = errors.InvalidArgument(f"{details.method}: the request could not be decoded")
+        if handler.unary_unary:
+            behaviour = handler.unary_unary
+
+            async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                if isinstance(request, _Undecodable):
+                    await abort_with(context, refusal)
+                return await behaviour(request, context)
+
+            return grpc.unary_unary_rpc_method_handler(
+                unary,
+                request_deserializer=tolerant,
+                response_serializer=handler.response_serializer,
+            )
+        if handler.unary_stream:
+            streaming = handler.unary_stream
+
+            async def stream(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                if isinstance(request, _Undecodable):
+                    await abort_with(context, refusal)
+                async for item in streaming(request, context):
+                    yield item
+
+            return grpc.unary_stream_rpc_method_handler(
+                stream,
+                request_deserializer=tolerant,
+                response_serializer=handler.response_serializer,
+            )
+        return handler

@@ -14,7 +14,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from .observability import TraceServerInterceptor
-from .rpc import SERVER_OPTIONS
+from .rpc import SERVER_OPTIONS, RequestDecodingInterceptor
 
 log = structlog.get_logger()
 
@@ -30,7 +30,10 @@ def run(main: Callable[[], Coroutine[Any, Any, None]]) -> None:
 
 
 def new_server(service: str) -> grpc.aio.Server:
-    return grpc.aio.server(interceptors=[TraceServerInterceptor(service)], options=SERVER_OPTIONS)
+    return grpc.aio.server(
+        interceptors=[RequestDecodingInterceptor(), TraceServerInterceptor(service)],
+        options=SERVER_OPTIONS,
+    )
 
 
 async def add_health_and_reflection(

@@ -122,7 +122,15 @@ def _read_credentials_file(path: str) -> tuple[str, str, str | None]:
         raise PermissionDenied(f"cannot read credentials file {path}: {exc.strerror}") from exc
     if not text.lstrip().startswith("["):
         text = "[default]\n" + text
-    parser.read_string(text)
+    try:
+        parser.read_string(text)
+    except configparser.Error as exc:
+        # The parser's message quotes the offending line: never echo a file's content.
+        raise InvalidArgument(
+            f"credentials file {path} is not an AWS credentials file ({type(exc).__name__})"
+        ) from None
+    if not parser.sections():
+        raise InvalidArgument(f"credentials file {path} has no section")
     section = parser["default"] if parser.has_section("default") else parser[parser.sections()[0]]
     try:
         return (
