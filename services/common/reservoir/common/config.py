@@ -119,6 +119,10 @@ class MasterConfig:
     load_batch_blocks: int = field(default=8, metadata=env("RESERVOIR_LOAD_BATCH_BLOCKS"))
     load_calls_per_worker: int = field(default=2, metadata=env("RESERVOIR_LOAD_CALLS_PER_WORKER"))
     load_timeout_s: float = field(default=300.0, metadata=env("RESERVOIR_LOAD_TIMEOUT"))
+    # Mount policy (see master/mount_policy.py): URI schemes a mount may use, and, when
+    # set, the only under-store endpoints allowed (comma-separated).
+    allowed_schemes: str = field(default="s3", metadata=env("RESERVOIR_ALLOWED_SCHEMES"))
+    allowed_endpoints: str = field(default="", metadata=env("RESERVOIR_ALLOWED_ENDPOINTS"))
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ from reservoir.common.worker_registry import WorkerRegistry
 
 from .jobs import LoadJobs
 from .locations import BlockLocationTable
+from .mount_policy import MountPolicy
 from .worker_link import WorkerLink
 
 log = structlog.get_logger()
@@ -68,6 +69,7 @@ class MasterService:
         self.locations = BlockLocationTable(store)
         self._leases: dict[str, Lease] = {}
         self._mount_lock = asyncio.Lock()
+        self._mount_policy = MountPolicy(config.allowed_schemes, config.allowed_endpoints)
         self._worker_link = WorkerLink(config.load_timeout_s)
         # boto3 blocks: under-store calls run on a pool of their own, sized by a setting
         # (asyncio's default pool is small on small machines).
@@ -115,6 +117,8 @@ class MasterService:
         if path == paths.ROOT:
             raise InvalidArgument("cannot mount on /")
         options = options.validated()
+        # Before anything is contacted: a refused under-store gets no request at all.
+        self._mount_policy.check(uri, options)
         # The effective block size is part of the mount, so a worker can refuse a request
         # whose geometry disagrees with it without knowing this master's default.
         options = replace(options, block_size=self._block_size_of(options))
