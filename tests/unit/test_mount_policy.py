@@ -45,3 +45,9 @@ def test_an_allow_list_admits_only_its_endpoints() -> None:
 def test_an_endpoint_that_is_not_a_url_is_invalid() -> None:
     with pytest.raises(InvalidArgument):
         _policy().check("s3://b/", MountOptions(endpoint_url="ftp://x"))
+
+
+def test_with_an_allow_list_the_public_aws_endpoint_must_be_listed_too() -> None:
+    with pytest.raises(PermissionDenied, match="public endpoint"):
+        _policy(endpoints="http://minio:9000").check("s3://b/", MountOptions())
+    _policy(endpoints="https://s3.amazonaws.com").check("s3://b/", MountOptions())

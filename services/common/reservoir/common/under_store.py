@@ -26,6 +26,7 @@ from .errors import (
     Unavailable,
 )
 from .models import Mount, MountOptions
+from .redaction import install as redact_sdk_logs
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,6 +181,7 @@ class S3UnderStore(UnderStore):
             raise InvalidArgument(
                 f"unknown credential source {source!r} (env, anonymous or file:/path)"
             )
+        redact_sdk_logs()
         session = boto3.session.Session(**session_args)
         self._s3 = session.client(
             "s3",
@@ -187,6 +189,7 @@ class S3UnderStore(UnderStore):
             region_name=settings.region or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1",
             config=Config(**config_args),
         )
+        redact_sdk_logs()  # the client has imported more of botocore: its loggers too
 
     def head(self, key: str) -> ObjectInfo:
         try:

@@ -26,6 +26,7 @@ _METADATA_ADDRESSES = frozenset(
 )
 
 Resolver = Callable[[str], list[str]]
+AWS_DEFAULT = "s3.amazonaws.com:443"  # where a mount without endpoint_url goes
 
 
 def _resolve(host: str) -> list[str]:
@@ -67,6 +68,11 @@ class MountPolicy:
             )
         if options.endpoint_url:
             self._check_endpoint(options.endpoint_url)
+        elif scheme == "s3" and self.endpoints and AWS_DEFAULT not in self.endpoints:
+            raise PermissionDenied(
+                "a mount without endpoint_url uses AWS's public endpoint, which is not in "
+                "this cluster's allowed endpoints (RESERVOIR_ALLOWED_ENDPOINTS)"
+            )
 
     def _check_endpoint(self, url: str) -> None:
         parts = urlsplit(url)
