@@ -1,21 +1,58 @@
-"""Fixtures that start real components as separate processes on 127.0.0.1."""
+"""Fixtures that start real components as separate processes on 127.0.0.1.
+
+`RESERVOIR_TEST_SECURE=1` runs the same tests against secure clusters: every cluster a test
+starts gets TLS and token authentication (one CA and token set shared by the run), and this
+process presents the admin token, as an operator's tools would.
+"""
 
 from __future__ import annotations
 
 import os
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import pytest
 
 from reservoir.client import Client
+from reservoir.common.config import SecuritySettings
+from reservoir.common.rpc import CHANNEL_OPTIONS
+from reservoir.common.security import Transport
+from reservoir.local import pki
 from reservoir.local.cluster import DEV_CREDENTIALS, LocalCluster
 
 LEASE_TTL_S = 3
+SECURE = os.environ.get("RESERVOIR_TEST_SECURE", "") not in ("", "0")
 
 # The client's direct-S3 fallback and the workers read the dev credentials from the env.
 os.environ.update(DEV_CREDENTIALS)
+
+
+def _secure_everything() -> None:
+    """Every LocalCluster.up of this run starts a secure cluster with shared credentials."""
+    creds = pki.create(
+        Path(tempfile.mkdtemp(prefix="reservoir-test-pki-")), [f"worker{n}" for n in range(1, 7)]
+    )
+    os.environ["RESERVOIR_TLS_CA"] = str(creds.ca)
+    os.environ["RESERVOIR_TOKEN_FILE"] = str(creds.token("admin"))
+    plain_up = LocalCluster.up.__func__  # type: ignore[attr-defined]
+
+    def secure_up(cls: type[LocalCluster], *args: object, **kwargs: object) -> LocalCluster:
+        kwargs.update(secure=True, credentials=creds.directory)
+        return plain_up(cls, *args, **kwargs)  # type: ignore[no-any-return]
+
+    LocalCluster.up = classmethod(secure_up)  # type: ignore[method-assign, assignment]
+
+
+if SECURE:
+    _secure_everything()
+
+
+def channel(address: str) -> grpc.Channel:
+    """A blocking channel to a server of a test cluster, secure when the run is."""
+    return Transport(SecuritySettings.from_env(), CHANNEL_OPTIONS).sync_channel(address)
 
 
 def _up(tmp: Path, workers: int, **kwargs: object) -> LocalCluster:

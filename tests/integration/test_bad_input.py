@@ -12,12 +12,12 @@ from reservoir.common import errors
 from reservoir.common.config import ClientConfig
 from reservoir.local.cluster import LocalCluster, free_port
 from reservoir.v1 import master_pb2, master_pb2_grpc, worker_pb2
-from tests.conftest import new_mount_path
+from tests.conftest import channel, new_mount_path
 
 
 def _raw_status(cluster: LocalCluster, path: str) -> grpc.StatusCode:
-    with grpc.insecure_channel(cluster.master_address) as channel:
-        stub = master_pb2_grpc.MasterServiceStub(channel)
+    with channel(cluster.master_address) as ch:
+        stub = master_pb2_grpc.MasterServiceStub(ch)
         with pytest.raises(grpc.RpcError) as caught:
             stub.GetFileInfo(master_pb2.GetFileInfoRequest(path=path), timeout=5)
         return caught.value.code()  # type: ignore[no-any-return]
@@ -116,8 +116,8 @@ def test_worker_refuses_a_block_request_whose_identity_does_not_match(
         block_size=4096,
         mount_path="/t/x",
     )
-    with grpc.insecure_channel(worker.address) as channel:
-        call = channel.unary_stream(
+    with channel(worker.address) as ch:
+        call = ch.unary_stream(
             "/reservoir.v1.WorkerService/ReadBlock",
             request_serializer=worker_pb2.ReadBlockRequest.SerializeToString,
             response_deserializer=worker_pb2.BlockChunk.FromString,
@@ -149,9 +149,9 @@ def test_undecodable_requests_are_invalid_argument(
 ) -> None:
     address = cluster.master_address if "Master" in method else client.workers()[0].address
     garbage = b"\xff\xff\xff\xff\x0f" + bytes(range(256))
-    with grpc.insecure_channel(address) as channel:
+    with channel(address) as ch:
         streaming = method.endswith(("ReadBlock", "ReadBlocks", "LoadMetadata"))
-        make = channel.unary_stream if streaming else channel.unary_unary
+        make = ch.unary_stream if streaming else ch.unary_unary
         call = make(method, request_serializer=None, response_deserializer=None)
         with pytest.raises(grpc.RpcError) as caught:
             result = call(garbage, timeout=10)

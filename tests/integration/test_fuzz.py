@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from reservoir.client import Client
 from reservoir.local.cluster import LocalCluster
 from reservoir.v1 import master_pb2, worker_pb2
+from tests.conftest import channel
 
 BAD = {grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL}
 MASTER = master_pb2.DESCRIPTOR.services_by_name["MasterService"]
@@ -131,8 +132,8 @@ def _payloads(cls: type[Message]) -> st.SearchStrategy[bytes]:
     return st.one_of(valid, mutated(), st.binary(max_size=256))
 
 
-def _call(channel: grpc.Channel, method: str, streaming: bool, payload: bytes) -> grpc.StatusCode:
-    make = channel.unary_stream if streaming else channel.unary_unary
+def _call(ch: grpc.Channel, method: str, streaming: bool, payload: bytes) -> grpc.StatusCode:
+    make = ch.unary_stream if streaming else ch.unary_unary
     call = make(method, request_serializer=None, response_deserializer=None)
     try:
         result = call(payload, timeout=15)
@@ -154,7 +155,7 @@ def test_fuzzed_requests_get_deliberate_statuses(
 ) -> None:
     with Client(fuzz_cluster.master_address) as c:
         address = fuzz_cluster.master_address if kind == "master" else c.workers()[0].address
-    with grpc.insecure_channel(address) as channel:
+    with channel(address) as ch:
 
         @settings(
             max_examples=EXAMPLES,
@@ -164,11 +165,11 @@ def test_fuzzed_requests_get_deliberate_statuses(
         )
         @given(_payloads(request_cls))
         def one(payload: bytes) -> None:
-            code = _call(channel, method, streaming, payload)
+            code = _call(ch, method, streaming, payload)
             assert code not in BAD, f"{method} answered {code} to {payload!r}"
 
         one()
-        health = health_pb2_grpc.HealthStub(channel)
+        health = health_pb2_grpc.HealthStub(ch)
         answer = health.Check(health_pb2.HealthCheckRequest(), timeout=5)
         assert answer.status == health_pb2.HealthCheckResponse.SERVING
 

@@ -20,7 +20,7 @@ from reservoir.common.block_file import HEADER_SIZE
 from reservoir.common.models import file_id_for
 from reservoir.local.cluster import LocalCluster
 from reservoir.v1 import worker_pb2
-from tests.conftest import new_mount_path
+from tests.conftest import channel, new_mount_path
 
 BLOCK = 64 * 1024
 _READ_BLOCK = "/reservoir.v1.WorkerService/ReadBlock"
@@ -150,8 +150,8 @@ def test_requests_with_hostile_geometry_are_refused_and_later_reads_stay_exact(
             ),
         ]
         for worker in c.workers():
-            with grpc.insecure_channel(worker.address) as channel:
-                call = channel.unary_stream(
+            with channel(worker.address) as ch:
+                call = ch.unary_stream(
                     _READ_BLOCK,
                     request_serializer=worker_pb2.ReadBlockRequest.SerializeToString,
                     response_deserializer=None,

@@ -13,7 +13,7 @@ import pytest
 from reservoir.client import Client
 from reservoir.local.cluster import LocalCluster
 from reservoir.v1 import common_pb2, master_pb2, master_pb2_grpc
-from tests.conftest import new_mount_path
+from tests.conftest import channel, new_mount_path
 
 
 class _Recorder(http.server.BaseHTTPRequestHandler):
@@ -43,8 +43,8 @@ def recorder() -> Iterator[str]:
 
 
 def _mount_code(cluster: LocalCluster, uri: str, endpoint: str = "") -> grpc.StatusCode:
-    with grpc.insecure_channel(cluster.master_address) as channel:
-        stub = master_pb2_grpc.MasterServiceStub(channel)
+    with channel(cluster.master_address) as ch:
+        stub = master_pb2_grpc.MasterServiceStub(ch)
         request = master_pb2.MountRequest(
             path=new_mount_path(), uri=uri, options=common_pb2.MountOptions(endpoint_url=endpoint)
         )

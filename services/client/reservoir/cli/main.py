@@ -31,8 +31,20 @@ def _master(args: argparse.Namespace) -> str:
 
 def _client(args: argparse.Namespace) -> Any:
     from reservoir.client import Client
+    from reservoir.common import config as cfg
 
-    return Client(_master(args))
+    config = cfg.load(cfg.ClientConfig, master=_master(args))
+    if not (config.security.tls_ca or config.security.token or config.security.token_file):
+        # A local cluster started with --secure: its CA and admin token, no flags needed.
+        from reservoir.local.cluster import ClusterError, LocalCluster
+
+        try:
+            local = LocalCluster.load(Path(args.state_dir))
+        except ClusterError:
+            local = None
+        if local is not None and local.master_address == config.master:
+            config = cfg.ClientConfig(**{**config.__dict__, "security": local.security("admin")})
+    return Client(config=config)
 
 
 def _emit(args: argparse.Namespace, data: Any, text: Callable[[], str]) -> None:
@@ -66,6 +78,7 @@ def cmd_local_up(args: argparse.Namespace) -> None:
         s3_latency_ms=args.s3_latency_ms,
         capacity=args.capacity,
         shm=args.shm,
+        secure=args.secure,
     )
     _emit(args, cluster.status(), lambda: cluster.master_address)
     if not args.json:
@@ -402,6 +415,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--shm",
         action="store_true",
         help="workers keep blocks in /dev/shm: same-host short-circuit reads",
+    )
+    up.add_argument(
+        "--secure",
+        action="store_true",
+        help="TLS on every hop and tokens with roles: a local CA, certificates and one token "
+        "per role in the state dir (recorded in cluster.json)",
     )
     up.set_defaults(func=cmd_local_up)
     local.add_parser("down", help="stop the local cluster").set_defaults(func=cmd_local_down)

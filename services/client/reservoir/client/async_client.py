@@ -45,6 +45,7 @@ from reservoir.common.rpc import (
     error_from_rpc,
     is_transport_failure,
 )
+from reservoir.common.security import Transport
 from reservoir.common.under_store import MountedStores
 from reservoir.v1 import master_pb2, master_pb2_grpc, worker_pb2
 
@@ -122,11 +123,10 @@ class AsyncClient:
             self.config = cfg.ClientConfig(**{**self.config.__dict__, "master": master})
         if self.config.tune_malloc:
             tune_for_large_buffers()
-        self._master_channel = grpc.aio.insecure_channel(
-            self.config.master, options=CHANNEL_OPTIONS
-        )
+        transport = Transport(self.config.security, CHANNEL_OPTIONS)
+        self._master_channel = transport.channel(self.config.master)
         self._master = master_pb2_grpc.MasterServiceStub(self._master_channel)
-        self._worker_channels = ChannelPool()
+        self._worker_channels = ChannelPool(transport)
         self._infos: dict[str, _Cached] = {}
         self._workers: _Cached | None = None
         self._workers_refresh: asyncio.Future[None] | None = None

@@ -23,6 +23,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from reservoir.common.config import ClientConfig, SecuritySettings
+from reservoir.common.rpc import CHANNEL_OPTIONS
+from reservoir.common.security import Transport
+
+from . import pki
+from .pki import LocalCredentials
+
 DEFAULT_STATE_DIR = Path(os.environ.get("RESERVOIR_STATE_DIR", Path.home() / ".reservoir"))
 DEV_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "reservoir-dev",
@@ -95,6 +102,7 @@ class LocalCluster:
     def save(self) -> None:
         data = {
             "master": self.master_address,
+            **self._credential_paths(),
             "s3_endpoint": self.s3_endpoint,
             "s3_managed": self.s3_managed,
             "metadata_url": self.metadata_url,
@@ -249,6 +257,51 @@ class LocalCluster:
         self._spawn(proc)
         self._wait(proc, lambda: _http_ok(f"{self.s3_endpoint}/_reservoir/stats"))
 
+    # ---- security (`up --secure`) ---------------------------------------------------------
+
+    @property
+    def credentials(self) -> LocalCredentials | None:
+        """The CA, certificate and tokens of a `--secure` cluster; None otherwise."""
+        if not self.settings.get("secure"):
+            return None
+        return LocalCredentials(Path(self.settings.get("credentials") or self.state_dir / "tls"))
+
+    def _credential_paths(self) -> dict[str, Any]:
+        creds = self.credentials
+        if creds is None:
+            return {}
+        return {
+            "tls_ca": str(creds.ca),
+            "tokens": {role: str(creds.token(role)) for role in ("admin", "reader")}
+            | {"worker": str(creds.token("worker1"))},
+        }
+
+    def security(self, role: str = "admin") -> SecuritySettings:
+        """What a client of this cluster presents: its CA and a token of `role`
+        (`admin`, `reader`, or a worker's name); nothing for an insecure cluster."""
+        creds = self.credentials
+        if creds is None:
+            return SecuritySettings()
+        return SecuritySettings(tls_ca=str(creds.ca), token_file=str(creds.token(role)))
+
+    def client_config(self, role: str = "admin", **settings: Any) -> ClientConfig:
+        return ClientConfig(master=self.master_address, security=self.security(role), **settings)
+
+    def _security_env(self, token: str) -> dict[str, str]:
+        creds = self.credentials
+        if creds is None:
+            return {}
+        return {
+            "RESERVOIR_TLS_CA": str(creds.ca),
+            "RESERVOIR_TLS_CERT": str(creds.cert),
+            "RESERVOIR_TLS_KEY": str(creds.key),
+            "RESERVOIR_AUTH_TOKENS_FILE": str(creds.tokens_file),
+            "RESERVOIR_TOKEN_FILE": str(creds.token(token)),
+        }
+
+    def _transport(self, role: str = "reader") -> Transport:
+        return Transport(self.security(role), CHANNEL_OPTIONS)
+
     def _server_env(self) -> dict[str, str]:
         env = {
             "RESERVOIR_METADATA_URL": self.metadata_url,
@@ -266,13 +319,17 @@ class LocalCluster:
         proc = Process(
             name="master",
             argv=[sys.executable, "-m", "reservoir.master.server"],
-            env={**self._server_env(), "RESERVOIR_MASTER_LISTEN": f"127.0.0.1:{port}"},
+            env={
+                **self._server_env(),
+                **self._security_env("master"),
+                "RESERVOIR_MASTER_LISTEN": f"127.0.0.1:{port}",
+            },
             port=port,
             log=str(self.state_dir / "master.log"),
         )
         self.master_address = f"127.0.0.1:{port}"
         self._spawn(proc)
-        self._wait(proc, lambda: _grpc_serving(self.master_address))
+        self._wait(proc, lambda: _grpc_serving(self.master_address, self._transport()))
 
     def start_worker(self, n: int) -> str:
         name = f"worker{n}"
@@ -280,6 +337,7 @@ class LocalCluster:
         port = existing.port if existing else free_port()
         env = {
             **self._server_env(),
+            **self._security_env(name),
             "RESERVOIR_WORKER_LISTEN": f"127.0.0.1:{port}",
             "RESERVOIR_WORKER_ID": name,
             "RESERVOIR_MASTER": self.master_address,
@@ -296,15 +354,18 @@ class LocalCluster:
             log=str(self.state_dir / f"{name}.log"),
         )
         self._spawn(proc)
-        self._wait(proc, lambda: _grpc_serving(f"127.0.0.1:{port}") and self._registered(name))
+        self._wait(
+            proc,
+            lambda: (
+                _grpc_serving(f"127.0.0.1:{port}", self._transport()) and self._registered(name)
+            ),
+        )
         return name
 
     def _registered(self, worker_id: str) -> bool:
-        import grpc
-
         from reservoir.v1 import master_pb2, master_pb2_grpc
 
-        with grpc.insecure_channel(self.master_address) as channel:
+        with self._transport().sync_channel(self.master_address) as channel:
             reply = master_pb2_grpc.MasterServiceStub(channel).ListWorkers(
                 master_pb2.ListWorkersRequest(), timeout=2
             )
@@ -333,7 +394,12 @@ class LocalCluster:
         lease_ttl: int = 10,
         env: dict[str, str] | None = None,
         shm: bool = False,
+        secure: bool = False,
+        credentials: Path | None = None,
     ) -> LocalCluster:
+        """Starts a cluster. `secure`: TLS and tokens with credentials made for it in the
+        state dir, or the ones already in `credentials` (made by `pki.create`; several
+        clusters of one test run can share them)."""
         state_dir = Path(state_dir)
         state_dir.mkdir(parents=True, exist_ok=True)
         if (state_dir / "cluster.json").exists():
@@ -344,9 +410,18 @@ class LocalCluster:
                 )
         cluster = cls(
             state_dir=state_dir,
-            settings={"capacity": capacity, "lease_ttl": lease_ttl, "env": env or {}, "shm": shm},
+            settings={
+                "capacity": capacity,
+                "lease_ttl": lease_ttl,
+                "env": env or {},
+                "shm": shm,
+                "secure": secure,
+                "credentials": str(credentials or state_dir / "tls"),
+            },
         )
         try:
+            if secure and credentials is None:
+                pki.create(state_dir / "tls", [f"worker{n}" for n in range(1, workers + 1)])
             cluster.start_etcd()
             if s3_endpoint:
                 cluster.s3_endpoint = s3_endpoint
@@ -420,11 +495,10 @@ def _http_ok(url: str) -> bool:
         return bool(r.status == 200)
 
 
-def _grpc_serving(address: str) -> bool:
-    import grpc
+def _grpc_serving(address: str, transport: Transport) -> bool:
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    with grpc.insecure_channel(address) as channel:
+    with transport.sync_channel(address) as channel:
         reply = health_pb2_grpc.HealthStub(channel).Check(
             health_pb2.HealthCheckRequest(), timeout=1
         )

@@ -13,9 +13,10 @@ import re
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
-from .errors import InvalidArgument
+from .errors import InvalidArgument, PermissionDenied
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -83,6 +84,43 @@ def load(cls: type[T], environ: Mapping[str, str] | None = None, **overrides: An
             values[f.name] = _convert(environ[name], f.type, name)
     values.update({k: v for k, v in overrides.items() if v is not None})
     return cls(**values)
+
+
+@dataclass(frozen=True)
+class SecuritySettings:
+    # CA bundle this process trusts for the servers it dials (and, with client_auth, for
+    # the clients that dial it).
+    tls_ca: str = field(default="", metadata=env("RESERVOIR_TLS_CA"))
+    # This process's certificate and key: a server's identity, and a client's for mTLS.
+    tls_cert: str = field(default="", metadata=env("RESERVOIR_TLS_CERT"))
+    tls_key: str = field(default="", metadata=env("RESERVOIR_TLS_KEY"))
+    # Servers: require a client certificate signed by tls_ca (mutual TLS).
+    tls_client_auth: bool = field(default=False, metadata=env("RESERVOIR_TLS_CLIENT_AUTH"))
+    # The name checked in server certificates when it is not the dialled host.
+    tls_server_name: str = field(default="", metadata=env("RESERVOIR_TLS_SERVER_NAME"))
+    # The token this process presents (the file wins over the variable).
+    token: str = field(default="", metadata=env("RESERVOIR_TOKEN"), repr=False)
+    token_file: str = field(default="", metadata=env("RESERVOIR_TOKEN_FILE"))
+    # Servers: hashes and roles of the tokens they accept; empty = no authentication.
+    auth_tokens_file: str = field(default="", metadata=env("RESERVOIR_AUTH_TOKENS_FILE"))
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> SecuritySettings:
+        return load(cls, **overrides)
+
+    @property
+    def tls(self) -> bool:
+        return bool(self.tls_ca or self.tls_cert)
+
+    def presented_token(self) -> str:
+        if self.token_file:
+            try:
+                return Path(self.token_file).read_text().strip()
+            except OSError as exc:
+                raise PermissionDenied(
+                    f"cannot read token file {self.token_file}: {exc.strerror}"
+                ) from exc
+        return self.token.strip()
 
 
 @dataclass(frozen=True)
@@ -190,3 +228,5 @@ class ClientConfig:
     verify_checksums: bool = field(default=True, metadata=env("RESERVOIR_VERIFY_CHECKSUMS"))
     # Raise glibc's mmap/trim thresholds in this process (see common/malloc_tuning.py).
     tune_malloc: bool = field(default=True, metadata=env("RESERVOIR_TUNE_MALLOC"))
+    # TLS and the token this client presents (RESERVOIR_TLS_CA, RESERVOIR_TOKEN_FILE, ...).
+    security: SecuritySettings = field(default_factory=lambda: load(SecuritySettings))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import grpc
 import grpc.aio
@@ -31,16 +31,30 @@ SERVER_OPTIONS: list[tuple[str, Any]] = [
 ]
 
 
+class ChannelOpener(Protocol):
+    """What opens a channel to a peer (see `security.Transport`: TLS and token or not)."""
+
+    def channel(self, address: str) -> grpc.aio.Channel: ...
+
+
+class PlaintextChannels:
+    """Channels without TLS, for a cluster that runs without it."""
+
+    def channel(self, address: str) -> grpc.aio.Channel:
+        return grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+
+
 class ChannelPool:
     """One channel per peer address, opened on first use (gRPC multiplexes calls on it)."""
 
-    def __init__(self) -> None:
+    def __init__(self, opener: ChannelOpener | None = None) -> None:
+        self._opener = opener or PlaintextChannels()
         self._channels: dict[str, grpc.aio.Channel] = {}
 
     def get(self, address: str) -> grpc.aio.Channel:
         channel = self._channels.get(address)
         if channel is None:
-            channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+            channel = self._opener.channel(address)
             self._channels[address] = channel
         return channel
 

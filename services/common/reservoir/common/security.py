@@ -9,52 +9,16 @@ crosses the network in clear.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import grpc
 import grpc.aio
 
-from .config import env, load
-from .errors import InvalidArgument, PermissionDenied
+from .config import SecuritySettings
+from .errors import InvalidArgument
 
-
-@dataclass(frozen=True)
-class SecuritySettings:
-    # CA bundle this process trusts for the servers it dials (and, with client_auth, for
-    # the clients that dial it).
-    tls_ca: str = field(default="", metadata=env("RESERVOIR_TLS_CA"))
-    # This process's certificate and key: a server's identity, and a client's for mTLS.
-    tls_cert: str = field(default="", metadata=env("RESERVOIR_TLS_CERT"))
-    tls_key: str = field(default="", metadata=env("RESERVOIR_TLS_KEY"))
-    # Servers: require a client certificate signed by tls_ca (mutual TLS).
-    tls_client_auth: bool = field(default=False, metadata=env("RESERVOIR_TLS_CLIENT_AUTH"))
-    # The name checked in server certificates when it is not the dialled host.
-    tls_server_name: str = field(default="", metadata=env("RESERVOIR_TLS_SERVER_NAME"))
-    # The token this process presents (the file wins over the variable).
-    token: str = field(default="", metadata=env("RESERVOIR_TOKEN"), repr=False)
-    token_file: str = field(default="", metadata=env("RESERVOIR_TOKEN_FILE"))
-    # Servers: hashes and roles of the tokens they accept; empty = no authentication.
-    auth_tokens_file: str = field(default="", metadata=env("RESERVOIR_AUTH_TOKENS_FILE"))
-
-    @classmethod
-    def from_env(cls, **overrides: Any) -> SecuritySettings:
-        return load(cls, **overrides)
-
-    @property
-    def tls(self) -> bool:
-        return bool(self.tls_ca or self.tls_cert)
-
-    def presented_token(self) -> str:
-        if self.token_file:
-            try:
-                return Path(self.token_file).read_text().strip()
-            except OSError as exc:
-                raise PermissionDenied(
-                    f"cannot read token file {self.token_file}: {exc.strerror}"
-                ) from exc
-        return self.token.strip()
+__all__ = ["SecuritySettings", "Transport"]
 
 
 def _read(path: str, what: str) -> bytes:

@@ -13,8 +13,10 @@ import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from .auth import AuthInterceptor, TokenTable
 from .observability import TraceServerInterceptor
 from .rpc import SERVER_OPTIONS, RequestDecodingInterceptor
+from .security import Transport
 
 log = structlog.get_logger()
 
@@ -29,11 +31,17 @@ def run(main: Callable[[], Coroutine[Any, Any, None]]) -> None:
         asyncio.run(main())
 
 
-def new_server(service: str) -> grpc.aio.Server:
-    return grpc.aio.server(
-        interceptors=[RequestDecodingInterceptor(), TraceServerInterceptor(service)],
-        options=SERVER_OPTIONS,
-    )
+def new_server(service: str, transport: Transport | None = None) -> grpc.aio.Server:
+    """A server whose calls are authenticated first (when the transport names a tokens
+    file), then decoded safely, then traced."""
+    interceptors: list[grpc.aio.ServerInterceptor] = []
+    settings = transport.settings if transport is not None else None
+    if settings is not None and settings.auth_tokens_file:
+        table = TokenTable.load(settings.auth_tokens_file)
+        interceptors.append(AuthInterceptor(table))
+        log.info("auth_enabled", service=service, tokens=len(table))
+    interceptors += [RequestDecodingInterceptor(), TraceServerInterceptor(service)]
+    return grpc.aio.server(interceptors=interceptors, options=SERVER_OPTIONS)
 
 
 async def add_health_and_reflection(
@@ -49,8 +57,13 @@ async def add_health_and_reflection(
     return checker
 
 
-def bind(server: grpc.aio.Server, address: str) -> int:
-    port = server.add_insecure_port(address)
+def bind(server: grpc.aio.Server, address: str, transport: Transport | None = None) -> int:
+    credentials = transport.server_credentials() if transport is not None else None
+    if credentials is None:
+        port = server.add_insecure_port(address)
+    else:
+        port = server.add_secure_port(address, credentials)
+        log.info("tls_enabled", address=address)
     if port == 0:
         raise SystemExit(f"cannot listen on {address}")
     return port

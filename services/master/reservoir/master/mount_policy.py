@@ -14,6 +14,7 @@ import socket
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
+from reservoir.common import paths
 from reservoir.common.errors import InvalidArgument, PermissionDenied
 from reservoir.common.models import MountOptions
 
@@ -26,7 +27,8 @@ _METADATA_ADDRESSES = frozenset(
 )
 
 Resolver = Callable[[str], list[str]]
-AWS_DEFAULT = "s3.amazonaws.com:443"  # where a mount without endpoint_url goes
+AWS_DEFAULT = "s3.amazonaws.com:443"
+SUPPORTED_SCHEMES = frozenset({"s3", "file"})  # where a mount without endpoint_url goes
 
 
 def _resolve(host: str) -> list[str]:
@@ -61,6 +63,10 @@ class MountPolicy:
         """PermissionDenied when the mount may not be made; nothing is contacted here
         beyond a DNS lookup of the endpoint's name."""
         scheme = urlsplit(uri).scheme.lower()
+        if scheme not in SUPPORTED_SCHEMES:
+            raise InvalidArgument(
+                f"unsupported under-store URI {paths.shown(uri)} (s3://bucket/prefix or file:///dir)"
+            )
         if scheme not in self.schemes:
             raise PermissionDenied(
                 f"under-store scheme {scheme or '(none)'!r} is not allowed on this cluster "

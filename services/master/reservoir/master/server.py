@@ -11,6 +11,8 @@ from reservoir.common import config as cfg
 from reservoir.common import observability, serving
 from reservoir.common.malloc_tuning import tune_for_large_buffers
 from reservoir.common.metadata_store import open_metadata_store
+from reservoir.common.rpc import CHANNEL_OPTIONS
+from reservoir.common.security import SecuritySettings, Transport
 from reservoir.v1 import master_pb2, master_pb2_grpc
 
 from .service import MasterService
@@ -38,16 +40,16 @@ def parse_args(argv: list[str] | None = None) -> tuple[cfg.MasterConfig, cfg.Log
     return master, cfg.load(cfg.LogConfig, format=args.log_format)
 
 
-async def serve(config: cfg.MasterConfig) -> None:
+async def serve(config: cfg.MasterConfig, transport: Transport) -> None:
     store = open_metadata_store(config.metadata_url, config.metadata_timeout_s)
-    service = MasterService(store, config)
+    service = MasterService(store, config, transport)
     await service.start()
-    server = serving.new_server("master")
+    server = serving.new_server("master", transport)
     master_pb2_grpc.add_MasterServiceServicer_to_server(MasterServicer(service), server)
     await serving.add_health_and_reflection(
         server, [master_pb2.DESCRIPTOR.services_by_name["MasterService"].full_name]
     )
-    port = serving.bind(server, config.listen)
+    port = serving.bind(server, config.listen, transport)
     await server.start()
     log.info("master_started", listen=config.listen, port=port, metadata=config.metadata_url)
     loops = [
@@ -79,7 +81,8 @@ def main(argv: list[str] | None = None) -> None:
     config, log_config = parse_args(argv)
     tune_for_large_buffers()
     observability.configure("master", log_config)
-    serving.run(lambda: serve(config))
+    transport = Transport(SecuritySettings.from_env(), CHANNEL_OPTIONS)
+    serving.run(lambda: serve(config, transport))
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ from reservoir.common.errors import (
 )
 from reservoir.common.metadata_store import Lease, MetadataStore
 from reservoir.common.models import Inode, Mount, MountOptions, WorkerRecord, file_id_for
+from reservoir.common.rpc import ChannelOpener
 from reservoir.common.under_store import (
     MountedStores,
     ObjectInfo,
@@ -58,7 +59,9 @@ def _same(stored: Inode | None, listed: Inode) -> bool:
 
 
 class MasterService:
-    def __init__(self, store: MetadataStore, config: MasterConfig) -> None:
+    def __init__(
+        self, store: MetadataStore, config: MasterConfig, opener: ChannelOpener | None = None
+    ) -> None:
         self._store = store
         self._config = config
         self._mounts: dict[str, Mount] = {}
@@ -70,7 +73,7 @@ class MasterService:
         self._leases: dict[str, Lease] = {}
         self._mount_lock = asyncio.Lock()
         self._mount_policy = MountPolicy(config.allowed_schemes, config.allowed_endpoints)
-        self._worker_link = WorkerLink(config.load_timeout_s)
+        self._worker_link = WorkerLink(config.load_timeout_s, opener)
         # boto3 blocks: under-store calls run on a pool of their own, sized by a setting
         # (asyncio's default pool is small on small machines).
         self._pool = ThreadPoolExecutor(config.ufs_concurrency, thread_name_prefix="ufs")

@@ -8,16 +8,16 @@ import grpc.aio
 from reservoir.common.errors import ReservoirError, error_for_code_value
 from reservoir.common.models import Inode, WorkerRecord, block_request
 from reservoir.common.observability import inject_metadata
-from reservoir.common.rpc import ChannelPool, error_from_rpc
+from reservoir.common.rpc import ChannelOpener, ChannelPool, error_from_rpc
 from reservoir.v1 import worker_pb2
 
 _LOAD_BLOCKS = "/reservoir.v1.WorkerService/LoadBlocks"
 
 
 class WorkerLink:
-    def __init__(self, timeout_s: float) -> None:
+    def __init__(self, timeout_s: float, opener: ChannelOpener | None = None) -> None:
         self._timeout = timeout_s
-        self._channels = ChannelPool()
+        self._channels = ChannelPool(opener)
 
     async def load_blocks(
         self, worker: WorkerRecord, blocks: list[tuple[Inode, int]]

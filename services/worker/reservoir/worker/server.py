@@ -17,6 +17,7 @@ from reservoir.common.malloc_tuning import tune_for_bounded_footprint
 from reservoir.common.metadata_store import Lease, MetadataStore, open_metadata_store
 from reservoir.common.models import Mount, WorkerRecord
 from reservoir.common.rpc import CHANNEL_OPTIONS, error_from_rpc
+from reservoir.common.security import SecuritySettings, Transport
 from reservoir.common.worker_registry import WorkerRegistry
 from reservoir.v1 import common_pb2, master_pb2, master_pb2_grpc
 
@@ -62,8 +63,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[cfg.WorkerConfig, cfg.Log
 class MasterLink:
     """The worker's calls to the master, each with its deadline."""
 
-    def __init__(self, address: str, timeout_s: float) -> None:
-        self._channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+    def __init__(self, address: str, timeout_s: float, transport: Transport) -> None:
+        self._channel = transport.channel(address)
         self._stub = master_pb2_grpc.MasterServiceStub(self._channel)
         self._timeout = timeout_s
 
@@ -144,13 +145,13 @@ def _advertise(config: cfg.WorkerConfig, port: int) -> str:
     return f"{host}:{port}"
 
 
-async def serve(config: cfg.WorkerConfig) -> None:
-    server = serving.new_server("worker")
-    port = serving.bind(server, config.listen)
+async def serve(config: cfg.WorkerConfig, transport: Transport) -> None:
+    server = serving.new_server("worker", transport)
+    port = serving.bind(server, config.listen, transport)
     address = _advertise(config, port)
     worker_id = config.worker_id or address
     config = cfg.WorkerConfig(**{**config.__dict__, "worker_id": worker_id})
-    link = MasterLink(config.master, config.rpc_timeout_s)
+    link = MasterLink(config.master, config.rpc_timeout_s, transport)
     service = WorkerService(config, link.mounts)
     server.add_generic_rpc_handlers([WorkerServicer(service).handler()])
     await serving.add_health_and_reflection(server, [SERVICE])
@@ -217,7 +218,8 @@ def main(argv: list[str] | None = None) -> None:
     config, log_config = parse_args(argv)
     tune_for_bounded_footprint(config.malloc_mmap_threshold, config.malloc_trim_threshold)
     observability.configure("worker", log_config)
-    serving.run(lambda: serve(config))
+    transport = Transport(SecuritySettings.from_env(), CHANNEL_OPTIONS)
+    serving.run(lambda: serve(config, transport))
 
 
 if __name__ == "__main__":
