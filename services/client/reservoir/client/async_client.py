@@ -36,6 +36,7 @@ from reservoir.common.models import (
     block_request,
     shm_block_name,
 )
+from reservoir.common.mounted_stores import MountedStores
 from reservoir.common.observability import inject_metadata
 from reservoir.common.rpc import (
     CHANNEL_OPTIONS,
@@ -43,7 +44,7 @@ from reservoir.common.rpc import (
     error_from_rpc,
     is_transport_failure,
 )
-from reservoir.common.under_store import MountedStores
+from reservoir.common.under_store import BodyRetry
 from reservoir.v1 import master_pb2, master_pb2_grpc, worker_pb2
 
 from .routing import candidates
@@ -105,7 +106,14 @@ class AsyncClient:
         self._workers: _Cached | None = None
         self._mounts: _Cached | None = None
         self._penalised: dict[str, float] = {}
-        self._under_stores = MountedStores(self.config.ufs_timeout_s)
+        self._under_stores = MountedStores(
+            self.config.ufs_timeout_s,
+            body_retry=BodyRetry(
+                self.config.ufs_body_retries,
+                self.config.ufs_retry_backoff_s,
+                self.config.ufs_retry_backoff_max_s,
+            ),
+        )
         self.short_circuit_bytes = 0  # bytes read from same-host workers' files
 
     async def close(self) -> None:

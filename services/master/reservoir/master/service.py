@@ -27,12 +27,8 @@ from reservoir.common.errors import (
 )
 from reservoir.common.metadata_store import Lease, MetadataStore
 from reservoir.common.models import Inode, Mount, MountOptions, WorkerRecord, file_id_for
-from reservoir.common.under_store import (
-    MountedStores,
-    ObjectInfo,
-    UnderStore,
-    open_under_store,
-)
+from reservoir.common.mounted_stores import MountedStores, open_under_store
+from reservoir.common.under_store import BodyRetry, ObjectInfo, UnderStore
 from reservoir.common.worker_registry import WorkerRegistry
 
 from .jobs import LoadJobs
@@ -62,7 +58,12 @@ class MasterService:
         self._config = config
         self._mounts: dict[str, Mount] = {}
         self._under_stores = MountedStores(
-            config.ufs_timeout_s, config.ufs_retries, config.ufs_concurrency
+            config.ufs_timeout_s,
+            config.ufs_retries,
+            config.ufs_concurrency,
+            BodyRetry(
+                config.ufs_body_retries, config.ufs_retry_backoff_s, config.ufs_retry_backoff_max_s
+            ),
         )
         self._registry = WorkerRegistry(store)
         self.locations = BlockLocationTable(store)

@@ -13,7 +13,8 @@ from opentelemetry import metrics
 from reservoir.common.config import WorkerConfig
 from reservoir.common.errors import InvalidArgument, NotFound, OutOfRange
 from reservoir.common.models import Mount, file_id_for
-from reservoir.common.under_store import MountedStores, UnderStore
+from reservoir.common.mounted_stores import MountedStores
+from reservoir.common.under_store import BodyRetry, UnderStore
 
 from .memory_tier import BlockData, BlockId, MemoryTier
 from .shm_tier import ShmTier
@@ -86,7 +87,12 @@ class WorkerService:
         self._fetch_mounts = fetch_mounts
         self._mounts: dict[str, Mount] = {}
         self._under_stores = MountedStores(
-            config.ufs_timeout_s, config.ufs_retries, config.ufs_concurrency
+            config.ufs_timeout_s,
+            config.ufs_retries,
+            config.ufs_concurrency,
+            BodyRetry(
+                config.ufs_body_retries, config.ufs_retry_backoff_s, config.ufs_retry_backoff_max_s
+            ),
         )
         self._inflight: dict[BlockId, asyncio.Task[bytes]] = {}
         # boto3 is blocking: its calls run on a bounded pool, which also bounds the
