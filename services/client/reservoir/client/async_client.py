@@ -181,15 +181,26 @@ class AsyncClient:
         self._workers = _Cached(workers, now + self.config.workers_ttl_s)
         return workers
 
-    async def stat(self, path: str, *, with_locations: bool = False, fresh: bool = False) -> Inode:
+    async def stat(
+        self,
+        path: str,
+        *,
+        with_locations: bool = False,
+        fresh: bool = False,
+        refresh: bool = False,
+    ) -> Inode:
+        """A path's inode. `fresh`: ask the master, not this client's cache; `refresh`:
+        have the master check the under-store now rather than trust what it stored."""
         path = paths.normalize(path)
-        if not fresh and not with_locations:
+        if not (fresh or refresh or with_locations):
             hit = self._infos.get(path)
             if hit is not None and hit.expires > time.monotonic():
                 return hit.value  # type: ignore[no-any-return]
         message = await self._call(
             "GetFileInfo",
-            master_pb2.GetFileInfoRequest(path=path, with_locations=with_locations),
+            master_pb2.GetFileInfoRequest(
+                path=path, with_locations=with_locations, refresh=refresh
+            ),
             f"stat {path}",
         )
         inode = Inode.from_proto(message)
@@ -257,11 +268,13 @@ class AsyncClient:
                 try:
                     return await self._read_inode_pieces(inode, offset, length)
                 except Conflict:
-                    # The object changed since we looked: fetch fresh metadata once.
-                    self.forget(inode.path)
-                    await self.stat(path, fresh=True)
                     if attempt:
                         raise
+                    # The object changed since its metadata was stored: the master checks
+                    # this one file against the under-store, and the read runs once more.
+                    self.forget(inode.path)
+                    log.info("file_changed_refreshing", path=inode.path, etag=inode.etag)
+                    await self.stat(path, refresh=True)
         raise AssertionError("unreachable")
 
     async def _read_inode(self, inode: Inode, offset: int, length: int) -> bytes:

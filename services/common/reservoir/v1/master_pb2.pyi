@@ -400,17 +400,23 @@ class GetFileInfoRequest(_message.Message):
 
     PATH_FIELD_NUMBER: _builtins.int
     WITH_LOCATIONS_FIELD_NUMBER: _builtins.int
+    REFRESH_FIELD_NUMBER: _builtins.int
     path: _builtins.str
     with_locations: _builtins.bool
+    refresh: _builtins.bool
+    """Check the file against the under-store now (HEAD) and store what it says, whatever
+    the mount's sync interval: a reader that met a changed object (ETag mismatch) asks.
+    """
     def __init__(
         self,
         *,
         path: _builtins.str = ...,
         with_locations: _builtins.bool = ...,
+        refresh: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["path", b"path", "with_locations", b"with_locations"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["path", b"path", "refresh", b"refresh", "with_locations", b"with_locations"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

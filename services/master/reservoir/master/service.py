@@ -199,7 +199,11 @@ class MasterService:
             synced_ms=_now_ms(),
         )
 
-    async def file_info(self, path: str, with_locations: bool = False) -> Inode:
+    async def file_info(
+        self, path: str, with_locations: bool = False, *, refresh: bool = False
+    ) -> Inode:
+        """A path's inode: from etcd while the mount's sync policy trusts it, else checked
+        against the under-store. `refresh` checks it now, whatever the policy says."""
         path = paths.normalize(path)
         mount = self._mount_for(path)
         if mount is None:
@@ -209,6 +213,17 @@ class MasterService:
         if path == mount.path:
             return self._dir_inode(path, mount, mount.created_ms)
         raw = await self._store.get(keyspace.inode_key(path))
+        if refresh:
+            inode = await self._sync_inode(mount, path)
+            old = Inode.from_json(raw) if raw is not None else None
+            log.info(
+                "inode_refreshed",
+                path=path,
+                changed=old is None or old.file_id != inode.file_id,
+                etag=inode.etag,
+                size=inode.size,
+            )
+            return self._with_locations(inode) if with_locations else inode
         if raw is not None:
             inode = Inode.from_json(raw)
             if self._fresh(mount, inode.synced_ms) or await self._parent_listed(mount, path):

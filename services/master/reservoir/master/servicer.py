@@ -48,7 +48,9 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
     async def GetFileInfo(
         self, request: master_pb2.GetFileInfoRequest, context: grpc.aio.ServicerContext
     ) -> common_pb2.FileInfo:
-        inode = await self._service.file_info(request.path, request.with_locations)
+        inode = await self._service.file_info(
+            request.path, request.with_locations, refresh=request.refresh
+        )
         return inode.to_proto()
 
     @translate_errors
