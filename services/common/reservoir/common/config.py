@@ -165,6 +165,12 @@ class WorkerConfig:
         default=1.0, metadata=env("RESERVOIR_UFS_RETRY_BACKOFF_MAX")
     )
     chunk_size: int = field(default=1 * MiB, metadata=env("RESERVOIR_CHUNK_SIZE"))
+    # The worker follows the mount table by watching etcd; a broken watch is set up again
+    # after a pause that doubles from `mount_watch_backoff_s` up to its max.
+    mount_watch_backoff_s: float = field(default=0.5, metadata=env("RESERVOIR_MOUNT_WATCH_BACKOFF"))
+    mount_watch_backoff_max_s: float = field(
+        default=10.0, metadata=env("RESERVOIR_MOUNT_WATCH_BACKOFF_MAX")
+    )
     grace_s: float = field(default=3.0, metadata=env("RESERVOIR_SHUTDOWN_GRACE"))
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -11,12 +10,13 @@ import structlog
 from opentelemetry import metrics
 
 from reservoir.common.config import WorkerConfig
-from reservoir.common.errors import InvalidArgument, NotFound, OutOfRange
+from reservoir.common.errors import InvalidArgument, OutOfRange
 from reservoir.common.models import Mount, file_id_for
 from reservoir.common.mounted_stores import MountedStores
 from reservoir.common.under_store import BodyRetry, UnderStore
 
 from .memory_tier import BlockData, BlockId, MemoryTier
+from .mount_table import MountTable
 from .shm_tier import ShmTier
 
 log = structlog.get_logger()
@@ -71,11 +71,8 @@ class WorkerStats:
     evictions: int = 0
 
 
-MountLookup = Callable[[], Awaitable[list[Mount]]]
-
-
 class WorkerService:
-    def __init__(self, config: WorkerConfig, fetch_mounts: MountLookup) -> None:
+    def __init__(self, config: WorkerConfig, mounts: MountTable) -> None:
         self.config = config
         self.worker_id = config.worker_id
         self.stats = WorkerStats()
@@ -84,8 +81,7 @@ class WorkerService:
             if config.shm_dir
             else MemoryTier(config.capacity_bytes, self._evicted)
         )
-        self._fetch_mounts = fetch_mounts
-        self._mounts: dict[str, Mount] = {}
+        self.mounts = mounts
         self._under_stores = MountedStores(
             config.ufs_timeout_s,
             config.ufs_retries,
@@ -111,13 +107,8 @@ class WorkerService:
         )
 
     async def _under_store(self, mount_path: str, ufs_uri: str) -> tuple[Mount, UnderStore]:
-        mount = self._mounts.get(mount_path)
-        if mount is None or not ufs_uri.startswith(mount.uri):
-            # Unknown, or remounted elsewhere since we looked: ask the master again.
-            self._mounts = {m.path: m for m in await self._fetch_mounts()}
-            mount = self._mounts.get(mount_path)
-            if mount is None:
-                raise NotFound(f"{mount_path} is not mounted")
+        # The mount as it is now (remounts arrive by watch), its store reopened if it changed.
+        mount = await self.mounts.get(mount_path, ufs_uri)
         return mount, self._under_stores.for_mount(mount)
 
     async def block(self, request: BlockRequest) -> tuple[BlockData, bool]:

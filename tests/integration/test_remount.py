@@ -1,0 +1,85 @@
+"""A remount (same path, a second S3 server) reaches every worker's next read; when that
+server goes away, errors say which endpoint failed."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from reservoir.client import Client
+from reservoir.local.cluster import LocalCluster
+from tests.conftest import new_mount_path
+
+BLOCK = 64 * 1024
+BUCKET = "remount"
+
+
+@pytest.fixture
+def second_s3(tmp_path: Path) -> Iterator[LocalCluster]:
+    """A second S3-compatible server process, started the way LocalCluster starts its own."""
+    other = LocalCluster(state_dir=tmp_path / "s3b")
+    other.state_dir.mkdir()
+    other.start_s3()
+    try:
+        yield other
+    finally:
+        other.down()
+
+
+def _fill(s3_server: LocalCluster, files: dict[str, bytes]) -> None:
+    s3 = s3_server.s3_client()
+    if BUCKET not in {b["Name"] for b in s3.list_buckets()["Buckets"]}:
+        s3.create_bucket(Bucket=BUCKET)
+    for name, data in files.items():
+        s3.put_object(Bucket=BUCKET, Key=f"d/{name}", Body=data)
+
+
+def test_a_remount_to_another_endpoint_reaches_every_worker_and_errors_name_the_endpoint(
+    cluster: LocalCluster, second_s3: LocalCluster
+) -> None:
+    # The same keys on both servers, different bytes; each worker fetches some of them.
+    names = [f"f{i}.bin" for i in range(12)]
+    on_a = {n: os.urandom(BLOCK + i) for i, n in enumerate(names)}
+    on_b = {n: os.urandom(BLOCK + i) for i, n in enumerate(names)}
+    on_b["only_b.bin"] = os.urandom(3 * BLOCK)
+    cold = os.urandom(2 * BLOCK)  # stat'ed, never read
+    _fill(cluster, on_a)
+    _fill(second_s3, {**on_b, "cold.bin": cold})
+    root = new_mount_path()
+    uri = f"s3://{BUCKET}/d/"
+    with Client(cluster.master_address) as c:
+        c.mount(root, uri, endpoint_url=cluster.s3_endpoint, block_size=BLOCK)
+        assert c.read_many([f"{root}/{n}" for n in names]) == [on_a[n] for n in names]
+        assert {s.worker_id for s in c.worker_stats() if s.ufs_gets} >= {
+            "worker1",
+            "worker2",
+            "worker3",
+        }
+        c.unmount(root)
+        c.mount(root, uri, endpoint_url=second_s3.s3_endpoint, block_size=BLOCK)
+    before_a = cluster.s3_counts().get("GET", 0)
+    with Client(cluster.master_address) as c:
+        for name, data in on_b.items():
+            assert c.read(f"{root}/{name}") == data
+        assert c.read_many([f"{root}/{n}" for n in names]) == [on_b[n] for n in names]
+        assert c.stat(f"{root}/cold.bin").size == len(cold)
+    assert cluster.s3_counts().get("GET", 0) == before_a  # nothing read from the old server
+    # Every worker learnt of the remount from its etcd watch, not by asking the master.
+    for name in cluster.worker_names():
+        log = Path(cluster.processes[name].log).read_text().splitlines()
+        assert any(
+            "mount_changed" in line and second_s3.s3_endpoint in line and root in line
+            for line in log
+        ), name
+
+    # The new endpoint goes away: errors name it, whether the master or a reader meets it.
+    second_s3.down()
+    endpoint = second_s3.s3_endpoint
+    with Client(cluster.master_address) as c:
+        with pytest.raises(ConnectionError, match=f"endpoint {endpoint}"):
+            c.stat(f"{root}/never_seen.bin")
+        with pytest.raises(ConnectionError, match=f"endpoint {endpoint}"):
+            c.read(f"{root}/cold.bin")  # known to the master, cached nowhere
