@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from reservoir.client import Client
-from reservoir.local.cluster import LocalCluster
+from reservoir.local.cluster import LocalCluster, free_port
 from tests.conftest import new_mount_path
 
 BLOCK = 64 * 1024
@@ -58,10 +58,17 @@ def test_a_remount_to_another_endpoint_reaches_every_worker_and_errors_name_the_
             "worker2",
             "worker3",
         }
-        c.unmount(root)
-        c.mount(root, uri, endpoint_url=second_s3.s3_endpoint, block_size=BLOCK)
+        # A replacement that cannot be reached is refused, naming it; the mount stays.
+        dead = f"http://127.0.0.1:{free_port()}"
+        with pytest.raises(ConnectionError, match=f"endpoint {dead}"):
+            c.mount(root, uri, endpoint_url=dead, block_size=BLOCK, replace=True)
+        assert [m.options.endpoint_url for m in c.mounts() if m.path == root] == [
+            cluster.s3_endpoint
+        ]
+        c.mount(root, uri, endpoint_url=second_s3.s3_endpoint, block_size=BLOCK, replace=True)
     before_a = cluster.s3_counts().get("GET", 0)
     with Client(cluster.master_address) as c:
+        assert sorted(e.path.rsplit("/", 1)[1] for e in c.ls(root)) == sorted([*on_b, "cold.bin"])
         for name, data in on_b.items():
             assert c.read(f"{root}/{name}") == data
         assert c.read_many([f"{root}/{n}" for n in names]) == [on_b[n] for n in names]
@@ -80,6 +87,6 @@ def test_a_remount_to_another_endpoint_reaches_every_worker_and_errors_name_the_
     endpoint = second_s3.s3_endpoint
     with Client(cluster.master_address) as c:
         with pytest.raises(ConnectionError, match=f"endpoint {endpoint}"):
-            c.stat(f"{root}/never_seen.bin")
+            c.stat(f"{root}/sub/never_seen.bin")  # below no listed directory: a HEAD
         with pytest.raises(ConnectionError, match=f"endpoint {endpoint}"):
             c.read(f"{root}/cold.bin")  # known to the master, cached nowhere

@@ -150,15 +150,22 @@ class AsyncClient:
         credentials: str = "",
         metadata_ttl_ms: int = 0,
         metadata_sync: str = "",
+        replace: bool = False,
     ) -> Mount:
+        """Mounts `uri` at `path`; `replace` swaps out a mount already at `path`."""
         options = MountOptions(
             endpoint_url, region, block_size, credentials, metadata_ttl_ms, metadata_sync
         )
         request = master_pb2.MountRequest(
-            path=path, uri=uri, options=Mount(path, uri, options).to_proto().options
+            path=path,
+            uri=uri,
+            options=Mount(path, uri, options).to_proto().options,
+            replace=replace,
         )
         response = await self._call("Mount", request, f"mount {path}")
         self._mounts = None
+        if replace:
+            self._forget_below(path)
         return Mount.from_proto(response.mount)
 
     async def unmount(self, path: str) -> None:
@@ -245,6 +252,11 @@ class AsyncClient:
 
     def forget(self, path: str) -> None:
         self._infos.pop(path, None)
+
+    def _forget_below(self, path: str) -> None:
+        top = paths.normalize(path)
+        for known in [p for p in self._infos if paths.is_within(p, top)]:
+            del self._infos[known]
 
     # ---- reads --------------------------------------------------------------------------
 

@@ -111,7 +111,13 @@ class MasterService:
     def _under_store(self, mount: Mount) -> UnderStore:
         return self._under_stores.for_mount(mount)
 
-    async def mount(self, path: str, uri: str, options: MountOptions) -> Mount:
+    async def mount(
+        self, path: str, uri: str, options: MountOptions, *, replace: bool = False
+    ) -> Mount:
+        """Mounts `uri` at `path`. `replace` swaps out a mount already there: the new store
+        is checked first (a failing one leaves the old mount alone), then the namespace
+        below `path` is dropped, to be read again from the new store. Workers follow the
+        mounts in etcd, so their next request uses the new mount."""
         path = paths.normalize(path)
         if path == paths.ROOT:
             raise InvalidArgument("cannot mount on /")
@@ -119,16 +125,31 @@ class MasterService:
         # Fail fast at mount time: one attempt, so a wrong endpoint is reported in seconds.
         probe = open_under_store(uri, self._under_stores.settings(options, retries=1))
         async with self._mount_lock:
+            old = self._mounts.get(path)
+            if old is not None and not replace:
+                raise AlreadyExists(f"{path} is already mounted ({old.uri})")
             for other in self._mounts.values():
-                if other.path == path:
-                    raise AlreadyExists(f"{path} is already mounted ({other.uri})")
-                if paths.is_within(path, other.path) or paths.is_within(other.path, path):
+                if other.path != path and (
+                    paths.is_within(path, other.path) or paths.is_within(other.path, path)
+                ):
                     raise InvalidArgument(f"{path} overlaps the mount at {other.path}")
             await self._ufs(probe.check)
             mount = Mount(path=path, uri=probe.uri, options=options, created_ms=_now_ms())
-            await self._store.put(keyspace.mount_key(path), mount.to_json())
             self._mounts[path] = mount
-        log.info("mounted", path=path, uri=mount.uri, endpoint=options.endpoint_url)
+            await self._store.put(keyspace.mount_key(path), mount.to_json())
+            if old is not None:
+                # Inodes (ETags, sizes, block sizes) and listing marks came from the old store.
+                await self._store.delete(keyspace.inode_key(path))
+                await self._delete_subtree(path, exhaustive=True)
+        log.info(
+            "remounted" if old else "mounted",
+            path=path,
+            uri=mount.uri,
+            endpoint=options.endpoint_url,
+            block_size=options.block_size,
+            was_uri=old.uri if old else None,
+            was_endpoint=old.options.endpoint_url if old else None,
+        )
         return mount
 
     async def unmount(self, path: str) -> None:

@@ -26,7 +26,10 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
         self, request: master_pb2.MountRequest, context: grpc.aio.ServicerContext
     ) -> master_pb2.MountResponse:
         mount = await self._service.mount(
-            request.path, request.uri, MountOptions.from_proto(request.options)
+            request.path,
+            request.uri,
+            MountOptions.from_proto(request.options),
+            replace=request.replace,
         )
         return master_pb2.MountResponse(mount=mount.to_proto())
 
