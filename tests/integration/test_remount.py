@@ -4,6 +4,7 @@ server goes away, errors say which endpoint failed."""
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -78,7 +79,10 @@ def test_a_remount_to_another_endpoint_reaches_every_worker_and_errors_name_the_
     for name in cluster.worker_names():
         log = Path(cluster.processes[name].log).read_text().splitlines()
         assert any(
-            "mount_changed" in line and second_s3.s3_endpoint in line and root in line
+            "mount_changed" in line
+            and second_s3.s3_endpoint in line
+            and root in line
+            and '"source": "watch"' in line
             for line in log
         ), name
 
@@ -90,3 +94,47 @@ def test_a_remount_to_another_endpoint_reaches_every_worker_and_errors_name_the_
             c.stat(f"{root}/sub/never_seen.bin")  # below no listed directory: a HEAD
         with pytest.raises(ConnectionError, match=f"endpoint {endpoint}"):
             c.read(f"{root}/cold.bin")  # known to the master, cached nowhere
+
+
+def _worker_saw_remount(cluster: LocalCluster, name: str, endpoint: str, root: str) -> bool:
+    lines = Path(cluster.processes[name].log).read_text().splitlines()
+    return any(
+        "mount_changed" in x and endpoint in x and root in x and '"source": "master"' not in x
+        for x in lines
+    )
+
+
+def test_workers_follow_remounts_again_after_an_etcd_restart(
+    own_cluster: LocalCluster, second_s3: LocalCluster
+) -> None:
+    old, new = os.urandom(BLOCK + 5), os.urandom(BLOCK + 9)
+    _fill(own_cluster, {"x.bin": old})
+    _fill(second_s3, {"x.bin": new})
+    root = new_mount_path()
+    uri = f"s3://{BUCKET}/d/"
+    with Client(own_cluster.master_address) as c:
+        c.mount(root, uri, endpoint_url=own_cluster.s3_endpoint, block_size=BLOCK)
+        assert c.read(f"{root}/x.bin") == old
+    own_cluster.stop("etcd")
+    own_cluster.restart_etcd()
+    deadline = time.monotonic() + 30
+    while True:  # the master's own etcd client reconnects first
+        try:
+            with Client(own_cluster.master_address) as c:
+                c.mount(
+                    root, uri, endpoint_url=second_s3.s3_endpoint, block_size=BLOCK, replace=True
+                )
+            break
+        except ConnectionError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+    with Client(own_cluster.master_address) as c:
+        assert c.read(f"{root}/x.bin") == new
+    # The watch came back on its own: each worker heard of the remount from etcd (the
+    # change itself, or the reload when the watch was set up again), not from the master.
+    deadline = time.monotonic() + 20
+    for name in own_cluster.worker_names():
+        while not _worker_saw_remount(own_cluster, name, second_s3.s3_endpoint, root):
+            assert time.monotonic() < deadline, f"{name} never saw the remount"
+            time.sleep(0.2)

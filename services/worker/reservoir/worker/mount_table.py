@@ -51,7 +51,7 @@ class MountTable:
         mount = self._mounts.get(mount_path)
         if mount is None or not ufs_uri.startswith(mount.uri) or not self.following:
             try:
-                self._replace(await self._master.mounts())
+                self._replace(await self._master.mounts(), source="master")
             except ReservoirError as exc:
                 if mount is None:
                     raise
@@ -64,17 +64,28 @@ class MountTable:
                 raise NotFound(f"{mount_path} is not mounted")
         return mount
 
-    def _replace(self, mounts: list[Mount]) -> None:
-        self._mounts = {m.path: m for m in mounts}
+    def _replace(self, mounts: list[Mount], source: str) -> None:
+        """The whole table, as read from the store or the master."""
+        fresh = {m.path: m for m in mounts}
+        for path in [p for p in self._mounts if p not in fresh]:
+            self._remove(path, source)
+        for mount in fresh.values():
+            self._set(mount, source)
 
     def _apply(self, key: bytes, value: bytes | None) -> None:
-        path = key[len(keyspace.MOUNTS) :].decode()
-        old = self._mounts.get(path)
+        """One change seen by the watch."""
         if value is None:
-            self._mounts.pop(path, None)
-            log.info("mount_removed", mount=path)
-            return
-        mount = Mount.from_json(value)
+            self._remove(key[len(keyspace.MOUNTS) :].decode(), "watch")
+        else:
+            self._set(Mount.from_json(value), "watch")
+
+    def _remove(self, path: str, source: str) -> None:
+        if self._mounts.pop(path, None) is not None:
+            log.info("mount_removed", mount=path, source=source)
+
+    def _set(self, mount: Mount, source: str) -> None:
+        path = mount.path
+        old = self._mounts.get(path)
         self._mounts[path] = mount
         if old != mount:
             log.info(
@@ -84,6 +95,7 @@ class MountTable:
                 endpoint=mount.options.endpoint_url,
                 block_size=mount.options.block_size,
                 was_endpoint=old.options.endpoint_url if old else None,
+                source=source,  # watch, store (reloaded after a watch broke) or master
             )
 
     async def follow_once(self) -> None:
@@ -92,7 +104,7 @@ class MountTable:
         changes = await self._store.watch_prefix(keyspace.MOUNTS)
         try:
             pairs = await self._store.get_prefix(keyspace.MOUNTS)
-            self._replace([Mount.from_json(v) for _, v in pairs])
+            self._replace([Mount.from_json(v) for _, v in pairs], source="store")
             self.following = True
             self.watches += 1
             log.info("mount_table_following", mounts=len(self._mounts))
