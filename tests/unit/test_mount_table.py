@@ -78,3 +78,21 @@ def test_without_a_watch_lookups_ask_the_master_and_survive_its_absence() -> Non
         assert master.calls == 4
 
     asyncio.run(scenario())
+
+
+def test_recheck_finds_a_remount_at_the_master_at_most_once_per_interval() -> None:
+    async def scenario() -> None:
+        old, new = _mount("http://a:9000"), _mount("http://b:9000")
+        master = _Master([old])
+        table = MountTable(MemoryMetadataStore(), master, recheck_interval_s=3600)
+        assert await table.get("/m", URI + "f") == old
+        master.list = [new]
+        assert await table.recheck(old) == new
+        assert await table.recheck(new) is None  # asked again too soon: not asked
+        assert master.calls == 2
+        other = MountTable(MemoryMetadataStore(), master, recheck_interval_s=0)
+        assert await other.recheck(new) is None  # unchanged
+        master.down = True
+        assert await other.recheck(old) is None  # the master is down: no answer, no error
+
+    asyncio.run(scenario())

@@ -171,6 +171,11 @@ class WorkerConfig:
     mount_watch_backoff_max_s: float = field(
         default=10.0, metadata=env("RESERVOIR_MOUNT_WATCH_BACKOFF_MAX")
     )
+    # A fetch that fails at the under-store asks the master whether its mount changed (a
+    # remount not yet seen), at most once per this interval per mount.
+    mount_recheck_interval_s: float = field(
+        default=1.0, metadata=env("RESERVOIR_MOUNT_RECHECK_INTERVAL")
+    )
     grace_s: float = field(default=3.0, metadata=env("RESERVOIR_SHUTDOWN_GRACE"))
 
 

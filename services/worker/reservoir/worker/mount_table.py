@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from typing import Protocol
 
 import structlog
@@ -36,11 +37,14 @@ class MountTable:
         master: MountSource,
         backoff_s: float = 0.5,
         max_backoff_s: float = 10.0,
+        recheck_interval_s: float = 1.0,
     ) -> None:
         self._store = store
         self._master = master
         self._backoff_s = backoff_s
         self._max_backoff_s = max_backoff_s
+        self._recheck_interval_s = recheck_interval_s
+        self._rechecked: dict[str, float] = {}
         self._mounts: dict[str, Mount] = {}
         self.following = False  # the table is current: loaded and watched
         self.watches = 0  # how many times following started
@@ -63,6 +67,22 @@ class MountTable:
             if mount is None:
                 raise NotFound(f"{mount_path} is not mounted")
         return mount
+
+    async def recheck(self, mount: Mount) -> Mount | None:
+        """The mount as the master has it now, when that differs from `mount`; else None.
+        For a fetch that failed at the under-store: was it remounted since (a change the
+        watch has not brought yet)? At most once per interval per mount; never raises."""
+        now = time.monotonic()
+        if now - self._rechecked.get(mount.path, -1e9) < self._recheck_interval_s:
+            return None
+        self._rechecked[mount.path] = now
+        try:
+            self._replace(await self._master.mounts(), source="master")
+        except ReservoirError as exc:
+            log.warning("mount_recheck_failed", mount=mount.path, error=str(exc))
+            return None
+        current = self._mounts.get(mount.path)
+        return current if current is not None and current != mount else None
 
     def _replace(self, mounts: list[Mount], source: str) -> None:
         """The whole table, as read from the store or the master."""

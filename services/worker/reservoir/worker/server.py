@@ -153,7 +153,13 @@ async def serve(config: cfg.WorkerConfig) -> None:
     config = cfg.WorkerConfig(**{**config.__dict__, "worker_id": worker_id})
     link = MasterLink(config.master, config.rpc_timeout_s)
     store = open_metadata_store(config.metadata_url, config.metadata_timeout_s)
-    mounts = MountTable(store, link, config.mount_watch_backoff_s, config.mount_watch_backoff_max_s)
+    mounts = MountTable(
+        store,
+        link,
+        config.mount_watch_backoff_s,
+        config.mount_watch_backoff_max_s,
+        config.mount_recheck_interval_s,
+    )
     service = WorkerService(config, mounts)
     server.add_generic_rpc_handlers([WorkerServicer(service).handler()])
     await serving.add_health_and_reflection(server, [SERVICE])

@@ -10,7 +10,7 @@ import structlog
 from opentelemetry import metrics
 
 from reservoir.common.config import WorkerConfig
-from reservoir.common.errors import InvalidArgument, OutOfRange
+from reservoir.common.errors import InvalidArgument, OutOfRange, ReservoirError
 from reservoir.common.models import Mount, file_id_for
 from reservoir.common.mounted_stores import MountedStores
 from reservoir.common.under_store import BodyRetry, UnderStore
@@ -111,6 +111,28 @@ class WorkerService:
         mount = await self.mounts.get(mount_path, ufs_uri)
         return mount, self._under_stores.for_mount(mount)
 
+    async def _get_range(
+        self, mount: Mount, ufs: UnderStore, key: str, start: int, length: int, etag: str
+    ) -> bytes:
+        """Bytes from the mount's store. A read that fails there runs once more on the new
+        mount when the master says the mount was changed meanwhile (a remount the watch
+        has not brought yet)."""
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._pool, ufs.get_range, key, start, length, etag)
+        except ReservoirError as exc:
+            remounted = await self.mounts.recheck(mount)
+            if remounted is None or remounted.uri != mount.uri:
+                raise
+            log.info(
+                "fetch_retried_on_remount",
+                mount=mount.path,
+                endpoint=remounted.options.endpoint_url,
+                error=str(exc),
+            )
+            ufs = self._under_stores.for_mount(remounted)
+            return await loop.run_in_executor(self._pool, ufs.get_range, key, start, length, etag)
+
     async def block(self, request: BlockRequest) -> tuple[BlockData, bool]:
         """The whole block and whether it came from cache.
 
@@ -147,9 +169,7 @@ class WorkerService:
         self.stats.ufs_gets += 1
         _misses.add(1)
         start = request.index * request.block_size
-        data = await asyncio.get_running_loop().run_in_executor(
-            self._pool, ufs.get_range, key, start, length, request.etag
-        )
+        data = await self._get_range(mount, ufs, key, start, length, request.etag)
         if len(data) != length:
             raise OutOfRange(
                 f"under-store returned {len(data)} bytes for block {request.index}, "
