@@ -129,3 +129,12 @@ def test_missing_credentials_name_the_credential_source() -> None:
         match=r"credential source 'env'.*s3\.test:9000|s3\.test:9000.*credential source 'env'",
     ):
         store.head("k")
+
+
+class _IgnoresRanges:
+    def get_object(self, **args: Any) -> dict[str, Any]:
+        return {"Body": _Body(DATA, None), "ContentLength": len(DATA)}
+
+
+def test_a_store_that_ignores_the_range_still_yields_just_the_range() -> None:
+    assert _store(_IgnoresRanges()).get_range("k", 100, 50) == DATA[100:150]

@@ -71,10 +71,18 @@ class S3Observer:
 
     def _truncated(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
         """The real response's headers (with its full Content-Length) and half its body,
-        then the connection shut down."""
-        body = b"".join(self._app(environ, start_response))
+        then the connection shut down. An error response is left whole (and not counted)."""
+        status: list[str] = []
+
+        def remember(code: str, headers: list[tuple[str, str]], *exc_info: Any) -> Any:
+            status.append(code)
+            return start_response(code, headers, *exc_info)
+
+        body = b"".join(self._app(environ, remember))
         sock = environ.get("werkzeug.socket")
-        if len(body) < 2 or sock is None:
+        if len(body) < 2 or sock is None or not status or not status[0].startswith("2"):
+            with self._lock:
+                self.truncate_gets += 1
             return [body]
 
         def half_then_hang_up() -> Iterable[bytes]:
