@@ -56,3 +56,21 @@ def test_an_object_overwritten_under_long_lived_metadata_is_refreshed_on_the_fir
         assert fresh.stat(f"{root}/f.bin").size == len(new)
         assert fresh.read(f"{root}/f.bin") == new
     assert cluster.s3_counts().get("HEAD", 0) - heads == 1
+
+
+def test_truncated_bodies_are_read_again_by_the_client_reading_s3_directly(
+    own_cluster: LocalCluster,
+) -> None:
+    s3 = own_cluster.s3_client()
+    s3.create_bucket(Bucket="direct")
+    data = os.urandom(2 * BLOCK + 5)
+    s3.put_object(Bucket="direct", Key="d/f.bin", Body=data)
+    with Client(own_cluster.master_address) as c:
+        c.mount("/d", "s3://direct/d/", endpoint_url=own_cluster.s3_endpoint, block_size=BLOCK)
+        c.ls("/d")
+        own_cluster.kill("worker1")
+        own_cluster.kill("worker2")  # no worker left: the client reads S3 itself
+        gets = own_cluster.s3_counts().get("GET", 0)
+        own_cluster.s3_config(truncate_gets=2)
+        assert c.read("/d/f.bin") == data
+        assert own_cluster.s3_counts().get("GET", 0) - gets == 3 + 2  # 3 blocks, 2 re-reads
