@@ -188,26 +188,15 @@ class AsyncClient:
         self._workers = _Cached(workers, now + self.config.workers_ttl_s)
         return workers
 
-    async def stat(
-        self,
-        path: str,
-        *,
-        with_locations: bool = False,
-        fresh: bool = False,
-        refresh: bool = False,
-    ) -> Inode:
-        """A path's inode. `fresh`: ask the master, not this client's cache; `refresh`:
-        have the master check the under-store now rather than trust what it stored."""
+    async def stat(self, path: str, *, with_locations: bool = False, fresh: bool = False) -> Inode:
         path = paths.normalize(path)
-        if not (fresh or refresh or with_locations):
+        if not fresh and not with_locations:
             hit = self._infos.get(path)
             if hit is not None and hit.expires > time.monotonic():
                 return hit.value  # type: ignore[no-any-return]
         message = await self._call(
             "GetFileInfo",
-            master_pb2.GetFileInfoRequest(
-                path=path, with_locations=with_locations, refresh=refresh
-            ),
+            master_pb2.GetFileInfoRequest(path=path, with_locations=with_locations),
             f"stat {path}",
         )
         inode = Inode.from_proto(message)
@@ -253,6 +242,19 @@ class AsyncClient:
     def forget(self, path: str) -> None:
         self._infos.pop(path, None)
 
+    async def refresh(self, path: str) -> Inode:
+        """A file's inode as the under-store has it now: the master checks it (HEAD) and
+        stores what it finds, whatever the mount's sync interval says."""
+        path = paths.normalize(path)
+        message = await self._call(
+            "GetFileInfo",
+            master_pb2.GetFileInfoRequest(path=path, refresh=True),
+            f"refresh {path}",
+        )
+        inode = Inode.from_proto(message)
+        self._remember(inode)
+        return inode
+
     def _forget_below(self, path: str) -> None:
         top = paths.normalize(path)
         for known in [p for p in self._infos if paths.is_within(p, top)]:
@@ -286,7 +288,7 @@ class AsyncClient:
                     # this one file against the under-store, and the read runs once more.
                     self.forget(inode.path)
                     log.info("file_changed_refreshing", path=inode.path, etag=inode.etag)
-                    await self.stat(path, refresh=True)
+                    await self.refresh(path)
         raise AssertionError("unreachable")
 
     async def _read_inode(self, inode: Inode, offset: int, length: int) -> bytes:
