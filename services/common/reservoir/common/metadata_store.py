@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import abc
 import asyncio
-import contextlib
 import functools
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 from .errors import InvalidArgument, NotFound, Unavailable
+from .key_watch import EtcdChanges, KeyChange, KeyChanges, QueueChanges
 
 # etcd's default --max-txn-ops is 128; stay under it.
 MAX_TXN_OPS = 100
@@ -27,14 +27,6 @@ MAX_TXN_OPS = 100
 class Lease:
     id: int
     ttl_s: int
-
-
-@dataclass(frozen=True, slots=True)
-class KeyChange:
-    """One change seen by a watch: the key's new value, or None when it was deleted."""
-
-    key: bytes
-    value: bytes | None
 
 
 class MetadataStore(abc.ABC):
@@ -73,7 +65,7 @@ class MetadataStore(abc.ABC):
         """Ends a lease now, deleting every key attached to it."""
 
     @abc.abstractmethod
-    async def watch_prefix(self, prefix: bytes) -> AsyncGenerator[KeyChange, None]:
+    async def watch_prefix(self, prefix: bytes) -> KeyChanges:
         """Changes under `prefix` made after this call returns, in order, for as long as
         the iterator is consumed. Raises Unavailable when the store connection breaks
         (changes may then have been missed: read the prefix again and watch anew)."""
@@ -147,19 +139,11 @@ class MemoryMetadataStore(MetadataStore):
             del self._data[key]
             self._changed(key, None)
 
-    async def watch_prefix(self, prefix: bytes) -> AsyncGenerator[KeyChange, None]:
+    async def watch_prefix(self, prefix: bytes) -> KeyChanges:
         queue: asyncio.Queue[KeyChange] = asyncio.Queue()
         entry = (prefix, queue)
         self._watchers.append(entry)
-
-        async def changes() -> AsyncGenerator[KeyChange, None]:
-            try:
-                while True:
-                    yield await queue.get()
-            finally:
-                self._watchers.remove(entry)
-
-        return changes()
+        return QueueChanges(queue, lambda: self._watchers.remove(entry))
 
     async def grant_lease(self, ttl_s: int) -> Lease:
         lease = Lease(self._next_lease, ttl_s)
@@ -277,24 +261,9 @@ class EtcdMetadataStore(MetadataStore):
     async def revoke_lease(self, lease: Lease) -> None:
         await self._call("revoke_lease", lambda c: c.revoke_lease(lease.id))
 
-    async def watch_prefix(self, prefix: bytes) -> AsyncGenerator[KeyChange, None]:
-        watch: Any = await self._call("watch", lambda c: c.watch_prefix(prefix))
-        errors = self._aetcd.exceptions
-
-        async def changes() -> AsyncGenerator[KeyChange, None]:
-            try:
-                async for event in watch:
-                    deleted = event.kind == "DELETE"
-                    value = None if deleted else bytes(event.kv.value)
-                    yield KeyChange(bytes(event.kv.key), value)
-            except errors.ClientError as exc:
-                raise Unavailable(f"etcd watch of {prefix!r} broke: {exc}") from exc
-            finally:
-                with contextlib.suppress(Exception):
-                    await watch.cancel()
-            raise Unavailable(f"etcd watch of {prefix!r} ended (etcd connection closed)")
-
-        return changes()
+    async def watch_prefix(self, prefix: bytes) -> KeyChanges:
+        watch = await self._call("watch", lambda c: c.watch_prefix(prefix))
+        return EtcdChanges(watch, prefix, self._aetcd.exceptions.ClientError)
 
     async def close(self) -> None:
         for client in self._clients:
