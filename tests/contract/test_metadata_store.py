@@ -181,3 +181,18 @@ def test_a_prefix_watch_sees_later_puts_and_deletes_under_the_prefix_only(
         await changes.aclose()
 
     run(store_url, scenario)
+
+
+def test_a_watch_closed_before_it_is_read_ends_cleanly_and_others_go_on(store_url: str) -> None:
+    async def scenario(s: MetadataStore) -> None:
+        unused = await s.watch_prefix(b"/contract/c/")
+        kept = await s.watch_prefix(b"/contract/c/")
+        await unused.aclose()
+        await unused.aclose()  # idempotent
+        await s.put(b"/contract/c/k", b"v")
+        async with asyncio.timeout(5):
+            change = await anext(kept)
+        assert (change.key, change.value) == (b"/contract/c/k", b"v")
+        await kept.aclose()
+
+    run(store_url, scenario)
