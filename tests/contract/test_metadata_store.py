@@ -154,3 +154,45 @@ def test_etcd_store_moves_on_to_a_reachable_endpoint(etcd_url: str) -> None:
             await store.close()
 
     asyncio.run(asyncio.wait_for(main(), 20))
+
+
+def test_a_prefix_watch_sees_later_puts_and_deletes_under_the_prefix_only(
+    store_url: str,
+) -> None:
+    async def scenario(s: MetadataStore) -> None:
+        await s.put(b"/contract/w/before", b"0")
+        changes = await s.watch_prefix(b"/contract/w/")
+        await s.put(b"/contract/other", b"x")
+        await s.put(b"/contract/w/a", b"1")
+        await s.put_many([(b"/contract/w/a", b"2"), (b"/contract/w/b", b"3")])
+        await s.delete(b"/contract/w/before")
+        seen = []
+        async with asyncio.timeout(5):
+            async for change in changes:
+                seen.append((change.key, change.value))
+                if len(seen) == 4:
+                    break
+        assert seen == [
+            (b"/contract/w/a", b"1"),
+            (b"/contract/w/a", b"2"),
+            (b"/contract/w/b", b"3"),
+            (b"/contract/w/before", None),
+        ]
+        await changes.aclose()
+
+    run(store_url, scenario)
+
+
+def test_a_watch_closed_before_it_is_read_ends_cleanly_and_others_go_on(store_url: str) -> None:
+    async def scenario(s: MetadataStore) -> None:
+        unused = await s.watch_prefix(b"/contract/c/")
+        kept = await s.watch_prefix(b"/contract/c/")
+        await unused.aclose()
+        await unused.aclose()  # idempotent
+        await s.put(b"/contract/c/k", b"v")
+        async with asyncio.timeout(5):
+            change = await anext(kept)
+        assert (change.key, change.value) == (b"/contract/c/k", b"v")
+        await kept.aclose()
+
+    run(store_url, scenario)

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from reservoir.common.errors import Conflict, NotFound
-from reservoir.common.under_store import UnderStore, UnderStoreSettings, open_under_store
+from reservoir.common.mounted_stores import open_under_store
+from reservoir.common.under_store import UnderStore, UnderStoreSettings
 from reservoir.local.cluster import DEV_CREDENTIALS, LocalCluster
 
 

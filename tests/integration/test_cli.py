@@ -83,3 +83,26 @@ def test_local_cluster_up_status_down_from_the_command_line(tmp_path: Path) -> N
         down = subprocess.run([*base, "local", "down"], capture_output=True, text=True, timeout=120)
     assert down.returncode == 0
     assert not (tmp_path / "state" / "cluster.json").exists()
+
+
+def test_mount_replace_remounts_a_path_and_a_bad_endpoint_is_named(
+    cluster: LocalCluster, bucket: str
+) -> None:
+    s3 = cluster.s3_client()
+    s3.put_object(Bucket=bucket, Key="one/f.txt", Body=b"first")
+    s3.put_object(Bucket=bucket, Key="two/f.txt", Body=b"second")
+    root = new_mount_path()
+    endpoint = ("--endpoint-url", cluster.s3_endpoint)
+    assert _cli(cluster, "mount", root, f"s3://{bucket}/one", *endpoint).returncode == 0
+    assert _cli(cluster, "cat", f"{root}/f.txt").stdout == "first"
+    again = _cli(cluster, "mount", root, f"s3://{bucket}/two", *endpoint)
+    assert again.returncode == 1 and "already mounted" in again.stderr
+    dead = "http://127.0.0.1:9"
+    refused = _cli(
+        cluster, "mount", "--replace", root, f"s3://{bucket}/two", "--endpoint-url", dead
+    )
+    assert refused.returncode == 1 and f"endpoint {dead}" in refused.stderr
+    assert "no credentials" not in refused.stderr
+    done = _cli(cluster, "mount", "--replace", root, f"s3://{bucket}/two", *endpoint)
+    assert done.returncode == 0, done.stderr
+    assert _cli(cluster, "cat", f"{root}/f.txt").stdout == "second"

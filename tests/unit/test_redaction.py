@@ -11,7 +11,8 @@ import pytest
 from moto import mock_aws
 
 from reservoir.common.redaction import redact
-from reservoir.common.under_store import S3UnderStore, UnderStoreSettings
+from reservoir.common.s3_under_store import S3UnderStore
+from reservoir.common.under_store import UnderStoreSettings
 
 KEY_ID = "AKIAIOSFODNN7EXAMPLE"
 SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"

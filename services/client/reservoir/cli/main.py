@@ -131,6 +131,7 @@ def cmd_mount(args: argparse.Namespace) -> None:
             block_size=args.block_size or 0,
             credentials=args.credentials or "",
             metadata_sync=args.metadata_sync or "",
+            replace=args.replace,
         )
     _emit(
         args, {"path": mount.path, "uri": mount.uri}, lambda: f"mounted {mount.uri} at {mount.path}"
@@ -438,6 +439,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--credentials", help="env (default), anonymous, or file:/path")
     p.add_argument(
         "--metadata-sync", help="never, always, or interval:<duration> (default interval:5m)"
+    )
+    p.add_argument(
+        "--replace",
+        action="store_true",
+        help="replace the mount already at PATH (new URI, endpoint, credentials, block size)",
     )
     p.set_defaults(func=cmd_mount)
     p = sub.add_parser("unmount", help="remove a mount")

@@ -38,6 +38,7 @@ from reservoir.common.models import (
     block_request,
     shm_block_name,
 )
+from reservoir.common.mounted_stores import MountedStores
 from reservoir.common.observability import inject_metadata
 from reservoir.common.rpc import (
     CHANNEL_OPTIONS,
@@ -46,7 +47,7 @@ from reservoir.common.rpc import (
     is_transport_failure,
 )
 from reservoir.common.security import Transport
-from reservoir.common.under_store import MountedStores
+from reservoir.common.under_store import BodyRetry
 from reservoir.v1 import master_pb2, master_pb2_grpc, worker_pb2
 
 from .routing import candidates
@@ -132,7 +133,14 @@ class AsyncClient:
         self._workers_refresh: asyncio.Future[None] | None = None
         self._mounts: _Cached | None = None
         self._penalised: dict[str, float] = {}
-        self._under_stores = MountedStores(self.config.ufs_timeout_s)
+        self._under_stores = MountedStores(
+            self.config.ufs_timeout_s,
+            body_retry=BodyRetry(
+                self.config.ufs_body_retries,
+                self.config.ufs_retry_backoff_s,
+                self.config.ufs_retry_backoff_max_s,
+            ),
+        )
         self.short_circuit_bytes = 0  # bytes read from same-host workers' files
 
     async def close(self) -> None:
@@ -169,15 +177,22 @@ class AsyncClient:
         credentials: str = "",
         metadata_ttl_ms: int = 0,
         metadata_sync: str = "",
+        replace: bool = False,
     ) -> Mount:
+        """Mounts `uri` at `path`; `replace` swaps out a mount already at `path`."""
         options = MountOptions(
             endpoint_url, region, block_size, credentials, metadata_ttl_ms, metadata_sync
         )
         request = master_pb2.MountRequest(
-            path=path, uri=uri, options=Mount(path, uri, options).to_proto().options
+            path=path,
+            uri=uri,
+            options=Mount(path, uri, options).to_proto().options,
+            replace=replace,
         )
         response = await self._call("Mount", request, f"mount {path}")
         self._mounts = None
+        if replace:
+            self._forget_below(path)
         return Mount.from_proto(response.mount)
 
     async def unmount(self, path: str) -> None:
@@ -292,6 +307,24 @@ class AsyncClient:
     def forget(self, path: str) -> None:
         self._infos.pop(path, None)
 
+    async def refresh(self, path: str) -> Inode:
+        """A file's inode as the under-store has it now: the master checks it (HEAD) and
+        stores what it finds, whatever the mount's sync interval says."""
+        path = paths.normalize(path)
+        message = await self._call(
+            "GetFileInfo",
+            master_pb2.GetFileInfoRequest(path=path, refresh=True),
+            f"refresh {path}",
+        )
+        inode = Inode.from_proto(message)
+        self._remember(inode)
+        return inode
+
+    def _forget_below(self, path: str) -> None:
+        top = paths.normalize(path)
+        for known in [p for p in self._infos if paths.is_within(p, top)]:
+            del self._infos[known]
+
     # ---- reads --------------------------------------------------------------------------
 
     async def read(self, path: str, offset: int = 0, length: int = -1) -> bytes:
@@ -313,12 +346,16 @@ class AsyncClient:
                 inode = await self.stat(path)
                 try:
                     return await self._read_inode_pieces(inode, offset, length)
-                except Conflict:
-                    # The object changed since we looked: fetch fresh metadata once.
-                    self.forget(inode.path)
-                    await self.stat(path, fresh=True)
+                except (Conflict, InvalidArgument):
                     if attempt:
                         raise
+                    # The object changed since its metadata was stored (Conflict), or the
+                    # mount was remounted with another block size and a worker refused the
+                    # old geometry (InvalidArgument): the master checks this one file
+                    # against the under-store, and the read runs once more.
+                    self.forget(inode.path)
+                    log.info("file_changed_refreshing", path=inode.path, etag=inode.etag)
+                    await self.refresh(path)
         raise AssertionError("unreachable")
 
     async def _read_inode(self, inode: Inode, offset: int, length: int) -> bytes:

@@ -75,6 +75,10 @@ class Client:
     def stat(self, path: str, *, with_locations: bool = False) -> Inode:
         return self._run(self._async.stat(path, with_locations=with_locations))
 
+    def refresh(self, path: str) -> Inode:
+        """A file's inode as the under-store has it now, whatever the sync interval."""
+        return self._run(self._async.refresh(path))
+
     def ls(self, path: str, *, with_locations: bool = False) -> list[Inode]:
         return self._run(self._async.ls(path, with_locations=with_locations))
 

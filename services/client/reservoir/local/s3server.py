@@ -7,13 +7,16 @@ and (2) can add a first-byte latency, so a loopback store behaves like a remote 
     python -m reservoir.local.s3server --port 9000 --latency-ms 20
 
 Admin endpoints: GET /_reservoir/stats, POST /_reservoir/reset,
-POST /_reservoir/config?latency_ms=N&fail_gets=N (fail the next N object GETs with 503).
+POST /_reservoir/config?latency_ms=N&fail_gets=N&truncate_gets=N (fail the next N object
+GETs with 503; cut the body of the next N successful object GETs in half, then drop the
+connection: what a reset or truncated stream looks like to the reader).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import socket
 import threading
 import time
 from collections import Counter
@@ -29,6 +32,7 @@ class S3Observer:
         self._app = app
         self.latency_s = latency_ms / 1000
         self.fail_gets = 0
+        self.truncate_gets = 0
         self.counts: Counter[str] = Counter()
         self._lock = threading.Lock()
 
@@ -53,12 +57,39 @@ class S3Observer:
             failing = kind == "GET" and self.fail_gets > 0
             if failing:
                 self.fail_gets -= 1
+            truncating = kind == "GET" and not failing and self.truncate_gets > 0
+            if truncating:
+                self.truncate_gets -= 1
         if kind in ("GET", "HEAD", "LIST") and self.latency_s > 0:
             time.sleep(self.latency_s)
         if failing:
             start_response("503 Service Unavailable", [("Content-Type", "application/xml")])
             return [b"<Error><Code>SlowDown</Code><Message>injected</Message></Error>"]
+        if truncating:
+            return self._truncated(environ, start_response)
         return self._app(environ, start_response)
+
+    def _truncated(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        """The real response's headers (with its full Content-Length) and half its body,
+        then the connection shut down. An error response is left whole (and not counted)."""
+        status: list[str] = []
+
+        def remember(code: str, headers: list[tuple[str, str]], *exc_info: Any) -> Any:
+            status.append(code)
+            return start_response(code, headers, *exc_info)
+
+        body = b"".join(self._app(environ, remember))
+        sock = environ.get("werkzeug.socket")
+        if len(body) < 2 or sock is None or not status or not status[0].startswith("2"):
+            with self._lock:
+                self.truncate_gets += 1
+            return [body]
+
+        def half_then_hang_up() -> Iterable[bytes]:
+            yield body[: len(body) // 2]
+            sock.shutdown(socket.SHUT_RDWR)
+
+        return half_then_hang_up()
 
     def _admin(
         self, environ: dict[str, Any], action: str, start_response: Callable[..., Any]
@@ -72,6 +103,8 @@ class S3Observer:
                 self.latency_s = float(query["latency_ms"][0]) / 1000
             if "fail_gets" in query:
                 self.fail_gets = int(query["fail_gets"][0])
+            if "truncate_gets" in query:
+                self.truncate_gets = int(query["truncate_gets"][0])
         body = json.dumps(
             {"counts": dict(self.counts), "latency_ms": self.latency_s * 1000}
         ).encode()

@@ -142,6 +142,13 @@ class MasterConfig:
     ufs_timeout_s: float = field(default=10.0, metadata=env("RESERVOIR_UFS_TIMEOUT"))
     ufs_retries: int = field(default=3, metadata=env("RESERVOIR_UFS_RETRIES"))
     ufs_concurrency: int = field(default=16, metadata=env("RESERVOIR_UFS_CONCURRENCY"))
+    # A ranged GET whose body breaks off (truncated, reset) is read again at most this
+    # many times, with jittered exponential backoff from `ufs_retry_backoff_s`.
+    ufs_body_retries: int = field(default=3, metadata=env("RESERVOIR_UFS_BODY_RETRIES"))
+    ufs_retry_backoff_s: float = field(default=0.05, metadata=env("RESERVOIR_UFS_RETRY_BACKOFF"))
+    ufs_retry_backoff_max_s: float = field(
+        default=1.0, metadata=env("RESERVOIR_UFS_RETRY_BACKOFF_MAX")
+    )
     location_flush_interval_s: float = field(
         default=0.5, metadata=env("RESERVOIR_LOCATION_FLUSH_INTERVAL")
     )
@@ -192,7 +199,25 @@ class WorkerConfig:
     ufs_timeout_s: float = field(default=10.0, metadata=env("RESERVOIR_UFS_TIMEOUT"))
     ufs_retries: int = field(default=3, metadata=env("RESERVOIR_UFS_RETRIES"))
     ufs_concurrency: int = field(default=16, metadata=env("RESERVOIR_UFS_CONCURRENCY"))
+    # A ranged GET whose body breaks off (truncated, reset) is read again at most this
+    # many times, with jittered exponential backoff from `ufs_retry_backoff_s`.
+    ufs_body_retries: int = field(default=3, metadata=env("RESERVOIR_UFS_BODY_RETRIES"))
+    ufs_retry_backoff_s: float = field(default=0.05, metadata=env("RESERVOIR_UFS_RETRY_BACKOFF"))
+    ufs_retry_backoff_max_s: float = field(
+        default=1.0, metadata=env("RESERVOIR_UFS_RETRY_BACKOFF_MAX")
+    )
     chunk_size: int = field(default=1 * MiB, metadata=env("RESERVOIR_CHUNK_SIZE"))
+    # The worker follows the mount table by watching etcd; a broken watch is set up again
+    # after a pause that doubles from `mount_watch_backoff_s` up to its max.
+    mount_watch_backoff_s: float = field(default=0.5, metadata=env("RESERVOIR_MOUNT_WATCH_BACKOFF"))
+    mount_watch_backoff_max_s: float = field(
+        default=10.0, metadata=env("RESERVOIR_MOUNT_WATCH_BACKOFF_MAX")
+    )
+    # A fetch that fails at the under-store asks the master whether its mount changed (a
+    # remount not yet seen), at most once per this interval per mount.
+    mount_recheck_interval_s: float = field(
+        default=1.0, metadata=env("RESERVOIR_MOUNT_RECHECK_INTERVAL")
+    )
     grace_s: float = field(default=3.0, metadata=env("RESERVOIR_SHUTDOWN_GRACE"))
     # glibc thresholds that keep the worker's footprint near its capacity (measured: see
     # common/malloc_tuning.py).
@@ -216,6 +241,13 @@ class ClientConfig:
     # When no worker can serve a block, read it from the under-store directly.
     ufs_fallback: bool = field(default=True, metadata=env("RESERVOIR_UFS_FALLBACK"))
     ufs_timeout_s: float = field(default=10.0, metadata=env("RESERVOIR_UFS_TIMEOUT"))
+    # A ranged GET whose body breaks off (truncated, reset) is read again at most this
+    # many times, with jittered exponential backoff from `ufs_retry_backoff_s`.
+    ufs_body_retries: int = field(default=3, metadata=env("RESERVOIR_UFS_BODY_RETRIES"))
+    ufs_retry_backoff_s: float = field(default=0.05, metadata=env("RESERVOIR_UFS_RETRY_BACKOFF"))
+    ufs_retry_backoff_max_s: float = field(
+        default=1.0, metadata=env("RESERVOIR_UFS_RETRY_BACKOFF_MAX")
+    )
     host: str = field(default_factory=socket.gethostname, metadata=env("RESERVOIR_HOST"))
     zone: str = field(default="", metadata=env("RESERVOIR_ZONE"))
     # Files up to this size are read in batches of `batch_files` per worker call.

@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from .errors import InvalidArgument, NotFound, Unavailable
+from .key_watch import EtcdChanges, KeyChange, KeyChanges, QueueChanges
 
 # etcd's default --max-txn-ops is 128; stay under it.
 MAX_TXN_OPS = 100
@@ -64,6 +65,12 @@ class MetadataStore(abc.ABC):
         """Ends a lease now, deleting every key attached to it."""
 
     @abc.abstractmethod
+    async def watch_prefix(self, prefix: bytes) -> KeyChanges:
+        """Changes under `prefix` made after this call returns, in order, for as long as
+        the iterator is consumed. Raises Unavailable when the store connection breaks
+        (changes may then have been missed: read the prefix again and watch anew)."""
+
+    @abc.abstractmethod
     async def close(self) -> None: ...
 
     async def put(self, key: bytes, value: bytes, lease: Lease | None = None) -> None:
@@ -81,6 +88,12 @@ class MemoryMetadataStore(MetadataStore):
         self._leases: dict[int, float] = {}
         self._ttl: dict[int, int] = {}
         self._next_lease = 1
+        self._watchers: list[tuple[bytes, asyncio.Queue[KeyChange]]] = []
+
+    def _changed(self, key: bytes, value: bytes | None) -> None:
+        for prefix, queue in self._watchers:
+            if key.startswith(prefix):
+                queue.put_nowait(KeyChange(key, value))
 
     def _expire(self) -> None:
         now = time.monotonic()
@@ -89,7 +102,10 @@ class MemoryMetadataStore(MetadataStore):
             return
         for lid in dead:
             del self._leases[lid]
-        self._data = {k: v for k, v in self._data.items() if v[1] not in dead}
+        gone = [k for k, v in self._data.items() if v[1] in dead]
+        for key in gone:
+            del self._data[key]
+            self._changed(key, None)
 
     async def get(self, key: bytes) -> bytes | None:
         self._expire()
@@ -111,14 +127,23 @@ class MemoryMetadataStore(MetadataStore):
             raise NotFound(f"lease {lease.id} has expired")
         for key, value in items:
             self._data[key] = (value, lease.id if lease else None)
+            self._changed(key, value)
 
     async def delete_many(self, keys: Sequence[bytes]) -> None:
         for key in keys:
-            self._data.pop(key, None)
+            if self._data.pop(key, None) is not None:
+                self._changed(key, None)
 
     async def delete_prefix(self, prefix: bytes) -> None:
         for key in [k for k in self._data if k.startswith(prefix)]:
             del self._data[key]
+            self._changed(key, None)
+
+    async def watch_prefix(self, prefix: bytes) -> KeyChanges:
+        queue: asyncio.Queue[KeyChange] = asyncio.Queue()
+        entry = (prefix, queue)
+        self._watchers.append(entry)
+        return QueueChanges(queue, lambda: self._watchers.remove(entry))
 
     async def grant_lease(self, ttl_s: int) -> Lease:
         lease = Lease(self._next_lease, ttl_s)
@@ -235,6 +260,10 @@ class EtcdMetadataStore(MetadataStore):
 
     async def revoke_lease(self, lease: Lease) -> None:
         await self._call("revoke_lease", lambda c: c.revoke_lease(lease.id))
+
+    async def watch_prefix(self, prefix: bytes) -> KeyChanges:
+        watch = await self._call("watch", lambda c: c.watch_prefix(prefix))
+        return EtcdChanges(watch, prefix, self._aetcd.exceptions.ClientError)
 
     async def close(self) -> None:
         for client in self._clients:

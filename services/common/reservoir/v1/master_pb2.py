@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from reservoir.v1 import common_pb2 as reservoir_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19reservoir/v1/master.proto\x12\x0creservoir.v1\x1a\x19reservoir/v1/common.proto\"6\n\x13LoadMetadataRequest\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x11\n\trecursive\x18\x02 \x01(\x08\"j\n\x14LoadMetadataProgress\x12\x0e\n\x06listed\x18\x01 \x01(\x03\x12\x0f\n\x07written\x18\x02 \x01(\x03\x12\x0f\n\x07removed\x18\x03 \x01(\x03\x12\x12\n\nelapsed_ms\x18\x04 \x01(\x03\x12\x0c\n\x04\x64one\x18\x05 \x01(\x08\"\x1d\n\rReportRequest\x12\x0c\n\x04path\x18\x01 \x01(\t\"k\n\x0eReportResponse\x12\r\n\x05\x66iles\x18\x01 \x01(\x03\x12\r\n\x05\x62ytes\x18\x02 \x01(\x03\x12\x0e\n\x06\x62locks\x18\x03 \x01(\x03\x12\x15\n\rcached_blocks\x18\x04 \x01(\x03\x12\x14\n\x0c\x63\x61\x63hed_bytes\x18\x05 \x01(\x03\"b\n\x11SubmitLoadRequest\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x10\n\x08replicas\x18\x02 \x01(\x05\x12\x16\n\x0epriority_paths\x18\x03 \x03(\t\x12\x15\n\rmetadata_only\x18\x04 \x01(\x08\"\x1b\n\rGetJobRequest\x12\n\n\x02id\x18\x01 \x01(\t\"\x11\n\x0fListJobsRequest\"3\n\x10ListJobsResponse\x12\x1f\n\x04jobs\x18\x01 \x03(\x0b\x32\x11.reservoir.v1.Job\"\xb9\x02\n\x03Job\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\r\n\x05state\x18\x03 \x01(\t\x12\x10\n\x08replicas\x18\x04 \x01(\x05\x12\x16\n\x0epriority_paths\x18\x05 \x03(\t\x12\x15\n\rmetadata_only\x18\x06 \x01(\x08\x12\x13\n\x0btotal_files\x18\x07 \x01(\x03\x12\x14\n\x0ctotal_blocks\x18\x08 \x01(\x03\x12\x13\n\x0btotal_bytes\x18\t \x01(\x03\x12\x13\n\x0b\x64one_blocks\x18\n \x01(\x03\x12\x12\n\ndone_bytes\x18\x0b \x01(\x03\x12\x15\n\rfailed_blocks\x18\x0c \x01(\x03\x12\x0e\n\x06\x65rrors\x18\r \x03(\t\x12\x12\n\ncreated_ms\x18\x0e \x01(\x03\x12\x12\n\nupdated_ms\x18\x0f \x01(\x03\x12\x10\n\x08\x61ttempts\x18\x10 \x01(\x03\"V\n\x0cMountRequest\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0b\n\x03uri\x18\x02 \x01(\t\x12+\n\x07options\x18\x03 \x01(\x0b\x32\x1a.reservoir.v1.MountOptions\"7\n\rMountResponse\x12&\n\x05mount\x18\x01 \x01(\x0b\x32\x17.reservoir.v1.MountInfo\"\x1e\n\x0eUnmountRequest\x12\x0c\n\x04path\x18\x01 \x01(\t\"\x11\n\x0fUnmountResponse\"\x13\n\x11ListMountsRequest\"=\n\x12ListMountsResponse\x12\'\n\x06mounts\x18\x01 \x03(\x0b\x32\x17.reservoir.v1.MountInfo\":\n\x12GetFileInfoRequest\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x16\n\x0ewith_locations\x18\x02 \x01(\x08\"<\n\x13GetFileInfosRequest\x12\r\n\x05paths\x18\x01 \x03(\t\x12\x16\n\x0ewith_locations\x18\x02 \x01(\x08\"U\n\x0e\x46ileInfoResult\x12$\n\x04info\x18\x01 \x01(\x0b\x32\x16.reservoir.v1.FileInfo\x12\x0c\n\x04\x63ode\x18\x02 \x01(\x05\x12\x0f\n\x07message\x18\x03 \x01(\t\"E\n\x14GetFileInfosResponse\x12-\n\x07results\x18\x01 \x03(\x0b\x32\x1c.reservoir.v1.FileInfoResult\"<\n\x14ListDirectoryRequest\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x16\n\x0ewith_locations\x18\x02 \x01(\x08\"@\n\x15ListDirectoryResponse\x12\'\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x16.reservoir.v1.FileInfo\"\x14\n\x12ListWorkersRequest\"@\n\x13ListWorkersResponse\x12)\n\x07workers\x18\x01 \x03(\x0b\x32\x18.reservoir.v1.WorkerInfo\"\x86\x01\n\x13ReportBlocksRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0c\n\x04\x66ull\x18\x02 \x01(\x08\x12%\n\x05\x61\x64\x64\x65\x64\x18\x03 \x03(\x0b\x32\x16.reservoir.v1.BlockRef\x12\'\n\x07removed\x18\x04 \x03(\x0b\x32\x16.reservoir.v1.BlockRef\"\x16\n\x14ReportBlocksResponse2\xef\x08\n\rMasterService\x12@\n\x05Mount\x12\x1a.reservoir.v1.MountRequest\x1a\x1b.reservoir.v1.MountResponse\x12\x46\n\x07Unmount\x12\x1c.reservoir.v1.UnmountRequest\x1a\x1d.reservoir.v1.UnmountResponse\x12O\n\nListMounts\x12\x1f.reservoir.v1.ListMountsRequest\x1a .reservoir.v1.ListMountsResponse\x12G\n\x0bGetFileInfo\x12 .reservoir.v1.GetFileInfoRequest\x1a\x16.reservoir.v1.FileInfo\x12U\n\x0cGetFileInfos\x12!.reservoir.v1.GetFileInfosRequest\x1a\".reservoir.v1.GetFileInfosResponse\x12X\n\rListDirectory\x12\".reservoir.v1.ListDirectoryRequest\x1a#.reservoir.v1.ListDirectoryResponse\x12R\n\x0bListWorkers\x12 .reservoir.v1.ListWorkersRequest\x1a!.reservoir.v1.ListWorkersResponse\x12U\n\x0cReportBlocks\x12!.reservoir.v1.ReportBlocksRequest\x1a\".reservoir.v1.ReportBlocksResponse\x12W\n\x0cLoadMetadata\x12!.reservoir.v1.LoadMetadataRequest\x1a\".reservoir.v1.LoadMetadataProgress0\x01\x12\x43\n\x06Report\x12\x1b.reservoir.v1.ReportRequest\x1a\x1c.reservoir.v1.ReportResponse\x12@\n\nSubmitLoad\x12\x1f.reservoir.v1.SubmitLoadRequest\x1a\x11.reservoir.v1.Job\x12\x38\n\x06GetJob\x12\x1b.reservoir.v1.GetJobRequest\x1a\x11.reservoir.v1.Job\x12<\n\x08WatchJob\x12\x1b.reservoir.v1.GetJobRequest\x1a\x11.reservoir.v1.Job0\x01\x12;\n\tCancelJob\x12\x1b.reservoir.v1.GetJobRequest\x1a\x11.reservoir.v1.Job\x12I\n\x08ListJobs\x12\x1d.reservoir.v1.ListJobsRequest\x1a\x1e.reservoir.v1.ListJobsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19reservoir/v1/master.proto\x12\x0creservoir.v1\x1a\x19reservoir/v1/common.proto\"6\n\x13LoadMetadataRequest\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x11\n\trecursive\x18\x02 \x01(\x08\"j\n\x14LoadMetadataProgress\x12\x0e\n\x06listed\x18\x01 \x01(\x03\x12\x0f\n\x07written\x18\x02 \x01(\x03\x12\x0f\n\x07removed\x18\x03 \x01(\x03\x12\x12\n\nelapsed_ms\x18\x04 \x01(\x03\x12\x0c\n\x04\x64one\x18\x05 \x01(\x08\"\x1d\n\rReportRequest\x12\x0c\n\x04path\x18\x01 \x01(\t\"k\n\x0eReportResponse\x12\r\n\x05\x66iles\x18\x01 \x01(\x03\x12\r\n\x05\x62ytes\x18\x02 \x01(\x03\x12\x0e\n\x06\x62locks\x18\x03 \x01(\x03\x12\x15\n\rcached_blocks\x18\x04 \x01(\x03\x12\x14\n\x0c\x63\x61\x63hed_bytes\x18\x05 \x01(\x03\"b\n\x11SubmitLoadRequest\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x10\n\x08replicas\x18\x02 \x01(\x05\x12\x16\n\x0epriority_paths\x18\x03 \x03(\t\x12\x15\n\rmetadata_only\x18\x04 \x01(\x08\"\x1b\n\rGetJobRequest\x12\n\n\x02id\x18\x01 \x01(\t\"\x11\n\x0fListJobsRequest\"3\n\x10ListJobsResponse\x12\x1f\n\x04jobs\x18\x01 \x03(\x0b\x32\x11.reservoir.v1.Job\"\xb9\x02\n\x03Job\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\r\n\x05state\x18\x03 \x01(\t\x12\x10\n\x08replicas\x18\x04 \x01(\x05\x12\x16\n\x0epriority_paths\x18\x05 \x03(\t\x12\x15\n\rmetadata_only\x18\x06 \x01(\x08\x12\x13\n\x0btotal_files\x18\x07 \x01(\x03\x12\x14\n\x0ctotal_blocks\x18\x08 \x01(\x03\x12\x13\n\x0btotal_bytes\x18\t \x01(\x03\x12\x13\n\x0b\x64one_blocks\x18\n \x01(\x03\x12\x12\n\ndone_bytes\x18\x0b \x01(\x03\x12\x15\n\rfailed_blocks\x18\x0c \x01(\x03\x12\x0e\n\x06\x65rrors\x18\r \x03(\t\x12\x12\n\ncreated_ms\x18\x0e \x01(\x03\x12\x12\n\nupdated_ms\x18\x0f \x01(\x03\x12\x10\n\x08\x61ttempts\x18\x10 \x01(\x03\"g\n\x0cMountRequest\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0b\n\x03uri\x18\x02 \x01(\t\x12+\n\x07options\x18\x03 \x01(\x0b\x32\x1a.reservoir.v1.MountOptions\x12\x0f\n\x07replace\x18\x14 \x01(\x08\"7\n\rMountResponse\x12&\n\x05mount\x18\x01 \x01(\x0b\x32\x17.reservoir.v1.MountInfo\"\x1e\n\x0eUnmountRequest\x12\x0c\n\x04path\x18\x01 \x01(\t\"\x11\n\x0fUnmountResponse\"\x13\n\x11ListMountsRequest\"=\n\x12ListMountsResponse\x12\'\n\x06mounts\x18\x01 \x03(\x0b\x32\x17.reservoir.v1.MountInfo\"K\n\x12GetFileInfoRequest\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x16\n\x0ewith_locations\x18\x02 \x01(\x08\x12\x0f\n\x07refresh\x18\x14 \x01(\x08\"<\n\x13GetFileInfosRequest\x12\r\n\x05paths\x18\x01 \x03(\t\x12\x16\n\x0ewith_locations\x18\x02 \x01(\x08\"U\n\x0e\x46ileInfoResult\x12$\n\x04info\x18\x01 \x01(\x0b\x32\x16.reservoir.v1.FileInfo\x12\x0c\n\x04\x63ode\x18\x02 \x01(\x05\x12\x0f\n\x07message\x18\x03 \x01(\t\"E\n\x14GetFileInfosResponse\x12-\n\x07results\x18\x01 \x03(\x0b\x32\x1c.reservoir.v1.FileInfoResult\"<\n\x14ListDirectoryRequest\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x16\n\x0ewith_locations\x18\x02 \x01(\x08\"@\n\x15ListDirectoryResponse\x12\'\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x16.reservoir.v1.FileInfo\"\x14\n\x12ListWorkersRequest\"@\n\x13ListWorkersResponse\x12)\n\x07workers\x18\x01 \x03(\x0b\x32\x18.reservoir.v1.WorkerInfo\"\x86\x01\n\x13ReportBlocksRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0c\n\x04\x66ull\x18\x02 \x01(\x08\x12%\n\x05\x61\x64\x64\x65\x64\x18\x03 \x03(\x0b\x32\x16.reservoir.v1.BlockRef\x12\'\n\x07removed\x18\x04 \x03(\x0b\x32\x16.reservoir.v1.BlockRef\"\x16\n\x14ReportBlocksResponse2\xef\x08\n\rMasterService\x12@\n\x05Mount\x12\x1a.reservoir.v1.MountRequest\x1a\x1b.reservoir.v1.MountResponse\x12\x46\n\x07Unmount\x12\x1c.reservoir.v1.UnmountRequest\x1a\x1d.reservoir.v1.UnmountResponse\x12O\n\nListMounts\x12\x1f.reservoir.v1.ListMountsRequest\x1a .reservoir.v1.ListMountsResponse\x12G\n\x0bGetFileInfo\x12 .reservoir.v1.GetFileInfoRequest\x1a\x16.reservoir.v1.FileInfo\x12U\n\x0cGetFileInfos\x12!.reservoir.v1.GetFileInfosRequest\x1a\".reservoir.v1.GetFileInfosResponse\x12X\n\rListDirectory\x12\".reservoir.v1.ListDirectoryRequest\x1a#.reservoir.v1.ListDirectoryResponse\x12R\n\x0bListWorkers\x12 .reservoir.v1.ListWorkersRequest\x1a!.reservoir.v1.ListWorkersResponse\x12U\n\x0cReportBlocks\x12!.reservoir.v1.ReportBlocksRequest\x1a\".reservoir.v1.ReportBlocksResponse\x12W\n\x0cLoadMetadata\x12!.reservoir.v1.LoadMetadataRequest\x1a\".reservoir.v1.LoadMetadataProgress0\x01\x12\x43\n\x06Report\x12\x1b.reservoir.v1.ReportRequest\x1a\x1c.reservoir.v1.ReportResponse\x12@\n\nSubmitLoad\x12\x1f.reservoir.v1.SubmitLoadRequest\x1a\x11.reservoir.v1.Job\x12\x38\n\x06GetJob\x12\x1b.reservoir.v1.GetJobRequest\x1a\x11.reservoir.v1.Job\x12<\n\x08WatchJob\x12\x1b.reservoir.v1.GetJobRequest\x1a\x11.reservoir.v1.Job0\x01\x12;\n\tCancelJob\x12\x1b.reservoir.v1.GetJobRequest\x1a\x11.reservoir.v1.Job\x12I\n\x08ListJobs\x12\x1d.reservoir.v1.ListJobsRequest\x1a\x1e.reservoir.v1.ListJobsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -51,37 +51,37 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_JOB']._serialized_start=576
   _globals['_JOB']._serialized_end=889
   _globals['_MOUNTREQUEST']._serialized_start=891
-  _globals['_MOUNTREQUEST']._serialized_end=977
-  _globals['_MOUNTRESPONSE']._serialized_start=979
-  _globals['_MOUNTRESPONSE']._serialized_end=1034
-  _globals['_UNMOUNTREQUEST']._serialized_start=1036
-  _globals['_UNMOUNTREQUEST']._serialized_end=1066
-  _globals['_UNMOUNTRESPONSE']._serialized_start=1068
-  _globals['_UNMOUNTRESPONSE']._serialized_end=1085
-  _globals['_LISTMOUNTSREQUEST']._serialized_start=1087
-  _globals['_LISTMOUNTSREQUEST']._serialized_end=1106
-  _globals['_LISTMOUNTSRESPONSE']._serialized_start=1108
-  _globals['_LISTMOUNTSRESPONSE']._serialized_end=1169
-  _globals['_GETFILEINFOREQUEST']._serialized_start=1171
-  _globals['_GETFILEINFOREQUEST']._serialized_end=1229
-  _globals['_GETFILEINFOSREQUEST']._serialized_start=1231
-  _globals['_GETFILEINFOSREQUEST']._serialized_end=1291
-  _globals['_FILEINFORESULT']._serialized_start=1293
-  _globals['_FILEINFORESULT']._serialized_end=1378
-  _globals['_GETFILEINFOSRESPONSE']._serialized_start=1380
-  _globals['_GETFILEINFOSRESPONSE']._serialized_end=1449
-  _globals['_LISTDIRECTORYREQUEST']._serialized_start=1451
-  _globals['_LISTDIRECTORYREQUEST']._serialized_end=1511
-  _globals['_LISTDIRECTORYRESPONSE']._serialized_start=1513
-  _globals['_LISTDIRECTORYRESPONSE']._serialized_end=1577
-  _globals['_LISTWORKERSREQUEST']._serialized_start=1579
-  _globals['_LISTWORKERSREQUEST']._serialized_end=1599
-  _globals['_LISTWORKERSRESPONSE']._serialized_start=1601
-  _globals['_LISTWORKERSRESPONSE']._serialized_end=1665
-  _globals['_REPORTBLOCKSREQUEST']._serialized_start=1668
-  _globals['_REPORTBLOCKSREQUEST']._serialized_end=1802
-  _globals['_REPORTBLOCKSRESPONSE']._serialized_start=1804
-  _globals['_REPORTBLOCKSRESPONSE']._serialized_end=1826
-  _globals['_MASTERSERVICE']._serialized_start=1829
-  _globals['_MASTERSERVICE']._serialized_end=2964
+  _globals['_MOUNTREQUEST']._serialized_end=994
+  _globals['_MOUNTRESPONSE']._serialized_start=996
+  _globals['_MOUNTRESPONSE']._serialized_end=1051
+  _globals['_UNMOUNTREQUEST']._serialized_start=1053
+  _globals['_UNMOUNTREQUEST']._serialized_end=1083
+  _globals['_UNMOUNTRESPONSE']._serialized_start=1085
+  _globals['_UNMOUNTRESPONSE']._serialized_end=1102
+  _globals['_LISTMOUNTSREQUEST']._serialized_start=1104
+  _globals['_LISTMOUNTSREQUEST']._serialized_end=1123
+  _globals['_LISTMOUNTSRESPONSE']._serialized_start=1125
+  _globals['_LISTMOUNTSRESPONSE']._serialized_end=1186
+  _globals['_GETFILEINFOREQUEST']._serialized_start=1188
+  _globals['_GETFILEINFOREQUEST']._serialized_end=1263
+  _globals['_GETFILEINFOSREQUEST']._serialized_start=1265
+  _globals['_GETFILEINFOSREQUEST']._serialized_end=1325
+  _globals['_FILEINFORESULT']._serialized_start=1327
+  _globals['_FILEINFORESULT']._serialized_end=1412
+  _globals['_GETFILEINFOSRESPONSE']._serialized_start=1414
+  _globals['_GETFILEINFOSRESPONSE']._serialized_end=1483
+  _globals['_LISTDIRECTORYREQUEST']._serialized_start=1485
+  _globals['_LISTDIRECTORYREQUEST']._serialized_end=1545
+  _globals['_LISTDIRECTORYRESPONSE']._serialized_start=1547
+  _globals['_LISTDIRECTORYRESPONSE']._serialized_end=1611
+  _globals['_LISTWORKERSREQUEST']._serialized_start=1613
+  _globals['_LISTWORKERSREQUEST']._serialized_end=1633
+  _globals['_LISTWORKERSRESPONSE']._serialized_start=1635
+  _globals['_LISTWORKERSRESPONSE']._serialized_end=1699
+  _globals['_REPORTBLOCKSREQUEST']._serialized_start=1702
+  _globals['_REPORTBLOCKSREQUEST']._serialized_end=1836
+  _globals['_REPORTBLOCKSRESPONSE']._serialized_start=1838
+  _globals['_REPORTBLOCKSRESPONSE']._serialized_end=1860
+  _globals['_MASTERSERVICE']._serialized_start=1863
+  _globals['_MASTERSERVICE']._serialized_end=2998
 # @@protoc_insertion_point(module_scope)

@@ -286,8 +286,14 @@ class MountRequest(_message.Message):
     PATH_FIELD_NUMBER: _builtins.int
     URI_FIELD_NUMBER: _builtins.int
     OPTIONS_FIELD_NUMBER: _builtins.int
+    REPLACE_FIELD_NUMBER: _builtins.int
     path: _builtins.str
     uri: _builtins.str
+    replace: _builtins.bool
+    """Replace a mount already at `path` (a new URI, endpoint, credentials, block size): the
+    new store is checked first; the namespace below `path` is then read from it afresh.
+    Workers use the new mount from their next request on.
+    """
     @_builtins.property
     def options(self) -> _common_pb2.MountOptions: ...
     def __init__(
@@ -296,10 +302,11 @@ class MountRequest(_message.Message):
         path: _builtins.str = ...,
         uri: _builtins.str = ...,
         options: _common_pb2.MountOptions | None = ...,
+        replace: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["options", b"options"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["options", b"options", "path", b"path", "uri", b"uri"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["options", b"options", "path", b"path", "replace", b"replace", "uri", b"uri"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -400,17 +407,23 @@ class GetFileInfoRequest(_message.Message):
 
     PATH_FIELD_NUMBER: _builtins.int
     WITH_LOCATIONS_FIELD_NUMBER: _builtins.int
+    REFRESH_FIELD_NUMBER: _builtins.int
     path: _builtins.str
     with_locations: _builtins.bool
+    refresh: _builtins.bool
+    """Check the file against the under-store now (HEAD) and store what it says, whatever
+    the mount's sync interval: a reader that met a changed object (ETag mismatch) asks.
+    """
     def __init__(
         self,
         *,
         path: _builtins.str = ...,
         with_locations: _builtins.bool = ...,
+        refresh: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["path", b"path", "with_locations", b"with_locations"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["path", b"path", "refresh", b"refresh", "with_locations", b"with_locations"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

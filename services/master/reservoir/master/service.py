@@ -7,6 +7,7 @@ location table, live workers) is a cache of it, rebuilt at start.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -27,13 +28,9 @@ from reservoir.common.errors import (
 )
 from reservoir.common.metadata_store import Lease, MetadataStore
 from reservoir.common.models import Inode, Mount, MountOptions, WorkerRecord, file_id_for
+from reservoir.common.mounted_stores import MountedStores, open_under_store
 from reservoir.common.rpc import ChannelOpener
-from reservoir.common.under_store import (
-    MountedStores,
-    ObjectInfo,
-    UnderStore,
-    open_under_store,
-)
+from reservoir.common.under_store import BodyRetry, ObjectInfo, UnderStore
 from reservoir.common.worker_registry import WorkerRegistry
 
 from .jobs import LoadJobs
@@ -66,7 +63,12 @@ class MasterService:
         self._config = config
         self._mounts: dict[str, Mount] = {}
         self._under_stores = MountedStores(
-            config.ufs_timeout_s, config.ufs_retries, config.ufs_concurrency
+            config.ufs_timeout_s,
+            config.ufs_retries,
+            config.ufs_concurrency,
+            BodyRetry(
+                config.ufs_body_retries, config.ufs_retry_backoff_s, config.ufs_retry_backoff_max_s
+            ),
         )
         self._registry = WorkerRegistry(store)
         self.locations = BlockLocationTable(store)
@@ -115,7 +117,13 @@ class MasterService:
     def _under_store(self, mount: Mount) -> UnderStore:
         return self._under_stores.for_mount(mount)
 
-    async def mount(self, path: str, uri: str, options: MountOptions) -> Mount:
+    async def mount(
+        self, path: str, uri: str, options: MountOptions, *, replace: bool = False
+    ) -> Mount:
+        """Mounts `uri` at `path`. `replace` swaps out a mount already there: the new store
+        is checked first (a failing one leaves the old mount alone), then the namespace
+        below `path` is dropped, to be read again from the new store. Workers follow the
+        mounts in etcd, so their next request uses the new mount."""
         path = paths.normalize(path)
         if path == paths.ROOT:
             raise InvalidArgument("cannot mount on /")
@@ -124,20 +132,35 @@ class MasterService:
         self._mount_policy.check(uri, options)
         # The effective block size is part of the mount, so a worker can refuse a request
         # whose geometry disagrees with it without knowing this master's default.
-        options = replace(options, block_size=self._block_size_of(options))
+        options = dataclasses.replace(options, block_size=self._block_size_of(options))
         # Fail fast at mount time: one attempt, so a wrong endpoint is reported in seconds.
         probe = open_under_store(uri, self._under_stores.settings(options, retries=1))
         async with self._mount_lock:
+            old = self._mounts.get(path)
+            if old is not None and not replace:
+                raise AlreadyExists(f"{path} is already mounted ({old.uri})")
             for other in self._mounts.values():
-                if other.path == path:
-                    raise AlreadyExists(f"{path} is already mounted ({other.uri})")
-                if paths.is_within(path, other.path) or paths.is_within(other.path, path):
+                if other.path != path and (
+                    paths.is_within(path, other.path) or paths.is_within(other.path, path)
+                ):
                     raise InvalidArgument(f"{path} overlaps the mount at {other.path}")
             await self._ufs(probe.check)
             mount = Mount(path=path, uri=probe.uri, options=options, created_ms=_now_ms())
-            await self._store.put(keyspace.mount_key(path), mount.to_json())
             self._mounts[path] = mount
-        log.info("mounted", path=path, uri=mount.uri, endpoint=options.endpoint_url)
+            await self._store.put(keyspace.mount_key(path), mount.to_json())
+            if old is not None:
+                # Inodes (ETags, sizes, block sizes) and listing marks came from the old store.
+                await self._store.delete(keyspace.inode_key(path))
+                await self._delete_subtree(path, exhaustive=True)
+        log.info(
+            "remounted" if old else "mounted",
+            path=path,
+            uri=mount.uri,
+            endpoint=options.endpoint_url,
+            block_size=options.block_size,
+            was_uri=old.uri if old else None,
+            was_endpoint=old.options.endpoint_url if old else None,
+        )
         return mount
 
     async def unmount(self, path: str) -> None:
@@ -211,7 +234,11 @@ class MasterService:
             synced_ms=_now_ms(),
         )
 
-    async def file_info(self, path: str, with_locations: bool = False) -> Inode:
+    async def file_info(
+        self, path: str, with_locations: bool = False, *, refresh: bool = False
+    ) -> Inode:
+        """A path's inode: from etcd while the mount's sync policy trusts it, else checked
+        against the under-store. `refresh` checks it now, whatever the policy says."""
         path = paths.normalize(path)
         mount = self._mount_for(path)
         if mount is None:
@@ -221,6 +248,17 @@ class MasterService:
         if path == mount.path:
             return self._dir_inode(path, mount, mount.created_ms)
         raw = await self._store.get(keyspace.inode_key(path))
+        if refresh:
+            inode = await self._sync_inode(mount, path)
+            old = Inode.from_json(raw) if raw is not None else None
+            log.info(
+                "inode_refreshed",
+                path=path,
+                changed=old is None or old.file_id != inode.file_id,
+                etag=inode.etag,
+                size=inode.size,
+            )
+            return self._with_locations(inode) if with_locations else inode
         if raw is not None:
             inode = Inode.from_json(raw)
             if self._fresh(mount, inode.synced_ms) or await self._parent_listed(mount, path):

@@ -26,7 +26,10 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
         self, request: master_pb2.MountRequest, context: grpc.aio.ServicerContext
     ) -> master_pb2.MountResponse:
         mount = await self._service.mount(
-            request.path, request.uri, MountOptions.from_proto(request.options)
+            request.path,
+            request.uri,
+            MountOptions.from_proto(request.options),
+            replace=request.replace,
         )
         return master_pb2.MountResponse(mount=mount.to_proto())
 
@@ -48,7 +51,9 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
     async def GetFileInfo(
         self, request: master_pb2.GetFileInfoRequest, context: grpc.aio.ServicerContext
     ) -> common_pb2.FileInfo:
-        inode = await self._service.file_info(request.path, request.with_locations)
+        inode = await self._service.file_info(
+            request.path, request.with_locations, refresh=request.refresh
+        )
         return inode.to_proto()
 
     @translate_errors

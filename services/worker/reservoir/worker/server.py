@@ -21,6 +21,7 @@ from reservoir.common.security import SecuritySettings, Transport
 from reservoir.common.worker_registry import WorkerRegistry
 from reservoir.v1 import common_pb2, master_pb2, master_pb2_grpc
 
+from .mount_table import MountTable
 from .service import WorkerService
 from .servicer import SERVICE, WorkerServicer
 
@@ -152,10 +153,17 @@ async def serve(config: cfg.WorkerConfig, transport: Transport) -> None:
     worker_id = config.worker_id or address
     config = cfg.WorkerConfig(**{**config.__dict__, "worker_id": worker_id})
     link = MasterLink(config.master, config.rpc_timeout_s, transport)
-    service = WorkerService(config, link.mounts)
+    store = open_metadata_store(config.metadata_url, config.metadata_timeout_s)
+    mounts = MountTable(
+        store,
+        link,
+        config.mount_watch_backoff_s,
+        config.mount_watch_backoff_max_s,
+        config.mount_recheck_interval_s,
+    )
+    service = WorkerService(config, mounts)
     server.add_generic_rpc_handlers([WorkerServicer(service).handler()])
     await serving.add_health_and_reflection(server, [SERVICE])
-    store = open_metadata_store(config.metadata_url, config.metadata_timeout_s)
     record = WorkerRecord(
         id=worker_id,
         address=address,
@@ -199,6 +207,7 @@ async def serve(config: cfg.WorkerConfig, transport: Transport) -> None:
             serving.every(max(1.0, config.lease_ttl_s / 3), "lease_keepalive", membership.keepalive)
         ),
         asyncio.create_task(serving.every(config.report_interval_s, "block_report", report)),
+        asyncio.create_task(mounts.follow()),
     ]
     await serving.wait_for_signal()
     log.info("worker_stopping", worker=worker_id)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -12,11 +11,13 @@ from opentelemetry import metrics
 
 from reservoir.common.block_file import checksum
 from reservoir.common.config import WorkerConfig
-from reservoir.common.errors import DataLoss, InvalidArgument, NotFound, OutOfRange
+from reservoir.common.errors import DataLoss, InvalidArgument, OutOfRange, ReservoirError
 from reservoir.common.models import MAX_BLOCK_SIZE, Mount, file_id_for
-from reservoir.common.under_store import MountedStores, UnderStore
+from reservoir.common.mounted_stores import MountedStores
+from reservoir.common.under_store import BodyRetry, UnderStore
 
 from .memory_tier import BlockData, BlockId, MemoryTier
+from .mount_table import MountTable
 from .shm_tier import ShmTier
 
 log = structlog.get_logger()
@@ -77,11 +78,8 @@ class WorkerStats:
     corrupt_blocks: int = 0
 
 
-MountLookup = Callable[[], Awaitable[list[Mount]]]
-
-
 class WorkerService:
-    def __init__(self, config: WorkerConfig, fetch_mounts: MountLookup) -> None:
+    def __init__(self, config: WorkerConfig, mounts: MountTable) -> None:
         self.config = config
         self.worker_id = config.worker_id
         self.stats = WorkerStats()
@@ -90,10 +88,14 @@ class WorkerService:
             if config.shm_dir
             else MemoryTier(config.capacity_bytes, self._evicted)
         )
-        self._fetch_mounts = fetch_mounts
-        self._mounts: dict[str, Mount] = {}
+        self.mounts = mounts
         self._under_stores = MountedStores(
-            config.ufs_timeout_s, config.ufs_retries, config.ufs_concurrency
+            config.ufs_timeout_s,
+            config.ufs_retries,
+            config.ufs_concurrency,
+            BodyRetry(
+                config.ufs_body_retries, config.ufs_retry_backoff_s, config.ufs_retry_backoff_max_s
+            ),
         )
         self._inflight: dict[BlockId, asyncio.Task[tuple[BlockData, int]]] = {}
         # boto3 is blocking: its calls run on a bounded pool, which also bounds the
@@ -112,14 +114,31 @@ class WorkerService:
         )
 
     async def _under_store(self, mount_path: str, ufs_uri: str) -> tuple[Mount, UnderStore]:
-        mount = self._mounts.get(mount_path)
-        if mount is None or not ufs_uri.startswith(mount.uri):
-            # Unknown, or remounted elsewhere since we looked: ask the master again.
-            self._mounts = {m.path: m for m in await self._fetch_mounts()}
-            mount = self._mounts.get(mount_path)
-            if mount is None:
-                raise NotFound(f"{mount_path} is not mounted")
+        # The mount as it is now (remounts arrive by watch), its store reopened if it changed.
+        mount = await self.mounts.get(mount_path, ufs_uri)
         return mount, self._under_stores.for_mount(mount)
+
+    async def _get_range(
+        self, mount: Mount, ufs: UnderStore, key: str, start: int, length: int, etag: str
+    ) -> bytes:
+        """Bytes from the mount's store. A read that fails there runs once more on the new
+        mount when the master says the mount was changed meanwhile (a remount the watch
+        has not brought yet)."""
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._pool, ufs.get_range, key, start, length, etag)
+        except ReservoirError as exc:
+            remounted = await self.mounts.recheck(mount)
+            if remounted is None or remounted.uri != mount.uri:
+                raise
+            log.info(
+                "fetch_retried_on_remount",
+                mount=mount.path,
+                endpoint=remounted.options.endpoint_url,
+                error=str(exc),
+            )
+            ufs = self._under_stores.for_mount(remounted)
+            return await loop.run_in_executor(self._pool, ufs.get_range, key, start, length, etag)
 
     async def block(self, request: BlockRequest) -> tuple[BlockData, int, bool]:
         """The whole block, its CRC32C, and whether it came from cache.
@@ -185,9 +204,7 @@ class WorkerService:
         self.stats.ufs_gets += 1
         _misses.add(1)
         start = request.index * request.block_size
-        data = await asyncio.get_running_loop().run_in_executor(
-            self._pool, ufs.get_range, key, start, length, request.etag
-        )
+        data = await self._get_range(mount, ufs, key, start, length, request.etag)
         if len(data) != length:
             raise OutOfRange(
                 f"under-store returned {len(data)} bytes for block {request.index}, "

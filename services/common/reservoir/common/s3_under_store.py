@@ -1,0 +1,296 @@
+"""S3 and S3-compatible stores through boto3.
+
+A ranged GET whose body breaks off (a short read, an incomplete or reset stream) is read
+again a bounded number of times with backoff (`BodyRetry`): boto3's own retries cover the
+request, not the body that follows it. Errors name what was refused and where: the
+endpoint, the credential source.
+"""
+
+from __future__ import annotations
+
+import configparser
+import http.client
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import structlog
+
+from .errors import (
+    Conflict,
+    InvalidArgument,
+    NotFound,
+    OutOfRange,
+    PermissionDenied,
+    ReservoirError,
+    Unavailable,
+)
+from .redaction import install as redact_sdk_logs
+from .under_store import BodyRetry, Listing, ObjectInfo, UnderStore, UnderStoreSettings
+
+log = structlog.get_logger()
+
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.\-_]{1,61}[a-z0-9]$")
+_CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
+
+
+class TruncatedBody(Exception):
+    """A response body ended before the bytes its headers promised."""
+
+
+def _body_failures() -> tuple[type[BaseException], ...]:
+    """What a body read raises when the stream breaks off: truncated, reset, stalled."""
+    import botocore.exceptions as bce
+    import urllib3.exceptions as u3e
+
+    return (
+        TruncatedBody,
+        bce.IncompleteReadError,
+        bce.ResponseStreamingError,
+        bce.ReadTimeoutError,
+        u3e.ProtocolError,
+        u3e.ReadTimeoutError,
+        http.client.IncompleteRead,
+        ConnectionError,  # reset, aborted, broken pipe
+    )
+
+
+def _expected_length(response: dict[str, Any], offset: int, length: int) -> int:
+    """How many bytes a ranged GET must deliver: the range, clipped at the object's end."""
+    match = _CONTENT_RANGE.match(str(response.get("ContentRange", "")))
+    if match and match.group(3) != "*":
+        return max(0, min(length, int(match.group(3)) - offset))
+    return int(response.get("ContentLength", length))
+
+
+def _read_credentials_file(path: str) -> tuple[str, str, str | None]:
+    """An AWS shared-credentials style file (a Kubernetes Secret mounted as a file)."""
+    parser = configparser.ConfigParser()
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise PermissionDenied(f"cannot read credentials file {path}: {exc.strerror}") from exc
+    if not text.lstrip().startswith("["):
+        text = "[default]\n" + text
+    try:
+        parser.read_string(text)
+    except configparser.Error as exc:
+        # The parser's message quotes the offending line: never echo a file's content.
+        raise InvalidArgument(
+            f"credentials file {path} is not an AWS credentials file ({type(exc).__name__})"
+        ) from None
+    if not parser.sections():
+        raise InvalidArgument(f"credentials file {path} has no section")
+    section = parser["default"] if parser.has_section("default") else parser[parser.sections()[0]]
+    try:
+        return (
+            section["aws_access_key_id"],
+            section["aws_secret_access_key"],
+            section.get("aws_session_token"),
+        )
+    except KeyError as exc:
+        raise InvalidArgument(f"credentials file {path} lacks {exc.args[0]}") from exc
+
+
+class S3UnderStore(UnderStore):
+    def __init__(self, uri: str, settings: UnderStoreSettings, client: Any = None) -> None:
+        """`client`: a ready boto3 S3 client (tests); by default one is built from settings."""
+        parts = urlsplit(uri)
+        bucket = parts.netloc
+        if not _BUCKET.match(bucket):
+            raise InvalidArgument(f"bad S3 bucket name in {uri!r}")
+        prefix = parts.path.lstrip("/")
+        if prefix and not prefix.endswith("/"):
+            prefix += "/"
+        self.uri = f"s3://{bucket}/{prefix}"
+        self.bucket = bucket
+        self.prefix = prefix
+        self.endpoint = settings.endpoint_url or "the default AWS endpoint"
+        self.credentials = settings.credentials or "env"
+        self._body_retry: BodyRetry = settings.body_retry
+        self._s3 = client if client is not None else self._client(settings)
+
+    @staticmethod
+    def _client(settings: UnderStoreSettings) -> Any:
+        import boto3
+        import botocore
+        from botocore.config import Config
+
+        config_args: dict[str, Any] = {
+            "connect_timeout": settings.timeout_s,
+            "read_timeout": settings.timeout_s,
+            "retries": {"max_attempts": max(1, settings.retries), "mode": "standard"},
+            "max_pool_connections": settings.max_connections,
+            "s3": {"addressing_style": "path"},
+        }
+        session_args: dict[str, Any] = {}
+        source = settings.credentials
+        if source == "anonymous":
+            config_args["signature_version"] = botocore.UNSIGNED
+        elif source.startswith("file:"):
+            key, secret, token = _read_credentials_file(source[len("file:") :])
+            session_args = {
+                "aws_access_key_id": key,
+                "aws_secret_access_key": secret,
+                "aws_session_token": token,
+            }
+        elif source not in ("", "env"):
+            raise InvalidArgument(
+                f"unknown credential source {source!r} (env, anonymous or file:/path)"
+            )
+        redact_sdk_logs()
+        session = boto3.session.Session(**session_args)
+        client = session.client(
+            "s3",
+            endpoint_url=settings.endpoint_url or None,
+            region_name=settings.region or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1",
+            config=Config(**config_args),
+        )
+        redact_sdk_logs()  # the client has imported more of botocore: its loggers too
+        return client
+
+    def _error(self, exc: Exception, what: str) -> ReservoirError:
+        """The domain error for a boto3 failure, naming the endpoint and credential source."""
+        import botocore.exceptions as bce
+
+        where = f"the under-store at {self.endpoint}"
+        if isinstance(exc, bce.ClientError):
+            error = exc.response.get("Error", {})
+            code = str(error.get("Code", ""))
+            status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+            if code in ("NoSuchKey", "NoSuchBucket", "404", "NotFound") or status == 404:
+                return NotFound(f"{what}: not found in {where}")
+            if code in ("AccessDenied", "403", "Forbidden", "InvalidAccessKeyId") or status == 403:
+                return PermissionDenied(
+                    f"{what}: access denied by {where} ({code or status}; "
+                    f"credential source {self.credentials!r})"
+                )
+            if code in ("PreconditionFailed", "412") or status == 412:
+                return Conflict(f"{what}: the object changed (ETag mismatch)")
+            if code == "InvalidRange" or status == 416:
+                return OutOfRange(f"{what}: range not satisfiable")
+            return Unavailable(f"{what}: {where} answered {code or status}")
+        if isinstance(exc, bce.NoCredentialsError):
+            return PermissionDenied(
+                f"{what}: no credentials found for {where} (credential source "
+                f"{self.credentials!r}: this process has no AWS credentials to use)"
+            )
+        if isinstance(exc, bce.EndpointConnectionError | bce.ConnectTimeoutError):
+            reason = exc.kwargs.get("error", "") if hasattr(exc, "kwargs") else ""
+            return Unavailable(
+                f"{what}: cannot connect to the under-store endpoint {self.endpoint}"
+                + (f" ({reason})" if reason else "")
+            )
+        if isinstance(exc, bce.ReadTimeoutError):
+            return Unavailable(f"{what}: {where} did not answer in time")
+        if isinstance(exc, bce.BotoCoreError):
+            return Unavailable(f"{what}: {where}: {type(exc).__name__}: {exc}")
+        return Unavailable(f"{what}: {where}: {type(exc).__name__}: {exc}")
+
+    def head(self, key: str) -> ObjectInfo:
+        try:
+            r = self._s3.head_object(Bucket=self.bucket, Key=self.prefix + key)
+        except Exception as exc:
+            raise self._error(exc, f"head {self.uri_of(key)}") from exc
+        return ObjectInfo(
+            key=key,
+            size=int(r["ContentLength"]),
+            mtime_ms=int(r["LastModified"].timestamp() * 1000),
+            etag=str(r.get("ETag", "")).strip('"'),
+        )
+
+    def list(self, prefix: str) -> Listing:
+        objects: list[ObjectInfo] = []
+        prefixes: list[str] = []
+        full = self.prefix + prefix
+        try:
+            pages = self._s3.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=full, Delimiter="/"
+            )
+            for page in pages:
+                for item in page.get("Contents", ()):
+                    rel = item["Key"][len(self.prefix) :]
+                    if rel == prefix:  # a "directory marker" object
+                        continue
+                    objects.append(
+                        ObjectInfo(
+                            key=rel,
+                            size=int(item["Size"]),
+                            mtime_ms=int(item["LastModified"].timestamp() * 1000),
+                            etag=str(item.get("ETag", "")).strip('"'),
+                        )
+                    )
+                for common in page.get("CommonPrefixes", ()):
+                    prefixes.append(common["Prefix"][len(self.prefix) :].rstrip("/"))
+        except Exception as exc:
+            raise self._error(exc, f"list {self.uri_of(prefix)}") from exc
+        return Listing(objects, prefixes)
+
+    def get_range(self, key: str, offset: int, length: int, etag: str = "") -> bytes:
+        if length <= 0:
+            return b""
+        what = f"get {self.uri_of(key)}"
+        args: dict[str, Any] = {
+            "Bucket": self.bucket,
+            "Key": self.prefix + key,
+            "Range": f"bytes={offset}-{offset + length - 1}",
+        }
+        if etag:
+            args["IfMatch"] = etag
+        failures = _body_failures()
+        retry = self._body_retry
+        for attempt in range(retry.attempts + 1):
+            try:
+                response = self._s3.get_object(**args)
+            except Exception as exc:
+                raise self._error(exc, what) from exc
+            try:
+                return self._read_body(response, offset, length)
+            except failures as exc:
+                if attempt == retry.attempts:
+                    raise Unavailable(
+                        f"{what}: the body from {self.endpoint} broke off "
+                        f"{attempt + 1} times ({type(exc).__name__}: {exc})"
+                    ) from exc
+                delay = retry.delay_s(attempt)
+                log.info(
+                    "under_store_body_retry",
+                    uri=self.uri_of(key),
+                    offset=offset,
+                    length=length,
+                    attempt=attempt + 1,
+                    delay_s=round(delay, 3),
+                    error=f"{type(exc).__name__}: {exc}",
+                )
+                time.sleep(delay)
+        raise AssertionError("unreachable")
+
+    @staticmethod
+    def _read_body(response: dict[str, Any], offset: int, length: int) -> bytes:
+        body = response["Body"]
+        try:
+            data = bytes(body.read())
+        finally:
+            body.close()
+        if not response.get("ContentRange") and len(data) > length:
+            return data[offset : offset + length]  # the store ignored the range: whole object
+        expected = _expected_length(response, offset, length)
+        if len(data) < expected:
+            raise TruncatedBody(f"{len(data)} of {expected} bytes")
+        return data
+
+    def put(self, key: str, data: bytes) -> ObjectInfo:
+        try:
+            self._s3.put_object(Bucket=self.bucket, Key=self.prefix + key, Body=data)
+        except Exception as exc:
+            raise self._error(exc, f"put {self.uri_of(key)}") from exc
+        return self.head(key)
+
+    def check(self) -> None:
+        try:
+            self._s3.list_objects_v2(Bucket=self.bucket, Prefix=self.prefix, MaxKeys=1)
+        except Exception as exc:
+            raise self._error(exc, f"mount {self.uri}") from exc
