@@ -146,6 +146,11 @@ class WorkerConfig:
     full_report_interval_s: float = field(
         default=60.0, metadata=env("RESERVOIR_FULL_REPORT_INTERVAL")
     )
+    # An idle worker still calls the master this often (an empty report), so it sees a
+    # new master epoch — and sends its whole content — within this time.
+    master_check_interval_s: float = field(
+        default=1.0, metadata=env("RESERVOIR_MASTER_CHECK_INTERVAL")
+    )
     rpc_timeout_s: float = field(default=5.0, metadata=env("RESERVOIR_RPC_TIMEOUT"))
     ufs_timeout_s: float = field(default=10.0, metadata=env("RESERVOIR_UFS_TIMEOUT"))
     ufs_retries: int = field(default=3, metadata=env("RESERVOIR_UFS_RETRIES"))

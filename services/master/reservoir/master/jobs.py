@@ -27,6 +27,8 @@ from reservoir.common.metadata_store import MetadataStore
 from reservoir.common.models import Inode, WorkerRecord
 from reservoir.common.placement import Candidate, block_key, rank
 
+from .locations import BlockLocationTable
+
 log = structlog.get_logger()
 
 TERMINAL = ("completed", "failed", "cancelled")
@@ -81,6 +83,7 @@ class LoadJobs:
         load_blocks: LoadBlocks,
         file_info: Callable[[str], Awaitable[Inode]],
         subtree: Callable[[str], Awaitable[list[Inode]]],
+        locations: BlockLocationTable,
     ) -> None:
         self._store = store
         self._config = config
@@ -89,6 +92,7 @@ class LoadJobs:
         self._load_blocks = load_blocks
         self._file_info = file_info
         self._subtree = subtree
+        self._locations = locations
         self._jobs: dict[str, Job] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
 
@@ -264,6 +268,10 @@ class LoadJobs:
                     outcomes = [exc] * len(batch)
                 for (inode, index), outcome in zip(batch, outcomes, strict=True):
                     if outcome is None:
+                        # Recorded now, not when the worker's report arrives: a job
+                        # that ends has its blocks in the table (`load --wait`, then
+                        # `report`, is exact).
+                        self._locations.record(worker_id, inode.file_id, index)
                         job.done_blocks += 1
                         job.done_bytes += inode.block_length(index)
                     else:

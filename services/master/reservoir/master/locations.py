@@ -66,6 +66,11 @@ class BlockLocationTable:
             self._remove(worker_id, file_id, index)
             self._dirty.add((worker_id, file_id))
 
+    def record(self, worker_id: str, file_id: str, index: int) -> None:
+        """One block a worker confirmed it holds (e.g. loaded for a job)."""
+        self._add(worker_id, file_id, index)
+        self._dirty.add((worker_id, file_id))
+
     def forget_worker(self, worker_id: str) -> None:
         files = self._by_worker.pop(worker_id, {})
         for file_id, indices in files.items():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -66,6 +67,9 @@ class MasterService:
         )
         self._registry = WorkerRegistry(store)
         self.locations = BlockLocationTable(store)
+        # Returned with every block report: a worker that sees a new one re-sends its
+        # whole content, so a restarted master's table is exact within seconds.
+        self.epoch = f"{_now_ms()}-{uuid.uuid4().hex[:8]}"
         self._leases: dict[str, Lease] = {}
         self._mount_lock = asyncio.Lock()
         self._worker_link = WorkerLink(config.load_timeout_s)
@@ -80,6 +84,7 @@ class MasterService:
             load_blocks=self._worker_link.load_blocks,
             file_info=self.file_info,
             subtree=self.subtree,
+            locations=self.locations,
         )
 
     async def start(self) -> None:
@@ -484,10 +489,15 @@ class MasterService:
         full: bool,
         added: Iterable[tuple[str, int]],
         removed: Iterable[tuple[str, int]],
-    ) -> None:
+    ) -> str:
+        """Applies a worker's report; returns this master's epoch."""
         if not worker_id:
             raise InvalidArgument("worker_id is required")
-        self.locations.apply(worker_id, full, list(added), list(removed))
+        blocks = list(added)
+        self.locations.apply(worker_id, full, blocks, list(removed))
+        if full:
+            log.info("full_block_report", worker=worker_id, blocks=len(blocks))
+        return self.epoch
 
     async def flush_locations(self) -> int:
         if self.locations.pending_workers() - set(self._leases):
