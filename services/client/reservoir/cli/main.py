@@ -12,6 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from reservoir.common import config as cfg
+from reservoir.common import logs
 from reservoir.common.config import parse_size
 from reservoir.common.errors import ReservoirError
 from reservoir.common.models import Inode
@@ -460,6 +462,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     from reservoir.local.cluster import ClusterError
+
+    # Data and results go to stdout; log lines only ever to stderr.
+    logs.configure_output(cfg.load(cfg.LogConfig, defaults={"level": cfg.CLI_LOG_LEVEL}))
 
     try:
         args.func(args)

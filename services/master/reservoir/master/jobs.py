@@ -18,9 +18,7 @@ from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 
-import structlog
-
-from reservoir.common import keyspace, paths
+from reservoir.common import keyspace, logs, paths
 from reservoir.common.config import MasterConfig
 from reservoir.common.errors import InvalidArgument, NotFound, ReservoirError
 from reservoir.common.metadata_store import MetadataStore
@@ -29,7 +27,7 @@ from reservoir.common.placement import Candidate, block_key, rank
 
 from .locations import BlockLocationTable
 
-log = structlog.get_logger()
+log = logs.get_logger(__name__)
 
 TERMINAL = ("completed", "failed", "cancelled")
 MAX_ERRORS = 20

@@ -10,13 +10,11 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 
-import structlog
-
-from reservoir.common import keyspace
+from reservoir.common import keyspace, logs
 from reservoir.common.errors import NotFound
 from reservoir.common.metadata_store import Lease, MetadataStore
 
-log = structlog.get_logger()
+log = logs.get_logger(__name__)
 
 
 class BlockLocationTable:

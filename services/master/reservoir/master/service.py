@@ -14,9 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any, TypeVar
 
-import structlog
-
-from reservoir.common import keyspace, paths
+from reservoir.common import keyspace, logs, paths
 from reservoir.common.config import MasterConfig
 from reservoir.common.errors import (
     AlreadyExists,
@@ -40,7 +38,7 @@ from .jobs import LoadJobs
 from .locations import BlockLocationTable
 from .worker_link import WorkerLink
 
-log = structlog.get_logger()
+log = logs.get_logger(__name__)
 T = TypeVar("T")
 
 

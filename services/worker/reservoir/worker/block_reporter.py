@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import time
 
-import structlog
-
+from reservoir.common import logs
 from reservoir.common.config import WorkerConfig
 
 from .master_link import MasterLink
 from .service import WorkerService
 
-log = structlog.get_logger(__name__)
+log = logs.get_logger(__name__)
 
 
 class BlockReporter:

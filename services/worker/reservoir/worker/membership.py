@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import structlog
-
+from reservoir.common import logs
 from reservoir.common.config import WorkerConfig
 from reservoir.common.errors import NotFound
 from reservoir.common.metadata_store import Lease, MetadataStore
@@ -12,7 +11,7 @@ from reservoir.common.worker_registry import WorkerRegistry
 
 from .block_reporter import BlockReporter
 
-log = structlog.get_logger(__name__)
+log = logs.get_logger(__name__)
 
 
 class Membership:

@@ -6,10 +6,8 @@ import argparse
 import asyncio
 import time
 
-import structlog
-
 from reservoir.common import config as cfg
-from reservoir.common import observability, serving
+from reservoir.common import logs, observability, serving
 from reservoir.common.malloc_tuning import tune_for_large_buffers
 from reservoir.common.metadata_store import open_metadata_store
 from reservoir.common.models import WorkerRecord
@@ -20,7 +18,7 @@ from .membership import Membership
 from .service import WorkerService
 from .servicer import SERVICE, WorkerServicer
 
-log = structlog.get_logger()
+log = logs.get_logger(__name__)
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[cfg.WorkerConfig, cfg.LogConfig]:

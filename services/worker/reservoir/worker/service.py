@@ -7,9 +7,9 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-import structlog
 from opentelemetry import metrics
 
+from reservoir.common import logs
 from reservoir.common.config import WorkerConfig
 from reservoir.common.errors import InvalidArgument, NotFound, OutOfRange
 from reservoir.common.models import Mount, file_id_for
@@ -18,7 +18,7 @@ from reservoir.common.under_store import MountedStores, UnderStore
 from .memory_tier import BlockData, BlockId, MemoryTier
 from .shm_tier import ShmTier
 
-log = structlog.get_logger()
+log = logs.get_logger(__name__)
 _meter = metrics.get_meter("reservoir.worker")
 _hits = _meter.create_counter("reservoir.worker.cache_hits", description="blocks served from cache")
 _misses = _meter.create_counter("reservoir.worker.cache_misses", description="blocks fetched")
