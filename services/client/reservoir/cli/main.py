@@ -68,6 +68,8 @@ def cmd_local_up(args: argparse.Namespace) -> None:
         s3_latency_ms=args.s3_latency_ms,
         capacity=args.capacity,
         shm=args.shm,
+        keep_s3_data=True,
+        resume=args.resume,
     )
     _emit(args, cluster.status(), lambda: cluster.master_address)
     if not args.json:
@@ -82,8 +84,10 @@ def cmd_local_down(args: argparse.Namespace) -> None:
         print("no local cluster running", file=sys.stderr)
         return
     LocalCluster.load(Path(args.state_dir)).down()
-    file.unlink()
-    print("local cluster stopped", file=sys.stderr)
+    print(
+        "local cluster stopped (`reservoir local up --resume` starts it again with its mounts)",
+        file=sys.stderr,
+    )
 
 
 def cmd_local_status(args: argparse.Namespace) -> None:
@@ -397,6 +401,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--shm",
         action="store_true",
         help="workers keep blocks in /dev/shm: same-host short-circuit reads",
+    )
+    up.add_argument(
+        "--resume",
+        action="store_true",
+        help="start the stopped cluster of --state-dir again, with its mounts and S3 data "
+        "(default: a clean cluster, the stopped one's data wiped)",
     )
     up.set_defaults(func=cmd_local_up)
     local.add_parser("down", help="stop the local cluster").set_defaults(func=cmd_local_down)

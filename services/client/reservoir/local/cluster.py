@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,22 +22,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .process import ClusterError, Process, free_port, tail
+from .state_dir import StateDir
+
+__all__ = ["DEV_CREDENTIALS", "ClusterError", "LocalCluster", "free_port"]
+
 DEFAULT_STATE_DIR = Path(os.environ.get("RESERVOIR_STATE_DIR", Path.home() / ".reservoir"))
+S3_STOP_TIMEOUT_S = 120.0
 DEV_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "reservoir-dev",
     "AWS_SECRET_ACCESS_KEY": "reservoir-dev-secret",
     "AWS_DEFAULT_REGION": "us-east-1",
 }
-
-
-class ClusterError(RuntimeError):
-    pass
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def etcd_binary() -> str:
@@ -50,29 +45,6 @@ def etcd_binary() -> str:
     if not path.exists():
         raise ClusterError(f"etcd binary missing at {path}")
     return str(path)
-
-
-@dataclass
-class Process:
-    name: str
-    argv: list[str]
-    env: dict[str, str]
-    port: int
-    log: str
-    pid: int = 0
-
-    def alive(self) -> bool:
-        if self.pid <= 0:
-            return False
-        try:
-            os.kill(self.pid, 0)
-        except ProcessLookupError:
-            return False
-        try:  # a zombie (exited, not reaped) is not alive
-            state = Path(f"/proc/{self.pid}/stat").read_text().split(")")[-1].split()[0]
-            return state != "Z"
-        except OSError:
-            return True
 
 
 @dataclass
@@ -144,7 +116,7 @@ class LocalCluster:
         while time.monotonic() < deadline:
             if not proc.alive():
                 raise ClusterError(
-                    f"{proc.name} exited at start; see {proc.log}:\n{_tail(proc.log)}"
+                    f"{proc.name} exited at start; see {proc.log}:\n{tail(proc.log)}"
                 )
             try:
                 if ready():
@@ -191,7 +163,7 @@ class LocalCluster:
 
     def start_etcd(self) -> None:
         port, peer = free_port(), free_port()
-        data = self.state_dir / "etcd-data"
+        data = StateDir(self.state_dir).etcd_data
         proc = Process(
             name="etcd",
             argv=[
@@ -227,19 +199,24 @@ class LocalCluster:
         self._spawn(proc)
         self._wait(proc, lambda: _http_ok(f"http://127.0.0.1:{proc.port}/health"))
 
-    def start_s3(self, latency_ms: float = 0.0) -> None:
-        port = free_port()
+    def start_s3(self, latency_ms: float = 0.0, port: int = 0, keep_data: bool = False) -> None:
+        """The managed S3 server; with `keep_data` its objects outlive it (in the state
+        directory's s3-data, written when it is stopped)."""
+        port = port or free_port()
+        argv = [
+            sys.executable,
+            "-m",
+            "reservoir.local.s3server",
+            "--port",
+            str(port),
+            "--latency-ms",
+            str(latency_ms),
+        ]
+        if keep_data:
+            argv += ["--data-dir", str(StateDir(self.state_dir).s3_data)]
         proc = Process(
             name="s3",
-            argv=[
-                sys.executable,
-                "-m",
-                "reservoir.local.s3server",
-                "--port",
-                str(port),
-                "--latency-ms",
-                str(latency_ms),
-            ],
+            argv=argv,
             env={},
             port=port,
             log=str(self.state_dir / "s3.log"),
@@ -333,17 +310,24 @@ class LocalCluster:
         lease_ttl: int = 10,
         env: dict[str, str] | None = None,
         shm: bool = False,
+        keep_s3_data: bool = False,
+        resume: bool = False,
     ) -> LocalCluster:
-        state_dir = Path(state_dir)
-        state_dir.mkdir(parents=True, exist_ok=True)
-        if (state_dir / "cluster.json").exists():
-            old = cls.load(state_dir)
-            if any(p.alive() for p in old.processes.values()):
-                raise ClusterError(
-                    f"a local cluster is already running in {state_dir} (master {old.master_address})"
-                )
+        """Starts a cluster in `state_dir`: a clean one, wiping what a stopped cluster left
+        there, or with `resume` that stopped cluster again (see state_dir.py)."""
+        state = StateDir(Path(state_dir))
+        state.path.mkdir(parents=True, exist_ok=True)
+        state.ensure_not_running()
+        s3_port = 0  # the resumed managed S3 keeps its port: the mounts name it
+        if resume:
+            s3 = state.resumable_s3(s3_endpoint)
+            s3_port = s3.managed_port
+            s3_endpoint = "" if s3_port else s3.endpoint
+            keep_s3_data = keep_s3_data or bool(s3_port)
+        else:
+            state.wipe()
         cluster = cls(
-            state_dir=state_dir,
+            state_dir=state.path,
             settings={"capacity": capacity, "lease_ttl": lease_ttl, "env": env or {}, "shm": shm},
         )
         try:
@@ -351,7 +335,7 @@ class LocalCluster:
             if s3_endpoint:
                 cluster.s3_endpoint = s3_endpoint
             else:
-                cluster.start_s3(s3_latency_ms)
+                cluster.start_s3(s3_latency_ms, port=s3_port, keep_data=keep_s3_data)
             cluster.start_master()
             for n in range(1, workers + 1):
                 cluster.start_worker(n)
@@ -361,11 +345,14 @@ class LocalCluster:
         return cluster
 
     def down(self) -> None:
+        """Stops every process; the state directory then holds a stopped cluster."""
         for name in sorted(self.processes, key=_stop_order):
             with contextlib.suppress(ProcessLookupError):
-                self.stop(name)
+                # The S3 server writes its objects out when it keeps them.
+                self.stop(name, timeout_s=S3_STOP_TIMEOUT_S if name == "s3" else 10.0)
         if self.settings.get("shm"):
             shutil.rmtree(self.shm_root, ignore_errors=True)
+        StateDir(self.state_dir).mark_stopped()
 
     def status(self) -> dict[str, Any]:
         return {
@@ -406,13 +393,6 @@ def _stop_order(name: str) -> tuple[int, str]:
     # Workers first (they leave the ring cleanly), then master, then the stores.
     order = {"master": 1, "s3": 2, "etcd": 3}
     return (order.get(name, 0), name)
-
-
-def _tail(path: str, lines: int = 20) -> str:
-    try:
-        return "\n".join(Path(path).read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
 
 
 def _http_ok(url: str) -> bool:
