@@ -60,6 +60,7 @@ def get_logger(name: str) -> Any:
         logging.getLogger(name),
         processors=_PROCESSORS,
         wrapper_class=structlog.stdlib.BoundLogger,
+        cache_logger_on_first_use=True,
     )
 
 
