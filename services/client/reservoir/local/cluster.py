@@ -14,15 +14,14 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
-import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .process import ClusterError, Process, free_port, tail
+from .process import ClusterError, Process, Supervisor, free_port
 from .state_dir import StateDir
 
 __all__ = ["DEV_CREDENTIALS", "ClusterError", "LocalCluster", "free_port"]
@@ -56,7 +55,7 @@ class LocalCluster:
     metadata_url: str = ""
     processes: dict[str, Process] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)
-    _popen: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
+    _supervisor: Supervisor = field(default_factory=Supervisor, repr=False)
 
     # ---- persistence ---------------------------------------------------------------------
 
@@ -94,70 +93,20 @@ class LocalCluster:
     # ---- processes -----------------------------------------------------------------------
 
     def _spawn(self, proc: Process) -> Process:
-        log = open(proc.log, "ab")  # noqa: SIM115 - handed to the child
-        env = {**os.environ, **proc.env}
-        popen = subprocess.Popen(
-            proc.argv,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,  # outlives `reservoir local up`; not hit by its Ctrl-C
-        )
-        log.close()
-        proc.pid = popen.pid
-        self._popen[proc.name] = popen
+        self._supervisor.spawn(proc)
         self.processes[proc.name] = proc
         self.save()
         return proc
 
-    def _wait(self, proc: Process, ready: Any, timeout_s: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if not proc.alive():
-                raise ClusterError(
-                    f"{proc.name} exited at start; see {proc.log}:\n{tail(proc.log)}"
-                )
-            try:
-                if ready():
-                    return
-            except Exception:
-                pass
-            time.sleep(0.05)
-        raise ClusterError(f"{proc.name} not ready after {timeout_s}s; see {proc.log}")
+    def _wait(self, proc: Process, ready: Callable[[], bool], timeout_s: float = 30.0) -> None:
+        self._supervisor.wait_ready(proc, ready, timeout_s)
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
-        proc = self.processes[name]
-        if proc.alive():
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, sig)
-        popen = self._popen.pop(name, None)
-        if popen is not None:
-            try:
-                popen.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                popen.wait(timeout=10)
-        else:
-            deadline = time.monotonic() + 10
-            while proc.alive() and time.monotonic() < deadline:
-                time.sleep(0.05)
-            if proc.alive():
-                os.killpg(proc.pid, signal.SIGKILL)
+        self._supervisor.kill(self.processes[name], sig)
 
     def stop(self, name: str, timeout_s: float = 10.0) -> None:
         """SIGTERM, then SIGKILL if it does not exit in time."""
-        proc = self.processes[name]
-        if not proc.alive():
-            return
-        os.killpg(proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        while proc.alive() and time.monotonic() < deadline:
-            popen = self._popen.get(name)
-            if popen is not None:
-                popen.poll()
-            time.sleep(0.05)
-        self.kill(name)
+        self._supervisor.stop(self.processes[name], timeout_s)
 
     # ---- components ----------------------------------------------------------------------
 
