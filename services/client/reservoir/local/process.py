@@ -50,7 +50,12 @@ class Process:
             return False
         try:  # a zombie (exited, not reaped) is not alive
             state = Path(f"/proc/{self.pid}/stat").read_text().split(")")[-1].split()[0]
-            return state != "Z"
+            if state == "Z":
+                return False
+            # After a reboot the pid may belong to some other program: not ours.
+            # (Empty while a process is starting: not a verdict.)
+            cmdline = [a for a in Path(f"/proc/{self.pid}/cmdline").read_bytes().split(b"\0") if a]
+            return not cmdline or [a.decode(errors="replace") for a in cmdline] == self.argv
         except OSError:
             return True
 
