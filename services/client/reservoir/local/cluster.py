@@ -279,6 +279,7 @@ class LocalCluster:
             state_dir=state.path,
             settings={"capacity": capacity, "lease_ttl": lease_ttl, "env": env or {}, "shm": shm},
         )
+        shutil.rmtree(cluster.shm_root, ignore_errors=True)  # a crashed cluster's block files
         try:
             cluster.start_etcd()
             if s3_endpoint:
