@@ -18,10 +18,12 @@ report, so it notices a new master within that time.
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 from reservoir.common import logs
 from reservoir.common.config import WorkerConfig
+from reservoir.common.errors import ReservoirError
 
 from .master_link import MasterLink
 from .service import WorkerService
@@ -48,7 +50,13 @@ class BlockReporter:
         self._needs_full = True
 
     async def report(self) -> None:
-        """One step of the report loop: a full report if one is due, else the changes."""
+        """One step of the report loop: a full report if one is due, else the changes.
+
+        A master that cannot be reached is logged once, not at every step."""
+        with contextlib.suppress(ReservoirError):  # logged by _call, once
+            await self._report()
+
+    async def _report(self) -> None:
         now = time.monotonic()
         if now - self._last_full >= self._config.full_report_interval_s:
             self._needs_full = True
@@ -87,9 +95,15 @@ class BlockReporter:
     ) -> str:
         try:
             epoch = await self._master.report(self._worker_id, full, added, removed)
-        except Exception:
+        except Exception as exc:
             if not self._failing:
                 self._failing = True
+                log.warning(
+                    "block_report_failed",
+                    worker=self._worker_id,
+                    error=str(exc),
+                    error_type=type(exc).__name__,
+                )
                 self.request_full("report failed")
             raise
         self._last_call = time.monotonic()
