@@ -58,6 +58,8 @@ def test_up_after_down_starts_a_clean_cluster_without_the_old_mounts(cli: Cli) -
     cli.up()
     _mount_with_data(cli, os.urandom(5000))
     assert cli("local", "down").returncode == 0
+    status = cli("local", "status")
+    assert status.returncode == 1 and "stopped" in status.stderr and "--resume" in status.stderr
     master = cli.up()
     with Client(master) as c:
         assert c.mounts() == []

@@ -76,8 +76,14 @@ class LocalCluster:
 
     @classmethod
     def load(cls, state_dir: Path) -> LocalCluster:
-        file = Path(state_dir) / "cluster.json"
+        state = StateDir(Path(state_dir))
+        file = state.cluster_file
         if not file.exists():
+            if state.stopped_file.exists():
+                raise ClusterError(
+                    f"the local cluster in {state_dir} is stopped (`reservoir local up` starts "
+                    "a clean one, `reservoir local up --resume` starts it again)"
+                )
             raise ClusterError(f"no local cluster in {state_dir} (run `reservoir local up`)")
         data = json.loads(file.read_text())
         return cls(
