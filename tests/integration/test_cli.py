@@ -49,6 +49,32 @@ def test_mount_ls_stat_cat_cp_round_trip(
     assert len(workers) == 3
 
 
+def test_report_right_after_load_wait_counts_every_block_cached(
+    cluster: LocalCluster, bucket: str
+) -> None:
+    s3 = cluster.s3_client()
+    for i in range(40):
+        s3.put_object(Bucket=bucket, Key=f"load/f{i:02d}.bin", Body=os.urandom(1000 + 40_000 * i))
+    root = new_mount_path()
+    mounted = _cli(
+        cluster,
+        "mount",
+        root,
+        f"s3://{bucket}/load",
+        "--endpoint-url",
+        cluster.s3_endpoint,
+        "--block-size",
+        "64KiB",
+    )
+    assert mounted.returncode == 0, mounted.stderr
+    load = _cli(cluster, "--json", "load", root, "--wait")
+    assert load.returncode == 0, load.stderr
+    assert json.loads(load.stdout)["state"] == "completed"
+    report = json.loads(_cli(cluster, "--json", "report", root).stdout)
+    assert report["cached_blocks"] == report["blocks"] > 40
+    assert report["cached_bytes"] == report["bytes"]
+
+
 def test_errors_are_one_line_with_nonzero_exit(cluster: LocalCluster) -> None:
     done = _cli(cluster, "cat", "/not/mounted")
     assert done.returncode == 1

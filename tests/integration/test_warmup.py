@@ -185,7 +185,9 @@ def test_cancel_stops_a_job_quickly_and_leaves_it_cancelled(
     )
 
 
-def test_load_survives_sigkill_of_the_master(own_cluster: LocalCluster) -> None:
+def test_load_survives_sigkill_of_the_master_and_its_report_is_exact_when_it_ends(
+    own_cluster: LocalCluster,
+) -> None:
     with Client(own_cluster.master_address) as c:
         data = _make(own_cluster, c, 150)
         own_cluster.s3_config(latency_ms=50)
@@ -200,6 +202,10 @@ def test_load_survives_sigkill_of_the_master(own_cluster: LocalCluster) -> None:
         final = c.watch_job(job.id)
         assert final.state == "completed" and final.attempts == 2
         assert final.done_blocks == final.total_blocks
+        # Read-your-writes: the job ends once its blocks are in the location table.
+        report = c.report(data.mount)
+        assert report.cached_blocks == report.blocks > 0
+        assert report.cached_bytes == report.bytes
         gets = own_cluster.s3_counts().get("GET", 0)
         assert c.read_many(list(data.files)) == list(data.files.values())
         assert own_cluster.s3_counts().get("GET", 0) == gets

@@ -19,6 +19,13 @@ def test_environment_then_overrides_win_over_defaults() -> None:
     assert c.lease_ttl_s == 4
 
 
+def test_given_defaults_yield_to_the_environment() -> None:
+    cli = {"level": config.CLI_LOG_LEVEL}
+    assert config.load(config.LogConfig, {}, defaults=cli).level == "warning"
+    env = {"RESERVOIR_LOG_LEVEL": "debug"}
+    assert config.load(config.LogConfig, env, defaults=cli).level == "debug"
+
+
 def test_unparsable_setting_names_the_variable() -> None:
     with pytest.raises(InvalidArgument, match="RESERVOIR_RPC_TIMEOUT"):
         config.load(config.ClientConfig, {"RESERVOIR_RPC_TIMEOUT": "soon"})

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from reservoir.common import config as cfg
+from reservoir.common import logs
 from reservoir.common.config import parse_size
 from reservoir.common.errors import ReservoirError
 from reservoir.common.models import Inode
@@ -79,6 +81,8 @@ def cmd_local_up(args: argparse.Namespace) -> None:
         capacity=args.capacity,
         shm=args.shm,
         secure=args.secure,
+        keep_s3_data=True,
+        resume=args.resume,
     )
     _emit(args, cluster.status(), lambda: cluster.master_address)
     if not args.json:
@@ -93,8 +97,10 @@ def cmd_local_down(args: argparse.Namespace) -> None:
         print("no local cluster running", file=sys.stderr)
         return
     LocalCluster.load(Path(args.state_dir)).down()
-    file.unlink()
-    print("local cluster stopped", file=sys.stderr)
+    print(
+        "local cluster stopped (`reservoir local up --resume` starts it again with its mounts)",
+        file=sys.stderr,
+    )
 
 
 def cmd_local_status(args: argparse.Namespace) -> None:
@@ -423,6 +429,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="TLS on every hop and tokens with roles: a local CA, certificates and one token "
         "per role in the state dir (recorded in cluster.json)",
     )
+    up.add_argument(
+        "--resume",
+        action="store_true",
+        help="start the stopped cluster of --state-dir again, with its mounts and S3 data "
+        "(default: a clean cluster, the stopped one's data wiped)",
+    )
     up.set_defaults(func=cmd_local_up)
     local.add_parser("down", help="stop the local cluster").set_defaults(func=cmd_local_down)
     local.add_parser("status", help="show the local cluster").set_defaults(func=cmd_local_status)
@@ -492,6 +504,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     from reservoir.local.cluster import ClusterError
+
+    # Data and results go to stdout; log lines only ever to stderr.
+    logs.configure_output(cfg.load(cfg.LogConfig, defaults={"level": cfg.CLI_LOG_LEVEL}))
 
     try:
         args.func(args)

@@ -12,11 +12,10 @@ from typing import Any
 
 import grpc
 import grpc.aio
-import structlog
 from opentelemetry import trace
 
 from reservoir.common import config as cfg
-from reservoir.common import paths
+from reservoir.common import logs, paths
 from reservoir.common.block_file import checksum, checksum_of_pieces, read_block_file
 from reservoir.common.errors import (
     Conflict,
@@ -52,7 +51,7 @@ from reservoir.v1 import master_pb2, master_pb2_grpc, worker_pb2
 
 from .routing import candidates
 
-log = structlog.get_logger()
+log = logs.get_logger(__name__)
 _tracer = trace.get_tracer("reservoir.client")
 
 _READ_BLOCK = "/reservoir.v1.WorkerService/ReadBlock"

@@ -14,11 +14,9 @@ import json
 import os
 import shutil
 import signal
-import socket
-import subprocess
 import sys
-import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,23 +27,18 @@ from reservoir.common.security import Transport
 
 from . import pki
 from .pki import LocalCredentials
+from .process import ClusterError, Process, Supervisor, free_port
+from .state_dir import StateDir
+
+__all__ = ["DEV_CREDENTIALS", "ClusterError", "LocalCluster", "free_port"]
 
 DEFAULT_STATE_DIR = Path(os.environ.get("RESERVOIR_STATE_DIR", Path.home() / ".reservoir"))
+S3_STOP_TIMEOUT_S = 120.0
 DEV_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "reservoir-dev",
     "AWS_SECRET_ACCESS_KEY": "reservoir-dev-secret",
     "AWS_DEFAULT_REGION": "us-east-1",
 }
-
-
-class ClusterError(RuntimeError):
-    pass
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def etcd_binary() -> str:
@@ -60,29 +53,6 @@ def etcd_binary() -> str:
 
 
 @dataclass
-class Process:
-    name: str
-    argv: list[str]
-    env: dict[str, str]
-    port: int
-    log: str
-    pid: int = 0
-
-    def alive(self) -> bool:
-        if self.pid <= 0:
-            return False
-        try:
-            os.kill(self.pid, 0)
-        except ProcessLookupError:
-            return False
-        try:  # a zombie (exited, not reaped) is not alive
-            state = Path(f"/proc/{self.pid}/stat").read_text().split(")")[-1].split()[0]
-            return state != "Z"
-        except OSError:
-            return True
-
-
-@dataclass
 class LocalCluster:
     state_dir: Path
     master_address: str = ""
@@ -91,7 +61,7 @@ class LocalCluster:
     metadata_url: str = ""
     processes: dict[str, Process] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)
-    _popen: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
+    _supervisor: Supervisor = field(default_factory=Supervisor, repr=False)
 
     # ---- persistence ---------------------------------------------------------------------
 
@@ -113,8 +83,14 @@ class LocalCluster:
 
     @classmethod
     def load(cls, state_dir: Path) -> LocalCluster:
-        file = Path(state_dir) / "cluster.json"
+        state = StateDir(Path(state_dir))
+        file = state.cluster_file
         if not file.exists():
+            if state.stopped_file.exists():
+                raise ClusterError(
+                    f"the local cluster in {state_dir} is stopped (`reservoir local up` starts "
+                    "a clean one, `reservoir local up --resume` starts it again)"
+                )
             raise ClusterError(f"no local cluster in {state_dir} (run `reservoir local up`)")
         data = json.loads(file.read_text())
         return cls(
@@ -130,76 +106,26 @@ class LocalCluster:
     # ---- processes -----------------------------------------------------------------------
 
     def _spawn(self, proc: Process) -> Process:
-        log = open(proc.log, "ab")  # noqa: SIM115 - handed to the child
-        env = {**os.environ, **proc.env}
-        popen = subprocess.Popen(
-            proc.argv,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,  # outlives `reservoir local up`; not hit by its Ctrl-C
-        )
-        log.close()
-        proc.pid = popen.pid
-        self._popen[proc.name] = popen
+        self._supervisor.spawn(proc)
         self.processes[proc.name] = proc
         self.save()
         return proc
 
-    def _wait(self, proc: Process, ready: Any, timeout_s: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if not proc.alive():
-                raise ClusterError(
-                    f"{proc.name} exited at start; see {proc.log}:\n{_tail(proc.log)}"
-                )
-            try:
-                if ready():
-                    return
-            except Exception:
-                pass
-            time.sleep(0.05)
-        raise ClusterError(f"{proc.name} not ready after {timeout_s}s; see {proc.log}")
+    def _wait(self, proc: Process, ready: Callable[[], bool], timeout_s: float = 30.0) -> None:
+        self._supervisor.wait_ready(proc, ready, timeout_s)
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
-        proc = self.processes[name]
-        if proc.alive():
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, sig)
-        popen = self._popen.pop(name, None)
-        if popen is not None:
-            try:
-                popen.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                popen.wait(timeout=10)
-        else:
-            deadline = time.monotonic() + 10
-            while proc.alive() and time.monotonic() < deadline:
-                time.sleep(0.05)
-            if proc.alive():
-                os.killpg(proc.pid, signal.SIGKILL)
+        self._supervisor.kill(self.processes[name], sig)
 
     def stop(self, name: str, timeout_s: float = 10.0) -> None:
         """SIGTERM, then SIGKILL if it does not exit in time."""
-        proc = self.processes[name]
-        if not proc.alive():
-            return
-        os.killpg(proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        while proc.alive() and time.monotonic() < deadline:
-            popen = self._popen.get(name)
-            if popen is not None:
-                popen.poll()
-            time.sleep(0.05)
-        self.kill(name)
+        self._supervisor.stop(self.processes[name], timeout_s)
 
     # ---- components ----------------------------------------------------------------------
 
     def start_etcd(self) -> None:
         port, peer = free_port(), free_port()
-        data = self.state_dir / "etcd-data"
+        data = StateDir(self.state_dir).etcd_data
         proc = Process(
             name="etcd",
             argv=[
@@ -235,19 +161,24 @@ class LocalCluster:
         self._spawn(proc)
         self._wait(proc, lambda: _http_ok(f"http://127.0.0.1:{proc.port}/health"))
 
-    def start_s3(self, latency_ms: float = 0.0) -> None:
-        port = free_port()
+    def start_s3(self, latency_ms: float = 0.0, port: int = 0, keep_data: bool = False) -> None:
+        """The managed S3 server; with `keep_data` its objects outlive it (in the state
+        directory's s3-data, written when it is stopped)."""
+        port = port or free_port()
+        argv = [
+            sys.executable,
+            "-m",
+            "reservoir.local.s3server",
+            "--port",
+            str(port),
+            "--latency-ms",
+            str(latency_ms),
+        ]
+        if keep_data:
+            argv += ["--data-dir", str(StateDir(self.state_dir).s3_data)]
         proc = Process(
             name="s3",
-            argv=[
-                sys.executable,
-                "-m",
-                "reservoir.local.s3server",
-                "--port",
-                str(port),
-                "--latency-ms",
-                str(latency_ms),
-            ],
+            argv=argv,
             env={},
             port=port,
             log=str(self.state_dir / "s3.log"),
@@ -394,39 +325,47 @@ class LocalCluster:
         lease_ttl: int = 10,
         env: dict[str, str] | None = None,
         shm: bool = False,
+        keep_s3_data: bool = False,
+        resume: bool = False,
         secure: bool = False,
         credentials: Path | None = None,
     ) -> LocalCluster:
-        """Starts a cluster. `secure`: TLS and tokens with credentials made for it in the
-        state dir, or the ones already in `credentials` (made by `pki.create`; several
-        clusters of one test run can share them)."""
-        state_dir = Path(state_dir)
-        state_dir.mkdir(parents=True, exist_ok=True)
-        if (state_dir / "cluster.json").exists():
-            old = cls.load(state_dir)
-            if any(p.alive() for p in old.processes.values()):
-                raise ClusterError(
-                    f"a local cluster is already running in {state_dir} (master {old.master_address})"
-                )
+        """Starts a cluster in `state_dir`: a clean one, wiping what a stopped cluster left
+        there, or with `resume` that stopped cluster again (see state_dir.py). `secure`: TLS
+        and tokens, with credentials made for it in the state dir, or the ones already in
+        `credentials` (made by `pki.create`; the clusters of one test run can share them)."""
+        state = StateDir(Path(state_dir))
+        state.path.mkdir(parents=True, exist_ok=True)
+        state.ensure_not_running()
+        s3_port = 0  # the resumed managed S3 keeps its port: the mounts name it
+        if resume:
+            s3 = state.resumable_s3(s3_endpoint)
+            s3_port = s3.managed_port
+            s3_endpoint = "" if s3_port else s3.endpoint
+            keep_s3_data = keep_s3_data or bool(s3_port)
+        else:
+            state.wipe()
         cluster = cls(
-            state_dir=state_dir,
+            state_dir=state.path,
             settings={
                 "capacity": capacity,
                 "lease_ttl": lease_ttl,
                 "env": env or {},
                 "shm": shm,
                 "secure": secure,
-                "credentials": str(credentials or state_dir / "tls"),
+                "credentials": str(credentials or state.path / "tls"),
             },
         )
+        shutil.rmtree(cluster.shm_root, ignore_errors=True)  # a crashed cluster's block files
         try:
-            if secure and credentials is None:
-                pki.create(state_dir / "tls", [f"worker{n}" for n in range(1, workers + 1)])
+            kept = resume and (state.path / "tls" / "ca.pem").exists()
+            if secure and credentials is None and not kept:
+                pki.create(state.path / "tls", [f"worker{n}" for n in range(1, workers + 1)])
             cluster.start_etcd()
             if s3_endpoint:
                 cluster.s3_endpoint = s3_endpoint
             else:
-                cluster.start_s3(s3_latency_ms)
+                cluster.start_s3(s3_latency_ms, port=s3_port, keep_data=keep_s3_data)
             cluster.start_master()
             for n in range(1, workers + 1):
                 cluster.start_worker(n)
@@ -436,11 +375,14 @@ class LocalCluster:
         return cluster
 
     def down(self) -> None:
+        """Stops every process; the state directory then holds a stopped cluster."""
         for name in sorted(self.processes, key=_stop_order):
             with contextlib.suppress(ProcessLookupError):
-                self.stop(name)
+                # The S3 server writes its objects out when it keeps them.
+                self.stop(name, timeout_s=S3_STOP_TIMEOUT_S if name == "s3" else 10.0)
         if self.settings.get("shm"):
             shutil.rmtree(self.shm_root, ignore_errors=True)
+        StateDir(self.state_dir).mark_stopped()
 
     def status(self) -> dict[str, Any]:
         return {
@@ -481,13 +423,6 @@ def _stop_order(name: str) -> tuple[int, str]:
     # Workers first (they leave the ring cleanly), then master, then the stores.
     order = {"master": 1, "s3": 2, "etcd": 3}
     return (order.get(name, 0), name)
-
-
-def _tail(path: str, lines: int = 20) -> str:
-    try:
-        return "\n".join(Path(path).read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
 
 
 def _http_ok(url: str) -> bool:

@@ -10,17 +10,24 @@ Admin endpoints: GET /_reservoir/stats, POST /_reservoir/reset,
 POST /_reservoir/config?latency_ms=N&fail_gets=N&truncate_gets=N (fail the next N object
 GETs with 503; cut the body of the next N successful object GETs in half, then drop the
 connection: what a reset or truncated stream looks like to the reader).
+
+With `--data-dir`, the objects outlive the process: they are loaded from that directory at
+start and written back there (with their ETags, so cached file ids stay valid) when the
+server is stopped with SIGTERM or SIGINT — `reservoir local up --resume` relies on it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
+import signal
 import socket
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -112,6 +119,65 @@ class S3Observer:
         return [body]
 
 
+class ObjectSnapshot:
+    """The moto server's buckets and objects, written to and read from a directory:
+    `manifest.json` (bucket, region, key, ETag, file) and one file per object."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    @staticmethod
+    def _backends() -> list[Any]:
+        from moto.s3.models import s3_backends
+
+        return [
+            s3_backends[account][partition]
+            for account in s3_backends
+            for partition in s3_backends[account]
+        ]
+
+    def restore(self) -> int:
+        manifest = self.directory / "manifest.json"
+        if not manifest.exists():
+            return 0
+        from moto.core import DEFAULT_ACCOUNT_ID
+        from moto.s3.models import s3_backends
+
+        backend = s3_backends[DEFAULT_ACCOUNT_ID]["aws"]
+        entries = json.loads(manifest.read_text())
+        for bucket in entries["buckets"]:
+            backend.create_bucket(bucket["name"], bucket["region"])
+        for obj in entries["objects"]:
+            data = (self.directory / "objects" / obj["file"]).read_bytes()
+            backend.put_object(obj["bucket"], obj["key"], data, etag=obj["etag"])
+        return len(entries["objects"])
+
+    def save(self) -> int:
+        staging = self.directory.with_name(self.directory.name + ".saving")
+        shutil.rmtree(staging, ignore_errors=True)
+        (staging / "objects").mkdir(parents=True)
+        buckets: list[dict[str, str]] = []
+        objects: list[dict[str, str]] = []
+        for backend in self._backends():
+            for bucket in list(backend.buckets.values()):
+                buckets.append({"name": bucket.name, "region": bucket.region_name})
+                for key in list(bucket.keys.values()):
+                    name = f"{len(objects):08d}"
+                    (staging / "objects" / name).write_bytes(key.value)
+                    objects.append(
+                        {
+                            "bucket": bucket.name,
+                            "key": key.name,
+                            "etag": key.etag.strip('"'),
+                            "file": name,
+                        }
+                    )
+        (staging / "manifest.json").write_text(json.dumps({"buckets": buckets, "objects": objects}))
+        shutil.rmtree(self.directory, ignore_errors=True)
+        staging.rename(self.directory)
+        return len(objects)
+
+
 def main(argv: list[str] | None = None) -> None:
     from moto.moto_server.werkzeug_app import (
         DomainDispatcherApplication,
@@ -124,13 +190,25 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=9000)
     parser.add_argument("--latency-ms", type=float, default=0.0)
+    parser.add_argument("--data-dir", help="keep the objects here across restarts")
     args = parser.parse_args(argv)
+    snapshot = ObjectSnapshot(Path(args.data_dir)) if args.data_dir else None
+    if snapshot is not None:
+        print(f"s3server restored {snapshot.restore()} objects from {args.data_dir}", flush=True)
     app = S3Observer(DomainDispatcherApplication(create_backend_app), args.latency_ms)
     server = make_server(
         args.host, args.port, app, threaded=True, request_handler=MotoRequestHandler
     )
+
+    def stop(*_: Any) -> None:
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
     print(f"s3server listening on http://{args.host}:{args.port}", flush=True)
     server.serve_forever()
+    if snapshot is not None:
+        print(f"s3server saved {snapshot.save()} objects to {args.data_dir}", flush=True)
 
 
 if __name__ == "__main__":

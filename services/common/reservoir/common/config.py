@@ -74,10 +74,16 @@ def _convert(raw: str, kind: Any, name: str) -> Any:
 T = TypeVar("T")
 
 
-def load(cls: type[T], environ: Mapping[str, str] | None = None, **overrides: Any) -> T:
-    """Builds `cls` from defaults, then the environment, then explicit overrides."""
+def load(
+    cls: type[T],
+    environ: Mapping[str, str] | None = None,
+    defaults: Mapping[str, Any] | None = None,
+    **overrides: Any,
+) -> T:
+    """Builds `cls` from defaults (the class's, then `defaults`), then the environment,
+    then explicit overrides."""
     environ = os.environ if environ is None else environ
-    values: dict[str, Any] = {}
+    values: dict[str, Any] = dict(defaults or {})
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
         name = f.metadata.get("env")
         if name and name in environ and environ[name] != "":
@@ -127,6 +133,15 @@ class SecuritySettings:
 class LogConfig:
     format: str = field(default="console", metadata=env("RESERVOIR_LOG_FORMAT"))  # console|json
     level: str = field(default="info", metadata=env("RESERVOIR_LOG_LEVEL"))
+    # botocore, urllib3…: their debug logs carry request headers (Authorization), so they
+    # stay at this level whatever `level` is.
+    third_party_level: str = field(
+        default="warning", metadata=env("RESERVOIR_LOG_THIRD_PARTY_LEVEL")
+    )
+
+
+# The command line prints warnings and errors only, unless RESERVOIR_LOG_LEVEL says more.
+CLI_LOG_LEVEL = "warning"
 
 
 @dataclass(frozen=True)
@@ -194,6 +209,11 @@ class WorkerConfig:
     # receiving a report and writing it to etcd).
     full_report_interval_s: float = field(
         default=60.0, metadata=env("RESERVOIR_FULL_REPORT_INTERVAL")
+    )
+    # An idle worker still calls the master this often (an empty report), so it sees a
+    # new master epoch — and sends its whole content — within this time.
+    master_check_interval_s: float = field(
+        default=1.0, metadata=env("RESERVOIR_MASTER_CHECK_INTERVAL")
     )
     rpc_timeout_s: float = field(default=5.0, metadata=env("RESERVOIR_RPC_TIMEOUT"))
     ufs_timeout_s: float = field(default=10.0, metadata=env("RESERVOIR_UFS_TIMEOUT"))

@@ -22,9 +22,9 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 
-import structlog
+from . import logs
 
-log = structlog.get_logger()
+log = logs.get_logger(__name__)
 
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import logging
-import sys
 from collections.abc import Callable, MutableMapping
 from typing import Any
 
@@ -19,30 +17,13 @@ from opentelemetry.sdk.metrics.export import (
 )
 from opentelemetry.sdk.trace import TracerProvider
 
+from . import logs
 from .config import LogConfig
 
 
 def configure(service: str, config: LogConfig, *, export_metrics: bool = False) -> None:
     """Sets up logging and OpenTelemetry for a server process. Call once at start."""
-    level = getattr(logging, config.level.upper(), logging.INFO)
-    logging.basicConfig(stream=sys.stderr, level=level, format="%(message)s")
-    renderer: Any = (
-        structlog.processors.JSONRenderer()
-        if config.format == "json"
-        else structlog.dev.ConsoleRenderer(colors=False)
-    )
-    structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            _add_trace_ids,
-            renderer,
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
-        cache_logger_on_first_use=True,
-    )
+    logs.configure_output(config, processors=[_add_trace_ids])
     structlog.contextvars.bind_contextvars(service=service)
     trace.set_tracer_provider(TracerProvider())
     readers = []

@@ -17,8 +17,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import structlog
-
+from . import logs
 from .errors import (
     Conflict,
     InvalidArgument,
@@ -31,7 +30,7 @@ from .errors import (
 from .redaction import install as redact_sdk_logs
 from .under_store import BodyRetry, Listing, ObjectInfo, UnderStore, UnderStoreSettings
 
-log = structlog.get_logger()
+log = logs.get_logger(__name__)
 
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.\-_]{1,61}[a-z0-9]$")
 _CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")

@@ -9,16 +9,16 @@ from typing import Any
 
 import grpc
 import grpc.aio
-import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from . import logs
 from .auth import AuthInterceptor, TokenTable
 from .observability import TraceServerInterceptor
 from .rpc import SERVER_OPTIONS, RequestDecodingInterceptor
 from .security import Transport
 
-log = structlog.get_logger()
+log = logs.get_logger(__name__)
 
 
 def run(main: Callable[[], Coroutine[Any, Any, None]]) -> None:

@@ -611,12 +611,19 @@ Global___ReportBlocksRequest: _TypeAlias = ReportBlocksRequest  # noqa: Y015
 class ReportBlocksResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    MASTER_EPOCH_FIELD_NUMBER: _builtins.int
+    master_epoch: _builtins.str
+    """Changes each time a master starts. A worker that sees a new epoch sends its whole
+    content next: what it told an earlier master may never have reached etcd.
+    """
     def __init__(
         self,
+        *,
+        master_epoch: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["master_epoch", b"master_epoch"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -18,16 +18,16 @@ from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 
-import structlog
-
-from reservoir.common import keyspace, paths
+from reservoir.common import keyspace, logs, paths
 from reservoir.common.config import MasterConfig
 from reservoir.common.errors import InvalidArgument, NotFound, ReservoirError
 from reservoir.common.metadata_store import MetadataStore
 from reservoir.common.models import Inode, WorkerRecord
 from reservoir.common.placement import Candidate, block_key, rank
 
-log = structlog.get_logger()
+from .locations import BlockLocationTable
+
+log = logs.get_logger(__name__)
 
 TERMINAL = ("completed", "failed", "cancelled")
 MAX_ERRORS = 20
@@ -81,6 +81,7 @@ class LoadJobs:
         load_blocks: LoadBlocks,
         file_info: Callable[[str], Awaitable[Inode]],
         subtree: Callable[[str], Awaitable[list[Inode]]],
+        locations: BlockLocationTable,
     ) -> None:
         self._store = store
         self._config = config
@@ -89,6 +90,7 @@ class LoadJobs:
         self._load_blocks = load_blocks
         self._file_info = file_info
         self._subtree = subtree
+        self._locations = locations
         self._jobs: dict[str, Job] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
 
@@ -264,6 +266,10 @@ class LoadJobs:
                     outcomes = [exc] * len(batch)
                 for (inode, index), outcome in zip(batch, outcomes, strict=True):
                     if outcome is None:
+                        # Recorded now, not when the worker's report arrives: a job
+                        # that ends has its blocks in the table (`load --wait`, then
+                        # `report`, is exact).
+                        self._locations.record(worker_id, inode.file_id, index)
                         job.done_blocks += 1
                         job.done_bytes += inode.block_length(index)
                     else:

@@ -10,13 +10,11 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 
-import structlog
-
-from reservoir.common import keyspace
+from reservoir.common import keyspace, logs
 from reservoir.common.errors import NotFound
 from reservoir.common.metadata_store import Lease, MetadataStore
 
-log = structlog.get_logger()
+log = logs.get_logger(__name__)
 
 
 class BlockLocationTable:
@@ -26,6 +24,9 @@ class BlockLocationTable:
         self._by_file: dict[str, dict[int, set[str]]] = defaultdict(lambda: defaultdict(set))
         self._dirty: set[tuple[str, str]] = set()
         self._resets: set[str] = set()
+        # Blocks a worker confirmed (`record`) since its last report reached us: its next
+        # report may be a full one whose snapshot was taken before it loaded them.
+        self._confirmed: dict[str, set[tuple[str, int]]] = defaultdict(set)
 
     async def load(self) -> None:
         """Reads the persisted table (a restarted master has it at once)."""
@@ -56,9 +57,15 @@ class BlockLocationTable:
         added: list[tuple[str, int]],
         removed: list[tuple[str, int]],
     ) -> None:
+        confirmed = self._confirmed.pop(worker_id, set())
         if full:
             self.forget_worker(worker_id)
             self._resets.add(worker_id)
+            # The worker's reports are sequential, so it took this snapshot after its
+            # previous report arrived: blocks confirmed before that are in it (or were
+            # dropped since); blocks confirmed after it may be missing only because they
+            # landed after the snapshot. They stay.
+            added = [*added, *confirmed]
         for file_id, index in added:
             self._add(worker_id, file_id, index)
             self._dirty.add((worker_id, file_id))
@@ -66,7 +73,14 @@ class BlockLocationTable:
             self._remove(worker_id, file_id, index)
             self._dirty.add((worker_id, file_id))
 
+    def record(self, worker_id: str, file_id: str, index: int) -> None:
+        """One block a worker confirmed it holds (e.g. loaded for a job)."""
+        self._add(worker_id, file_id, index)
+        self._dirty.add((worker_id, file_id))
+        self._confirmed[worker_id].add((file_id, index))
+
     def forget_worker(self, worker_id: str) -> None:
+        self._confirmed.pop(worker_id, None)
         files = self._by_worker.pop(worker_id, {})
         for file_id, indices in files.items():
             for index in list(indices):

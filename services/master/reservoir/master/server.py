@@ -5,10 +5,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-import structlog
-
 from reservoir.common import config as cfg
-from reservoir.common import observability, serving
+from reservoir.common import logs, observability, serving
 from reservoir.common.malloc_tuning import tune_for_large_buffers
 from reservoir.common.metadata_store import open_metadata_store
 from reservoir.common.rpc import CHANNEL_OPTIONS
@@ -18,7 +16,7 @@ from reservoir.v1 import master_pb2, master_pb2_grpc
 from .service import MasterService
 from .servicer import MasterServicer
 
-log = structlog.get_logger()
+log = logs.get_logger(__name__)
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[cfg.MasterConfig, cfg.LogConfig]:

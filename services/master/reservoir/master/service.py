@@ -9,14 +9,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any, TypeVar
 
-import structlog
-
-from reservoir.common import keyspace, paths
+from reservoir.common import keyspace, logs, paths
 from reservoir.common.config import MasterConfig
 from reservoir.common.errors import (
     AlreadyExists,
@@ -38,7 +37,7 @@ from .locations import BlockLocationTable
 from .mount_policy import MountPolicy
 from .worker_link import WorkerLink
 
-log = structlog.get_logger()
+log = logs.get_logger(__name__)
 T = TypeVar("T")
 
 
@@ -72,6 +71,9 @@ class MasterService:
         )
         self._registry = WorkerRegistry(store)
         self.locations = BlockLocationTable(store)
+        # Returned with every block report: a worker that sees a new one re-sends its
+        # whole content, so a restarted master's table is exact within seconds.
+        self.epoch = f"{_now_ms()}-{uuid.uuid4().hex[:8]}"
         self._leases: dict[str, Lease] = {}
         self._mount_lock = asyncio.Lock()
         self._mount_policy = MountPolicy(config.allowed_schemes, config.allowed_endpoints)
@@ -87,6 +89,7 @@ class MasterService:
             load_blocks=self._worker_link.load_blocks,
             file_info=self.file_info,
             subtree=self.subtree,
+            locations=self.locations,
         )
 
     async def start(self) -> None:
@@ -535,10 +538,15 @@ class MasterService:
         full: bool,
         added: Iterable[tuple[str, int]],
         removed: Iterable[tuple[str, int]],
-    ) -> None:
+    ) -> str:
+        """Applies a worker's report; returns this master's epoch."""
         if not worker_id:
             raise InvalidArgument("worker_id is required")
-        self.locations.apply(worker_id, full, list(added), list(removed))
+        blocks = list(added)
+        self.locations.apply(worker_id, full, blocks, list(removed))
+        if full:
+            log.info("full_block_report", worker=worker_id, blocks=len(blocks))
+        return self.epoch
 
     async def flush_locations(self) -> int:
         if self.locations.pending_workers() - set(self._leases):

@@ -87,13 +87,13 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
     async def ReportBlocks(
         self, request: master_pb2.ReportBlocksRequest, context: grpc.aio.ServicerContext
     ) -> master_pb2.ReportBlocksResponse:
-        self._service.report_blocks(
+        epoch = self._service.report_blocks(
             request.worker_id,
             request.full,
             ((b.file_id, b.index) for b in request.added),
             ((b.file_id, b.index) for b in request.removed),
         )
-        return master_pb2.ReportBlocksResponse()
+        return master_pb2.ReportBlocksResponse(master_epoch=epoch)
 
     @translate_stream_errors
     async def LoadMetadata(

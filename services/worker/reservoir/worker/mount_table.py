@@ -14,14 +14,12 @@ import random
 import time
 from typing import Protocol
 
-import structlog
-
-from reservoir.common import keyspace
+from reservoir.common import keyspace, logs
 from reservoir.common.errors import NotFound, ReservoirError
 from reservoir.common.metadata_store import MetadataStore
 from reservoir.common.models import Mount
 
-log = structlog.get_logger()
+log = logs.get_logger(__name__)
 
 
 class MountSource(Protocol):

@@ -6,26 +6,22 @@ import argparse
 import asyncio
 import time
 
-import grpc
-import grpc.aio
-import structlog
-
 from reservoir.common import config as cfg
-from reservoir.common import observability, serving
-from reservoir.common.errors import NotFound
+from reservoir.common import logs, observability, serving
 from reservoir.common.malloc_tuning import tune_for_bounded_footprint
-from reservoir.common.metadata_store import Lease, MetadataStore, open_metadata_store
-from reservoir.common.models import Mount, WorkerRecord
-from reservoir.common.rpc import CHANNEL_OPTIONS, error_from_rpc
+from reservoir.common.metadata_store import open_metadata_store
+from reservoir.common.models import WorkerRecord
+from reservoir.common.rpc import CHANNEL_OPTIONS
 from reservoir.common.security import SecuritySettings, Transport
-from reservoir.common.worker_registry import WorkerRegistry
-from reservoir.v1 import common_pb2, master_pb2, master_pb2_grpc
 
+from .block_reporter import BlockReporter
+from .master_link import MasterLink
+from .membership import Membership
 from .mount_table import MountTable
 from .service import WorkerService
 from .servicer import SERVICE, WorkerServicer
 
-log = structlog.get_logger()
+log = logs.get_logger(__name__)
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[cfg.WorkerConfig, cfg.LogConfig]:
@@ -59,82 +55,6 @@ def parse_args(argv: list[str] | None = None) -> tuple[cfg.WorkerConfig, cfg.Log
         lease_ttl_s=args.lease_ttl,
     )
     return config, cfg.load(cfg.LogConfig, format=args.log_format)
-
-
-class MasterLink:
-    """The worker's calls to the master, each with its deadline."""
-
-    def __init__(self, address: str, timeout_s: float, transport: Transport) -> None:
-        self._channel = transport.channel(address)
-        self._stub = master_pb2_grpc.MasterServiceStub(self._channel)
-        self._timeout = timeout_s
-
-    async def mounts(self) -> list[Mount]:
-        try:
-            response = await self._stub.ListMounts(
-                master_pb2.ListMountsRequest(),
-                timeout=self._timeout,
-                metadata=observability.inject_metadata(),
-            )
-        except grpc.RpcError as exc:
-            raise error_from_rpc(exc, "list mounts from the master") from exc
-        return [Mount.from_proto(m) for m in response.mounts]
-
-    async def report(
-        self,
-        worker_id: str,
-        full: bool,
-        added: list[tuple[str, int]],
-        removed: list[tuple[str, int]],
-    ) -> None:
-        request = master_pb2.ReportBlocksRequest(
-            worker_id=worker_id,
-            full=full,
-            added=[common_pb2.BlockRef(file_id=f, index=i) for f, i in added],
-            removed=[common_pb2.BlockRef(file_id=f, index=i) for f, i in removed],
-        )
-        try:
-            await self._stub.ReportBlocks(request, timeout=self._timeout)
-        except grpc.RpcError as exc:
-            raise error_from_rpc(exc, "report blocks to the master") from exc
-
-    async def close(self) -> None:
-        await self._channel.close()
-
-
-class Membership:
-    """Keeps this worker registered; re-registers (with a full report) if the lease is lost."""
-
-    def __init__(
-        self, store: MetadataStore, record: WorkerRecord, config: cfg.WorkerConfig
-    ) -> None:
-        self._registry = WorkerRegistry(store)
-        self._store = store
-        self._record = record
-        self._config = config
-        self.lease: Lease | None = None
-        self.needs_full_report = True
-
-    async def register(self) -> None:
-        self._record, self.lease = await self._registry.register(
-            self._record, self._config.lease_ttl_s
-        )
-        self.needs_full_report = True
-        log.info("worker_registered", worker=self._record.id, lease=self.lease.id)
-
-    async def keepalive(self) -> None:
-        if self.lease is None:
-            await self.register()
-            return
-        try:
-            await self._store.refresh_lease(self.lease)
-        except NotFound:
-            log.warning("worker_lease_lost", worker=self._record.id)
-            await self.register()
-
-    async def leave(self) -> None:
-        if self.lease is not None:
-            await self._store.revoke_lease(self.lease)
 
 
 def _advertise(config: cfg.WorkerConfig, port: int) -> str:
@@ -173,40 +93,19 @@ async def serve(config: cfg.WorkerConfig, transport: Transport) -> None:
         started_ms=int(time.time() * 1000),
         shm_dir=config.shm_dir,
     )
-    membership = Membership(store, record, config)
+    reporter = BlockReporter(config, service, link)
+    membership = Membership(store, record, config, reporter)
     await server.start()
     await membership.register()
     log.info("worker_started", worker=worker_id, address=address, capacity=config.capacity_bytes)
-
-    last_full = time.monotonic()
-
-    async def report() -> None:
-        nonlocal last_full
-        if time.monotonic() - last_full >= config.full_report_interval_s:
-            membership.needs_full_report = True
-        full = membership.needs_full_report
-        if full:
-            added, removed = service.tier.blocks(), list[tuple[str, int]]()
-            service.take_report()
-        else:
-            added, removed = service.take_report()
-            if not added and not removed:
-                return
-        try:
-            await link.report(worker_id, full, added, removed)
-        except Exception:
-            if not full:
-                service.put_back_report(added, removed)
-            raise
-        membership.needs_full_report = False
-        if full:
-            last_full = time.monotonic()
 
     loops = [
         asyncio.create_task(
             serving.every(max(1.0, config.lease_ttl_s / 3), "lease_keepalive", membership.keepalive)
         ),
-        asyncio.create_task(serving.every(config.report_interval_s, "block_report", report)),
+        asyncio.create_task(
+            serving.every(config.report_interval_s, "block_report", reporter.report)
+        ),
         asyncio.create_task(mounts.follow()),
     ]
     await serving.wait_for_signal()

@@ -6,9 +6,9 @@ import asyncio
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-import structlog
 from opentelemetry import metrics
 
+from reservoir.common import logs
 from reservoir.common.block_file import checksum
 from reservoir.common.config import WorkerConfig
 from reservoir.common.errors import DataLoss, InvalidArgument, OutOfRange, ReservoirError
@@ -20,7 +20,7 @@ from .memory_tier import BlockData, BlockId, MemoryTier
 from .mount_table import MountTable
 from .shm_tier import ShmTier
 
-log = structlog.get_logger()
+log = logs.get_logger(__name__)
 _meter = metrics.get_meter("reservoir.worker")
 _hits = _meter.create_counter("reservoir.worker.cache_hits", description="blocks served from cache")
 _misses = _meter.create_counter("reservoir.worker.cache_misses", description="blocks fetched")

@@ -1,0 +1,135 @@
+"""The processes of a local cluster: how each is recorded, started, awaited and stopped."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class ClusterError(RuntimeError):
+    pass
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+@dataclass
+class Process:
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    port: int
+    log: str
+    pid: int = 0
+
+    def alive(self) -> bool:
+        if self.pid <= 0:
+            return False
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        try:  # a zombie (exited, not reaped) is not alive
+            state = Path(f"/proc/{self.pid}/stat").read_text().split(")")[-1].split()[0]
+            if state == "Z":
+                return False
+            # After a reboot the pid may belong to some other program: not ours.
+            # (Empty while a process is starting: not a verdict.)
+            cmdline = [a for a in Path(f"/proc/{self.pid}/cmdline").read_bytes().split(b"\0") if a]
+            return not cmdline or [a.decode(errors="replace") for a in cmdline] == self.argv
+        except OSError:
+            return True
+
+
+def tail(path: str, lines: int = 20) -> str:
+    try:
+        return "\n".join(Path(path).read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+class Supervisor:
+    """Starts processes in sessions of their own (they outlive `reservoir local up` and are
+    not hit by its Ctrl-C) and stops them, reaping the ones it started."""
+
+    def __init__(self) -> None:
+        self._popen: dict[str, subprocess.Popen[bytes]] = {}
+
+    def spawn(self, proc: Process) -> None:
+        log = open(proc.log, "ab")  # noqa: SIM115 - handed to the child
+        popen = subprocess.Popen(
+            proc.argv,
+            env={**os.environ, **proc.env},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        log.close()
+        proc.pid = popen.pid
+        self._popen[proc.name] = popen
+
+    def wait_ready(self, proc: Process, ready: Callable[[], bool], timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if not proc.alive():
+                raise ClusterError(
+                    f"{proc.name} exited at start; see {proc.log}:\n{tail(proc.log)}"
+                )
+            try:
+                if ready():
+                    return
+            except Exception:
+                pass
+            time.sleep(0.05)
+        raise ClusterError(f"{proc.name} not ready after {timeout_s}s; see {proc.log}")
+
+    def kill(self, proc: Process, sig: int = signal.SIGKILL) -> None:
+        if proc.alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, sig)
+        popen = self._popen.pop(proc.name, None)
+        if popen is not None:
+            try:
+                popen.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                popen.wait(timeout=10)
+        else:
+            deadline = time.monotonic() + 10
+            while proc.alive() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if proc.alive():
+                os.killpg(proc.pid, signal.SIGKILL)
+
+    def stop(self, proc: Process, timeout_s: float) -> None:
+        """SIGTERM, then SIGKILL if it does not exit in time."""
+        if not proc.alive():
+            return
+        os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while proc.alive() and time.monotonic() < deadline:
+            popen = self._popen.get(proc.name)
+            if popen is not None:
+                popen.poll()
+            time.sleep(0.05)
+        self.kill(proc)
