@@ -50,6 +50,13 @@ if SECURE:
     _secure_everything()
 
 
+def own_cluster_env() -> dict[str, str]:
+    """The environment for a CLI that starts and uses a cluster of its own state dir: it
+    finds the master and, for a --secure one, the CA and token in cluster.json."""
+    mine = ("RESERVOIR_MASTER", "RESERVOIR_TLS_CA", "RESERVOIR_TOKEN", "RESERVOIR_TOKEN_FILE")
+    return {k: v for k, v in os.environ.items() if k not in mine}
+
+
 def channel(address: str) -> grpc.Channel:
     """A blocking channel to a server of a test cluster, secure when the run is."""
     return Transport(SecuritySettings.from_env(), CHANNEL_OPTIONS).sync_channel(address)

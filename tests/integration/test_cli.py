@@ -8,8 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from reservoir.local.cluster import LocalCluster
-from tests.conftest import new_mount_path
+from tests.conftest import new_mount_path, own_cluster_env
 
 
 def _cli(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
@@ -84,51 +86,45 @@ def test_errors_are_one_line_with_nonzero_exit(cluster: LocalCluster) -> None:
     assert bad.returncode == 1 and ".." in bad.stderr
 
 
-def test_local_cluster_up_status_down_from_the_command_line(tmp_path: Path) -> None:
+@pytest.mark.parametrize("secure", [False, True], ids=["plain", "secure"])
+def test_local_cluster_up_status_down_from_the_command_line(tmp_path: Path, secure: bool) -> None:
     state = str(tmp_path / "state")
     base = [sys.executable, "-m", "reservoir.cli.main", "--state-dir", state]
-    up = subprocess.run(
-        [*base, "local", "up", "--workers", "1"], capture_output=True, text=True, timeout=120
-    )
+    env = own_cluster_env()
+
+    def run(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*base, *args], capture_output=True, text=True, timeout=timeout, env=env
+        )
+
+    up = run("local", "up", "--workers", "1", *(["--secure"] if secure else []), timeout=120)
     try:
         assert up.returncode == 0, up.stderr
         master = up.stdout.strip()
-        status = json.loads(
-            subprocess.run(
-                [*base, "--json", "local", "status"], capture_output=True, text=True, timeout=30
-            ).stdout
-        )
+        status = json.loads(run("--json", "local", "status").stdout)
         assert status["master"] == master
         assert all(p["alive"] for p in status["processes"].values())
-        # The master address comes from cluster.json when --master is not given.
-        workers = subprocess.run(
-            [*base, "--json", "workers"], capture_output=True, text=True, timeout=30
-        )
+        # The master address (and for --secure the CA and admin token) come from
+        # cluster.json when no flag or variable names them.
+        workers = run("--json", "workers")
+        assert workers.returncode == 0, workers.stderr
         assert [w["id"] for w in json.loads(workers.stdout)] == ["worker1"]
+        recorded = json.loads((tmp_path / "state" / "cluster.json").read_text())
+        if secure:
+            assert Path(recorded["tls_ca"]).is_file()
+            assert sorted(recorded["tokens"]) == ["admin", "reader", "worker"]
+            # Without the CA and a token nothing answers but the health service.
+            bare = subprocess.run(
+                [sys.executable, "-m", "reservoir.cli.main", "--master", master, "workers"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                env=env,
+            )
+            assert bare.returncode == 1
+        else:
+            assert "tls_ca" not in recorded
     finally:
-        down = subprocess.run([*base, "local", "down"], capture_output=True, text=True, timeout=120)
+        down = run("local", "down", timeout=120)
     assert down.returncode == 0
     assert not (tmp_path / "state" / "cluster.json").exists()
-
-
-def test_mount_replace_remounts_a_path_and_a_bad_endpoint_is_named(
-    cluster: LocalCluster, bucket: str
-) -> None:
-    s3 = cluster.s3_client()
-    s3.put_object(Bucket=bucket, Key="one/f.txt", Body=b"first")
-    s3.put_object(Bucket=bucket, Key="two/f.txt", Body=b"second")
-    root = new_mount_path()
-    endpoint = ("--endpoint-url", cluster.s3_endpoint)
-    assert _cli(cluster, "mount", root, f"s3://{bucket}/one", *endpoint).returncode == 0
-    assert _cli(cluster, "cat", f"{root}/f.txt").stdout == "first"
-    again = _cli(cluster, "mount", root, f"s3://{bucket}/two", *endpoint)
-    assert again.returncode == 1 and "already mounted" in again.stderr
-    dead = "http://127.0.0.1:9"
-    refused = _cli(
-        cluster, "mount", "--replace", root, f"s3://{bucket}/two", "--endpoint-url", dead
-    )
-    assert refused.returncode == 1 and f"endpoint {dead}" in refused.stderr
-    assert "no credentials" not in refused.stderr
-    done = _cli(cluster, "mount", "--replace", root, f"s3://{bucket}/two", *endpoint)
-    assert done.returncode == 0, done.stderr
-    assert _cli(cluster, "cat", f"{root}/f.txt").stdout == "second"

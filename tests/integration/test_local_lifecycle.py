@@ -13,6 +13,7 @@ import pytest
 
 from reservoir.client import Client
 from reservoir.local.cluster import LocalCluster, free_port
+from tests.conftest import SECURE, own_cluster_env
 
 
 class Cli:
@@ -25,11 +26,12 @@ class Cli:
             capture_output=True,
             text=True,
             timeout=180,
-            env={k: v for k, v in os.environ.items() if k != "RESERVOIR_MASTER"},
+            env=own_cluster_env(),
         )
 
     def up(self, *args: str) -> str:
-        done = self("local", "up", "--workers", "1", *args)
+        secure = ("--secure",) if SECURE else ()
+        done = self("local", "up", "--workers", "1", *secure, *args)
         assert done.returncode == 0, done.stderr
         return done.stdout.strip()  # the master address
 
@@ -49,7 +51,7 @@ def _mount_with_data(cli: Cli, content: bytes) -> None:
     s3 = cluster.s3_client()
     s3.create_bucket(Bucket="life")
     s3.put_object(Bucket="life", Key="d/a.bin", Body=content)
-    with Client(cluster.master_address) as c:
+    with Client(config=cluster.client_config()) as c:
         c.mount("/life", "s3://life/d/", endpoint_url=cluster.s3_endpoint)
         assert c.read("/life/a.bin") == content
 
@@ -61,7 +63,8 @@ def test_up_after_down_starts_a_clean_cluster_without_the_old_mounts(cli: Cli) -
     status = cli("local", "status")
     assert status.returncode == 1 and "stopped" in status.stderr and "--resume" in status.stderr
     master = cli.up()
-    with Client(master) as c:
+    with Client(config=LocalCluster.load(cli.state_dir).client_config()) as c:
+        assert c.config.master == master
         assert c.mounts() == []
         with pytest.raises(FileNotFoundError):
             c.ls("/life")
@@ -79,7 +82,8 @@ def test_up_resume_brings_back_the_mounts_and_the_managed_s3_data_on_its_old_por
     assert cli("local", "down").returncode == 0
     master = cli.up("--resume")
     assert LocalCluster.load(cli.state_dir).s3_endpoint == endpoint
-    with Client(master) as c:
+    with Client(config=LocalCluster.load(cli.state_dir).client_config()) as c:
+        assert c.config.master == master
         assert [(m.path, m.options.endpoint_url) for m in c.mounts()] == [("/life", endpoint)]
         assert [e.path for e in c.ls("/life")] == ["/life/a.bin"]
         assert c.read("/life/a.bin") == content
