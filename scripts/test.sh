@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command: installs the project with its dev extra into .venv, checks generated
 # code, lint and types, then runs the whole test suite (unit + integration with real etcd,
-# S3 server, master and workers as separate processes).
+# S3 server, master and workers as separate processes), and the integration suite again
+# against secure clusters (TLS + tokens).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
@@ -13,12 +14,19 @@ export PATH="$PWD/.venv/bin:$PATH"
 ruff check services tests bench
 ruff format --check services tests bench
 mypy services/common/reservoir/common services/master/reservoir services/worker/reservoir services/client/reservoir
-set +e
-pytest -q -p no:cacheprovider "$@"
-status=$?
-set -e
-if [ "$status" -eq 5 ]; then
-  echo "pytest collected no tests: failing on purpose" >&2
-  exit 1
+run() {
+  set +e
+  pytest -q -p no:cacheprovider "$@"
+  local status=$?
+  set -e
+  if [ "$status" -eq 5 ]; then
+    echo "pytest collected no tests: failing on purpose" >&2
+    exit 1
+  fi
+  [ "$status" -eq 0 ] || exit "$status"
+}
+run "$@"
+# The integration suite once more, every cluster with TLS on every hop and tokens with roles.
+if [ "$#" -eq 0 ]; then
+  RESERVOIR_TEST_SECURE=1 run tests/integration
 fi
-exit "$status"

@@ -17,9 +17,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from reservoir.client import Client
+from reservoir.common.config import SecuritySettings
+from reservoir.common.rpc import CHANNEL_OPTIONS
+from reservoir.common.security import Transport
 from reservoir.local.cluster import LocalCluster
 from reservoir.v1 import master_pb2, worker_pb2
-from tests.conftest import channel
+from tests.conftest import SECURE, channel
 
 BAD = {grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL}
 MASTER = master_pb2.DESCRIPTOR.services_by_name["MasterService"]
@@ -169,6 +172,23 @@ def test_fuzzed_requests_get_deliberate_statuses(
             assert code not in BAD, f"{method} answered {code} to {payload!r}"
 
         one()
+        if SECURE:
+            # Without a token every call is refused before its bytes are even decoded.
+            tls_only = SecuritySettings(tls_ca=os.environ["RESERVOIR_TLS_CA"])
+            with Transport(tls_only, CHANNEL_OPTIONS).sync_channel(address) as anonymous:
+
+                @settings(
+                    max_examples=max(10, EXAMPLES // 4),
+                    deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow],
+                    database=None,
+                )
+                @given(_payloads(request_cls))
+                def unauthenticated(payload: bytes) -> None:
+                    code = _call(anonymous, method, streaming, payload)
+                    assert code == grpc.StatusCode.UNAUTHENTICATED, f"{method}: {code}"
+
+                unauthenticated()
         health = health_pb2_grpc.HealthStub(ch)
         answer = health.Check(health_pb2.HealthCheckRequest(), timeout=5)
         assert answer.status == health_pb2.HealthCheckResponse.SERVING

@@ -216,7 +216,8 @@ class LocalCluster:
         return SecuritySettings(tls_ca=str(creds.ca), token_file=str(creds.token(role)))
 
     def client_config(self, role: str = "admin", **settings: Any) -> ClientConfig:
-        return ClientConfig(master=self.master_address, security=self.security(role), **settings)
+        settings.setdefault("security", self.security(role))
+        return ClientConfig(master=self.master_address, **settings)
 
     def _security_env(self, token: str) -> dict[str, str]:
         creds = self.credentials
