@@ -57,6 +57,13 @@ def own_cluster_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in mine}
 
 
+def block_files(cluster: LocalCluster, worker: str) -> list[Path]:
+    """The block files a worker keeps in shared memory (one level down, in an unlisted
+    directory, on a secure cluster)."""
+    root = cluster.shm_root / worker
+    return [p for p in root.rglob("*") if p.is_file() and not p.name.startswith(".")]
+
+
 def channel(address: str) -> grpc.Channel:
     """A blocking channel to a server of a test cluster, secure when the run is."""
     return Transport(SecuritySettings.from_env(), CHANNEL_OPTIONS).sync_channel(address)

@@ -20,7 +20,7 @@ from reservoir.common.block_file import HEADER_SIZE
 from reservoir.common.models import file_id_for
 from reservoir.local.cluster import LocalCluster
 from reservoir.v1 import worker_pb2
-from tests.conftest import channel, new_mount_path
+from tests.conftest import block_files, channel, new_mount_path
 
 BLOCK = 64 * 1024
 _READ_BLOCK = "/reservoir.v1.WorkerService/ReadBlock"
@@ -52,10 +52,9 @@ def _flip_three_bytes(path: Path) -> None:
 def _corrupt_every_block_file(cluster: LocalCluster) -> int:
     count = 0
     for worker in cluster.worker_names():
-        for entry in (cluster.shm_root / worker).iterdir():
-            if not entry.name.startswith("."):
-                _flip_three_bytes(entry)
-                count += 1
+        for entry in block_files(cluster, worker):
+            _flip_three_bytes(entry)
+            count += 1
     return count
 
 

@@ -144,3 +144,29 @@ def test_no_log_line_carries_a_token_key_or_signature_even_at_debug(
         for secret in secrets:
             assert secret not in text, f"a secret in {name}'s log"
         assert "Signature=" not in text.replace("Signature=<redacted>", "")
+
+
+def test_short_circuit_files_are_found_only_through_an_authenticated_call(
+    tmp_path: Path,
+) -> None:
+    cluster = LocalCluster.up(tmp_path / "c", workers=1, lease_ttl=3, secure=True, shm=True)
+    try:
+        s3 = cluster.s3_client()
+        s3.create_bucket(Bucket="shortc")
+        data = os.urandom(2 * BLOCK + 3)
+        s3.put_object(Bucket="shortc", Key="d/f", Body=data)
+        with Client(config=cluster.client_config("reader", short_circuit=True)) as c:
+            with Client(config=cluster.client_config("admin")) as admin:
+                admin.mount("/sc", "s3://shortc/d/", endpoint_url=cluster.s3_endpoint, block_size=BLOCK)
+            assert c.read("/sc/f") == data  # the worker fetches and keeps the blocks
+            assert c.read("/sc/f") == data  # then this same-host reader reads its files
+            assert c.aio.short_circuit_bytes == len(data)
+            (worker,) = c.workers()
+        root = cluster.shm_root / "worker1"
+        # Others may pass through the root but not list it; the files sit under a name
+        # that only ListWorkers (a token holder's call) reveals.
+        assert root.stat().st_mode & 0o777 == 0o711
+        assert Path(worker.shm_dir).parent == root
+        assert len(Path(worker.shm_dir).name) == 32
+    finally:
+        cluster.down()

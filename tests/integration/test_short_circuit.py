@@ -11,6 +11,7 @@ import pytest
 from reservoir.client import Client
 from reservoir.common import config as cfg
 from reservoir.local.cluster import LocalCluster
+from tests.conftest import block_files
 
 BLOCK = 64 * 1024
 
@@ -67,7 +68,7 @@ def test_evicted_blocks_fall_back_to_grpc_with_correct_bytes(shm_cluster: LocalC
             for name, data in files.items():
                 assert c.read(f"/e/{name}") == data
         assert sum(s.evictions for s in c.worker_stats()) > 0
-        held = sum(len(os.listdir(shm_cluster.shm_root / w)) for w in ("worker1", "worker2"))
+        held = sum(len(block_files(shm_cluster, w)) for w in ("worker1", "worker2"))
         assert held <= 12
 
 

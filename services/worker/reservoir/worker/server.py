@@ -20,6 +20,7 @@ from .membership import Membership
 from .mount_table import MountTable
 from .service import WorkerService
 from .servicer import SERVICE, WorkerServicer
+from .shm_tier import ShmTier
 
 log = logs.get_logger(__name__)
 
@@ -81,7 +82,7 @@ async def serve(config: cfg.WorkerConfig, transport: Transport) -> None:
         config.mount_watch_backoff_max_s,
         config.mount_recheck_interval_s,
     )
-    service = WorkerService(config, mounts)
+    service = WorkerService(config, mounts, unlisted_shm=bool(transport.settings.auth_tokens_file))
     server.add_generic_rpc_handlers([WorkerServicer(service).handler()])
     await serving.add_health_and_reflection(server, [SERVICE])
     record = WorkerRecord(
@@ -91,7 +92,7 @@ async def serve(config: cfg.WorkerConfig, transport: Transport) -> None:
         zone=config.zone,
         capacity_bytes=config.capacity_bytes,
         started_ms=int(time.time() * 1000),
-        shm_dir=config.shm_dir,
+        shm_dir=str(service.tier.directory) if isinstance(service.tier, ShmTier) else "",
     )
     reporter = BlockReporter(config, service, link)
     membership = Membership(store, record, config, reporter)

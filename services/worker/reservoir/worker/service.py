@@ -79,12 +79,16 @@ class WorkerStats:
 
 
 class WorkerService:
-    def __init__(self, config: WorkerConfig, mounts: MountTable) -> None:
+    def __init__(
+        self, config: WorkerConfig, mounts: MountTable, *, unlisted_shm: bool = False
+    ) -> None:
+        """`unlisted_shm`: keep shared-memory blocks where only callers the master has
+        authenticated can find them (see ShmTier)."""
         self.config = config
         self.worker_id = config.worker_id
         self.stats = WorkerStats()
         self.tier: MemoryTier = (
-            ShmTier(config.shm_dir, config.capacity_bytes, self._evicted)
+            ShmTier(config.shm_dir, config.capacity_bytes, self._evicted, unlisted=unlisted_shm)
             if config.shm_dir
             else MemoryTier(config.capacity_bytes, self._evicted)
         )

@@ -7,10 +7,16 @@ under its final name only once complete (write, then rename). The worker never t
 file: every read copies the bytes out and verifies them against the checksum it took
 when the block landed, and a block that fails is dropped, never served. Eviction unlinks
 the file: a reader that already opened it still reads the old, intact bytes.
+
+On a cluster with authentication the files sit one level down, in a directory with an
+unguessable name inside a directory others may traverse but not list (0711): a process on
+the host reaches the blocks only through the name, which the master gives only to a caller
+with a token (ListWorkers). Short-circuit stays local, and needs a token too.
 """
 
 from __future__ import annotations
 
+import secrets
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -27,13 +33,23 @@ class ShmTier(MemoryTier):
     name = "shm"
 
     def __init__(
-        self, directory: str, capacity_bytes: int, on_evict: Callable[[BlockId, int], None]
+        self,
+        directory: str,
+        capacity_bytes: int,
+        on_evict: Callable[[BlockId, int], None],
+        *,
+        unlisted: bool = False,
     ) -> None:
         super().__init__(capacity_bytes, on_evict)
-        self.directory = Path(directory)
+        root = Path(directory)
         # A restarted worker starts empty: the location table was told so (full report).
-        shutil.rmtree(self.directory, ignore_errors=True)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(root, ignore_errors=True)
+        root.mkdir(parents=True, exist_ok=True)
+        self.directory = root
+        if unlisted:
+            root.chmod(0o711)
+            self.directory = root / secrets.token_hex(16)
+            self.directory.mkdir(mode=0o755)
 
     def _path(self, block: BlockId) -> str:
         return str(self.directory / shm_block_name(*block))
