@@ -157,7 +157,9 @@ def test_short_circuit_files_are_found_only_through_an_authenticated_call(
         s3.put_object(Bucket="shortc", Key="d/f", Body=data)
         with Client(config=cluster.client_config("reader", short_circuit=True)) as c:
             with Client(config=cluster.client_config("admin")) as admin:
-                admin.mount("/sc", "s3://shortc/d/", endpoint_url=cluster.s3_endpoint, block_size=BLOCK)
+                admin.mount(
+                    "/sc", "s3://shortc/d/", endpoint_url=cluster.s3_endpoint, block_size=BLOCK
+                )
             assert c.read("/sc/f") == data  # the worker fetches and keeps the blocks
             assert c.read("/sc/f") == data  # then this same-host reader reads its files
             assert c.aio.short_circuit_bytes == len(data)

@@ -159,3 +159,48 @@ def test_a_token_is_never_configured_without_tls() -> None:
 def test_a_plaintext_server_refuses_to_check_tokens(tmp_path: Path) -> None:
     with pytest.raises(InvalidArgument, match="TLS"):
         Transport(SecuritySettings(auth_tokens_file="x"), CHANNEL_OPTIONS).server_credentials()
+
+
+def test_mutual_tls_refuses_a_client_without_a_certificate(tmp_path: Path) -> None:
+    creds = pki.create(tmp_path / "pki", [])
+    server_side = Transport(
+        SecuritySettings(
+            tls_ca=str(creds.ca),
+            tls_cert=str(creds.cert),
+            tls_key=str(creds.key),
+            tls_client_auth=True,
+        ),
+        CHANNEL_OPTIONS,
+    )
+    with_cert = Transport(
+        SecuritySettings(tls_ca=str(creds.ca), tls_cert=str(creds.cert), tls_key=str(creds.key)),
+        CHANNEL_OPTIONS,
+    )
+    without_cert = Transport(SecuritySettings(tls_ca=str(creds.ca)), CHANNEL_OPTIONS)
+
+    async def scenario() -> list[grpc.StatusCode]:
+        server = grpc.aio.server()
+        server.add_generic_rpc_handlers([_Echo().handler()])
+        credentials = server_side.server_credentials()
+        assert credentials is not None
+        port = server.add_secure_port("127.0.0.1:0", credentials)
+        await server.start()
+        codes = []
+        try:
+            for transport in (with_cert, without_cert):
+                async with transport.channel(f"127.0.0.1:{port}") as channel:
+                    call = channel.unary_unary(
+                        STAT,
+                        request_serializer=master_pb2.ReportBlocksRequest.SerializeToString,
+                        response_deserializer=lambda b: b,
+                    )
+                    try:
+                        await call(master_pb2.ReportBlocksRequest(), timeout=5)
+                        codes.append(grpc.StatusCode.OK)
+                    except grpc.aio.AioRpcError as exc:
+                        codes.append(exc.code())
+        finally:
+            await server.stop(None)
+        return codes
+
+    assert asyncio.run(scenario()) == [grpc.StatusCode.OK, grpc.StatusCode.UNAVAILABLE]
