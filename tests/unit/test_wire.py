@@ -2,7 +2,7 @@ import os
 
 import pytest
 
-from reservoir.client.async_client import chunk_payload
+from reservoir.client.block_reader import chunk_payload
 from reservoir.v1 import worker_pb2
 from reservoir.worker.servicer import encode_chunk
 
@@ -19,3 +19,10 @@ def test_truncated_chunk_is_rejected() -> None:
     wire = encode_chunk(memoryview(b"abcdef"))
     with pytest.raises(ConnectionError):
         chunk_payload(wire[:-1])
+
+
+def test_the_checksum_trailer_round_trips() -> None:
+    from reservoir.worker.servicer import encode_crc
+
+    assert chunk_payload(encode_crc(0xDEADBEEF)) == 0xDEADBEEF
+    assert chunk_payload(encode_crc(0)) == 0

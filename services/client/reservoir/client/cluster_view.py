@@ -1,0 +1,247 @@
+"""What a client knows of the cluster, from the master: mounts, file info and the live
+workers, cached, and kept while the master is away so that reads go on without it."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+import grpc.aio
+
+from reservoir.common import config as cfg
+from reservoir.common import logs, paths
+from reservoir.common.errors import (
+    DeadlineExceeded,
+    ReservoirError,
+    Unavailable,
+    error_for_code_value,
+)
+from reservoir.common.models import Inode, Mount, MountOptions, WorkerRecord
+from reservoir.common.observability import inject_metadata
+from reservoir.common.rpc import ChannelOpener, error_from_rpc, is_transport_failure
+from reservoir.v1 import master_pb2, master_pb2_grpc
+
+log = logs.get_logger(__name__)
+
+_WORKER_PENALTY_S = 2.0
+_STAT_BATCH = 1000
+
+
+@dataclass
+class _Cached:
+    value: Any
+    expires: float
+
+
+class ClusterView:
+    """The client's master calls, and what it remembers of their answers."""
+
+    def __init__(self, config: cfg.ClientConfig, opener: ChannelOpener) -> None:
+        self.config = config
+        self._channel = opener.channel(config.master)
+        self._master = master_pb2_grpc.MasterServiceStub(self._channel)
+        self._infos: dict[str, _Cached] = {}
+        self._workers: _Cached | None = None
+        self._workers_refresh: asyncio.Future[None] | None = None
+        self._mounts: _Cached | None = None
+        self._penalised: dict[str, float] = {}
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def call(self, method: str, request: Any, what: str) -> Any:
+        try:
+            return await getattr(self._master, method)(
+                request, timeout=self.config.rpc_timeout_s, metadata=inject_metadata()
+            )
+        except grpc.RpcError as exc:
+            error = error_from_rpc(exc, what)
+            if is_transport_failure(exc) and not isinstance(error, DeadlineExceeded):
+                error = Unavailable(f"{what}: master at {self.config.master} is unreachable")
+            raise error from None
+
+    async def stream(self, method: str, request: Any, what: str) -> AsyncIterator[Any]:
+        try:
+            async for item in getattr(self._master, method)(
+                request, timeout=self.config.job_timeout_s, metadata=inject_metadata()
+            ):
+                yield item
+        except grpc.RpcError as exc:
+            raise error_from_rpc(exc, what) from None
+
+    async def mount(
+        self,
+        path: str,
+        uri: str,
+        *,
+        endpoint_url: str = "",
+        region: str = "",
+        block_size: int = 0,
+        credentials: str = "",
+        metadata_ttl_ms: int = 0,
+        metadata_sync: str = "",
+        replace: bool = False,
+    ) -> Mount:
+        """Mounts `uri` at `path`; `replace` swaps out a mount already at `path`."""
+        options = MountOptions(
+            endpoint_url, region, block_size, credentials, metadata_ttl_ms, metadata_sync
+        )
+        request = master_pb2.MountRequest(
+            path=path,
+            uri=uri,
+            options=Mount(path, uri, options).to_proto().options,
+            replace=replace,
+        )
+        response = await self.call("Mount", request, f"mount {path}")
+        self._mounts = None
+        if replace:
+            self.forget_below(path)
+        return Mount.from_proto(response.mount)
+
+    async def unmount(self, path: str) -> None:
+        await self.call("Unmount", master_pb2.UnmountRequest(path=path), f"unmount {path}")
+        self._mounts = None
+        self._infos.clear()
+
+    async def mounts(self) -> list[Mount]:
+        response = await self.call("ListMounts", master_pb2.ListMountsRequest(), "list mounts")
+        mounts = [Mount.from_proto(m) for m in response.mounts]
+        self._mounts = _Cached(mounts, time.monotonic() + self.config.file_info_ttl_s)
+        return mounts
+
+    async def workers(self, *, fresh: bool = True) -> list[WorkerRecord]:
+        """The live workers. `fresh=False` is the read path's view: the last list known,
+        renewed in the background once it is older than `workers_ttl_s`, so neither a
+        slow nor a dead master ever holds up a read that has workers to go to."""
+        known = self._workers
+        if fresh or known is None:
+            return await self._fetch_workers()
+        if known.expires <= time.monotonic() and self._workers_refresh is None:
+            self._workers_refresh = asyncio.ensure_future(self._refresh_workers())
+        return list(known.value)
+
+    async def _fetch_workers(self) -> list[WorkerRecord]:
+        response = await self.call("ListWorkers", master_pb2.ListWorkersRequest(), "list workers")
+        workers = [WorkerRecord.from_proto(w) for w in response.workers]
+        self._workers = _Cached(workers, time.monotonic() + self.config.workers_ttl_s)
+        return workers
+
+    async def _refresh_workers(self) -> None:
+        try:
+            await self._fetch_workers()
+        except ReservoirError as exc:
+            # Keep reading with the list we have; ask again after another interval.
+            if self._workers is not None:
+                self._workers.expires = time.monotonic() + self.config.workers_ttl_s
+            log.debug("workers_refresh_failed", error=str(exc))
+        finally:
+            self._workers_refresh = None
+
+    def worker_failed(self, worker: WorkerRecord, error: ReservoirError) -> None:
+        """Routes around one worker for a while and asks for news of the membership,
+        without forgetting the others."""
+        self._penalised[worker.id] = time.monotonic() + _WORKER_PENALTY_S
+        if self._workers is not None:
+            self._workers.expires = 0.0
+        log.info("worker_failed", worker=worker.id, error=str(error))
+
+    async def stat(self, path: str, *, with_locations: bool = False, fresh: bool = False) -> Inode:
+        path = paths.normalize(path)
+        hit = self._infos.get(path)
+        if not fresh and not with_locations and hit is not None and hit.expires > time.monotonic():
+            return hit.value  # type: ignore[no-any-return]
+        try:
+            message = await self.call(
+                "GetFileInfo",
+                master_pb2.GetFileInfoRequest(path=path, with_locations=with_locations),
+                f"stat {path}",
+            )
+        except Unavailable:
+            if hit is None or fresh or with_locations:
+                raise
+            # The master is down: what we knew still reads right, because the workers and
+            # the under-store check the file's identity (ETag) on every fetch.
+            return hit.value  # type: ignore[no-any-return]
+        inode = Inode.from_proto(message)
+        self.remember(inode)
+        return inode
+
+    async def stat_many(self, many: Sequence[str]) -> list[Inode]:
+        """Stats of many paths in one master call (those not already cached)."""
+        normal = [paths.normalize(p) for p in many]
+        now = time.monotonic()
+        missing = sorted(
+            {p for p in normal if not (p in self._infos and self._infos[p].expires > now)}
+        )
+        # Calls of bounded size, so each finishes well within its deadline.
+        for start in range(0, len(missing), _STAT_BATCH):
+            chunk = missing[start : start + _STAT_BATCH]
+            try:
+                response = await self.call(
+                    "GetFileInfos", master_pb2.GetFileInfosRequest(paths=chunk), "stat many"
+                )
+            except Unavailable:
+                if any(p not in self._infos for p in chunk):
+                    raise
+                continue  # the master is down: read with what we knew (see `stat`)
+            for result in response.results:
+                if result.code:
+                    raise error_for_code_value(result.code, result.message)
+                self.remember(Inode.from_proto(result.info))
+        return [self._infos[p].value for p in normal]
+
+    async def ls(self, path: str, *, with_locations: bool = False) -> list[Inode]:
+        path = paths.normalize(path)
+        response = await self.call(
+            "ListDirectory",
+            master_pb2.ListDirectoryRequest(path=path, with_locations=with_locations),
+            f"ls {path}",
+        )
+        entries = [Inode.from_proto(e) for e in response.entries]
+        for entry in entries:
+            self.remember(entry)  # a read that follows needs no master call
+        return entries
+
+    def remember(self, inode: Inode) -> None:
+        # Locations age fast; the cache keeps the stable part only.
+        plain = dataclasses.replace(inode, locations={}) if inode.locations else inode
+        self._infos[inode.path] = _Cached(plain, time.monotonic() + self.config.file_info_ttl_s)
+
+    def forget(self, path: str) -> None:
+        self._infos.pop(path, None)
+
+    async def refresh(self, path: str) -> Inode:
+        """A file's inode as the under-store has it now: the master checks it (HEAD) and
+        stores what it finds, whatever the mount's sync interval says."""
+        path = paths.normalize(path)
+        message = await self.call(
+            "GetFileInfo",
+            master_pb2.GetFileInfoRequest(path=path, refresh=True),
+            f"refresh {path}",
+        )
+        inode = Inode.from_proto(message)
+        self.remember(inode)
+        return inode
+
+    def forget_below(self, path: str) -> None:
+        top = paths.normalize(path)
+        for known in [p for p in self._infos if paths.is_within(p, top)]:
+            del self._infos[known]
+
+    def known_mounts(self) -> list[Mount] | None:
+        """The last mount list fetched, however old (None if never fetched)."""
+        return None if self._mounts is None else list(self._mounts.value)
+
+    def forget_all(self) -> None:
+        self._infos.clear()
+
+    def healthy_first(self, order: list[WorkerRecord]) -> list[WorkerRecord]:
+        """`order` with the workers that failed lately moved to the end."""
+        now = time.monotonic()
+        healthy = [w for w in order if self._penalised.get(w.id, 0) <= now]
+        return healthy + [w for w in order if self._penalised.get(w.id, 0) > now]
