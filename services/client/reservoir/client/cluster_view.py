@@ -62,7 +62,10 @@ class ClusterView:
         except grpc.RpcError as exc:
             error = error_from_rpc(exc, what)
             if is_transport_failure(exc) and not isinstance(error, DeadlineExceeded):
-                error = Unavailable(f"{what}: master at {self.config.master} is unreachable")
+                hint = (
+                    "" if self.config.security.tls else " (or it serves TLS: set RESERVOIR_TLS_CA)"
+                )
+                error = Unavailable(f"{what}: master at {self.config.master} is unreachable{hint}")
             raise error from None
 
     async def stream(self, method: str, request: Any, what: str) -> AsyncIterator[Any]:
