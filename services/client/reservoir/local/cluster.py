@@ -124,9 +124,10 @@ class LocalCluster:
 
     # ---- components ----------------------------------------------------------------------
 
-    def start_etcd(self) -> None:
+    def start_etcd(self, *flags: str) -> None:
         """etcd on a free port; for a `--secure` cluster, TLS to its clients, each of which
-        must present a certificate signed by the cluster's CA (--client-cert-auth)."""
+        must present a certificate signed by the cluster's CA (--client-cert-auth).
+        `flags`: more etcd flags (tests: e.g. --auth-token-ttl)."""
         port, peer = free_port(), free_port()
         data = StateDir(self.state_dir).etcd_data
         creds = self.credentials
@@ -165,6 +166,7 @@ class LocalCluster:
                 "--log-level",
                 "warn",
                 *tls,
+                *flags,
             ],
             env={},
             port=port,
