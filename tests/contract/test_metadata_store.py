@@ -1,39 +1,44 @@
 """One contract for every MetadataStore backend: memory:// in-process, etcd:// against a
-real etcd server process."""
+real etcd server process, plaintext and over TLS with a client certificate."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from reservoir.common.config import EtcdSettings
 from reservoir.common.errors import NotFound
 from reservoir.common.metadata_store import MAX_TXN_OPS, MetadataStore, open_metadata_store
-from reservoir.local.cluster import LocalCluster
+
+from .etcd_servers import EtcdServer
 
 
-@pytest.fixture(scope="module")
-def etcd_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    cluster = LocalCluster(state_dir=tmp_path_factory.mktemp("etcd"))
-    cluster.start_etcd()
-    try:
-        yield cluster.metadata_url
-    finally:
-        cluster.down()
+@dataclass(frozen=True)
+class Backend:
+    url: str
+    etcd: EtcdSettings
 
 
-@pytest.fixture(params=["memory", "etcd"])
-def store_url(request: pytest.FixtureRequest) -> str:
+@pytest.fixture
+def etcd_url(etcd_server: EtcdServer) -> str:
+    return etcd_server.url
+
+
+@pytest.fixture(params=["memory", "etcd", "etcd-tls"])
+def backend(request: pytest.FixtureRequest) -> Backend:
     if request.param == "memory":
-        return "memory://"
-    return str(request.getfixturevalue("etcd_url"))
+        return Backend("memory://", EtcdSettings())
+    name = "tls_etcd_server" if request.param == "etcd-tls" else "etcd_server"
+    server: EtcdServer = request.getfixturevalue(name)
+    return Backend(server.url, server.settings)
 
 
-def run(store_url: str, scenario) -> None:  # type: ignore[no-untyped-def]
+def run(backend: Backend, scenario) -> None:  # type: ignore[no-untyped-def]
     async def main() -> None:
-        store: MetadataStore = open_metadata_store(store_url, timeout_s=5)
+        store: MetadataStore = open_metadata_store(backend.url, timeout_s=5, etcd=backend.etcd)
         try:
             await store.delete_prefix(b"/contract/")
             await scenario(store)
@@ -44,7 +49,7 @@ def run(store_url: str, scenario) -> None:  # type: ignore[no-untyped-def]
     asyncio.run(main())
 
 
-def test_put_get_delete_round_trip(store_url: str) -> None:
+def test_put_get_delete_round_trip(backend: Backend) -> None:
     async def scenario(s: MetadataStore) -> None:
         assert await s.get(b"/contract/a") is None
         await s.put(b"/contract/a", b"1")
@@ -54,10 +59,10 @@ def test_put_get_delete_round_trip(store_url: str) -> None:
         await s.delete(b"/contract/a")
         assert await s.get(b"/contract/a") is None
 
-    run(store_url, scenario)
+    run(backend, scenario)
 
 
-def test_get_prefix_is_sorted_and_bounded_by_the_prefix(store_url: str) -> None:
+def test_get_prefix_is_sorted_and_bounded_by_the_prefix(backend: Backend) -> None:
     async def scenario(s: MetadataStore) -> None:
         await s.put_many(
             [(b"/contract/p/b", b"2"), (b"/contract/p/a", b"1"), (b"/contract/q", b"x")]
@@ -70,10 +75,10 @@ def test_get_prefix_is_sorted_and_bounded_by_the_prefix(store_url: str) -> None:
         assert await s.get_prefix(b"/contract/p/") == []
         assert await s.get(b"/contract/q") == b"x"
 
-    run(store_url, scenario)
+    run(backend, scenario)
 
 
-def test_batches_larger_than_one_transaction_are_written_whole(store_url: str) -> None:
+def test_batches_larger_than_one_transaction_are_written_whole(backend: Backend) -> None:
     async def scenario(s: MetadataStore) -> None:
         items = [(f"/contract/many/{i:05d}".encode(), b"v") for i in range(MAX_TXN_OPS * 3 + 7)]
         await s.put_many(items)
@@ -81,10 +86,10 @@ def test_batches_larger_than_one_transaction_are_written_whole(store_url: str) -
         await s.delete_many([k for k, _ in items[:150]])
         assert len(await s.get_prefix(b"/contract/many/")) == len(items) - 150
 
-    run(store_url, scenario)
+    run(backend, scenario)
 
 
-def test_keys_under_a_revoked_lease_disappear(store_url: str) -> None:
+def test_keys_under_a_revoked_lease_disappear(backend: Backend) -> None:
     async def scenario(s: MetadataStore) -> None:
         lease = await s.grant_lease(30)
         await s.put(b"/contract/leased", b"x", lease)
@@ -96,10 +101,10 @@ def test_keys_under_a_revoked_lease_disappear(store_url: str) -> None:
         with pytest.raises(NotFound):
             await s.refresh_lease(lease)
 
-    run(store_url, scenario)
+    run(backend, scenario)
 
 
-def test_keys_under_an_expired_lease_disappear(store_url: str) -> None:
+def test_keys_under_an_expired_lease_disappear(backend: Backend) -> None:
     async def scenario(s: MetadataStore) -> None:
         lease = await s.grant_lease(1)
         await s.put(b"/contract/short", b"x", lease)
@@ -108,7 +113,7 @@ def test_keys_under_an_expired_lease_disappear(store_url: str) -> None:
         with pytest.raises(NotFound):
             await s.put(b"/contract/late", b"x", lease)
 
-    run(store_url, scenario)
+    run(backend, scenario)
 
 
 def test_etcd_that_is_down_gives_unavailable_within_the_timeout(tmp_path: Path) -> None:
@@ -126,7 +131,7 @@ def test_etcd_that_is_down_gives_unavailable_within_the_timeout(tmp_path: Path) 
     asyncio.run(asyncio.wait_for(main(), 10))
 
 
-def test_get_many_returns_values_in_order_with_none_for_absent_keys(store_url: str) -> None:
+def test_get_many_returns_values_in_order_with_none_for_absent_keys(backend: Backend) -> None:
     async def scenario(s: MetadataStore) -> None:
         items = [(f"/contract/gm/{i:04d}".encode(), str(i).encode()) for i in range(250)]
         await s.put_many(items)
@@ -136,7 +141,7 @@ def test_get_many_returns_values_in_order_with_none_for_absent_keys(store_url: s
         assert values[0] is None
         assert values[1:] == [v for _, v in reversed(items)]
 
-    run(store_url, scenario)
+    run(backend, scenario)
 
 
 def test_etcd_store_moves_on_to_a_reachable_endpoint(etcd_url: str) -> None:
@@ -157,7 +162,7 @@ def test_etcd_store_moves_on_to_a_reachable_endpoint(etcd_url: str) -> None:
 
 
 def test_a_prefix_watch_sees_later_puts_and_deletes_under_the_prefix_only(
-    store_url: str,
+    backend: Backend,
 ) -> None:
     async def scenario(s: MetadataStore) -> None:
         await s.put(b"/contract/w/before", b"0")
@@ -180,10 +185,10 @@ def test_a_prefix_watch_sees_later_puts_and_deletes_under_the_prefix_only(
         ]
         await changes.aclose()
 
-    run(store_url, scenario)
+    run(backend, scenario)
 
 
-def test_a_watch_closed_before_it_is_read_ends_cleanly_and_others_go_on(store_url: str) -> None:
+def test_a_watch_closed_before_it_is_read_ends_cleanly_and_others_go_on(backend: Backend) -> None:
     async def scenario(s: MetadataStore) -> None:
         unused = await s.watch_prefix(b"/contract/c/")
         kept = await s.watch_prefix(b"/contract/c/")
@@ -195,4 +200,4 @@ def test_a_watch_closed_before_it_is_read_ends_cleanly_and_others_go_on(store_ur
         assert (change.key, change.value) == (b"/contract/c/k", b"v")
         await kept.aclose()
 
-    run(store_url, scenario)
+    run(backend, scenario)

@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import signal
+import ssl
 import sys
 import urllib.request
 from collections.abc import Callable
@@ -21,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reservoir.common.config import ClientConfig, SecuritySettings
+from reservoir.common.config import ClientConfig, EtcdSettings, SecuritySettings
 from reservoir.common.rpc import CHANNEL_OPTIONS
 from reservoir.common.security import Transport
 
@@ -123,9 +124,27 @@ class LocalCluster:
 
     # ---- components ----------------------------------------------------------------------
 
-    def start_etcd(self) -> None:
+    def start_etcd(self, *flags: str) -> None:
+        """etcd on a free port; for a `--secure` cluster, TLS to its clients, each of which
+        must present a certificate signed by the cluster's CA (--client-cert-auth).
+        `flags`: more etcd flags (tests: e.g. --auth-token-ttl)."""
         port, peer = free_port(), free_port()
         data = StateDir(self.state_dir).etcd_data
+        creds = self.credentials
+        scheme = "https" if creds else "http"
+        tls = (
+            [
+                "--cert-file",
+                str(creds.cert),
+                "--key-file",
+                str(creds.key),
+                "--trusted-ca-file",
+                str(creds.ca),
+                "--client-cert-auth",
+            ]
+            if creds
+            else []
+        )
         proc = Process(
             name="etcd",
             argv=[
@@ -135,9 +154,9 @@ class LocalCluster:
                 "--data-dir",
                 str(data),
                 "--listen-client-urls",
-                f"http://127.0.0.1:{port}",
+                f"{scheme}://127.0.0.1:{port}",
                 "--advertise-client-urls",
-                f"http://127.0.0.1:{port}",
+                f"{scheme}://127.0.0.1:{port}",
                 "--listen-peer-urls",
                 f"http://127.0.0.1:{peer}",
                 "--initial-advertise-peer-urls",
@@ -146,6 +165,8 @@ class LocalCluster:
                 f"reservoir-local=http://127.0.0.1:{peer}",
                 "--log-level",
                 "warn",
+                *tls,
+                *flags,
             ],
             env={},
             port=port,
@@ -153,13 +174,21 @@ class LocalCluster:
         )
         self.metadata_url = f"etcd://127.0.0.1:{port}"
         self._spawn(proc)
-        self._wait(proc, lambda: _http_ok(f"http://127.0.0.1:{port}/health"))
+        self._wait(proc, lambda: self._etcd_healthy(port))
 
     def restart_etcd(self) -> None:
-        """Starts etcd again on the same ports and data (after kill/stop)."""
+        """Starts etcd again on the same ports, data and TLS (after kill/stop)."""
         proc = self.processes["etcd"]
         self._spawn(proc)
-        self._wait(proc, lambda: _http_ok(f"http://127.0.0.1:{proc.port}/health"))
+        self._wait(proc, lambda: self._etcd_healthy(proc.port))
+
+    def _etcd_healthy(self, port: int) -> bool:
+        creds = self.credentials
+        if creds is None:
+            return _http_ok(f"http://127.0.0.1:{port}/health")
+        context = ssl.create_default_context(cafile=str(creds.ca))
+        context.load_cert_chain(str(creds.cert), str(creds.key))
+        return _http_ok(f"https://127.0.0.1:{port}/health", context)
 
     def start_s3(self, latency_ms: float = 0.0, port: int = 0, keep_data: bool = False) -> None:
         """The managed S3 server; with `keep_data` its objects outlive it (in the state
@@ -219,16 +248,29 @@ class LocalCluster:
         settings.setdefault("security", self.security(role))
         return ClientConfig(master=self.master_address, **settings)
 
+    def etcd_settings(self) -> EtcdSettings:
+        """How a process reaches this cluster's etcd: TLS with the cluster's CA and a client
+        certificate for a `--secure` cluster (the server certificate, which is also valid
+        for client auth); plaintext otherwise."""
+        creds = self.credentials
+        if creds is None:
+            return EtcdSettings()
+        return EtcdSettings(ca=str(creds.ca), cert=str(creds.cert), key=str(creds.key))
+
     def _security_env(self, token: str) -> dict[str, str]:
         creds = self.credentials
         if creds is None:
             return {}
+        etcd = self.etcd_settings()
         return {
             "RESERVOIR_TLS_CA": str(creds.ca),
             "RESERVOIR_TLS_CERT": str(creds.cert),
             "RESERVOIR_TLS_KEY": str(creds.key),
             "RESERVOIR_AUTH_TOKENS_FILE": str(creds.tokens_file),
             "RESERVOIR_TOKEN_FILE": str(creds.token(token)),
+            "RESERVOIR_ETCD_CA": etcd.ca,
+            "RESERVOIR_ETCD_CERT": etcd.cert,
+            "RESERVOIR_ETCD_KEY": etcd.key,
         }
 
     def _transport(self, role: str = "reader") -> Transport:
@@ -426,8 +468,8 @@ def _stop_order(name: str) -> tuple[int, str]:
     return (order.get(name, 0), name)
 
 
-def _http_ok(url: str) -> bool:
-    with urllib.request.urlopen(url, timeout=1) as r:
+def _http_ok(url: str, context: ssl.SSLContext | None = None) -> bool:
+    with urllib.request.urlopen(url, timeout=1, context=context) as r:
         return bool(r.status == 200)
 
 

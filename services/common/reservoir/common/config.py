@@ -130,6 +130,53 @@ class SecuritySettings:
 
 
 @dataclass(frozen=True)
+class EtcdSettings:
+    """How this process reaches etcd securely. TLS is on when a CA or a client certificate
+    is set (the metadata URL stays `etcd://host:port`); with neither, a plaintext channel."""
+
+    # CA bundle that signed etcd's serving certificate.
+    ca: str = field(default="", metadata=env("RESERVOIR_ETCD_CA"))
+    # This process's client certificate and key, for etcd's --client-cert-auth.
+    cert: str = field(default="", metadata=env("RESERVOIR_ETCD_CERT"))
+    key: str = field(default="", metadata=env("RESERVOIR_ETCD_KEY"))
+    # The name checked in etcd's certificate when it is not the dialled host.
+    server_name: str = field(default="", metadata=env("RESERVOIR_ETCD_SERVER_NAME"))
+    # etcd's own authentication (etcdctl auth enable); the password is read from a file
+    # when the store is opened and never kept in settings or logged.
+    user: str = field(default="", metadata=env("RESERVOIR_ETCD_USER"))
+    password_file: str = field(default="", metadata=env("RESERVOIR_ETCD_PASSWORD_FILE"))
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> EtcdSettings:
+        return load(cls, **overrides)
+
+    def __post_init__(self) -> None:
+        if bool(self.cert) != bool(self.key):
+            raise InvalidArgument("RESERVOIR_ETCD_CERT and RESERVOIR_ETCD_KEY go together")
+        if bool(self.user) != bool(self.password_file):
+            raise InvalidArgument(
+                "RESERVOIR_ETCD_USER and RESERVOIR_ETCD_PASSWORD_FILE go together"
+            )
+        if self.user and not self.tls:
+            raise InvalidArgument(
+                "an etcd password is never sent in clear: RESERVOIR_ETCD_USER needs TLS "
+                "(RESERVOIR_ETCD_CA)"
+            )
+
+    @property
+    def tls(self) -> bool:
+        return bool(self.ca or self.cert)
+
+    def password(self) -> str:
+        try:
+            return Path(self.password_file).read_text().strip()
+        except OSError as exc:
+            raise InvalidArgument(
+                f"cannot read etcd password file {self.password_file}: {exc.strerror}"
+            ) from exc
+
+
+@dataclass(frozen=True)
 class LogConfig:
     format: str = field(default="console", metadata=env("RESERVOIR_LOG_FORMAT"))  # console|json
     level: str = field(default="info", metadata=env("RESERVOIR_LOG_LEVEL"))
@@ -154,6 +201,8 @@ class MasterConfig:
     # How long an inode fetched from the under-store is trusted before it is checked again.
     metadata_ttl_s: float = field(default=300.0, metadata=env("RESERVOIR_METADATA_TTL"))
     metadata_timeout_s: float = field(default=5.0, metadata=env("RESERVOIR_METADATA_TIMEOUT"))
+    # TLS, client certificate and user for etcd (RESERVOIR_ETCD_CA, ...).
+    etcd: EtcdSettings = field(default_factory=lambda: load(EtcdSettings))
     ufs_timeout_s: float = field(default=10.0, metadata=env("RESERVOIR_UFS_TIMEOUT"))
     ufs_retries: int = field(default=3, metadata=env("RESERVOIR_UFS_RETRIES"))
     ufs_concurrency: int = field(default=16, metadata=env("RESERVOIR_UFS_CONCURRENCY"))
@@ -203,6 +252,8 @@ class WorkerConfig:
         default="etcd://127.0.0.1:2379", metadata=env("RESERVOIR_METADATA_URL")
     )
     metadata_timeout_s: float = field(default=5.0, metadata=env("RESERVOIR_METADATA_TIMEOUT"))
+    # TLS, client certificate and user for etcd (RESERVOIR_ETCD_CA, ...).
+    etcd: EtcdSettings = field(default_factory=lambda: load(EtcdSettings))
     lease_ttl_s: int = field(default=10, metadata=env("RESERVOIR_WORKER_LEASE_TTL"))
     report_interval_s: float = field(default=0.2, metadata=env("RESERVOIR_REPORT_INTERVAL"))
     # A whole-content report now and then repairs what a master lost (e.g. killed between

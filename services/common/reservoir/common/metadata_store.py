@@ -1,7 +1,9 @@
 """The metadata store: a small key-value interface with leases, backends chosen by URL.
 
-`etcd://host:port[,host:port…]` is the real one. `memory://` keeps everything in the
-process, for a single-process setup and unit tests. Both pass tests/contract.
+`etcd://host:port[,host:port…]` is the real one: plaintext, or TLS (with a client
+certificate, and an etcd user) when its `EtcdSettings` set a CA or certificate.
+`memory://` keeps everything in the process, for a single-process setup and unit tests.
+Both pass tests/contract.
 Keys and values are bytes; the tables above this layer decide the encoding.
 """
 
@@ -16,8 +18,12 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from .errors import InvalidArgument, NotFound, Unavailable
+from .config import EtcdSettings
+from .errors import InvalidArgument, NotFound, PermissionDenied, Unauthenticated, Unavailable
 from .key_watch import EtcdChanges, KeyChange, KeyChanges, QueueChanges
+from .logs import get_logger
+
+log = get_logger(__name__)
 
 # etcd's default --max-txn-ops is 128; stay under it.
 MAX_TXN_OPS = 100
@@ -173,13 +179,21 @@ class EtcdMetadataStore(MetadataStore):
     """etcd v3 through aetcd. Every call carries the configured deadline; with several
     endpoints, a call that cannot reach one moves on to the next (each tried once)."""
 
-    def __init__(self, endpoints: list[tuple[str, int]], timeout_s: float) -> None:
+    def __init__(
+        self,
+        endpoints: list[tuple[str, int]],
+        timeout_s: float,
+        settings: EtcdSettings | None = None,
+    ) -> None:
         import aetcd
+
+        from .etcd_client import etcd_clients
 
         self._aetcd = aetcd
         self._endpoints = endpoints
         self._timeout = timeout_s
-        self._clients = [aetcd.Client(host=h, port=p, timeout=timeout_s) for h, p in endpoints]
+        self._settings = settings or EtcdSettings()
+        self._clients = etcd_clients(endpoints, timeout_s, self._settings)
         self._current = 0
 
     @property
@@ -188,17 +202,49 @@ class EtcdMetadataStore(MetadataStore):
 
     async def _call(self, what: str, operation: Callable[[Any], Awaitable[Any]]) -> Any:
         errors = self._aetcd.exceptions
-        for _ in range(len(self._clients)):
+        attempts, reauthenticated = len(self._clients), False
+        last = f"etcd {what}: no endpoint answered"
+        while attempts > 0:
+            attempts -= 1
             client = self._client
             try:
                 return await asyncio.wait_for(operation(client), self._timeout)
-            except (TimeoutError, errors.ConnectionFailedError, errors.ConnectionTimeoutError):
-                host, port = self._endpoints[self._current]
-                self._current = (self._current + 1) % len(self._clients)
+            except (TimeoutError, errors.ConnectionTimeoutError):
+                host, port = self._next_endpoint()
                 last = f"etcd {what}: no answer from {host}:{port} within {self._timeout}s"
+            except errors.ConnectionFailedError as exc:
+                # Refused, or a TLS handshake that failed: gRPC fails the call at once.
+                host, port = self._next_endpoint()
+                last = f"etcd {what}: cannot reach {host}:{port}: {exc}{self._hint(exc)}"
+            except errors.UnauthenticatedError as exc:
+                if self._settings.user and not reauthenticated:
+                    # etcd's auth token expired (idle past --auth-token-ttl): connecting
+                    # again authenticates again.
+                    host, port = self._endpoints[self._current]
+                    log.info("etcd_reauthenticating", endpoint=f"{host}:{port}", call=what)
+                    reauthenticated, attempts = True, attempts + 1
+                    await client.close()
+                    continue
+                raise Unauthenticated(f"etcd {what}: {exc}") from exc
             except errors.ClientError as exc:
+                if _status(exc) == "PERMISSION_DENIED" or "authentication failed" in str(exc):
+                    raise PermissionDenied(f"etcd {what}: {exc}") from exc
                 raise Unavailable(f"etcd {what}: {exc}") from exc
         raise Unavailable(last)
+
+    def _next_endpoint(self) -> tuple[str, int]:
+        """The endpoint that just failed; the next call tries the one after it."""
+        failed = self._endpoints[self._current]
+        self._current = (self._current + 1) % len(self._clients)
+        return failed
+
+    def _hint(self, exc: Exception) -> str:
+        text = str(exc).lower()
+        if "handshake" in text:
+            return " (check RESERVOIR_ETCD_CA, RESERVOIR_ETCD_CERT and RESERVOIR_ETCD_KEY)"
+        if not self._settings.tls and "socket closed" in text:
+            return " (if etcd serves TLS, set RESERVOIR_ETCD_CA)"
+        return ""
 
     async def get(self, key: bytes) -> bytes | None:
         result = await self._call("get", lambda c: c.get(key))
@@ -270,8 +316,17 @@ class EtcdMetadataStore(MetadataStore):
             await client.close()
 
 
-def open_metadata_store(url: str, timeout_s: float = 5.0) -> MetadataStore:
-    """The backend a URL names: etcd://host:port[,host:port] or memory://."""
+def _status(exc: BaseException) -> str:
+    """The gRPC status name behind an aetcd error, or ''."""
+    code = getattr(exc.__cause__, "code", None)
+    return str(getattr(code(), "name", "")) if callable(code) else ""
+
+
+def open_metadata_store(
+    url: str, timeout_s: float = 5.0, etcd: EtcdSettings | None = None
+) -> MetadataStore:
+    """The backend a URL names: etcd://host:port[,host:port] or memory://. `etcd`: how
+    to reach etcd securely (TLS, client certificate, user); plaintext when absent."""
     parts = urlsplit(url)
     if parts.scheme == "memory":
         return MemoryMetadataStore()
@@ -282,5 +337,5 @@ def open_metadata_store(url: str, timeout_s: float = 5.0) -> MetadataStore:
             if not host or not port.isdigit():
                 raise InvalidArgument(f"bad etcd endpoint {item!r} in {url!r}")
             endpoints.append((host, int(port)))
-        return EtcdMetadataStore(endpoints, timeout_s)
+        return EtcdMetadataStore(endpoints, timeout_s, etcd)
     raise InvalidArgument(f"unknown metadata store URL {url!r} (etcd://host:port or memory://)")

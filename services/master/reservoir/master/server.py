@@ -39,7 +39,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[cfg.MasterConfig, cfg.Log
 
 
 async def serve(config: cfg.MasterConfig, transport: Transport) -> None:
-    store = open_metadata_store(config.metadata_url, config.metadata_timeout_s)
+    store = open_metadata_store(config.metadata_url, config.metadata_timeout_s, config.etcd)
     service = MasterService(store, config, transport)
     await service.start()
     server = serving.new_server("master", transport)
@@ -49,7 +49,13 @@ async def serve(config: cfg.MasterConfig, transport: Transport) -> None:
     )
     port = serving.bind(server, config.listen, transport)
     await server.start()
-    log.info("master_started", listen=config.listen, port=port, metadata=config.metadata_url)
+    log.info(
+        "master_started",
+        listen=config.listen,
+        port=port,
+        metadata=config.metadata_url,
+        etcd_tls=config.etcd.tls,
+    )
     loops = [
         asyncio.create_task(
             serving.every(
