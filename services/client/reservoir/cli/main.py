@@ -400,6 +400,13 @@ def cmd_credentials_create(args: argparse.Namespace) -> None:
     from reservoir.local import pki
     from reservoir.local.pki import LocalCredentials
 
+    try:
+        import cryptography  # noqa: F401
+    except ImportError as exc:  # the client-only install
+        raise ValueError(
+            "`reservoir credentials create` needs the cryptography package "
+            "(pip install cryptography, or the `local` extra)"
+        ) from exc
     directory = Path(args.dir)
     workers = pki.check_worker_ids(_names(args.workers))
     if not workers:
