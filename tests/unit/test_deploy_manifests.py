@@ -1,4 +1,5 @@
-"""The deployment files (docker-compose.yml, deploy/k8s) stay in line with the code.
+"""The deployment files (docker-compose.yml, docker-compose.secure.yml, deploy/k8s) stay in
+line with the code.
 
 No network, no container engine: the files are parsed, and `docker-compose config` (when
 installed) only validates. Every RESERVOIR_* variable they set must be a setting declared in
@@ -8,8 +9,11 @@ reservoir.common.config, and the commands they run must be console scripts of th
 from __future__ import annotations
 
 import dataclasses
+import re
+import shlex
 import shutil
 import subprocess
+import sys
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +27,10 @@ from reservoir.common import config  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "docker-compose.yml"
-K8S_DIR = REPO / "deploy" / "k8s"
+SECURE_COMPOSE_FILE = REPO / "docker-compose.secure.yml"
+K8S_ROOT = REPO / "deploy" / "k8s"
+K8S_DIR = K8S_ROOT / "base"
+K8S_SECURE = K8S_ROOT / "secure"
 DOCKERFILE = REPO / "deploy" / "Dockerfile"
 WORKERS = ("worker1", "worker2", "worker3")
 MASTER_PORT = 19998
@@ -32,7 +39,14 @@ WORKER_PORT = 29998
 
 def declared_settings() -> set[str]:
     names: set[str] = set()
-    for cls in (config.LogConfig, config.MasterConfig, config.WorkerConfig, config.ClientConfig):
+    classes = (
+        config.LogConfig,
+        config.SecuritySettings,
+        config.MasterConfig,
+        config.WorkerConfig,
+        config.ClientConfig,
+    )
+    for cls in classes:
         for f in dataclasses.fields(cls):
             if "env" in f.metadata:
                 names.add(f.metadata["env"])
@@ -296,3 +310,426 @@ def test_k8s_s3_credentials_come_only_from_an_optional_secret() -> None:
                     ref = var["valueFrom"]["secretKeyRef"]
                     assert ref["optional"] is True
                     assert ref["key"] == var["name"]
+
+
+# --- shared by the secure variants -------------------------------------------------------
+
+# The files `reservoir credentials create DIR` writes, by what they are for.
+CREDENTIAL_FILES = {
+    "RESERVOIR_TLS_CA": "ca.pem",
+    "RESERVOIR_TLS_CERT": "server.pem",
+    "RESERVOIR_TLS_KEY": "server-key.pem",
+    "RESERVOIR_AUTH_TOKENS_FILE": "tokens.sha256",
+}
+CLIENT_TOKENS = ("admin.token", "reader.token")
+
+
+def commented_commands(path: Path) -> list[str]:
+    """The shell commands shown in a file's comments, continuation lines joined."""
+    commands, current = [], ""
+    for line in path.read_text().splitlines():
+        text = line.strip()
+        if not text.startswith("#"):
+            current = ""
+            continue
+        text = text.lstrip("#").strip()
+        if current:
+            current += " " + text
+        elif text.startswith(("reservoir ", "kubectl ", "docker-compose ")):
+            current = text
+        else:
+            continue
+        if current.endswith("\\"):
+            current = current[:-1].rstrip()
+        else:
+            commands.append(current)
+            current = ""
+    return commands
+
+
+def credentials_command(path: Path) -> dict[str, str]:
+    """The options of the `reservoir credentials create` command a file documents."""
+    found = [c for c in commented_commands(path) if c.startswith("reservoir credentials create")]
+    assert len(found) == 1, f"{path.name} documents no single `reservoir credentials create`"
+    argv = shlex.split(found[0])
+    options = {"dir": argv[3]}
+    for flag, value in zip(argv[4::2], argv[5::2], strict=True):
+        options[flag.removeprefix("--")] = value
+    return options
+
+
+def run_credentials_create(directory: Path, workers: str, hosts: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "reservoir.cli.main", "credentials", "create", str(directory),
+         "--workers", workers, "--hosts", hosts],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_cli_has_the_health_command_the_secure_probes_run() -> None:
+    from reservoir.cli.main import build_parser
+
+    args = build_parser().parse_args(["health", "127.0.0.1:19998"])
+    assert args.address == "127.0.0.1:19998" and callable(args.func)
+    assert "reservoir" in console_scripts()
+
+
+# --- docker-compose.secure.yml -------------------------------------------------------------
+
+
+def load_secure_compose() -> dict[str, Any]:
+    return yaml.safe_load(SECURE_COMPOSE_FILE.read_text())
+
+
+def merged_compose_services() -> dict[str, dict[str, Any]]:
+    """The services as `docker-compose -f docker-compose.yml -f docker-compose.secure.yml`
+    sees them: environments and healthchecks merged, other keys of the override win."""
+    base = load_compose()["services"]
+    override = load_secure_compose()["services"]
+    merged = {}
+    for name in set(base) | set(override):
+        service = dict(base.get(name, {}))
+        for key, value in override.get(name, {}).items():
+            if key == "environment":
+                service[key] = {**compose_env(service), **compose_env({key: value})}
+            elif key == "healthcheck":
+                service[key] = {**service.get(key, {}), **value}
+            else:
+                service[key] = value
+        merged[name] = service
+    return merged
+
+
+def compose_secret_file(secret: str) -> str:
+    """The file under ./credentials a compose secret is made of."""
+    definition = load_secure_compose()["secrets"][secret]
+    path = Path(definition["file"])
+    assert path.parent == Path("credentials"), f"{secret}: not in ./credentials"
+    return path.name
+
+
+def compose_secret_files(service: dict[str, Any]) -> dict[str, str]:
+    """/run/secrets/NAME -> the credentials file it holds, for one service."""
+    names = [s if isinstance(s, str) else s["source"] for s in service.get("secrets", [])]
+    return {f"/run/secrets/{name}": compose_secret_file(name) for name in names}
+
+
+def test_docker_compose_config_validates_the_secure_override() -> None:
+    binary = shutil.which("docker-compose")
+    if binary is None:
+        pytest.skip("docker-compose is not installed (apt-get install docker-compose)")
+    result = subprocess.run(
+        [binary, "-f", str(COMPOSE_FILE), "-f", str(SECURE_COMPOSE_FILE), "config"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    resolved = yaml.safe_load(result.stdout)["services"]
+    merged = merged_compose_services()
+    for name in ("master", *WORKERS):
+        assert compose_env(resolved[name]) == compose_env(merged[name]), name
+        assert resolved[name]["healthcheck"]["test"] == merged[name]["healthcheck"]["test"]
+        assert {s["source"] for s in resolved[name]["secrets"]} == set(merged[name]["secrets"])
+
+
+def test_secure_compose_sets_only_reservoir_variables_that_config_declares() -> None:
+    declared = declared_settings()
+    used = {
+        (name, var)
+        for name, service in load_secure_compose()["services"].items()
+        for var in compose_env(service)
+        if var.startswith("RESERVOIR_")
+    }
+    assert used
+    unknown = sorted((name, var) for name, var in used if var not in declared)
+    assert not unknown, f"not settings in reservoir.common.config: {unknown}"
+
+
+def test_secure_compose_servers_read_tls_files_and_their_own_token_from_secrets() -> None:
+    services = merged_compose_services()
+    for name in ("master", *WORKERS):
+        env = compose_env(services[name])
+        files = compose_secret_files(services[name])
+        for setting, file in CREDENTIAL_FILES.items():
+            assert files.get(env[setting]) == file, (name, setting)
+        own = "master.token" if name == "master" else f"{env['RESERVOIR_WORKER_ID']}.token"
+        assert files.get(env["RESERVOIR_TOKEN_FILE"]) == own, name
+        # A server holds its own token only: no other worker's, no admin or reader token.
+        tokens = {f for f in files.values() if f.endswith(".token")}
+        assert tokens == {own}, name
+
+
+def test_secure_compose_defines_every_secret_it_uses_and_uses_every_one_it_defines() -> None:
+    defined = set(load_secure_compose()["secrets"])
+    used = {
+        s if isinstance(s, str) else s["source"]
+        for service in load_secure_compose()["services"].values()
+        for s in service.get("secrets", [])
+    }
+    assert used == defined
+
+
+def test_secure_compose_credentials_stay_out_of_git_and_of_the_image() -> None:
+    gitignore = (REPO / ".gitignore").read_text().split()
+    dockerignore = (REPO / ".dockerignore").read_text().split()
+    assert "/credentials/" in gitignore or "credentials/" in gitignore
+    assert "credentials" in dockerignore
+
+
+def test_secure_compose_healthchecks_speak_tls_to_the_port_each_server_listens_on() -> None:
+    services = merged_compose_services()
+    master_port = compose_env(services["master"])["RESERVOIR_MASTER_LISTEN"].rpartition(":")[2]
+    assert services["master"]["healthcheck"]["test"] == [
+        "CMD", "reservoir", "health", f"127.0.0.1:{master_port}",
+    ]  # fmt: skip
+    for name in WORKERS:
+        port = compose_env(services[name])["RESERVOIR_WORKER_LISTEN"].rpartition(":")[2]
+        test = services[name]["healthcheck"]["test"]
+        assert test == ["CMD", "reservoir", "health", f"127.0.0.1:{port}"], name
+        assert services[name]["healthcheck"].get("interval"), name
+
+
+def test_secure_compose_cli_service_alone_carries_the_admin_token_and_up_skips_it() -> None:
+    services = merged_compose_services()
+    cli = services["cli"]
+    assert cli.get("profiles"), "`up` must not start the one-off cli service"
+    env = compose_env(cli)
+    files = compose_secret_files(cli)
+    assert files[env["RESERVOIR_TLS_CA"]] == "ca.pem"
+    assert files[env["RESERVOIR_TOKEN_FILE"]] == "admin.token"
+    assert env["RESERVOIR_MASTER"] == compose_env(services["worker1"])["RESERVOIR_MASTER"]
+    assert command_argv(cli["command"])[0] in console_scripts()
+    for name in ("master", *WORKERS):
+        assert not set(compose_secret_files(services[name]).values()) & set(CLIENT_TOKENS)
+
+
+def test_secure_compose_documented_credentials_command_writes_every_secret_file(
+    tmp_path: Path,
+) -> None:
+    options = credentials_command(SECURE_COMPOSE_FILE)
+    assert Path(options["dir"]) == Path("credentials")
+    services = merged_compose_services()
+    ids = [compose_env(services[name])["RESERVOIR_WORKER_ID"] for name in WORKERS]
+    assert options["workers"].split(",") == ids
+    # The certificate covers every name a server is dialled by on the compose network.
+    hosts = set(options["hosts"].split(","))
+    dialled = {compose_env(services[n])["RESERVOIR_MASTER"].rpartition(":")[0] for n in WORKERS}
+    dialled |= {
+        compose_env(services[n])["RESERVOIR_WORKER_ADVERTISE"].rpartition(":")[0] for n in WORKERS
+    }
+    assert dialled <= hosts
+    run_credentials_create(tmp_path / "credentials", options["workers"], options["hosts"])
+    for secret in load_secure_compose()["secrets"]:
+        assert (tmp_path / "credentials" / compose_secret_file(secret)).is_file(), secret
+
+
+# --- Kubernetes: the secure overlay --------------------------------------------------------
+
+
+def secure_kustomization() -> dict[str, Any]:
+    return yaml.safe_load((K8S_SECURE / "kustomization.yaml").read_text())
+
+
+def secure_patches() -> dict[str, dict[str, Any]]:
+    """The overlay's patches by workload kind."""
+    patches = {}
+    for entry in secure_kustomization()["patches"]:
+        doc = yaml.safe_load((K8S_SECURE / entry["path"]).read_text())
+        patches[doc["kind"]] = doc
+    return patches
+
+
+def documented_secrets() -> dict[str, set[str]]:
+    """Secret name -> the keys (file names) the overlay's `kubectl create secret` commands
+    give it; `{node}.token` stands for one file per node."""
+    secrets: dict[str, set[str]] = {}
+    for command in commented_commands(K8S_SECURE / "kustomization.yaml"):
+        match = re.search(r"create secret generic (\S+)", command)
+        if not match:
+            continue
+        keys = {Path(f).name for f in re.findall(r"--from-file=(\S+)", command)}
+        secrets[match.group(1)] = {k.replace("%s", "{node}") for k in keys}
+    return secrets
+
+
+def volume_keys(volume: dict[str, Any]) -> set[str]:
+    """The files a secret or projected volume shows, by the documented secrets' keys."""
+    secrets = documented_secrets()
+    sources = (
+        [s["secret"] | {"secretName": s["secret"]["name"]} for s in volume["projected"]["sources"]]
+        if "projected" in volume
+        else [volume["secret"]]
+    )
+    keys: set[str] = set()
+    for source in sources:
+        assert source["secretName"] in secrets, f"{source['secretName']} is created nowhere"
+        available = secrets[source["secretName"]]
+        items = source.get("items")
+        if items:
+            for item in items:
+                assert item["key"] in available, (source["secretName"], item["key"])
+                assert item["path"] == item["key"]
+            keys |= {item["path"] for item in items}
+        else:
+            keys |= available
+    return keys
+
+
+def test_k8s_plain_kustomization_is_the_base_and_the_overlay_builds_on_it() -> None:
+    plain = yaml.safe_load((K8S_ROOT / "kustomization.yaml").read_text())
+    assert plain["resources"] == ["base"]
+    assert secure_kustomization()["resources"] == ["../base"]
+    base = {
+        (doc["kind"], doc["metadata"]["name"])
+        for _, doc in k8s_documents()
+        if doc["kind"] != "Kustomization"
+    }
+    patches = secure_patches()
+    assert set(patches) == {"Deployment", "DaemonSet"}
+    for kind, doc in patches.items():
+        assert (kind, doc["metadata"]["name"]) in base
+        base_container = main_container(k8s_workload(kind, doc["metadata"]["name"]))
+        assert main_container(doc)["name"] == base_container["name"]
+
+
+def test_k8s_secure_overlay_sets_only_reservoir_variables_that_config_declares() -> None:
+    declared = declared_settings()
+    used = {
+        (kind, var["name"])
+        for kind, doc in secure_patches().items()
+        for var in main_container(doc)["env"]
+        if var["name"].startswith("RESERVOIR_")
+    }
+    assert used
+    unknown = sorted(item for item in used if item[1] not in declared)
+    assert not unknown, f"not settings in reservoir.common.config: {unknown}"
+
+
+def test_k8s_secure_servers_read_tls_and_tokens_from_read_only_secret_mounts() -> None:
+    for kind, doc in secure_patches().items():
+        container = main_container(doc)
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+        volumes = {v["name"]: v for v in doc["spec"]["template"]["spec"]["volumes"]}
+        for setting in (*CREDENTIAL_FILES, "RESERVOIR_TOKEN_FILE"):
+            path = Path(env[setting])
+            mount = mounts[str(path.parent)]
+            assert mount["readOnly"] is True, (kind, setting)
+            shown = volume_keys(volumes[mount["name"]])
+            expected = CREDENTIAL_FILES.get(setting) or (
+                "master.token" if kind == "Deployment" else "$(NODE_NAME).token"
+            )
+            assert path.name == expected, (kind, setting)
+            assert path.name.replace("$(NODE_NAME)", "{node}") in shown, (kind, setting)
+        for volume in volumes.values():
+            mode = (volume.get("secret") or volume.get("projected"))["defaultMode"]
+            assert mode & 0o007 == 0, f"{kind} {volume['name']}: world-readable secrets"
+
+
+def test_k8s_secure_secret_files_are_readable_by_the_images_user_only() -> None:
+    uid = re.search(r"--uid (\d+)", DOCKERFILE.read_text())
+    assert uid
+    for kind, doc in secure_patches().items():
+        context = doc["spec"]["template"]["spec"]["securityContext"]
+        assert context["fsGroup"] == int(uid.group(1)), kind
+
+
+def test_k8s_secure_each_server_sees_only_the_tokens_it_needs() -> None:
+    patches = secure_patches()
+
+    def tokens(kind: str) -> set[str]:
+        volumes = patches[kind]["spec"]["template"]["spec"]["volumes"]
+        return {k for v in volumes for k in volume_keys(v) if k.endswith(".token")}
+
+    assert tokens("Deployment") == {"master.token"}
+    assert tokens("DaemonSet") == {"{node}.token"}
+    documented = set().union(*documented_secrets().values())
+    assert not documented & set(CLIENT_TOKENS), "admin/reader tokens belong to no server Pod"
+
+
+def test_k8s_secure_worker_token_is_named_after_its_node_which_is_its_worker_id() -> None:
+    container = main_container(secure_patches()["DaemonSet"])
+    names = [e["name"] for e in container["env"]]
+    node = next(e for e in container["env"] if e["name"] == "NODE_NAME")
+    assert node["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    # Defined before its use in the patch, and new to the base, so it stays before it
+    # whether kustomize puts the patch's new variables first or last.
+    assert names.index("NODE_NAME") < names.index("RESERVOIR_TOKEN_FILE")
+    base = main_container(k8s_workload("DaemonSet", "reservoir-worker"))
+    assert "NODE_NAME" not in {e["name"] for e in base["env"]}
+    base_id = next(e for e in base["env"] if e["name"] == "RESERVOIR_WORKER_ID")
+    assert base_id["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+
+
+def test_k8s_secure_probes_run_reservoir_health_on_the_listen_port() -> None:
+    for kind, doc in secure_patches().items():
+        container = main_container(doc)
+        base = main_container(k8s_workload(kind, doc["metadata"]["name"]))
+        listen = "RESERVOIR_MASTER_LISTEN" if kind == "Deployment" else "RESERVOIR_WORKER_LISTEN"
+        port = {e["name"]: e.get("value") for e in base["env"]}[listen].rpartition(":")[2]
+        for probe in ("readinessProbe", "livenessProbe"):
+            patch = container[probe]
+            # `grpc: null` removes the base's plaintext gRPC probe.
+            assert "grpc" in patch and patch["grpc"] is None, (kind, probe)
+            assert patch["exec"]["command"] == ["reservoir", "health", f"127.0.0.1:{port}"]
+
+
+def test_k8s_secure_every_process_checks_a_name_the_certificate_is_made_for(
+    tmp_path: Path,
+) -> None:
+    names = {
+        kind: {e["name"]: e.get("value") for e in main_container(doc)["env"]}[
+            "RESERVOIR_TLS_SERVER_NAME"
+        ]
+        for kind, doc in secure_patches().items()
+    }
+    assert len(set(names.values())) == 1, names
+    options = credentials_command(K8S_SECURE / "kustomization.yaml")
+    hosts = options["hosts"].split(",")
+    assert names["Deployment"] in hosts
+    master_service = "reservoir-master"
+    assert master_service in hosts
+    assert "kubectl get nodes" in options["workers"], "one worker token per node"
+    # What the documented commands put into the Secrets is what the CLI writes.
+    run_credentials_create(tmp_path / "credentials", "node-a,node-b", options["hosts"])
+    for secret, keys in documented_secrets().items():
+        for key in keys:
+            for node in ("node-a", "node-b"):
+                assert (tmp_path / "credentials" / key.format(node=node)).is_file(), secret
+
+
+def test_kubectl_kustomize_renders_the_plain_and_the_secure_cluster() -> None:
+    binary = shutil.which("kubectl")
+    if binary is None:
+        pytest.skip("kubectl is not installed")
+
+    def render(path: Path) -> dict[tuple[str, str], dict[str, Any]]:
+        result = subprocess.run(
+            [binary, "kustomize", str(path)], capture_output=True, text=True, timeout=120
+        )
+        assert result.returncode == 0, result.stderr
+        return {
+            (d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(result.stdout) if d
+        }
+
+    plain, secure = render(K8S_ROOT), render(K8S_SECURE)
+    assert set(plain) == set(secure)
+    for key in (("Deployment", "reservoir-master"), ("DaemonSet", "reservoir-worker")):
+        assert secure[key]["metadata"]["namespace"] == "reservoir"
+        pod = secure[key]["spec"]["template"]["spec"]
+        container = pod["containers"][0]
+        names = [e["name"] for e in container["env"]]
+        assert len(names) == len(set(names)), key
+        for e in container["env"]:
+            for ref in re.findall(r"\$\((\w+)\)", e.get("value", "")):
+                assert names.index(ref) < names.index(e["name"]), (key, e["name"])
+        for probe in ("readinessProbe", "livenessProbe"):
+            assert set(container[probe]) & {"grpc", "exec"} == {"exec"}, (key, probe)
+        volumes = {v["name"] for v in pod["volumes"]}
+        assert {m["name"] for m in container["volumeMounts"]} <= volumes
+        assert "RESERVOIR_TLS_CA" not in {
+            e["name"] for e in plain[key]["spec"]["template"]["spec"]["containers"][0]["env"]
+        }

@@ -389,10 +389,124 @@ def cmd_load_metadata(args: argparse.Namespace) -> None:
     )
 
 
+# ---- credentials for a real cluster ---------------------------------------------------
+
+
+def _names(text: str) -> list[str]:
+    return [name.strip() for name in text.split(",") if name.strip()]
+
+
+def cmd_credentials_create(args: argparse.Namespace) -> None:
+    from reservoir.local import pki
+    from reservoir.local.pki import LocalCredentials
+
+    try:
+        import cryptography  # noqa: F401
+    except ImportError as exc:  # the client-only install
+        raise ValueError(
+            "`reservoir credentials create` needs the cryptography package "
+            "(pip install cryptography, or the `local` extra)"
+        ) from exc
+    directory = Path(args.dir)
+    workers = pki.check_worker_ids(_names(args.workers))
+    if not workers:
+        raise ValueError("--workers names no worker")
+    existing = LocalCredentials(directory)
+    if not args.force and (existing.ca.exists() or existing.tokens_file.exists()):
+        raise ValueError(
+            f"{directory} already holds credentials (--force replaces them: every process "
+            "then needs the new ones)"
+        )
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    hosts = _names(args.hosts or "")
+    creds = pki.create(directory, workers, days=args.days, hosts=hosts, label="reservoir")
+    files = {
+        "ca": str(creds.ca),
+        "cert": str(creds.cert),
+        "key": str(creds.key),
+        "tokens_file": str(creds.tokens_file),
+        "tokens": {name: str(creds.token(name)) for name in (*pki.RESERVED_NAMES, *workers)},
+        "hosts": pki.subject_alt_names(hosts),
+        "days": args.days,
+    }
+    # Paths only: a token is printed by nothing but `reservoir token new`.
+    _emit(
+        args,
+        files,
+        lambda: "\n".join(
+            [
+                f"CA                  {creds.ca}",
+                f"server certificate  {creds.cert}  (valid for {', '.join(files['hosts'])};"
+                f" {args.days} days)",
+                f"server key          {creds.key}",
+                f"tokens file         {creds.tokens_file}  (servers: RESERVOIR_AUTH_TOKENS_FILE)",
+                *(f"{name + ' token':19} {path}" for name, path in files["tokens"].items()),
+            ]
+        ),
+    )
+
+
+def _read_token_from_stdin() -> str:
+    token = sys.stdin.readline().strip()
+    if not token:
+        raise ValueError("expected a token on standard input")
+    return token
+
+
+def cmd_token_hash(args: argparse.Namespace) -> None:
+    from reservoir.common.auth import token_hash
+
+    print(token_hash(_read_token_from_stdin()))
+
+
+def cmd_token_new(args: argparse.Namespace) -> None:
+    from reservoir.common.auth import new_token, token_hash
+    from reservoir.local import pki
+
+    subject = args.subject or ""
+    if args.role == "worker" and not subject:
+        raise ValueError("a worker token names its worker: --subject WORKER_ID")
+    if args.role == "worker":
+        pki.check_worker_ids([subject])
+    elif any(c.isspace() or c == "#" for c in subject):
+        raise ValueError(f"a subject has no spaces and no '#': {subject!r}")
+    token = new_token()
+    # The line for the servers' tokens file goes to stderr, the token alone to stdout:
+    # `reservoir token new --role reader > reader.token 2>> tokens.sha256`.
+    print(f"{args.role} {token_hash(token)} {subject}".rstrip(), file=sys.stderr)
+    print(token)
+
+
+def cmd_health(args: argparse.Namespace) -> None:
+    try:
+        from grpc_health.v1 import health_pb2, health_pb2_grpc
+    except ImportError as exc:  # the client-only install
+        raise ValueError("`reservoir health` needs grpcio-health-checking") from exc
+    import grpc
+
+    from reservoir.common.rpc import CHANNEL_OPTIONS
+    from reservoir.common.security import SecuritySettings, Transport
+
+    transport = Transport(SecuritySettings.from_env(), CHANNEL_OPTIONS)
+    with transport.sync_channel(args.address) as channel:
+        try:
+            reply = health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(service=args.service), timeout=args.timeout
+            )
+        except grpc.RpcError as exc:
+            print(f"{args.address}: {exc.code().name}: {exc.details()}", file=sys.stderr)
+            sys.exit(EXIT_ERROR)
+    status = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+    _emit(args, {"address": args.address, "status": status}, lambda: status)
+    if reply.status != health_pb2.HealthCheckResponse.SERVING:
+        sys.exit(EXIT_ERROR)
+
+
 # ---- parser ----------------------------------------------------------------------------
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from reservoir.common.auth import ROLES
     from reservoir.local.cluster import DEFAULT_STATE_DIR
 
     parser = argparse.ArgumentParser(
@@ -498,6 +612,51 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("workers", help="live workers")
     p.add_argument("-l", "--long", action="store_true", help="with cache usage")
     p.set_defaults(func=cmd_workers)
+
+    p = sub.add_parser(
+        "health",
+        help="check a master or worker over gRPC health (TLS settings from RESERVOIR_TLS_*)",
+    )
+    p.add_argument("address", help="host:port, e.g. 127.0.0.1:19998")
+    p.add_argument("--service", default="", help="health service name (default: the server)")
+    p.add_argument("--timeout", type=float, default=3.0, help="seconds")
+    p.set_defaults(func=cmd_health)
+
+    credentials = sub.add_parser(
+        "credentials", help="TLS certificates and tokens for a real cluster"
+    ).add_subparsers(dest="action", required=True)
+    p = credentials.add_parser(
+        "create",
+        help="write a CA, a server certificate and key, one token per role and per worker, "
+        "and the servers' tokens file (hashes) into DIR",
+    )
+    p.add_argument("dir", metavar="DIR")
+    p.add_argument(
+        "--workers",
+        required=True,
+        help="comma-separated worker ids (RESERVOIR_WORKER_ID; on Kubernetes the node names)",
+    )
+    p.add_argument(
+        "--hosts",
+        help="comma-separated host names and IP addresses the servers are dialled by "
+        "(the certificate is always valid for localhost, 127.0.0.1 and ::1 too)",
+    )
+    p.add_argument("--days", type=int, default=365, help="validity of the CA and certificate")
+    p.add_argument("--force", action="store_true", help="replace credentials already in DIR")
+    p.set_defaults(func=cmd_credentials_create)
+
+    token = sub.add_parser("token", help="make or hash a single token").add_subparsers(
+        dest="action", required=True
+    )
+    p = token.add_parser(
+        "new",
+        help="print a new token on stdout and its tokens-file line on stderr",
+    )
+    p.add_argument("--role", required=True, choices=list(ROLES))
+    p.add_argument("--subject", help="the worker id of a worker token; a label otherwise")
+    p.set_defaults(func=cmd_token_new)
+    p = token.add_parser("hash", help="read a token on stdin, print its SHA-256")
+    p.set_defaults(func=cmd_token_hash)
     return parser
 
 
