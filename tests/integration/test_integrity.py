@@ -17,7 +17,7 @@ import pytest
 from reservoir.client import Client
 from reservoir.common import config as cfg
 from reservoir.common.block_file import HEADER_SIZE
-from reservoir.common.models import file_id_for
+from reservoir.common.models import block_request, file_id_for
 from reservoir.local.cluster import LocalCluster
 from reservoir.v1 import worker_pb2
 from tests.conftest import block_files, channel, new_mount_path
@@ -120,17 +120,7 @@ def test_requests_with_hostile_geometry_are_refused_and_later_reads_stay_exact(
         c.mount(root, f"s3://{bucket}/g/", endpoint_url=cluster.s3_endpoint)
         inode = c.stat(f"{root}/f.bin")
         gets_before = sum(s.ufs_gets for s in c.worker_stats())
-        base = worker_pb2.ReadBlockRequest(
-            file_id=inode.file_id,
-            index=1,
-            offset=0,
-            length=-1,
-            ufs_uri=inode.ufs_uri,
-            etag=inode.etag,
-            file_size=inode.size,
-            block_size=inode.block_size,
-            mount_path=inode.mount_path,
-        )
+        base = block_request(inode, 1)
         hostile = [
             # the real identity with another block size
             _hostile(base, block_size=4096),

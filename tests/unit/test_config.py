@@ -67,5 +67,5 @@ def test_incomplete_or_insecure_etcd_settings_are_refused_by_name(
 def test_an_unreadable_etcd_password_file_is_refused_by_its_path(tmp_path: Path) -> None:
     missing = tmp_path / "missing"
     settings = config.EtcdSettings(ca="/ca", user="root", password_file=str(missing))
-    with pytest.raises(InvalidArgument, match=str(missing)):
+    with pytest.raises(PermissionError, match=str(missing)):
         settings.password()

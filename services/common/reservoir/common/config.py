@@ -92,6 +92,15 @@ def load(
     return cls(**values)
 
 
+def read_secret_file(path: str, what: str) -> str:
+    """A token or password kept in a file (a mounted Secret); the error names the file,
+    never its content."""
+    try:
+        return Path(path).read_text().strip()
+    except OSError as exc:
+        raise PermissionDenied(f"cannot read {what} {path}: {exc.strerror}") from exc
+
+
 @dataclass(frozen=True)
 class SecuritySettings:
     # CA bundle this process trusts for the servers it dials (and, with client_auth, for
@@ -120,12 +129,7 @@ class SecuritySettings:
 
     def presented_token(self) -> str:
         if self.token_file:
-            try:
-                return Path(self.token_file).read_text().strip()
-            except OSError as exc:
-                raise PermissionDenied(
-                    f"cannot read token file {self.token_file}: {exc.strerror}"
-                ) from exc
+            return read_secret_file(self.token_file, "token file")
         return self.token.strip()
 
 
@@ -168,12 +172,7 @@ class EtcdSettings:
         return bool(self.ca or self.cert)
 
     def password(self) -> str:
-        try:
-            return Path(self.password_file).read_text().strip()
-        except OSError as exc:
-            raise InvalidArgument(
-                f"cannot read etcd password file {self.password_file}: {exc.strerror}"
-            ) from exc
+        return read_secret_file(self.password_file, "etcd password file")
 
 
 @dataclass(frozen=True)
