@@ -42,6 +42,7 @@ def declared_settings() -> set[str]:
     classes = (
         config.LogConfig,
         config.SecuritySettings,
+        config.EtcdSettings,
         config.MasterConfig,
         config.WorkerConfig,
         config.ClientConfig,
@@ -322,6 +323,78 @@ CREDENTIAL_FILES = {
     "RESERVOIR_AUTH_TOKENS_FILE": "tokens.sha256",
 }
 CLIENT_TOKENS = ("admin.token", "reader.token")
+# The master and workers reach etcd over TLS with the same CA, and the server certificate
+# (made for client authentication too) as their client certificate.
+ETCD_CLIENT_FILES = {
+    "RESERVOIR_ETCD_CA": "ca.pem",
+    "RESERVOIR_ETCD_CERT": "server.pem",
+    "RESERVOIR_ETCD_KEY": "server-key.pem",
+}
+# etcd's own flags for its TLS files, and etcdctl's.
+ETCD_SERVER_FLAGS = {
+    "trusted-ca-file": "ca.pem",
+    "cert-file": "server.pem",
+    "key-file": "server-key.pem",
+}
+ETCDCTL_FLAGS = {"cacert": "ca.pem", "cert": "server.pem", "key": "server-key.pem"}
+
+
+def long_flags(argv: list[str]) -> dict[str, str]:
+    """`--name=value` and bare `--name` (as "true") options of a command line."""
+    flags = {}
+    for arg in argv:
+        if arg.startswith("--"):
+            name, _, value = arg[2:].partition("=")
+            flags[name] = value or "true"
+    return flags
+
+
+def assert_etcd_serves_tls_to_clients(argv: list[str], files: dict[str, str]) -> None:
+    """etcd's command line: https client URLs, a client certificate required, and its TLS
+    flags naming the files `files` (path -> credentials file) holds."""
+    flags = long_flags(argv)
+    for option in ("listen-client-urls", "advertise-client-urls"):
+        urls = flags[option].split(",")
+        assert all(u.startswith("https://") for u in urls), (option, urls)
+    assert flags.get("client-cert-auth") == "true", "etcd must require client certificates"
+    for option, file in ETCD_SERVER_FLAGS.items():
+        assert files.get(flags[option]) == file, option
+
+
+def assert_etcdctl_checks_health_over_tls(argv: list[str], files: dict[str, str]) -> None:
+    assert Path(argv[0]).name == "etcdctl" and argv[-2:] == ["endpoint", "health"], argv
+    flags = long_flags(argv)
+    assert flags["endpoints"] == "https://127.0.0.1:2379"
+    for option, file in ETCDCTL_FLAGS.items():
+        assert files.get(flags[option]) == file, option
+
+
+def etcd_name_checked(env: dict[str, str]) -> str:
+    """The name a process checks in etcd's certificate."""
+    url = env["RESERVOIR_METADATA_URL"]
+    assert url.startswith("etcd://"), "the metadata URL stays etcd://host:port"
+    return env.get("RESERVOIR_ETCD_SERVER_NAME") or url.removeprefix("etcd://").rpartition(":")[0]
+
+
+def certificate_names_and_usages(cert: Path) -> tuple[set[str], set[str]]:
+    """The SANs and extended key usages of a PEM certificate."""
+    x509 = pytest.importorskip("cryptography.x509")
+    from cryptography.x509.oid import ExtendedKeyUsageOID
+
+    parsed = x509.load_pem_x509_certificate(cert.read_bytes())
+    sans = parsed.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    names = {str(n) for n in sans.get_values_for_type(x509.DNSName)}
+    names |= {str(ip) for ip in sans.get_values_for_type(x509.IPAddress)}
+    eku = parsed.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    usages = {
+        label
+        for label, oid in (
+            ("serverAuth", ExtendedKeyUsageOID.SERVER_AUTH),
+            ("clientAuth", ExtendedKeyUsageOID.CLIENT_AUTH),
+        )
+        if oid in eku
+    }
+    return names, usages
 
 
 def commented_commands(path: Path) -> list[str]:
@@ -429,10 +502,11 @@ def test_docker_compose_config_validates_the_secure_override() -> None:
     assert result.returncode == 0, result.stderr
     resolved = yaml.safe_load(result.stdout)["services"]
     merged = merged_compose_services()
-    for name in ("master", *WORKERS):
+    for name in ("etcd", "master", *WORKERS):
         assert compose_env(resolved[name]) == compose_env(merged[name]), name
         assert resolved[name]["healthcheck"]["test"] == merged[name]["healthcheck"]["test"]
         assert {s["source"] for s in resolved[name]["secrets"]} == set(merged[name]["secrets"])
+    assert command_argv(resolved["etcd"]["command"]) == command_argv(merged["etcd"]["command"])
 
 
 def test_secure_compose_sets_only_reservoir_variables_that_config_declares() -> None:
@@ -460,6 +534,44 @@ def test_secure_compose_servers_read_tls_files_and_their_own_token_from_secrets(
         # A server holds its own token only: no other worker's, no admin or reader token.
         tokens = {f for f in files.values() if f.endswith(".token")}
         assert tokens == {own}, name
+
+
+def test_secure_compose_etcd_serves_clients_over_tls_with_the_secrets_it_mounts() -> None:
+    services = merged_compose_services()
+    etcd = services["etcd"]
+    files = compose_secret_files(etcd)
+    # Docker secrets are read-only bind mounts; etcd gets the TLS files and no token.
+    assert set(files.values()) == {"ca.pem", "server.pem", "server-key.pem"}
+    assert_etcd_serves_tls_to_clients(command_argv(etcd["command"]), files)
+    # The override restates the base's whole command: only the client side changes.
+    base = long_flags(command_argv(load_compose()["services"]["etcd"]["command"]))
+    ours = long_flags(command_argv(etcd["command"]))
+    for option in ("name", "data-dir", "initial-cluster", "initial-cluster-state"):
+        assert ours[option] == base[option], option
+    test = etcd["healthcheck"]["test"]
+    assert test[0] == "CMD", "the etcd image has no shell"
+    assert_etcdctl_checks_health_over_tls(test[1:], files)
+    assert etcd["healthcheck"].get("interval")
+
+
+def test_secure_compose_servers_reach_etcd_over_tls_with_the_server_certificate(
+    tmp_path: Path,
+) -> None:
+    services = merged_compose_services()
+    options = credentials_command(SECURE_COMPOSE_FILE)
+    run_credentials_create(tmp_path, options["workers"], options["hosts"])
+    names, usages = certificate_names_and_usages(tmp_path / "server.pem")
+    # etcd presents it as a server certificate, the master and workers as a client one.
+    assert usages == {"serverAuth", "clientAuth"}
+    for name in ("master", *WORKERS):
+        env = compose_env(services[name])
+        files = compose_secret_files(services[name])
+        for setting, file in ETCD_CLIENT_FILES.items():
+            assert files.get(env[setting]) == file, (name, setting)
+        assert env["RESERVOIR_METADATA_URL"] == "etcd://etcd:2379", name
+        checked = etcd_name_checked(env)
+        assert checked in options["hosts"].split(","), (name, checked)
+        assert checked in names, (name, checked)
 
 
 def test_secure_compose_defines_every_secret_it_uses_and_uses_every_one_it_defines() -> None:
@@ -542,6 +654,11 @@ def secure_patches() -> dict[str, dict[str, Any]]:
     return patches
 
 
+def server_patches() -> dict[str, dict[str, Any]]:
+    """The master's and the workers' patches (not etcd's)."""
+    return {k: v for k, v in secure_patches().items() if k in {"Deployment", "DaemonSet"}}
+
+
 def documented_secrets() -> dict[str, set[str]]:
     """Secret name -> the keys (file names) the overlay's `kubectl create secret` commands
     give it; `{node}.token` stands for one file per node."""
@@ -578,6 +695,19 @@ def volume_keys(volume: dict[str, Any]) -> set[str]:
     return keys
 
 
+def read_only_secret_files(doc: dict[str, Any]) -> dict[str, str]:
+    """Path -> credentials file, for the Secret files a workload's main container mounts
+    read-only."""
+    volumes = {v["name"]: v for v in doc["spec"]["template"]["spec"].get("volumes", [])}
+    files = {}
+    for mount in main_container(doc).get("volumeMounts", []):
+        volume = volumes.get(mount["name"], {})
+        if mount.get("readOnly") is True and ("secret" in volume or "projected" in volume):
+            for key in volume_keys(volume):
+                files[f"{mount['mountPath']}/{key}"] = key
+    return files
+
+
 def test_k8s_plain_kustomization_is_the_base_and_the_overlay_builds_on_it() -> None:
     plain = yaml.safe_load((K8S_ROOT / "kustomization.yaml").read_text())
     assert plain["resources"] == ["base"]
@@ -588,7 +718,7 @@ def test_k8s_plain_kustomization_is_the_base_and_the_overlay_builds_on_it() -> N
         if doc["kind"] != "Kustomization"
     }
     patches = secure_patches()
-    assert set(patches) == {"Deployment", "DaemonSet"}
+    assert set(patches) == {"Deployment", "DaemonSet", "StatefulSet"}
     for kind, doc in patches.items():
         assert (kind, doc["metadata"]["name"]) in base
         base_container = main_container(k8s_workload(kind, doc["metadata"]["name"]))
@@ -599,7 +729,7 @@ def test_k8s_secure_overlay_sets_only_reservoir_variables_that_config_declares()
     declared = declared_settings()
     used = {
         (kind, var["name"])
-        for kind, doc in secure_patches().items()
+        for kind, doc in server_patches().items()
         for var in main_container(doc)["env"]
         if var["name"].startswith("RESERVOIR_")
     }
@@ -609,17 +739,17 @@ def test_k8s_secure_overlay_sets_only_reservoir_variables_that_config_declares()
 
 
 def test_k8s_secure_servers_read_tls_and_tokens_from_read_only_secret_mounts() -> None:
-    for kind, doc in secure_patches().items():
+    for kind, doc in server_patches().items():
         container = main_container(doc)
         env = {e["name"]: e.get("value") for e in container["env"]}
         mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
         volumes = {v["name"]: v for v in doc["spec"]["template"]["spec"]["volumes"]}
-        for setting in (*CREDENTIAL_FILES, "RESERVOIR_TOKEN_FILE"):
+        for setting in (*CREDENTIAL_FILES, *ETCD_CLIENT_FILES, "RESERVOIR_TOKEN_FILE"):
             path = Path(env[setting])
             mount = mounts[str(path.parent)]
             assert mount["readOnly"] is True, (kind, setting)
             shown = volume_keys(volumes[mount["name"]])
-            expected = CREDENTIAL_FILES.get(setting) or (
+            expected = (CREDENTIAL_FILES | ETCD_CLIENT_FILES).get(setting) or (
                 "master.token" if kind == "Deployment" else "$(NODE_NAME).token"
             )
             assert path.name == expected, (kind, setting)
@@ -632,7 +762,7 @@ def test_k8s_secure_servers_read_tls_and_tokens_from_read_only_secret_mounts() -
 def test_k8s_secure_secret_files_are_readable_by_the_images_user_only() -> None:
     uid = re.search(r"--uid (\d+)", DOCKERFILE.read_text())
     assert uid
-    for kind, doc in secure_patches().items():
+    for kind, doc in server_patches().items():
         context = doc["spec"]["template"]["spec"]["securityContext"]
         assert context["fsGroup"] == int(uid.group(1)), kind
 
@@ -665,7 +795,7 @@ def test_k8s_secure_worker_token_is_named_after_its_node_which_is_its_worker_id(
 
 
 def test_k8s_secure_probes_run_reservoir_health_on_the_listen_port() -> None:
-    for kind, doc in secure_patches().items():
+    for kind, doc in server_patches().items():
         container = main_container(doc)
         base = main_container(k8s_workload(kind, doc["metadata"]["name"]))
         listen = "RESERVOIR_MASTER_LISTEN" if kind == "Deployment" else "RESERVOIR_WORKER_LISTEN"
@@ -684,7 +814,7 @@ def test_k8s_secure_every_process_checks_a_name_the_certificate_is_made_for(
         kind: {e["name"]: e.get("value") for e in main_container(doc)["env"]}[
             "RESERVOIR_TLS_SERVER_NAME"
         ]
-        for kind, doc in secure_patches().items()
+        for kind, doc in server_patches().items()
     }
     assert len(set(names.values())) == 1, names
     options = credentials_command(K8S_SECURE / "kustomization.yaml")
@@ -699,6 +829,58 @@ def test_k8s_secure_every_process_checks_a_name_the_certificate_is_made_for(
         for key in keys:
             for node in ("node-a", "node-b"):
                 assert (tmp_path / "credentials" / key.format(node=node)).is_file(), secret
+
+
+def test_k8s_secure_etcd_serves_clients_over_tls_from_a_read_only_secret_mount() -> None:
+    patch = secure_patches()["StatefulSet"]
+    base = k8s_workload("StatefulSet", patch["metadata"]["name"])
+    container = main_container(patch)
+    files = read_only_secret_files(patch)
+    # reservoir-tls (CA, certificate, key) and no token.
+    assert set(files.values()) == {"ca.pem", "server.pem", "server-key.pem"}
+    assert_etcd_serves_tls_to_clients(container["command"], files)
+    # The patch restates the base's whole command (lists are replaced): only the client
+    # side changes.
+    ours, theirs = long_flags(container["command"]), long_flags(main_container(base)["command"])
+    assert container["command"][0] == main_container(base)["command"][0]
+    for option in ("name", "data-dir", "initial-cluster", "initial-cluster-state"):
+        assert ours[option] == theirs[option], option
+    for probe in ("readinessProbe", "livenessProbe"):
+        # `httpGet: null` removes the base's plaintext probe.
+        assert "httpGet" in container[probe] and container[probe]["httpGet"] is None, probe
+        assert_etcdctl_checks_health_over_tls(container[probe]["exec"]["command"], files)
+        assert container[probe]["timeoutSeconds"] >= 2, "etcdctl dials with a 2 s timeout"
+    for volume in patch["spec"]["template"]["spec"]["volumes"]:
+        assert volume["secret"]["defaultMode"] & 0o007 == 0, "world-readable secrets"
+    # The etcd image's user is root, which reads the 0440 files; a non-root etcd would need
+    # the servers' fsGroup.
+    pods = [patch["spec"]["template"]["spec"], base["spec"]["template"]["spec"]]
+    contexts = [p.get("securityContext") or {} for p in pods]
+    contexts += [c.get("securityContext") or {} for c in (container, main_container(base))]
+    if any(c.get("runAsNonRoot") or c.get("runAsUser") for c in contexts):
+        uid = re.search(r"--uid (\d+)", DOCKERFILE.read_text())
+        assert uid and any(c.get("fsGroup") == int(uid.group(1)) for c in contexts)
+
+
+def test_k8s_secure_servers_reach_etcd_over_tls_by_a_name_in_the_certificate(
+    tmp_path: Path,
+) -> None:
+    options = credentials_command(K8S_SECURE / "kustomization.yaml")
+    run_credentials_create(tmp_path, "node-a", options["hosts"])
+    names, usages = certificate_names_and_usages(tmp_path / "server.pem")
+    # etcd presents it as a server certificate, the master and workers as a client one.
+    assert usages == {"serverAuth", "clientAuth"}
+    for kind, doc in server_patches().items():
+        files = read_only_secret_files(doc)
+        patched = {e["name"]: e.get("value") for e in main_container(doc)["env"]}
+        for setting, file in ETCD_CLIENT_FILES.items():
+            assert files.get(patched[setting]) == file, (kind, setting)
+        base = main_container(k8s_workload(kind, doc["metadata"]["name"]))
+        env = {e["name"]: e.get("value") for e in base["env"]} | patched
+        assert env["RESERVOIR_METADATA_URL"] == "etcd://etcd:2379", kind
+        checked = etcd_name_checked(env)
+        assert checked in options["hosts"].split(","), (kind, checked)
+        assert checked in names, (kind, checked)
 
 
 def test_kubectl_kustomize_renders_the_plain_and_the_secure_cluster() -> None:
@@ -733,3 +915,14 @@ def test_kubectl_kustomize_renders_the_plain_and_the_secure_cluster() -> None:
         assert "RESERVOIR_TLS_CA" not in {
             e["name"] for e in plain[key]["spec"]["template"]["spec"]["containers"][0]["env"]
         }
+        assert set(ETCD_CLIENT_FILES) <= set(names), key
+    etcd_pod = secure[("StatefulSet", "etcd")]["spec"]["template"]["spec"]
+    etcd = etcd_pod["containers"][0]
+    assert long_flags(etcd["command"]).get("client-cert-auth") == "true"
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert set(etcd[probe]) & {"httpGet", "exec"} == {"exec"}, probe
+    claims = secure[("StatefulSet", "etcd")]["spec"].get("volumeClaimTemplates", [])
+    volumes = {v["name"] for v in etcd_pod["volumes"]} | {c["metadata"]["name"] for c in claims}
+    assert {m["name"] for m in etcd["volumeMounts"]} <= volumes
+    plain_etcd = plain[("StatefulSet", "etcd")]["spec"]["template"]["spec"]["containers"][0]
+    assert "client-cert-auth" not in long_flags(plain_etcd["command"])
