@@ -160,3 +160,35 @@ def test_undecodable_requests_are_invalid_argument(
         assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert "DecodeError" not in (caught.value.details() or "")
     assert client.workers()  # still serving
+
+
+@pytest.mark.parametrize("size", [100 * 1024, 4 * 1024 * 1024], ids=["100KB", "4MiB"])
+@pytest.mark.parametrize(
+    ("method", "request_for"),
+    [
+        ("GetFileInfo", lambda p: master_pb2.GetFileInfoRequest(path=p)),
+        ("GetFileInfos", lambda p: master_pb2.GetFileInfosRequest(paths=[p])),
+        ("ListDirectory", lambda p: master_pb2.ListDirectoryRequest(path=p)),
+        ("Mount", lambda p: master_pb2.MountRequest(path=p, uri="s3://bucket/x/")),
+        ("Unmount", lambda p: master_pb2.UnmountRequest(path=p)),
+        ("Report", lambda p: master_pb2.ReportRequest(path=p)),
+        ("SubmitLoad", lambda p: master_pb2.SubmitLoadRequest(path=p)),
+    ],
+)
+def test_huge_paths_are_invalid_argument_with_a_short_message(
+    cluster: LocalCluster, method: str, request_for: object, size: int
+) -> None:
+    path = "/" + "p" * size
+    with channel(cluster.master_address) as ch:
+        stub = master_pb2_grpc.MasterServiceStub(ch)
+        request = request_for(path)  # type: ignore[operator]
+        if method == "GetFileInfos":
+            response = stub.GetFileInfos(request, timeout=20)
+            code, message = response.results[0].code, response.results[0].message
+            assert code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+        else:
+            with pytest.raises(grpc.RpcError) as caught:
+                getattr(stub, method)(request, timeout=20)
+            assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            message = caught.value.details() or ""
+        assert len(message) < 500
