@@ -7,7 +7,6 @@ location table, live workers) is a cache of it, rebuilt at start.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -18,7 +17,6 @@ from typing import Any, TypeVar
 from reservoir.common import keyspace, logs, paths
 from reservoir.common.config import MasterConfig
 from reservoir.common.errors import (
-    AlreadyExists,
     Internal,
     InvalidArgument,
     NotADirectory,
@@ -35,6 +33,7 @@ from reservoir.common.worker_registry import WorkerRegistry
 from .jobs import LoadJobs
 from .locations import BlockLocationTable
 from .mount_policy import MountPolicy
+from .mount_table import MountTable
 from .worker_link import WorkerLink
 
 log = logs.get_logger(__name__)
@@ -60,7 +59,11 @@ class MasterService:
     ) -> None:
         self._store = store
         self._config = config
-        self._mounts: dict[str, Mount] = {}
+        self.mount_table = MountTable(
+            store,
+            MountPolicy(config.allowed_schemes, config.allowed_endpoints),
+            config.default_block_size,
+        )
         self._under_stores = MountedStores(
             config.ufs_timeout_s,
             config.ufs_retries,
@@ -75,8 +78,6 @@ class MasterService:
         # whole content, so a restarted master's table is exact within seconds.
         self.epoch = f"{_now_ms()}-{uuid.uuid4().hex[:8]}"
         self._leases: dict[str, Lease] = {}
-        self._mount_lock = asyncio.Lock()
-        self._mount_policy = MountPolicy(config.allowed_schemes, config.allowed_endpoints)
         self._worker_link = WorkerLink(config.load_timeout_s, opener)
         # boto3 blocks: under-store calls run on a pool of their own, sized by a setting
         # (asyncio's default pool is small on small machines).
@@ -93,13 +94,11 @@ class MasterService:
         )
 
     async def start(self) -> None:
-        for _, value in await self._store.get_prefix(keyspace.MOUNTS):
-            mount = Mount.from_json(value)
-            self._mounts[mount.path] = mount
+        await self.mount_table.load()
         await self.locations.load()
         await self.refresh_workers()
         await self.jobs.resume()
-        log.info("master_state_loaded", mounts=len(self._mounts))
+        log.info("master_state_loaded", mounts=len(self.mount_table))
 
     async def close(self) -> None:
         await self.jobs.close()
@@ -127,30 +126,15 @@ class MasterService:
         is checked first (a failing one leaves the old mount alone), then the namespace
         below `path` is dropped, to be read again from the new store. Workers follow the
         mounts in etcd, so their next request uses the new mount."""
-        path = paths.normalize(path)
-        if path == paths.ROOT:
-            raise InvalidArgument("cannot mount on /")
-        options = options.validated()
-        # Before anything is contacted: a refused under-store gets no request at all.
-        self._mount_policy.check(uri, options)
-        # The effective block size is part of the mount, so a worker can refuse a request
-        # whose geometry disagrees with it without knowing this master's default.
-        options = dataclasses.replace(options, block_size=self._block_size_of(options))
+        # Refused before anything is contacted: a refused under-store gets no request.
+        path, options = self.mount_table.admit(path, uri, options)
         # Fail fast at mount time: one attempt, so a wrong endpoint is reported in seconds.
         probe = open_under_store(uri, self._under_stores.settings(options, retries=1))
-        async with self._mount_lock:
-            old = self._mounts.get(path)
-            if old is not None and not replace:
-                raise AlreadyExists(f"{path} is already mounted ({old.uri})")
-            for other in self._mounts.values():
-                if other.path != path and (
-                    paths.is_within(path, other.path) or paths.is_within(other.path, path)
-                ):
-                    raise InvalidArgument(f"{path} overlaps the mount at {other.path}")
+        async with self.mount_table.lock:
+            old = self.mount_table.check_place(path, replace)
             await self._ufs(probe.check)
             mount = Mount(path=path, uri=probe.uri, options=options, created_ms=_now_ms())
-            self._mounts[path] = mount
-            await self._store.put(keyspace.mount_key(path), mount.to_json())
+            await self.mount_table.put(mount)
             if old is not None:
                 # Inodes (ETags, sizes, block sizes) and listing marks came from the old store.
                 await self._store.delete(keyspace.inode_key(path))
@@ -168,44 +152,17 @@ class MasterService:
 
     async def unmount(self, path: str) -> None:
         path = paths.normalize(path)
-        async with self._mount_lock:
-            if path not in self._mounts:
-                raise NotFound(f"{path} is not a mount point")
-            await self._store.delete(keyspace.mount_key(path))
+        async with self.mount_table.lock:
+            await self.mount_table.remove(path)
             await self._store.delete(keyspace.inode_key(path))
             await self._delete_subtree(path, exhaustive=True)
-            del self._mounts[path]
             self._under_stores.forget(path)
         log.info("unmounted", path=path)
 
     def mounts(self) -> list[Mount]:
-        return sorted(self._mounts.values(), key=lambda m: m.path)
-
-    def _mount_for(self, path: str) -> Mount | None:
-        best: Mount | None = None
-        for mount in self._mounts.values():
-            if paths.is_within(path, mount.path) and (
-                best is None or len(mount.path) > len(best.path)
-            ):
-                best = mount
-        return best
-
-    def _mount_children(self, path: str) -> set[str]:
-        """Names of the entries that exist at `path` only because a mount lies below it."""
-        names = set()
-        for mount_path in self._mounts:
-            if mount_path != path and paths.is_within(mount_path, path):
-                rest = mount_path[len(path) :].lstrip("/")
-                names.add(rest.split("/", 1)[0])
-        return names
+        return self.mount_table.mounts()
 
     # ---- namespace ----------------------------------------------------------------------
-
-    def _block_size(self, mount: Mount) -> int:
-        return self._block_size_of(mount.options)
-
-    def _block_size_of(self, options: MountOptions) -> int:
-        return options.block_size or self._config.default_block_size
 
     def _fresh(self, mount: Mount, checked_ms: int) -> bool:
         """Whether metadata checked against the under-store at `checked_ms` is still trusted."""
@@ -220,8 +177,8 @@ class MasterService:
             size=obj.size,
             mtime_ms=obj.mtime_ms,
             etag=obj.etag,
-            block_size=self._block_size(mount),
-            file_id=file_id_for(uri, obj.etag, obj.size, self._block_size(mount)),
+            block_size=self.mount_table.block_size(mount),
+            file_id=file_id_for(uri, obj.etag, obj.size, self.mount_table.block_size(mount)),
             ufs_uri=uri,
             mount_path=mount.path,
             synced_ms=_now_ms(),
@@ -243,9 +200,9 @@ class MasterService:
         """A path's inode: from etcd while the mount's sync policy trusts it, else checked
         against the under-store. `refresh` checks it now, whatever the policy says."""
         path = paths.normalize(path)
-        mount = self._mount_for(path)
+        mount = self.mount_table.mount_for(path)
         if mount is None:
-            if path == paths.ROOT or self._mount_children(path):
+            if path == paths.ROOT or self.mount_table.children_of(path):
                 return self._dir_inode(path, None)
             raise NotFound(f"{path}: no such file or directory (not under any mount)")
         if path == mount.path:
@@ -308,7 +265,7 @@ class MasterService:
             except ReservoirError as exc:
                 results[position] = exc
                 continue
-            mount = self._mount_for(path)
+            mount = self.mount_table.mount_for(path)
             if mount is None or path == mount.path:
                 continue  # virtual directories: answered by file_info without the store
             keyed.append((position, path))
@@ -317,7 +274,7 @@ class MasterService:
             if raw is None:
                 continue
             inode = Inode.from_json(raw)
-            mount = self._mount_for(path)
+            mount = self.mount_table.mount_for(path)
             if mount is not None and self._fresh(mount, inode.synced_ms):
                 results[position] = self._with_locations(inode) if with_locations else inode
         # Several unknown files in one directory: one listing answers them all, where
@@ -329,7 +286,7 @@ class MasterService:
         limit = asyncio.Semaphore(self._config.metadata_load_parallelism)
 
         async def listed(parent: str, positions: list[int]) -> None:
-            mount = self._mount_for(parent)
+            mount = self.mount_table.mount_for(parent)
             if mount is None:
                 return
             async with limit:
@@ -370,9 +327,9 @@ class MasterService:
         path = info.path
         entries: dict[str, Inode] = {
             name: self._dir_inode(paths.join(path, name), None)
-            for name in self._mount_children(path)
+            for name in self.mount_table.children_of(path)
         }
-        mount = self._mount_for(path)
+        mount = self.mount_table.mount_for(path)
         if mount is not None:
             stored = await self._store.get(keyspace.inode_key(path))
             if stored is not None and self._fresh(mount, Inode.from_json(stored).listed_ms):
@@ -455,7 +412,7 @@ class MasterService:
         """Syncs the namespace below `path` with the under-store, level by level with
         bounded parallelism; yields (listed, written, removed, done) as it goes."""
         info = await self.file_info(path)
-        mount = self._mount_for(info.path)
+        mount = self.mount_table.mount_for(info.path)
         if mount is None:
             raise InvalidArgument(f"{info.path} is above every mount; load a mount instead")
         if not info.is_dir:
@@ -489,7 +446,7 @@ class MasterService:
     async def tree_is_fresh(self, path: str) -> bool:
         """True when a recursive metadata load of `path` is recent enough to trust."""
         path = paths.normalize(path)
-        mount = self._mount_for(path)
+        mount = self.mount_table.mount_for(path)
         raw = await self._store.get(keyspace.inode_key(path))
         return (
             mount is not None

@@ -1,0 +1,97 @@
+"""The master's mount table: which Reservoir path maps to which under-store, persisted in
+etcd (workers follow it there), with the rules a new mount must pass."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+from reservoir.common import keyspace, paths
+from reservoir.common.errors import AlreadyExists, InvalidArgument, NotFound
+from reservoir.common.metadata_store import MetadataStore
+from reservoir.common.models import Mount, MountOptions
+
+from .mount_policy import MountPolicy
+
+
+class MountTable:
+    def __init__(self, store: MetadataStore, policy: MountPolicy, default_block_size: int) -> None:
+        self._store = store
+        self._policy = policy
+        self._default_block_size = default_block_size
+        self._mounts: dict[str, Mount] = {}
+        # Held across a whole mount change, the namespace work it implies included.
+        self.lock = asyncio.Lock()
+
+    async def load(self) -> None:
+        for _, value in await self._store.get_prefix(keyspace.MOUNTS):
+            mount = Mount.from_json(value)
+            self._mounts[mount.path] = mount
+
+    def __len__(self) -> int:
+        return len(self._mounts)
+
+    def mounts(self) -> list[Mount]:
+        return sorted(self._mounts.values(), key=lambda m: m.path)
+
+    def get(self, path: str) -> Mount | None:
+        return self._mounts.get(path)
+
+    def admit(self, path: str, uri: str, options: MountOptions) -> tuple[str, MountOptions]:
+        """The normalised path and the options a new mount will have, or the error that
+        refuses it, before anything is contacted. The effective block size becomes part
+        of the mount, so a worker can refuse a request whose geometry disagrees with it
+        without knowing this master's default."""
+        path = paths.normalize(path)
+        if path == paths.ROOT:
+            raise InvalidArgument("cannot mount on /")
+        options = options.validated()
+        self._policy.check(uri, options)
+        return path, dataclasses.replace(options, block_size=self.block_size_of(options))
+
+    def check_place(self, path: str, replace: bool) -> Mount | None:
+        """The mount `path` replaces (None for a new one); call with `lock` held."""
+        old = self._mounts.get(path)
+        if old is not None and not replace:
+            raise AlreadyExists(f"{path} is already mounted ({old.uri})")
+        for other in self._mounts.values():
+            if other.path != path and (
+                paths.is_within(path, other.path) or paths.is_within(other.path, path)
+            ):
+                raise InvalidArgument(f"{path} overlaps the mount at {other.path}")
+        return old
+
+    async def put(self, mount: Mount) -> None:
+        self._mounts[mount.path] = mount
+        await self._store.put(keyspace.mount_key(mount.path), mount.to_json())
+
+    async def remove(self, path: str) -> None:
+        if path not in self._mounts:
+            raise NotFound(f"{path} is not a mount point")
+        await self._store.delete(keyspace.mount_key(path))
+        del self._mounts[path]
+
+    def mount_for(self, path: str) -> Mount | None:
+        """The mount `path` lies in (the deepest one), if any."""
+        best: Mount | None = None
+        for mount in self._mounts.values():
+            if paths.is_within(path, mount.path) and (
+                best is None or len(mount.path) > len(best.path)
+            ):
+                best = mount
+        return best
+
+    def children_of(self, path: str) -> set[str]:
+        """Names of the entries that exist at `path` only because a mount lies below it."""
+        names = set()
+        for mount_path in self._mounts:
+            if mount_path != path and paths.is_within(mount_path, path):
+                rest = mount_path[len(path) :].lstrip("/")
+                names.add(rest.split("/", 1)[0])
+        return names
+
+    def block_size(self, mount: Mount) -> int:
+        return self.block_size_of(mount.options)
+
+    def block_size_of(self, options: MountOptions) -> int:
+        return options.block_size or self._default_block_size
