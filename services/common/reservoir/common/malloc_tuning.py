@@ -7,14 +7,15 @@ block-sized results assembled from them) be reused from the heap: measured here,
 128 MiB read went from 3.0 to 1.2 ms of client CPU per MiB. The cost is up to
 TRIM_THRESHOLD of freed memory kept for reuse.
 
-Workers (`tune_for_bounded_footprint`): a worker's memory must follow its capacity. Its
-blocks live in mappings of their own (see the memory tier); what remains on the heap is
-transient (under-store bodies, outgoing messages). Measured here with one worker of
-64 MiB capacity, 1 MiB and 4 MiB blocks, 300 MiB read in shuffled epochs
+Workers (`tune_for_bounded_footprint`): a worker's memory must follow its capacity. With a
+fixed 256 KiB mmap threshold every block of that size or more (and every large transient
+buffer: under-store bodies, outgoing messages) is a mapping of its own, returned to the
+system when freed; a 16 MiB trim threshold bounds what the heap keeps. Measured here with
+one worker of 64 MiB capacity, 1 MiB and 4 MiB blocks, 300 MiB read in shuffled epochs
 (`bench/worker_memory.py`): glibc's defaults peaked at 178 MiB RSS and the client's tuning
-at 185 MiB, both still creeping up (the dynamic mmap threshold moves large transient
-buffers onto a heap that is never trimmed); a fixed 256 KiB mmap threshold with a 16 MiB
-trim threshold held 143–145 MiB, flat from the first epoch, at the same epoch times.
+at 185-199 MiB, still creeping up (the dynamic mmap threshold moves large buffers onto a
+heap that is never trimmed); the fixed thresholds held 141-145 MiB, flat from the first
+epoch, at the same epoch times.
 """
 
 from __future__ import annotations

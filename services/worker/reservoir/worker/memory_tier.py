@@ -24,9 +24,11 @@ class MemoryTier:
     """LRU within a byte capacity. Subclasses change where a block's bytes live by
     overriding `_keep`, `_load` and `_release`; the policy stays here.
 
-    Each block's bytes live in an anonymous mapping of their own, so the memory a block
-    holds goes back to the system the moment the block is evicted (and the last reader
-    lets go of it): the worker's footprint follows its capacity, whatever the heap does.
+    A block is kept as the bytes it arrived in. The worker's allocator tuning (see
+    common/malloc_tuning.py) gives every allocation of 256 KiB or more a mapping of its
+    own, so a large block's memory goes back to the system the moment it is evicted (and
+    the last reader lets go of it), and small ones share the heap instead of costing a
+    mapping each (the kernel allows a process ~65k mappings).
     """
 
     name = "mem"
@@ -86,11 +88,7 @@ class MemoryTier:
 
     def _keep(self, block: BlockId, data: bytes, crc: int, offset: int) -> Any:
         """Stores a block's bytes; returns what `_load` gets back to find them."""
-        if not data:
-            return b""  # an empty mapping cannot be made
-        held = mmap.mmap(-1, len(data))
-        held[:] = data
-        return held
+        return data
 
     def _load(self, block: BlockId, entry: _Entry) -> BlockData:
         """The bytes `_keep` stored."""
