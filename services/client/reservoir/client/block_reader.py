@@ -182,7 +182,7 @@ class BlockReader:
             log.warning("short_circuit_block_corrupt", worker=worker.id, error=str(exc))
             return None
         start = min(offset, block_length)
-        want = block_length - start if length < 0 else min(length, block_length - start)
+        want = _range_length(inode, index, offset, length)
         self.short_circuit_bytes += want
         if (start, want) == (0, block_length):
             return data
