@@ -16,7 +16,7 @@ from reservoir.common import config as cfg
 from reservoir.common import logs
 from reservoir.common.errors import Conflict, InvalidArgument, IsADirectory
 from reservoir.common.malloc_tuning import tune_for_large_buffers
-from reservoir.common.models import Inode, Mount, WorkerRecord
+from reservoir.common.models import Inode, Mount, MountOptions, WorkerRecord
 from reservoir.common.mounted_stores import MountedStores
 from reservoir.common.rpc import CHANNEL_OPTIONS, ChannelPool, error_from_rpc
 from reservoir.common.security import Transport
@@ -85,17 +85,10 @@ class AsyncClient:
         replace: bool = False,
     ) -> Mount:
         """Mounts `uri` at `path`; `replace` swaps out a mount already at `path`."""
-        return await self._view.mount(
-            path,
-            uri,
-            endpoint_url=endpoint_url,
-            region=region,
-            block_size=block_size,
-            credentials=credentials,
-            metadata_ttl_ms=metadata_ttl_ms,
-            metadata_sync=metadata_sync,
-            replace=replace,
+        options = MountOptions(
+            endpoint_url, region, block_size, credentials, metadata_ttl_ms, metadata_sync
         )
+        return await self._view.mount(path, uri, options, replace=replace)
 
     async def unmount(self, path: str) -> None:
         await self._view.unmount(path)

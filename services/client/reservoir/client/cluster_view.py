@@ -78,22 +78,9 @@ class ClusterView:
             raise error_from_rpc(exc, what) from None
 
     async def mount(
-        self,
-        path: str,
-        uri: str,
-        *,
-        endpoint_url: str = "",
-        region: str = "",
-        block_size: int = 0,
-        credentials: str = "",
-        metadata_ttl_ms: int = 0,
-        metadata_sync: str = "",
-        replace: bool = False,
+        self, path: str, uri: str, options: MountOptions, *, replace: bool = False
     ) -> Mount:
         """Mounts `uri` at `path`; `replace` swaps out a mount already at `path`."""
-        options = MountOptions(
-            endpoint_url, region, block_size, credentials, metadata_ttl_ms, metadata_sync
-        )
         request = master_pb2.MountRequest(
             path=path,
             uri=uri,
