@@ -15,8 +15,9 @@ import json
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass, field
+from typing import Protocol
 
 from reservoir.common import keyspace, logs, paths
 from reservoir.common.config import MasterConfig
@@ -65,10 +66,26 @@ class Job:
             self.errors.append(message)
 
 
-# (worker, [(inode, block index)]) -> per entry: None when cached, else the error.
-LoadBlocks = Callable[
-    [WorkerRecord, list[tuple[Inode, int]]], Awaitable[list[ReservoirError | None]]
-]
+class Namespace(Protocol):
+    """What a load job needs of the master's namespace."""
+
+    async def load_all_metadata(self, path: str) -> None: ...
+
+    async def file_info(self, path: str, with_locations: bool = False) -> Inode: ...
+
+    async def subtree(self, path: str) -> list[Inode]: ...
+
+    async def workers(self) -> list[WorkerRecord]: ...
+
+
+class BlockLoader(Protocol):
+    """Drives workers to fetch blocks (see worker_link.WorkerLink)."""
+
+    async def load_blocks(
+        self, worker: WorkerRecord, blocks: list[tuple[Inode, int]]
+    ) -> list[ReservoirError | None]:
+        """Per entry: None when the worker holds the block afterwards, else the error."""
+        ...
 
 
 class LoadJobs:
@@ -76,20 +93,14 @@ class LoadJobs:
         self,
         store: MetadataStore,
         config: MasterConfig,
-        load_metadata: Callable[[str], Awaitable[None]],
-        workers: Callable[[], Awaitable[list[WorkerRecord]]],
-        load_blocks: LoadBlocks,
-        file_info: Callable[[str], Awaitable[Inode]],
-        subtree: Callable[[str], Awaitable[list[Inode]]],
+        namespace: Namespace,
+        loader: BlockLoader,
         locations: BlockLocationTable,
     ) -> None:
         self._store = store
         self._config = config
-        self._load_metadata = load_metadata
-        self._workers = workers
-        self._load_blocks = load_blocks
-        self._file_info = file_info
-        self._subtree = subtree
+        self._namespace = namespace
+        self._loader = loader
         self._locations = locations
         self._jobs: dict[str, Job] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -114,9 +125,9 @@ class LoadJobs:
     async def submit(
         self, path: str, replicas: int, priority_paths: list[str], metadata_only: bool
     ) -> Job:
-        info = await self._file_info(path)  # NOT_FOUND / INVALID_ARGUMENT early
+        info = await self._namespace.file_info(path)  # NOT_FOUND / INVALID_ARGUMENT early
         replicas = replicas or 1
-        live = await self._workers()
+        live = await self._namespace.workers()
         if replicas < 1 or (not metadata_only and replicas > len(live)):
             raise InvalidArgument(f"replicas must be between 1 and {len(live)} (live workers)")
         job = Job(
@@ -195,7 +206,7 @@ class LoadJobs:
             job.done_blocks = job.done_bytes = job.failed_blocks = 0
             job.errors = []
             await self._save(job)
-            await self._load_metadata(job.path)
+            await self._namespace.load_all_metadata(job.path)
             files = await self._files(job.path)
             job.total_files = len(files)
             job.total_bytes = sum(f.size for f in files) * job.replicas
@@ -233,13 +244,13 @@ class LoadJobs:
                 log.warning("load_job_save_failed", job=job.id, error=str(exc))
 
     async def _files(self, path: str) -> list[Inode]:
-        info = await self._file_info(path)
+        info = await self._namespace.file_info(path)
         if not info.is_dir:
             return [info]
-        return [i for i in await self._subtree(info.path) if not i.is_dir]
+        return [i for i in await self._namespace.subtree(info.path) if not i.is_dir]
 
     async def _load(self, job: Job, files: list[Inode]) -> None:
-        workers = await self._workers()
+        workers = await self._namespace.workers()
         if len(workers) < job.replicas:
             raise InvalidArgument(f"{job.replicas} replicas asked, {len(workers)} workers live")
         by_id = {w.id: w for w in workers}
@@ -261,7 +272,7 @@ class LoadJobs:
             while queue:
                 batch, queue[:] = queue[:size], queue[size:]
                 try:
-                    outcomes = await self._load_blocks(by_id[worker_id], batch)
+                    outcomes = await self._loader.load_blocks(by_id[worker_id], batch)
                 except ReservoirError as exc:
                     outcomes = [exc] * len(batch)
                 for (inode, index), outcome in zip(batch, outcomes, strict=True):

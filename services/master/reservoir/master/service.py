@@ -83,14 +83,7 @@ class MasterService:
         # (asyncio's default pool is small on small machines).
         self._pool = ThreadPoolExecutor(config.ufs_concurrency, thread_name_prefix="ufs")
         self.jobs = LoadJobs(
-            store,
-            config,
-            load_metadata=self._load_all_metadata,
-            workers=self.workers,
-            load_blocks=self._worker_link.load_blocks,
-            file_info=self.file_info,
-            subtree=self.subtree,
-            locations=self.locations,
+            store, config, namespace=self, loader=self._worker_link, locations=self.locations
         )
 
     async def start(self) -> None:
@@ -108,7 +101,7 @@ class MasterService:
     async def _ufs(self, call: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._pool, call, *args)
 
-    async def _load_all_metadata(self, path: str) -> None:
+    async def load_all_metadata(self, path: str) -> None:
         if await self.tree_is_fresh(path):
             return  # loaded recently: the stored namespace is the truth
         async for _ in self.load_metadata(path, recursive=True):
