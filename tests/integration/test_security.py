@@ -118,7 +118,7 @@ def test_a_worker_cannot_report_blocks_for_another_worker(secure: LocalCluster) 
         assert c.stat("/sec/a.bin", with_locations=True).locations == before
 
 
-def test_plaintext_clients_get_nothing_but_health(secure: LocalCluster) -> None:
+def test_a_plaintext_client_gets_no_answer_from_a_tls_master(secure: LocalCluster) -> None:
     with grpc.insecure_channel(secure.master_address) as channel:
         stub = master_pb2_grpc.MasterServiceStub(channel)
         with pytest.raises(grpc.RpcError) as caught:

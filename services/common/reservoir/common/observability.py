@@ -19,6 +19,7 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from . import logs
 from .config import LogConfig
+from .rpc import with_behaviour
 
 
 def configure(service: str, config: LogConfig, *, export_metrics: bool = False) -> None:
@@ -90,19 +91,7 @@ class TraceServerInterceptor(grpc.aio.ServerInterceptor):
 
             return run
 
-        if handler.unary_unary:
-            return grpc.unary_unary_rpc_method_handler(
-                wrap_unary(handler.unary_unary),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        if handler.unary_stream:
-            return grpc.unary_stream_rpc_method_handler(
-                wrap_stream(handler.unary_stream),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-        return handler
+        return with_behaviour(handler, wrap_unary, wrap_stream)
 
 
 meter = metrics.get_meter("reservoir")

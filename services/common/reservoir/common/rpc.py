@@ -171,31 +171,47 @@ class RequestDecodingInterceptor(grpc.aio.ServerInterceptor):
                 return _Undecodable(type(exc).__name__)
 
         refusal = errors.InvalidArgument(f"{details.method}: the request could not be decoded")
-        if handler.unary_unary:
-            behaviour = handler.unary_unary
 
+        def wrap_unary(behaviour: Any) -> Any:
             async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
                 if isinstance(request, _Undecodable):
                     await abort_with(context, refusal)
                 return await behaviour(request, context)
 
-            return grpc.unary_unary_rpc_method_handler(
-                unary,
-                request_deserializer=tolerant,
-                response_serializer=handler.response_serializer,
-            )
-        if handler.unary_stream:
-            streaming = handler.unary_stream
+            return unary
 
+        def wrap_stream(streaming: Any) -> Any:
             async def stream(request: Any, context: grpc.aio.ServicerContext) -> Any:
                 if isinstance(request, _Undecodable):
                     await abort_with(context, refusal)
                 async for item in streaming(request, context):
                     yield item
 
-            return grpc.unary_stream_rpc_method_handler(
-                stream,
-                request_deserializer=tolerant,
-                response_serializer=handler.response_serializer,
-            )
-        return handler
+            return stream
+
+        return with_behaviour(handler, wrap_unary, wrap_stream, request_deserializer=tolerant)
+
+
+Wrap = Callable[[Any], Any]
+
+
+def with_behaviour(
+    handler: Any, wrap_unary: Wrap, wrap_stream: Wrap, request_deserializer: Any = None
+) -> Any:
+    """`handler` with its behaviour wrapped (a unary response by `wrap_unary`, a stream by
+    `wrap_stream`), the way a server interceptor changes what a method does. Handlers
+    that take a stream of requests are returned as they are (none of ours do)."""
+    decode = request_deserializer or handler.request_deserializer
+    if handler.unary_unary:
+        return grpc.unary_unary_rpc_method_handler(
+            wrap_unary(handler.unary_unary),
+            request_deserializer=decode,
+            response_serializer=handler.response_serializer,
+        )
+    if handler.unary_stream:
+        return grpc.unary_stream_rpc_method_handler(
+            wrap_stream(handler.unary_stream),
+            request_deserializer=decode,
+            response_serializer=handler.response_serializer,
+        )
+    return handler

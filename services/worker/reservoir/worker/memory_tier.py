@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import mmap
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 BlockId = tuple[str, int]  # (file_id, index); the file_id pins the block size too
-BlockData = bytes | mmap.mmap  # what a tier hands out: immutable block bytes
+BlockData = bytes  # what a tier hands out: immutable block bytes, private to this process
 
 
 @dataclass(slots=True)

@@ -103,8 +103,8 @@ class WorkerServicer:
                 view = memoryview(data)
                 crc = _range_crc(view, start, end, crc)
                 self._service.served(end - start, from_cache)
-                whole = isinstance(data, bytes) and (start, end) == (0, len(data))
-                payload = data if whole and isinstance(data, bytes) else bytes(view[start:end])
+                whole = (start, end) == (0, len(data))
+                payload = data if whole else bytes(view[start:end])
                 return worker_pb2.BlockPayload(position=position, data=payload, crc32c=crc)
             except ReservoirError as exc:
                 return worker_pb2.BlockPayload(
