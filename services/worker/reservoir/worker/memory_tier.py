@@ -12,7 +12,7 @@ BlockData = bytes  # what a tier hands out: immutable block bytes, private to th
 
 
 @dataclass(slots=True)
-class _Entry:
+class HeldBlock:
     length: int
     crc: int  # CRC32C taken when the block landed
     offset: int  # of the block in its object
@@ -35,7 +35,7 @@ class MemoryTier:
     def __init__(self, capacity_bytes: int, on_evict: Callable[[BlockId, int], None]) -> None:
         self.capacity_bytes = capacity_bytes
         self.used_bytes = 0
-        self._blocks: OrderedDict[BlockId, _Entry] = OrderedDict()
+        self._blocks: OrderedDict[BlockId, HeldBlock] = OrderedDict()
         self._on_evict = on_evict
 
     def __len__(self) -> int:
@@ -72,7 +72,7 @@ class MemoryTier:
             self.used_bytes -= old.length
             self._release(victim)
             self._on_evict(victim, old.length)
-        self._blocks[block] = _Entry(size, crc, offset, self._keep(block, data, crc, offset))
+        self._blocks[block] = HeldBlock(size, crc, offset, self._keep(block, data, crc, offset))
         self.used_bytes += size
         return True
 
@@ -89,7 +89,7 @@ class MemoryTier:
         """Stores a block's bytes; returns what `_load` gets back to find them."""
         return data
 
-    def _load(self, block: BlockId, entry: _Entry) -> BlockData:
+    def _load(self, block: BlockId, entry: HeldBlock) -> BlockData:
         """The bytes `_keep` stored."""
         return entry.held  # type: ignore[no-any-return]
 

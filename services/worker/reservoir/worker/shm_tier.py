@@ -26,7 +26,7 @@ from reservoir.common.block_file import read_block_file, write_block_file
 from reservoir.common.errors import DataLoss
 from reservoir.common.models import shm_block_name
 
-from .memory_tier import BlockData, BlockId, MemoryTier, _Entry
+from .memory_tier import BlockData, BlockId, MemoryTier, HeldBlock
 
 
 class ShmTier(MemoryTier):
@@ -58,7 +58,7 @@ class ShmTier(MemoryTier):
         write_block_file(self._path(block), data, crc, offset)
         return None
 
-    def _load(self, block: BlockId, entry: _Entry) -> BlockData:
+    def _load(self, block: BlockId, entry: HeldBlock) -> BlockData:
         try:
             data, crc = read_block_file(self._path(block), entry.length, entry.offset)
         except FileNotFoundError as exc:
