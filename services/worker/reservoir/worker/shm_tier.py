@@ -26,7 +26,7 @@ from reservoir.common.block_file import read_block_file, write_block_file
 from reservoir.common.errors import DataLoss
 from reservoir.common.models import shm_block_name
 
-from .memory_tier import BlockData, BlockId, MemoryTier, HeldBlock
+from .memory_tier import BlockData, BlockId, HeldBlock, MemoryTier
 
 
 class ShmTier(MemoryTier):
