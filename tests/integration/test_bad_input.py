@@ -10,6 +10,7 @@ import pytest
 from reservoir.client import Client
 from reservoir.common import errors
 from reservoir.common.config import ClientConfig
+from reservoir.common.models import file_id_for
 from reservoir.local.cluster import LocalCluster, free_port
 from reservoir.v1 import master_pb2, master_pb2_grpc, worker_pb2
 from tests.conftest import channel, new_mount_path
@@ -127,6 +128,34 @@ def test_worker_refuses_a_block_request_whose_identity_does_not_match(
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
+def test_a_small_read_larger_than_the_workers_limit_is_refused_before_any_fetch(
+    cluster: LocalCluster, client: Client
+) -> None:
+    worker = client.workers()[0]
+    size = 8 * 1024 * 1024  # one block, above the 4 MiB ReadSmall limit
+    request = worker_pb2.ReadBlockRequest(
+        file_id=file_id_for("s3://nowhere/k", "e", size, size),
+        index=0,
+        offset=0,
+        length=-1,
+        ufs_uri="s3://nowhere/k",
+        etag="e",
+        file_size=size,
+        block_size=size,
+        mount_path="/t",
+    )
+    with channel(worker.address) as ch:
+        call = ch.unary_unary(
+            "/reservoir.v1.WorkerService/ReadSmall",
+            request_serializer=worker_pb2.ReadBlockRequest.SerializeToString,
+            response_deserializer=worker_pb2.BlockPayload.FromString,
+        )
+        with pytest.raises(grpc.RpcError) as caught:
+            call(request, timeout=5)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "ReadBlock" in (caught.value.details() or "")
+
+
 def test_negative_offset_is_invalid_argument(
     cluster: LocalCluster, bucket: str, client: Client
 ) -> None:
@@ -142,6 +171,7 @@ def test_negative_offset_is_invalid_argument(
         "/reservoir.v1.MasterService/LoadMetadata",
         "/reservoir.v1.WorkerService/ReadBlock",
         "/reservoir.v1.WorkerService/ReadBlocks",
+        "/reservoir.v1.WorkerService/ReadSmall",
     ],
 )
 def test_undecodable_requests_are_invalid_argument(

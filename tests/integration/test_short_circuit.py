@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -81,3 +82,46 @@ def test_short_circuit_can_be_turned_off(shm_cluster: LocalCluster) -> None:
         for _ in range(2):
             assert c.read("/o/y") == b"y" * 1000
         assert c.aio.short_circuit_bytes == 0
+
+
+def test_warm_same_host_reads_do_not_wait_for_the_clients_event_loop(
+    shm_cluster: LocalCluster,
+) -> None:
+    """A warm read of blocks on this host runs in the caller's thread: with the client's
+    event loop thread held busy, `read`, `readinto` of whole blocks and `read()` of a file
+    object still return the right bytes."""
+    s3 = shm_cluster.s3_client()
+    s3.create_bucket(Bucket="direct")
+    data = os.urandom(3 * BLOCK + 100)
+    s3.put_object(Bucket="direct", Key="d/x.bin", Body=data)
+    with _client(shm_cluster) as c:
+        c.mount("/x", "s3://direct/d/", endpoint_url=shm_cluster.s3_endpoint, block_size=BLOCK)
+        assert c.read("/x/x.bin") == data  # cold: through the loop and the workers
+        handle = c.open("/x/x.bin")
+        release = threading.Event()
+        c._loop.call_soon_threadsafe(release.wait, 30)  # the loop thread is blocked now
+        try:
+            results: dict[str, bytes] = {}
+
+            def reads() -> None:
+                results["read"] = c.read("/x/x.bin")
+                results["range"] = c.read("/x/x.bin", BLOCK - 1, BLOCK + 2)
+                buffer = bytearray(2 * BLOCK)
+                raw = handle.raw
+                raw.seek(BLOCK)
+                filled = raw.readinto(buffer)
+                results["readinto"] = bytes(buffer[:filled])
+                raw.seek(0)
+                results["file"] = handle.read()
+
+            reader = threading.Thread(target=reads, daemon=True)
+            reader.start()
+            reader.join(timeout=20)
+            assert not reader.is_alive(), "a warm local read waited for the event loop"
+        finally:
+            release.set()
+        assert results["read"] == data
+        assert results["range"] == data[BLOCK - 1 : 2 * BLOCK + 1]
+        assert results["readinto"] == data[BLOCK : 3 * BLOCK]
+        assert results["file"] == data
+        handle.close()

@@ -26,3 +26,14 @@ def test_the_checksum_trailer_round_trips() -> None:
 
     assert chunk_payload(encode_crc(0xDEADBEEF)) == 0xDEADBEEF
     assert chunk_payload(encode_crc(0)) == 0
+
+
+@pytest.mark.parametrize("size", [0, 1, 200, 40_000, (1 << 20) + 5])
+def test_hand_built_small_read_reply_is_a_valid_block_payload(size: int) -> None:
+    from reservoir.worker.servicer import encode_payload
+
+    payload = os.urandom(size)
+    reply = worker_pb2.BlockPayload.FromString(encode_payload(memoryview(payload), 0xFEEDF00D))
+    assert reply.data == payload
+    assert reply.HasField("crc32c") and reply.crc32c == 0xFEEDF00D
+    assert reply.code == 0 and reply.position == 0

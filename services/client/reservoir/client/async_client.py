@@ -25,6 +25,7 @@ from reservoir.v1 import master_pb2, worker_pb2
 
 from .block_reader import BlockReader
 from .cluster_view import ClusterView
+from .local_reads import LocalReads
 
 log = logs.get_logger(__name__)
 _tracer = trace.get_tracer("reservoir.client")
@@ -53,6 +54,8 @@ class AsyncClient:
             ),
         )
         self._reader = BlockReader(self.config, self._view, self._worker_channels, under_stores)
+        # For the blocking client: reads its caller threads answer without this loop.
+        self.local_reads = LocalReads(self._view, self._reader, self._reader.short_circuit)
 
     async def close(self) -> None:
         await self._worker_channels.close()
@@ -67,7 +70,7 @@ class AsyncClient:
     @property
     def short_circuit_bytes(self) -> int:
         """Bytes read from same-host workers' files."""
-        return self._reader.short_circuit_bytes
+        return self._reader.short_circuit.bytes_read
 
     # ---- namespace (ClusterView) ------------------------------------------------------------
 

@@ -5,14 +5,13 @@ every block checked for length and checksum before it is returned."""
 from __future__ import annotations
 
 import asyncio
-import os
 
 import grpc
 import grpc.aio
 
 from reservoir.common import config as cfg
 from reservoir.common import logs
-from reservoir.common.block_file import checksum, checksum_of_pieces, read_block_file
+from reservoir.common.block_file import checksum, checksum_of_pieces
 from reservoir.common.errors import (
     Conflict,
     DataLoss,
@@ -23,7 +22,7 @@ from reservoir.common.errors import (
     Unavailable,
     error_for_code_value,
 )
-from reservoir.common.models import Inode, WorkerRecord, block_request, shm_block_name
+from reservoir.common.models import Inode, WorkerRecord, block_request
 from reservoir.common.mounted_stores import MountedStores
 from reservoir.common.observability import inject_metadata
 from reservoir.common.rpc import ChannelPool, error_from_rpc
@@ -31,11 +30,13 @@ from reservoir.v1 import worker_pb2
 
 from .cluster_view import ClusterView
 from .routing import candidates
+from .short_circuit import ShortCircuit, range_length
 
 log = logs.get_logger(__name__)
 
 _READ_BLOCK = "/reservoir.v1.WorkerService/ReadBlock"
 _READ_BLOCKS = "/reservoir.v1.WorkerService/ReadBlocks"
+_READ_SMALL = "/reservoir.v1.WorkerService/ReadSmall"
 # Worker failures that mean "try another replica"; anything else is the answer. DataLoss:
 # bytes that failed their checksum or length on the way here.
 RETRY_ELSEWHERE = (Unavailable, DeadlineExceeded, DataLoss)
@@ -65,13 +66,6 @@ def chunk_payload(message: bytes) -> memoryview | int:
     return view
 
 
-def _range_length(inode: Inode, index: int, offset: int, length: int) -> int:
-    """How many bytes a read of [offset, offset+length) within block `index` returns."""
-    block_length = inode.block_length(index)
-    start = min(offset, block_length)
-    return block_length - start if length < 0 else min(length, block_length - start)
-
-
 def _verified_payload(
     item: worker_pb2.BlockPayload, inode: Inode, worker: WorkerRecord, verify: bool
 ) -> bytes | None:
@@ -97,7 +91,8 @@ class BlockReader:
         self._view = view
         self._channels = channels
         self._under_stores = under_stores
-        self.short_circuit_bytes = 0  # bytes read from same-host workers' files
+        self.short_circuit = ShortCircuit(config)
+        self._stream_only: set[str] = set()  # workers that answered ReadSmall UNIMPLEMENTED
 
     async def read_inode(self, inode: Inode, offset: int, length: int) -> bytes:
         return b"".join(await self.read_inode_pieces(inode, offset, length))
@@ -144,14 +139,17 @@ class BlockReader:
     ) -> list[memoryview]:
         ordered = self.ordered(inode, index, workers)
         for worker in ordered:
-            local = self._local_block(worker, inode, index, offset, length)
+            local = self.short_circuit.read(worker, inode, index, offset, length)
             if local is not None:
                 return [memoryview(local)]
         request = block_request(inode, index, offset, length)
-        expected = _range_length(inode, index, offset, length)
+        expected = range_length(inode, index, offset, length)
         last_error: ReservoirError | None = None
+        small = expected <= self.config.small_file_bytes
         for worker in ordered:
             try:
+                if small and worker.id not in self._stream_only:
+                    return [await self._read_small(worker, request, expected)]
                 return await self._stream_block(worker, request, expected)
             except RETRY_ELSEWHERE as exc:
                 last_error = exc
@@ -160,33 +158,35 @@ class BlockReader:
             memoryview(await self._read_from_under_store(inode, index, offset, length, last_error))
         ]
 
-    def _local_block(
-        self, worker: WorkerRecord, inode: Inode, index: int, offset: int, length: int
-    ) -> bytes | memoryview | None:
-        """The block range read straight from a same-host worker's shared-memory file, or
-        None when that is not possible (another host, not cached there, evicted)."""
-        if not (self.config.short_circuit and worker.shm_dir and worker.host == self.config.host):
-            return None
-        path = os.path.join(worker.shm_dir, shm_block_name(inode.file_id, index))
-        block_length = inode.block_length(index)
+    async def _read_small(
+        self, worker: WorkerRecord, request: worker_pb2.ReadBlockRequest, expected: int
+    ) -> memoryview:
+        """A small range in one unary call, checked for length and checksum."""
+        call = self._channels.get(worker.address).unary_unary(
+            _READ_SMALL,
+            request_serializer=worker_pb2.ReadBlockRequest.SerializeToString,
+            response_deserializer=worker_pb2.BlockPayload.FromString,
+        )
         try:
-            # The whole block, copied out and checked against the checksum in its header:
-            # the file is another process's, so it is never mapped or trusted.
-            data, _ = read_block_file(
-                path, block_length, index * inode.block_size, verify=self.config.verify_checksums
+            reply = await call(
+                request, timeout=self.config.read_timeout_s, metadata=inject_metadata()
             )
-        except OSError:
-            return None  # not cached there (or evicted since)
-        except DataLoss as exc:
-            # The worker will find the same when asked over gRPC, drop it and refetch.
-            log.warning("short_circuit_block_corrupt", worker=worker.id, error=str(exc))
-            return None
-        start = min(offset, block_length)
-        want = _range_length(inode, index, offset, length)
-        self.short_circuit_bytes += want
-        if (start, want) == (0, block_length):
-            return data
-        return memoryview(data)[start : start + want]
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+                # A worker from before ReadSmall (a rolling upgrade): stream from it.
+                self._stream_only.add(worker.id)
+                pieces = await self._stream_block(worker, request, expected)
+                return memoryview(b"".join(pieces))
+            raise error_from_rpc(exc, f"read block from worker {worker.id}") from None
+        what = f"block {request.index} of {request.file_id} from worker {worker.id}"
+        data = reply.data
+        if len(data) != expected:
+            raise DataLoss(f"{what}: {len(data)} bytes, expected {expected}")
+        if not reply.HasField("crc32c"):
+            raise DataLoss(f"{what}: no checksum")
+        if self.config.verify_checksums and checksum(data) != reply.crc32c:
+            raise DataLoss(f"{what}: checksum mismatch")
+        return memoryview(data)
 
     async def _stream_block(
         self, worker: WorkerRecord, request: worker_pb2.ReadBlockRequest, expected: int
@@ -244,7 +244,7 @@ class BlockReader:
         ufs = self._under_stores.for_mount(mount)
         log.info("read_from_under_store", path=inode.path, block=index)
         start = index * inode.block_size + min(offset, inode.block_length(index))
-        want = _range_length(inode, index, offset, length)
+        want = range_length(inode, index, offset, length)
         data = await asyncio.to_thread(
             ufs.get_range, ufs.key_of(inode.ufs_uri), start, want, inode.etag
         )
@@ -292,7 +292,7 @@ class BlockReader:
     ) -> None:
         remote = []
         for position in positions:
-            local = self._local_block(worker, inodes[position], 0, 0, -1)
+            local = self.short_circuit.read(worker, inodes[position], 0, 0, -1)
             if local is None:
                 remote.append(position)
             else:

@@ -39,6 +39,9 @@ class Client:
         return AsyncClient(master, config)  # channels bind to the loop they are made on
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        if self._loop.is_closed() or not self._thread.is_alive():
+            coro.close()
+            raise ValueError("operation on a closed Reservoir client")  # as on a closed file
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
     def close(self) -> None:
@@ -46,6 +49,8 @@ class Client:
             self._run(self._async.close())
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=5)
+            if not self._thread.is_alive():
+                self._loop.close()
 
     def __enter__(self) -> Client:
         return self
@@ -83,7 +88,18 @@ class Client:
         return self._run(self._async.ls(path, with_locations=with_locations))
 
     def read(self, path: str, offset: int = 0, length: int = -1) -> bytes:
-        return b"".join(self._run(self._async.read_pieces(path, offset, length)))
+        if offset >= 0 and length >= -1:
+            # Blocks on this host whose file is known: read in this thread, no loop hop.
+            local = self._async.local_reads.read(path, offset, length)
+            if local is not None:
+                return _joined(local)
+        return _joined(self._run(self._async.read_pieces(path, offset, length)))
+
+    def _read_inode(self, inode: Inode, offset: int, length: int) -> list[bytes | memoryview]:
+        local = self._async.local_reads.read_inode(inode, offset, length)
+        if local is not None:
+            return local
+        return list(self._run(self._async._read_inode_pieces(inode, offset, length)))
 
     def read_many(self, paths: Sequence[str]) -> list[bytes]:
         return self._run(self._async.read_many(paths))
@@ -192,19 +208,29 @@ class ReservoirFile(io.RawIOBase):
         block_size = self._inode.block_size
         index = self._pos // block_size
         if want >= block_size:
-            # Straight from the received buffers into the caller's: no intermediate copy.
-            pieces = self._client._run(
-                self._client.aio._read_inode_pieces(self._inode, self._pos, want)
-            )
+            if self._pos % block_size == 0:
+                # Whole blocks: from this host's block files straight into the caller's
+                # buffer when they are there (no intermediate copy at all).
+                whole = (
+                    want
+                    if self._pos + want == self._inode.size
+                    else want // block_size * block_size
+                )
+                if self._client._async.local_reads.read_blocks_into(
+                    self._inode, index, view[:whole]
+                ):
+                    self._pos += whole
+                    return whole
+            # From the received buffers into the caller's: one copy.
             filled = 0
-            for piece in pieces:
+            for piece in self._client._read_inode(self._inode, self._pos, want):
                 view[filled : filled + len(piece)] = piece
                 filled += len(piece)
             self._pos += filled
             return filled
         if index != self._block_index:
-            self._block = self._client._run(
-                self._client.aio._read_inode(self._inode, index * block_size, block_size)
+            self._block = _joined(
+                self._client._read_inode(self._inode, index * block_size, block_size)
             )
             self._block_index = index
         start = self._pos - index * block_size
@@ -214,6 +240,13 @@ class ReservoirFile(io.RawIOBase):
         return n
 
     def readall(self) -> bytes:
-        data = self._client._run(self._client.aio._read_inode(self._inode, self._pos, -1))
+        data = _joined(self._client._read_inode(self._inode, self._pos, -1))
         self._pos += len(data)
         return data
+
+
+def _joined(pieces: Sequence[bytes | memoryview]) -> bytes:
+    """The pieces as one `bytes`; a single whole `bytes` piece is returned as it is."""
+    if len(pieces) == 1 and type(pieces[0]) is bytes:
+        return pieces[0]
+    return b"".join(pieces)

@@ -115,6 +115,14 @@ class ClusterView:
             self._workers_refresh = asyncio.ensure_future(self._refresh_workers())
         return list(known.value)
 
+    def known_workers(self) -> list[WorkerRecord] | None:
+        """The worker list while it is fresh, without a call: None when it is older than
+        `workers_ttl_s` (the caller then goes through `workers`, which renews it)."""
+        known = self._workers
+        if known is None or known.expires <= time.monotonic():
+            return None
+        return known.value  # type: ignore[no-any-return]
+
     async def _fetch_workers(self) -> list[WorkerRecord]:
         response = await self.call("ListWorkers", master_pb2.ListWorkersRequest(), "list workers")
         workers = [WorkerRecord.from_proto(w) for w in response.workers]
@@ -160,6 +168,14 @@ class ClusterView:
         inode = Inode.from_proto(message)
         self.remember(inode)
         return inode
+
+    def known_inode(self, path: str) -> Inode | None:
+        """A cached inode while it is fresh, without a call; None otherwise. Safe from any
+        thread: a dict read under the GIL."""
+        hit = self._infos.get(paths.normalize(path))
+        if hit is None or hit.expires <= time.monotonic():
+            return None
+        return hit.value  # type: ignore[no-any-return]
 
     async def stat_many(self, many: Sequence[str]) -> list[Inode]:
         """Stats of many paths in one master call (those not already cached)."""

@@ -61,6 +61,7 @@ RULES: dict[str, Rule] = {
     _MASTER + "ReportBlocks": Rule(_CLUSTER, subject_field="worker_id"),
     _WORKER + "ReadBlock": Rule(_READ),
     _WORKER + "ReadBlocks": Rule(_READ),
+    _WORKER + "ReadSmall": Rule(_READ),
     _WORKER + "GetStats": Rule(_READ),
     _WORKER + "LoadBlocks": Rule(_ADMIN | _CLUSTER),
     "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo": Rule(_READ),

@@ -71,15 +71,9 @@ def write_block_file(path: str, data: bytes | memoryview, crc: int, offset: int)
     os.replace(tmp, path)
 
 
-def read_block_file(
-    path: str, length: int, offset: int, *, verify: bool = True
-) -> tuple[bytes, int]:
-    """The block's bytes (a private copy) and their checksum, verified against the header
-    (`verify=False` checks only the header and length: for measuring what the check costs).
-
-    FileNotFoundError when there is no such file; DataLoss when the file is not the block
-    it should be (wrong geometry, truncated, or bytes that fail their checksum).
-    """
+def _open_checked(path: str, length: int, offset: int) -> tuple[int, int]:
+    """An open descriptor of the block file and the checksum its header records, once the
+    header says it holds `length` bytes at `offset` of the object."""
     fd = os.open(path, os.O_RDONLY)
     try:
         raw = os.pread(fd, HEADER_SIZE, 0)
@@ -93,6 +87,23 @@ def read_block_file(
                 f"block file {path}: holds {stored_length} bytes at {stored_offset}, "
                 f"expected {length} at {offset}"
             )
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, crc
+
+
+def read_block_file(
+    path: str, length: int, offset: int, *, verify: bool = True
+) -> tuple[bytes, int]:
+    """The block's bytes (a private copy) and their checksum, verified against the header
+    (`verify=False` checks only the header and length: for measuring what the check costs).
+
+    FileNotFoundError when there is no such file; DataLoss when the file is not the block
+    it should be (wrong geometry, truncated, or bytes that fail their checksum).
+    """
+    fd, crc = _open_checked(path, length, offset)
+    try:
         data = os.pread(fd, length, HEADER_SIZE)
     finally:
         os.close(fd)
@@ -101,3 +112,20 @@ def read_block_file(
     if verify and checksum(data) != crc:
         raise DataLoss(f"block file {path}: checksum mismatch")
     return data, crc
+
+
+def read_block_file_into(path: str, out: memoryview, offset: int, *, verify: bool = True) -> int:
+    """The whole block, `len(out)` bytes, read straight into `out` (the caller's buffer:
+    no intermediate copy) and verified there, as `read_block_file` does. Returns its
+    checksum. `out` holds garbage when this raises."""
+    length = len(out)
+    fd, crc = _open_checked(path, length, offset)
+    try:
+        got = os.preadv(fd, [out], HEADER_SIZE)
+    finally:
+        os.close(fd)
+    if got != length:
+        raise DataLoss(f"block file {path}: {got} of {length} bytes")
+    if verify and checksum(out) != crc:
+        raise DataLoss(f"block file {path}: checksum mismatch")
+    return crc

@@ -277,6 +277,10 @@ class WorkerConfig:
         default=1.0, metadata=env("RESERVOIR_UFS_RETRY_BACKOFF_MAX")
     )
     chunk_size: int = field(default=1 * MiB, metadata=env("RESERVOIR_CHUNK_SIZE"))
+    # The largest range ReadSmall answers in one message (above it, clients stream).
+    small_read_max_bytes: int = field(
+        default=4 * MiB, metadata=env("RESERVOIR_WORKER_SMALL_READ_MAX")
+    )
     # The worker follows the mount table by watching etcd; a broken watch is set up again
     # after a pause that doubles from `mount_watch_backoff_s` up to its max.
     mount_watch_backoff_s: float = field(default=0.5, metadata=env("RESERVOIR_MOUNT_WATCH_BACKOFF"))

@@ -40,6 +40,12 @@ class WorkerServiceStub:
     builds its encoding directly around the cached bytes and the client slices the
     payload out of the received buffer, so no payload passes through protobuf.
     """
+    ReadSmall: _grpc.UnaryUnaryMultiCallable[_worker_pb2.ReadBlockRequest, _worker_pb2.BlockPayload]
+    """The requested range of one block in a single response (`data` and `crc32c` set), for
+    ranges up to the worker's small-read limit (larger ones: INVALID_ARGUMENT, use
+    ReadBlock). A unary call costs the two processes about half the CPU of a stream,
+    which is most of the cost of reading one small file.
+    """
     ReadBlocks: _grpc.UnaryStreamMultiCallable[_worker_pb2.ReadBlocksRequest, _worker_pb2.BlockPayload]
     """Many small blocks in one call (small files), one BlockPayload per request entry."""
     GetStats: _grpc.UnaryUnaryMultiCallable[_worker_pb2.GetStatsRequest, _worker_pb2.WorkerStats]
@@ -59,6 +65,12 @@ class WorkerServiceAsyncStub(WorkerServiceStub):
     """Streams the requested range of one block. Each message is a BlockChunk; the server
     builds its encoding directly around the cached bytes and the client slices the
     payload out of the received buffer, so no payload passes through protobuf.
+    """
+    ReadSmall: _aio.UnaryUnaryMultiCallable[_worker_pb2.ReadBlockRequest, _worker_pb2.BlockPayload]  # type: ignore[assignment]
+    """The requested range of one block in a single response (`data` and `crc32c` set), for
+    ranges up to the worker's small-read limit (larger ones: INVALID_ARGUMENT, use
+    ReadBlock). A unary call costs the two processes about half the CPU of a stream,
+    which is most of the cost of reading one small file.
     """
     ReadBlocks: _aio.UnaryStreamMultiCallable[_worker_pb2.ReadBlocksRequest, _worker_pb2.BlockPayload]  # type: ignore[assignment]
     """Many small blocks in one call (small files), one BlockPayload per request entry."""
@@ -82,6 +94,18 @@ class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
         """Streams the requested range of one block. Each message is a BlockChunk; the server
         builds its encoding directly around the cached bytes and the client slices the
         payload out of the received buffer, so no payload passes through protobuf.
+        """
+
+    @_abc_1.abstractmethod
+    def ReadSmall(
+        self,
+        request: _worker_pb2.ReadBlockRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_worker_pb2.BlockPayload, _abc.Awaitable[_worker_pb2.BlockPayload]]:
+        """The requested range of one block in a single response (`data` and `crc32c` set), for
+        ranges up to the worker's small-read limit (larger ones: INVALID_ARGUMENT, use
+        ReadBlock). A unary call costs the two processes about half the CPU of a stream,
+        which is most of the cost of reading one small file.
         """
 
     @_abc_1.abstractmethod

@@ -15,7 +15,7 @@ import grpc
 import grpc.aio
 
 from reservoir.common.block_file import checksum
-from reservoir.common.errors import ReservoirError, ResourceExhausted, code_value
+from reservoir.common.errors import InvalidArgument, ReservoirError, ResourceExhausted, code_value
 from reservoir.common.rpc import translate_errors, translate_stream_errors
 from reservoir.v1 import worker_pb2
 
@@ -24,6 +24,8 @@ from .service import BlockRequest, WorkerService
 SERVICE = "reservoir.v1.WorkerService"
 _DATA_TAG = b"\x0a"  # field 1, wire type 2 (length-delimited)
 _CRC_TAG = b"\x15"  # field 2, wire type 5 (fixed32)
+_PAYLOAD_DATA_TAG = b"\x12"  # BlockPayload.data: field 2, length-delimited
+_PAYLOAD_CRC_TAG = b"\x2d"  # BlockPayload.crc32c: field 5, fixed32
 
 
 def _varint(n: int) -> bytes:
@@ -46,6 +48,19 @@ def encode_chunk(payload: memoryview) -> bytes:
 def encode_crc(crc: int) -> bytes:
     """The wire form of BlockChunk(crc32c=crc)."""
     return _CRC_TAG + crc.to_bytes(4, "little")
+
+
+def encode_payload(payload: memoryview, crc: int) -> bytes:
+    """The wire form of BlockPayload(data=payload, crc32c=crc), one copy of the payload."""
+    return b"".join(
+        (
+            _PAYLOAD_DATA_TAG,
+            _varint(len(payload)),
+            payload,
+            _PAYLOAD_CRC_TAG,
+            crc.to_bytes(4, "little"),
+        )
+    )
 
 
 def _range_crc(view: memoryview, start: int, end: int, block_crc: int) -> int:
@@ -90,6 +105,23 @@ class WorkerServicer:
             yield encode_chunk(view[pos : min(end, pos + step)])
         yield encode_crc(crc)
         self._service.served(end - start, from_cache)
+
+    @translate_errors
+    async def ReadSmall(
+        self, request: worker_pb2.ReadBlockRequest, context: grpc.aio.ServicerContext
+    ) -> bytes:
+        block = _domain(request)
+        start, end = _window(block, block.block_length)
+        limit = self._service.config.small_read_max_bytes
+        if end - start > limit:
+            raise InvalidArgument(
+                f"ReadSmall answers ranges of up to {limit} bytes, not {end - start}: use ReadBlock"
+            )
+        data, crc, from_cache = await self._service.block(block)
+        view = memoryview(data)
+        reply = encode_payload(view[start:end], _range_crc(view, start, end, crc))
+        self._service.served(end - start, from_cache)
+        return reply
 
     @translate_stream_errors
     async def ReadBlocks(
@@ -164,6 +196,11 @@ class WorkerServicer:
             {
                 "ReadBlock": grpc.unary_stream_rpc_method_handler(
                     self.ReadBlock,
+                    request_deserializer=worker_pb2.ReadBlockRequest.FromString,
+                    response_serializer=None,  # already wire bytes
+                ),
+                "ReadSmall": grpc.unary_unary_rpc_method_handler(
+                    self.ReadSmall,
                     request_deserializer=worker_pb2.ReadBlockRequest.FromString,
                     response_serializer=None,  # already wire bytes
                 ),

@@ -1,0 +1,86 @@
+"""Reads the blocking client answers in the caller's own thread, with no hop through the
+event loop: the inode and the worker list come from what `ClusterView` already knows (while
+fresh), the bytes from block files of workers on this host (`ShortCircuit`). Anything else —
+a cold inode, a block held only elsewhere, a failure — answers None, and the caller takes
+the full path (master, gRPC, failover, under-store) on the event loop.
+
+Many threads call this at once (a DataLoader's workers, a thread pool of readers); what they
+share is read-only here (dict reads under the GIL) except the byte counter, which locks."""
+
+from __future__ import annotations
+
+from reservoir.common.models import Inode, WorkerRecord
+
+from .block_reader import BlockReader
+from .cluster_view import ClusterView
+from .short_circuit import ShortCircuit
+
+
+class LocalReads:
+    def __init__(self, view: ClusterView, reader: BlockReader, short_circuit: ShortCircuit) -> None:
+        self._view = view
+        self._reader = reader
+        self._short_circuit = short_circuit
+
+    def _workers(self) -> list[WorkerRecord] | None:
+        workers = self._view.known_workers()
+        if not workers or not any(self._short_circuit.reaches(w) for w in workers):
+            return None
+        return workers
+
+    def read(self, path: str, offset: int, length: int) -> list[bytes | memoryview] | None:
+        """Bytes [offset, offset+length) of `path` as pieces in order, or None."""
+        inode = self._view.known_inode(path)
+        if inode is None or inode.is_dir:
+            return None
+        return self.read_inode(inode, offset, length)
+
+    def read_inode(self, inode: Inode, offset: int, length: int) -> list[bytes | memoryview] | None:
+        workers = self._workers()
+        if workers is None:
+            return None
+        end = inode.size if length < 0 else min(inode.size, offset + length)
+        if offset >= end:
+            return []
+        block_size = inode.block_size
+        pieces: list[bytes | memoryview] = []
+        for index in range(offset // block_size, (end - 1) // block_size + 1):
+            block_start = index * block_size
+            lo = max(offset, block_start) - block_start
+            hi = min(end, block_start + inode.block_length(index)) - block_start
+            piece = self._block(inode, index, lo, hi - lo, workers)
+            if piece is None:
+                return None
+            pieces.append(piece)
+        return pieces
+
+    def _block(
+        self, inode: Inode, index: int, offset: int, length: int, workers: list[WorkerRecord]
+    ) -> bytes | memoryview | None:
+        for worker in self._reader.ordered(inode, index, workers):
+            piece = self._short_circuit.read(worker, inode, index, offset, length)
+            if piece is not None:
+                return piece
+        return None
+
+    def read_blocks_into(self, inode: Inode, first: int, out: memoryview) -> bool:
+        """Whole blocks from `first` on, as many as fill `out` exactly (it must end on a
+        block boundary or at the end of the file), read straight into `out`: True when
+        every one came from this host, False otherwise (`out` is then undefined)."""
+        workers = self._workers()
+        if workers is None:
+            return False
+        filled, index = 0, first
+        while filled < len(out):
+            length = inode.block_length(index)
+            target = out[filled : filled + length]
+            if len(target) != length:
+                raise ValueError("out must end on a block boundary")
+            if not any(
+                self._short_circuit.read_into(worker, inode, index, target)
+                for worker in self._reader.ordered(inode, index, workers)
+            ):
+                return False
+            filled += length
+            index += 1
+        return True
