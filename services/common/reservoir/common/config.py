@@ -246,6 +246,9 @@ class WorkerConfig:
     # Keep blocks as files in this tmpfs directory (e.g. /dev/shm/reservoir) so clients on
     # the same host can read them directly; empty keeps them in the process's memory.
     shm_dir: str = field(default="", metadata=env("RESERVOIR_WORKER_SHM_DIR"))
+    # Which blocks each tier keeps (worker/eviction.py): `tinylfu` (scan-resistant, keeps a
+    # fixed share of a data set read in shuffled epochs) or `lru`.
+    eviction: str = field(default="tinylfu", metadata=env("RESERVOIR_WORKER_EVICTION"))
     master: str = field(default="127.0.0.1:19998", metadata=env("RESERVOIR_MASTER"))
     metadata_url: str = field(
         default="etcd://127.0.0.1:2379", metadata=env("RESERVOIR_METADATA_URL")

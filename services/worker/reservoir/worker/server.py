@@ -15,6 +15,7 @@ from reservoir.common.rpc import CHANNEL_OPTIONS
 from reservoir.common.security import SecuritySettings, Transport
 
 from .block_reporter import BlockReporter
+from .eviction import POLICIES
 from .master_link import MasterLink
 from .membership import Membership
 from .mount_table import MountTable
@@ -38,6 +39,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[cfg.WorkerConfig, cfg.Log
     parser.add_argument(
         "--shm-dir", help="keep blocks as files here (tmpfs) for short-circuit reads"
     )
+    parser.add_argument(
+        "--eviction", choices=list(POLICIES), help="which blocks a tier keeps (default tinylfu)"
+    )
     parser.add_argument("--master", help="master host:port")
     parser.add_argument("--metadata-url", help="etcd://host:port")
     parser.add_argument("--lease-ttl", type=int)
@@ -51,6 +55,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[cfg.WorkerConfig, cfg.Log
         zone=args.zone,
         capacity_bytes=args.capacity,
         shm_dir=args.shm_dir,
+        eviction=args.eviction,
         master=args.master,
         metadata_url=args.metadata_url,
         lease_ttl_s=args.lease_ttl,

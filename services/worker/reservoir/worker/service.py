@@ -16,6 +16,7 @@ from reservoir.common.models import MAX_BLOCK_SIZE, Mount, file_id_for
 from reservoir.common.mounted_stores import MountedStores
 from reservoir.common.under_store import BodyRetry, UnderStore
 
+from .eviction import new_policy
 from .memory_tier import BlockData, BlockId, MemoryTier
 from .mount_table import MountTable
 from .shm_tier import ShmTier
@@ -87,10 +88,17 @@ class WorkerService:
         self.config = config
         self.worker_id = config.worker_id
         self.stats = WorkerStats()
+        policy = new_policy(config.eviction, config.capacity_bytes)
         self.tier: MemoryTier = (
-            ShmTier(config.shm_dir, config.capacity_bytes, self._evicted, unlisted=unlisted_shm)
+            ShmTier(
+                config.shm_dir,
+                config.capacity_bytes,
+                self._evicted,
+                policy,
+                unlisted=unlisted_shm,
+            )
             if config.shm_dir
-            else MemoryTier(config.capacity_bytes, self._evicted)
+            else MemoryTier(config.capacity_bytes, self._evicted, policy)
         )
         self.mounts = mounts
         self._under_stores = MountedStores(
