@@ -52,9 +52,13 @@ def header(crc: int, length: int, offset: int) -> bytes:
     return HEADER.pack(MAGIC, crc, 0, length, offset)
 
 
-def write_block_file(path: str, data: bytes | memoryview, crc: int, offset: int) -> None:
+def write_block_file(
+    path: str, data: bytes | memoryview, crc: int, offset: int, *, fsync: bool = False
+) -> None:
     """Writes the block under a temporary name, then renames it: a reader sees the whole
-    block or no file."""
+    block or no file. `fsync`: the bytes reach the device before the rename (a power
+    loss then leaves the whole block or none; without it, a torn file that fails its
+    checksum, which a disk tier drops when it starts)."""
     tmp = os.path.join(os.path.dirname(path), "." + os.path.basename(path) + ".tmp")
     with contextlib.suppress(FileNotFoundError):
         os.unlink(tmp)  # left by a crash; it may not be writable
@@ -63,12 +67,29 @@ def write_block_file(path: str, data: bytes | memoryview, crc: int, offset: int)
         for part in (memoryview(header(crc, len(data), offset)), memoryview(data)):
             while part:
                 part = part[os.write(fd, part) :]
+        if fsync:
+            os.fsync(fd)
     except BaseException:
         os.close(fd)
         os.unlink(tmp)
         raise
     os.close(fd)
     os.replace(tmp, path)
+
+
+def read_block_header(path: str) -> tuple[int, int, int]:
+    """The (crc, length, offset) a block file's header claims; DataLoss if it has none."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        raw = os.pread(fd, HEADER_SIZE, 0)
+    finally:
+        os.close(fd)
+    if len(raw) != HEADER_SIZE:
+        raise DataLoss(f"block file {path}: truncated header")
+    magic, crc, _flags, length, offset = HEADER.unpack(raw)
+    if magic != MAGIC:
+        raise DataLoss(f"block file {path}: not a block file")
+    return crc, length, offset
 
 
 def read_block_file(

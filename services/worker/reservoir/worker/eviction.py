@@ -87,20 +87,24 @@ _HALVED = bytes(v >> 1 for v in range(256))
 class FrequencySketch:
     """Approximate recent request counts: a doorkeeper Bloom filter, then a count-min
     sketch of 4-bit counters (saturating at 15), both halved/cleared every `window`
-    requests. Fixed memory: 4 x `width` bytes for the sketch and `width` bytes for the door.
+    requests. Fixed memory: 20 bytes per block it is sized for.
     """
 
     _DEPTH = 4
     _MAX = 15
 
-    def __init__(self, width: int) -> None:
-        self.width = 1 << max(4, (max(16, width) - 1).bit_length())
+    def __init__(self, blocks: int) -> None:
+        # Four counters per block it is sized for: a cache is offered many more blocks than
+        # it holds (twice as many at half a data set), and collisions between them are
+        # what lets a block displace an equally popular one.
+        self.blocks = blocks
+        self.width = 1 << (max(16, 4 * blocks) - 1).bit_length()
         self._mask = self.width - 1
         self._rows = [bytearray(self.width) for _ in range(self._DEPTH)]
-        # 8 bits per expected block: with 2 probes, ~5 % false positives when full.
+        # 32 bits per block: with 2 probes, ~1 % false positives at twice that many.
         self._door = bytearray(self.width)
         self._door_mask = 8 * self.width - 1
-        self.window = 10 * self.width
+        self.window = 10 * blocks
         self._samples = 0
 
     def _slots(self, block: BlockId) -> tuple[int, int, int, int]:
@@ -178,7 +182,7 @@ class TinyLfuPolicy:
     def on_admit(self, block: BlockId, size: int) -> None:
         self._lru.on_admit(block, size)
         self._held += 1
-        if self._held > self._sketch.width:
+        if self._held > self._sketch.blocks:
             # More blocks held than the sketch was sized for (smaller blocks than
             # expected): a wider sketch keeps collisions rare. The held blocks keep their
             # counts; the others start afresh, which favours what is held.

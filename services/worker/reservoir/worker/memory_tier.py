@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
+
+from reservoir.common.errors import DataLoss
 
 from .eviction import EvictionPolicy, LruPolicy
 
@@ -21,9 +23,12 @@ class HeldBlock:
     held: Any  # what the tier keeps for the bytes (see `_keep`)
 
 
-# Called with a block about to be evicted, and its bytes, before they are released (the
-# tiered store writes it to disk if it is not there yet).
-Spill = Callable[[BlockId, bytes, int, int], None]
+class LowerTier(Protocol):
+    """Where a block evicted from this tier may go instead of away (the disk tiers)."""
+
+    def holds(self, block: BlockId) -> bool: ...
+
+    def spill(self, block: BlockId, data: bytes, crc: int, offset: int) -> None: ...
 
 
 class MemoryTier:
@@ -43,16 +48,17 @@ class MemoryTier:
     def __init__(
         self,
         capacity_bytes: int,
-        on_evict: Callable[[BlockId, int], None],
+        on_evict: Callable[[BlockId, int], None] | None,
         policy: EvictionPolicy | None = None,
     ) -> None:
         self.capacity_bytes = capacity_bytes
         self.used_bytes = 0
         self.evictions = 0
+        self.hits = 0
         self.policy: EvictionPolicy = policy or LruPolicy()
         self._blocks: dict[BlockId, HeldBlock] = {}
-        self._on_evict = on_evict
-        self.spill: Spill | None = None
+        self.on_evict = on_evict
+        self.below: LowerTier | None = None
 
     def __len__(self) -> int:
         return len(self._blocks)
@@ -73,7 +79,9 @@ class MemoryTier:
         entry = self._blocks.get(block)
         if entry is None:
             return None
-        return self._load(block, entry), entry.crc
+        data = self._load(block, entry)
+        self.hits += 1
+        return data, entry.crc
 
     def record(self, block: BlockId) -> None:
         """A request for `block` reached the worker (served by this tier or not)."""
@@ -117,16 +125,17 @@ class MemoryTier:
 
     def _evict(self, block: BlockId) -> None:
         entry = self._blocks[block]
-        if self.spill is not None:
+        if self.below is not None and not self.below.holds(block):
             try:
                 data = self._load(block, entry)
-            except Exception:  # bytes that fail their check are not worth spilling
+            except DataLoss:  # bytes that fail their check are not worth keeping
                 data = None
             if data is not None:
-                self.spill(block, data, entry.crc, entry.offset)
+                self.below.spill(block, data, entry.crc, entry.offset)
         self._forget(block)
         self.evictions += 1
-        self._on_evict(block, entry.length)
+        if self.on_evict is not None:
+            self.on_evict(block, entry.length)
 
     def _forget(self, block: BlockId) -> HeldBlock | None:
         entry = self._blocks.pop(block, None)
@@ -140,6 +149,10 @@ class MemoryTier:
     def drop(self, block: BlockId) -> bool:
         """Forgets a block (e.g. its bytes failed their checksum); False if not held."""
         return self._forget(block) is not None
+
+    def drop_entry(self, block: BlockId) -> HeldBlock | None:
+        """`drop`, returning what was held."""
+        return self._forget(block)
 
     def _keep(self, block: BlockId, data: bytes, crc: int, offset: int) -> Any:
         """Stores a block's bytes; returns what `_load` gets back to find them."""

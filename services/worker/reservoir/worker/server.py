@@ -40,6 +40,12 @@ def parse_args(argv: list[str] | None = None) -> tuple[cfg.WorkerConfig, cfg.Log
         "--shm-dir", help="keep blocks as files here (tmpfs) for short-circuit reads"
     )
     parser.add_argument(
+        "--disk-dirs", help="comma-separated directories for the disk tier (one per device)"
+    )
+    parser.add_argument(
+        "--disk-capacity", type=cfg.parse_size, help="bytes of blocks per disk directory"
+    )
+    parser.add_argument(
         "--eviction", choices=list(POLICIES), help="which blocks a tier keeps (default tinylfu)"
     )
     parser.add_argument("--master", help="master host:port")
@@ -56,6 +62,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[cfg.WorkerConfig, cfg.Log
         capacity_bytes=args.capacity,
         shm_dir=args.shm_dir,
         eviction=args.eviction,
+        disk_dirs=args.disk_dirs,
+        disk_capacity_bytes=args.disk_capacity,
         master=args.master,
         metadata_url=args.metadata_url,
         lease_ttl_s=args.lease_ttl,
@@ -97,10 +105,14 @@ async def serve(config: cfg.WorkerConfig, transport: Transport) -> None:
         zone=config.zone,
         capacity_bytes=config.capacity_bytes,
         started_ms=int(time.time() * 1000),
-        shm_dir=str(service.tier.directory) if isinstance(service.tier, ShmTier) else "",
+        shm_dir=str(memory.directory)
+        if isinstance(memory := service.store.memory, ShmTier)
+        else "",
     )
     reporter = BlockReporter(config, service, link)
     membership = Membership(store, record, config, reporter)
+    # Before the first (full) report: the blocks kept on disk are held again.
+    await service.store.start()
     await server.start()
     await membership.register()
     log.info("worker_started", worker=worker_id, address=address, capacity=config.capacity_bytes)
@@ -123,6 +135,7 @@ async def serve(config: cfg.WorkerConfig, transport: Transport) -> None:
         await membership.leave()
     except Exception as exc:
         log.warning("worker_leave_failed", error=str(exc))
+    await service.store.close(config.grace_s)
     service.close()
     await link.close()
     await store.close()

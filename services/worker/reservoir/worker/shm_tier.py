@@ -37,7 +37,7 @@ class ShmTier(MemoryTier):
         self,
         directory: str,
         capacity_bytes: int,
-        on_evict: Callable[[BlockId, int], None],
+        on_evict: Callable[[BlockId, int], None] | None,
         policy: EvictionPolicy | None = None,
         *,
         unlisted: bool = False,
