@@ -189,7 +189,15 @@ def test_ls_lists_files_and_subdirectories_with_sizes(
 
 
 def test_small_cache_evicts_and_still_serves_correct_bytes(tmp_path: Path) -> None:
-    cluster = LocalCluster.up(tmp_path / "small", workers=1, capacity=str(3 * BLOCK), lease_ttl=3)
+    # LRU admits every miss, so every miss past the capacity evicts (tinylfu would keep
+    # what it holds and evict nothing here).
+    cluster = LocalCluster.up(
+        tmp_path / "small",
+        workers=1,
+        capacity=str(3 * BLOCK),
+        lease_ttl=3,
+        env={"RESERVOIR_WORKER_EVICTION": "lru"},
+    )
     try:
         s3 = cluster.s3_client()
         s3.create_bucket(Bucket="small")

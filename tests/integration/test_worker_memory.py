@@ -27,7 +27,14 @@ def _rss(pid: int) -> int:
 def test_worker_rss_stays_within_capacity_plus_overhead_over_12_shuffled_epochs(
     tmp_path: Path,
 ) -> None:
-    cluster = LocalCluster.up(tmp_path / "c", workers=1, lease_ttl=3, capacity="64MiB")
+    # LRU: every miss is kept and evicts another block, the most churn a worker sees.
+    cluster = LocalCluster.up(
+        tmp_path / "c",
+        workers=1,
+        lease_ttl=3,
+        capacity="64MiB",
+        env={"RESERVOIR_WORKER_EVICTION": "lru"},
+    )
     try:
         s3 = cluster.s3_client()
         s3.create_bucket(Bucket="churn")

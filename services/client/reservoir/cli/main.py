@@ -80,6 +80,7 @@ def cmd_local_up(args: argparse.Namespace) -> None:
         s3_latency_ms=args.s3_latency_ms,
         capacity=args.capacity,
         shm=args.shm,
+        disk_capacity=args.disk_capacity or "",
         secure=args.secure,
         keep_s3_data=True,
         resume=args.resume,
@@ -238,16 +239,43 @@ def cmd_workers(args: argparse.Namespace) -> None:
                 misses=s.misses,
                 evictions=s.evictions,
                 corrupt_blocks=s.corrupt_blocks,
+                tiers=[_tier_dict(t) for t in s.tiers],
             )
         data.append(item)
 
+    def line(item: dict[str, Any]) -> str:
+        plain = "\t".join(str(v) for k, v in item.items() if k != "tiers")
+        tiers = "".join(f"\n  {_tier_text(t)}" for t in item.get("tiers", []))
+        return plain + tiers
+
     def text() -> str:
-        return (
-            "\n".join("\t".join(str(v) for v in item.values()) for item in data)
-            or "(no live workers)"
-        )
+        return "\n".join(line(item) for item in data) or "(no live workers)"
 
     _emit(args, data, text)
+
+
+def _tier_dict(t: Any) -> dict[str, Any]:
+    return {
+        "name": t.name,
+        "path": t.path,
+        "used_bytes": t.used_bytes,
+        "capacity_bytes": t.capacity_bytes,
+        "blocks": t.blocks,
+        "evictions": t.evictions,
+        "hits": t.hits,
+        "in_service": t.in_service,
+        "pinned_bytes": t.pinned_bytes,
+    }
+
+
+def _tier_text(t: dict[str, Any]) -> str:
+    where = f" {t['path']}" if t["path"] else ""
+    state = "" if t["in_service"] else "  OUT OF SERVICE"
+    return (
+        f"{t['name']}{where}: {_human(t['used_bytes'])}/{_human(t['capacity_bytes'])}, "
+        f"{t['blocks']} blocks, pinned {_human(t['pinned_bytes'])}, "
+        f"{t['hits']} hits, {t['evictions']} evictions{state}"
+    )
 
 
 # ---- warm-up ---------------------------------------------------------------------------
@@ -355,6 +383,19 @@ def cmd_job(args: argparse.Namespace) -> None:
 def cmd_report(args: argparse.Namespace) -> None:
     with _client(args) as rs:
         r = rs.report(args.path)
+        stats = rs.worker_stats()
+    tiers: dict[str, dict[str, int]] = {}  # the cluster's tiers, by kind
+    for s in stats:
+        for t in s.tiers:
+            total = tiers.setdefault(
+                t.name,
+                {"used_bytes": 0, "capacity_bytes": 0, "blocks": 0, "evictions": 0},
+            )
+            total["used_bytes"] += t.used_bytes
+            total["capacity_bytes"] += t.capacity_bytes if t.in_service else 0
+            total["blocks"] += t.blocks
+            total["evictions"] += t.evictions
+            total["pinned_bytes"] = total.get("pinned_bytes", 0) + t.pinned_bytes
     data = {
         "path": args.path,
         "files": r.files,
@@ -363,15 +404,23 @@ def cmd_report(args: argparse.Namespace) -> None:
         "cached_blocks": r.cached_blocks,
         "cached_bytes": r.cached_bytes,
         "cached_ratio": r.cached_bytes / r.bytes if r.bytes else 1.0,
+        "tiers": tiers,
     }
-    _emit(
-        args,
-        data,
-        lambda: (
+
+    def text() -> str:
+        lines = [
             f"{args.path}: {r.files} files, {_human(r.bytes)}; cached {_human(r.cached_bytes)}"
             f" ({100 * data['cached_ratio']:.1f}%), {r.cached_blocks}/{r.blocks} blocks"
-        ),
-    )
+        ]
+        for name, t in tiers.items():
+            lines.append(
+                f"  cluster {name}: {_human(t['used_bytes'])}/{_human(t['capacity_bytes'])}, "
+                f"{t['blocks']} blocks, pinned {_human(t.get('pinned_bytes', 0))}, "
+                f"{t['evictions']} evictions"
+            )
+        return "\n".join(lines)
+
+    _emit(args, data, text)
 
 
 def cmd_load_metadata(args: argparse.Namespace) -> None:
@@ -532,6 +581,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--s3-latency-ms", type=float, default=0.0, help="first-byte latency of the local S3"
     )
     up.add_argument("--capacity", default="1GiB", help="cache capacity per worker")
+    up.add_argument(
+        "--disk-capacity",
+        metavar="SIZE",
+        help="workers also keep blocks on disk, up to SIZE each, under the state dir "
+        "(kept across worker restarts)",
+    )
     up.add_argument(
         "--shm",
         action="store_true",

@@ -320,6 +320,9 @@ class LocalCluster:
         }
         if self.settings.get("shm"):
             env["RESERVOIR_WORKER_SHM_DIR"] = str(self.shm_root / name)
+        if self.settings.get("disk_capacity"):
+            env["RESERVOIR_WORKER_DISK_DIRS"] = str(self.disk_dir(name))
+            env["RESERVOIR_WORKER_DISK_CAPACITY"] = str(self.settings["disk_capacity"])
         proc = Process(
             name=name,
             argv=[sys.executable, "-m", "reservoir.worker.server"],
@@ -352,6 +355,11 @@ class LocalCluster:
         digest = hashlib.blake2b(str(self.state_dir.resolve()).encode(), digest_size=6).hexdigest()
         return base / f"reservoir-{digest}"
 
+    def disk_dir(self, worker: str) -> Path:
+        """A worker's disk tier: under the state dir, so it outlives the worker process
+        (a restarted worker finds its blocks) and goes with the cluster's data."""
+        return self.state_dir / worker / "disk"
+
     def worker_names(self) -> list[str]:
         return sorted(n for n in self.processes if n.startswith("worker"))
 
@@ -368,6 +376,7 @@ class LocalCluster:
         lease_ttl: int = 10,
         env: dict[str, str] | None = None,
         shm: bool = False,
+        disk_capacity: str = "",
         keep_s3_data: bool = False,
         resume: bool = False,
         secure: bool = False,
@@ -376,7 +385,9 @@ class LocalCluster:
         """Starts a cluster in `state_dir`: a clean one, wiping what a stopped cluster left
         there, or with `resume` that stopped cluster again (see state_dir.py). `secure`: TLS
         and tokens, with credentials made for it in the state dir, or the ones already in
-        `credentials` (made by `pki.create`; the clusters of one test run can share them)."""
+        `credentials` (made by `pki.create`; the clusters of one test run can share them).
+        `disk_capacity`: each worker also keeps blocks on disk, up to this size, in
+        `<state dir>/<worker>/disk`."""
         state = StateDir(Path(state_dir))
         state.path.mkdir(parents=True, exist_ok=True)
         state.ensure_not_running()
@@ -388,6 +399,8 @@ class LocalCluster:
             keep_s3_data = keep_s3_data or bool(s3_port)
         else:
             state.wipe()
+            for disk in state.path.glob("worker*/disk"):  # the previous cluster's blocks
+                shutil.rmtree(disk, ignore_errors=True)
         cluster = cls(
             state_dir=state.path,
             settings={
@@ -395,6 +408,7 @@ class LocalCluster:
                 "lease_ttl": lease_ttl,
                 "env": env or {},
                 "shm": shm,
+                "disk_capacity": disk_capacity,
                 "secure": secure,
                 "credentials": str(credentials or state.path / "tls"),
             },

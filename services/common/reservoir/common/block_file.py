@@ -52,9 +52,13 @@ def header(crc: int, length: int, offset: int) -> bytes:
     return HEADER.pack(MAGIC, crc, 0, length, offset)
 
 
-def write_block_file(path: str, data: bytes | memoryview, crc: int, offset: int) -> None:
+def write_block_file(
+    path: str, data: bytes | memoryview, crc: int, offset: int, *, fsync: bool = False
+) -> None:
     """Writes the block under a temporary name, then renames it: a reader sees the whole
-    block or no file."""
+    block or no file. `fsync`: the bytes reach the device before the rename (a power
+    loss then leaves the whole block or none; without it, a torn file that fails its
+    checksum, which a disk tier drops when it starts)."""
     tmp = os.path.join(os.path.dirname(path), "." + os.path.basename(path) + ".tmp")
     with contextlib.suppress(FileNotFoundError):
         os.unlink(tmp)  # left by a crash; it may not be writable
@@ -63,6 +67,8 @@ def write_block_file(path: str, data: bytes | memoryview, crc: int, offset: int)
         for part in (memoryview(header(crc, len(data), offset)), memoryview(data)):
             while part:
                 part = part[os.write(fd, part) :]
+        if fsync:
+            os.fsync(fd)
     except BaseException:
         os.close(fd)
         os.unlink(tmp)
@@ -71,17 +77,31 @@ def write_block_file(path: str, data: bytes | memoryview, crc: int, offset: int)
     os.replace(tmp, path)
 
 
+def _header_of(path: str, fd: int) -> tuple[int, int, int]:
+    raw = os.pread(fd, HEADER_SIZE, 0)
+    if len(raw) != HEADER_SIZE:
+        raise DataLoss(f"block file {path}: truncated header")
+    magic, crc, _flags, length, offset = HEADER.unpack(raw)
+    if magic != MAGIC:
+        raise DataLoss(f"block file {path}: not a block file")
+    return crc, length, offset
+
+
+def read_block_header(path: str) -> tuple[int, int, int]:
+    """The (crc, length, offset) a block file's header claims; DataLoss if it has none."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return _header_of(path, fd)
+    finally:
+        os.close(fd)
+
+
 def _open_checked(path: str, length: int, offset: int) -> tuple[int, int]:
     """An open descriptor of the block file and the checksum its header records, once the
     header says it holds `length` bytes at `offset` of the object."""
     fd = os.open(path, os.O_RDONLY)
     try:
-        raw = os.pread(fd, HEADER_SIZE, 0)
-        if len(raw) != HEADER_SIZE:
-            raise DataLoss(f"block file {path}: truncated header")
-        magic, crc, _flags, stored_length, stored_offset = HEADER.unpack(raw)
-        if magic != MAGIC:
-            raise DataLoss(f"block file {path}: not a block file")
+        crc, stored_length, stored_offset = _header_of(path, fd)
         if stored_length != length or stored_offset != offset:
             raise DataLoss(
                 f"block file {path}: holds {stored_length} bytes at {stored_offset}, "

@@ -246,6 +246,39 @@ class WorkerConfig:
     # Keep blocks as files in this tmpfs directory (e.g. /dev/shm/reservoir) so clients on
     # the same host can read them directly; empty keeps them in the process's memory.
     shm_dir: str = field(default="", metadata=env("RESERVOIR_WORKER_SHM_DIR"))
+    # Which blocks each tier keeps (worker/eviction.py): `tinylfu` (scan-resistant, keeps a
+    # fixed share of a data set read in shuffled epochs) or `lru`.
+    eviction: str = field(default="tinylfu", metadata=env("RESERVOIR_WORKER_EVICTION"))
+    # The disk tier (worker/disk_tier.py): comma-separated directories, one per device,
+    # below the memory tier. Blocks are kept there across restarts.
+    disk_dirs: str = field(default="", metadata=env("RESERVOIR_WORKER_DISK_DIRS"))
+    # Bytes of blocks each disk directory may hold (per directory, not in total: each is
+    # usually a device of its own). Required with disk_dirs.
+    disk_capacity_bytes: int = field(default=0, metadata=env("RESERVOIR_WORKER_DISK_CAPACITY"))
+    # Background eviction starts when a directory holds more than `high` of its capacity
+    # and frees blocks down to `low`; the room between `high` and the capacity takes new
+    # blocks meanwhile, so a read never waits for eviction.
+    disk_high_watermark: float = field(
+        default=0.95, metadata=env("RESERVOIR_WORKER_DISK_HIGH_WATERMARK")
+    )
+    disk_low_watermark: float = field(
+        default=0.85, metadata=env("RESERVOIR_WORKER_DISK_LOW_WATERMARK")
+    )
+    # Threads for disk reads, writes and unlinks (the event loop never touches a disk).
+    disk_io_threads: int = field(default=4, metadata=env("RESERVOIR_WORKER_DISK_IO_THREADS"))
+    # Block files checked against their checksum at once when a worker starts.
+    disk_scan_parallelism: int = field(
+        default=4, metadata=env("RESERVOIR_WORKER_DISK_SCAN_PARALLELISM")
+    )
+    # Bytes of blocks waiting to be written to disk; past it a block is not written (it
+    # stays in memory, and is offered to the disk again when evicted from there).
+    disk_write_queue_bytes: int = field(
+        default=64 * MiB, metadata=env("RESERVOIR_WORKER_DISK_WRITE_QUEUE")
+    )
+    # fsync each block file before it is renamed into place. Off by default: this is a
+    # cache, a process crash (SIGKILL) loses nothing written, and after a power loss a
+    # torn file fails its checksum at start and is dropped (then fetched again).
+    disk_fsync: bool = field(default=False, metadata=env("RESERVOIR_WORKER_DISK_FSYNC"))
     master: str = field(default="127.0.0.1:19998", metadata=env("RESERVOIR_MASTER"))
     metadata_url: str = field(
         default="etcd://127.0.0.1:2379", metadata=env("RESERVOIR_METADATA_URL")
@@ -301,6 +334,22 @@ class WorkerConfig:
     malloc_trim_threshold: int = field(
         default=16 * MiB, metadata=env("RESERVOIR_WORKER_TRIM_THRESHOLD")
     )
+
+    def __post_init__(self) -> None:
+        if self.disk_dirs and self.disk_capacity_bytes <= 0:
+            raise InvalidArgument(
+                "RESERVOIR_WORKER_DISK_CAPACITY (bytes per directory) must be set with "
+                "RESERVOIR_WORKER_DISK_DIRS"
+            )
+        if not 0 < self.disk_low_watermark <= self.disk_high_watermark <= 1:
+            raise InvalidArgument(
+                "disk watermarks need 0 < RESERVOIR_WORKER_DISK_LOW_WATERMARK <= "
+                "RESERVOIR_WORKER_DISK_HIGH_WATERMARK <= 1"
+            )
+
+    @property
+    def disk_directories(self) -> list[str]:
+        return [d.strip() for d in self.disk_dirs.split(",") if d.strip()]
 
 
 @dataclass(frozen=True)

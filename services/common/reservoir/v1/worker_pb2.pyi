@@ -214,6 +214,58 @@ class GetStatsRequest(_message.Message):
 Global___GetStatsRequest: _TypeAlias = GetStatsRequest  # noqa: Y015
 
 @_typing.final
+class TierStats(_message.Message):
+    """One cache tier of a worker: its memory (or shared-memory) tier, or one disk directory."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    PATH_FIELD_NUMBER: _builtins.int
+    USED_BYTES_FIELD_NUMBER: _builtins.int
+    CAPACITY_BYTES_FIELD_NUMBER: _builtins.int
+    BLOCKS_FIELD_NUMBER: _builtins.int
+    EVICTIONS_FIELD_NUMBER: _builtins.int
+    HITS_FIELD_NUMBER: _builtins.int
+    IN_SERVICE_FIELD_NUMBER: _builtins.int
+    PINNED_BYTES_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """"mem", "shm" or "disk" """
+    path: _builtins.str
+    """the directory of a shm or disk tier"""
+    used_bytes: _builtins.int
+    capacity_bytes: _builtins.int
+    blocks: _builtins.int
+    evictions: _builtins.int
+    """blocks this tier evicted (a block evicted from memory may"""
+    hits: _builtins.int
+    """still be on disk)
+    reads served from this tier
+    """
+    in_service: _builtins.bool
+    """false once an I/O error took a disk directory out"""
+    pinned_bytes: _builtins.int
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        path: _builtins.str = ...,
+        used_bytes: _builtins.int = ...,
+        capacity_bytes: _builtins.int = ...,
+        blocks: _builtins.int = ...,
+        evictions: _builtins.int = ...,
+        hits: _builtins.int = ...,
+        in_service: _builtins.bool = ...,
+        pinned_bytes: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["blocks", b"blocks", "capacity_bytes", b"capacity_bytes", "evictions", b"evictions", "hits", b"hits", "in_service", b"in_service", "name", b"name", "path", b"path", "pinned_bytes", b"pinned_bytes", "used_bytes", b"used_bytes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TierStats: _TypeAlias = TierStats  # noqa: Y015
+
+@_typing.final
 class WorkerStats(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -228,6 +280,8 @@ class WorkerStats(_message.Message):
     CAPACITY_BYTES_FIELD_NUMBER: _builtins.int
     BLOCKS_FIELD_NUMBER: _builtins.int
     CORRUPT_BLOCKS_FIELD_NUMBER: _builtins.int
+    TIERS_FIELD_NUMBER: _builtins.int
+    DISK_WRITES_SKIPPED_FIELD_NUMBER: _builtins.int
     worker_id: _builtins.str
     hits: _builtins.int
     misses: _builtins.int
@@ -240,6 +294,14 @@ class WorkerStats(_message.Message):
     blocks: _builtins.int
     corrupt_blocks: _builtins.int
     """Blocks whose bytes failed their checksum when read back; each was dropped, never served."""
+    disk_writes_skipped: _builtins.int
+    """Blocks not written to disk because the write queue was full."""
+    @_builtins.property
+    def tiers(self) -> _containers.RepeatedCompositeFieldContainer[Global___TierStats]:
+        """Top tier first. `used_bytes`, `capacity_bytes` and `blocks` above are the top tier's;
+        `evictions` above counts blocks that left the worker (no tier holds them).
+        """
+
     def __init__(
         self,
         *,
@@ -254,10 +316,12 @@ class WorkerStats(_message.Message):
         capacity_bytes: _builtins.int = ...,
         blocks: _builtins.int = ...,
         corrupt_blocks: _builtins.int = ...,
+        tiers: _abc.Iterable[Global___TierStats] | None = ...,
+        disk_writes_skipped: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["blocks", b"blocks", "bytes_from_cache", b"bytes_from_cache", "bytes_from_ufs", b"bytes_from_ufs", "capacity_bytes", b"capacity_bytes", "corrupt_blocks", b"corrupt_blocks", "evictions", b"evictions", "hits", b"hits", "misses", b"misses", "ufs_gets", b"ufs_gets", "used_bytes", b"used_bytes", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["blocks", b"blocks", "bytes_from_cache", b"bytes_from_cache", "bytes_from_ufs", b"bytes_from_ufs", "capacity_bytes", b"capacity_bytes", "corrupt_blocks", b"corrupt_blocks", "disk_writes_skipped", b"disk_writes_skipped", "evictions", b"evictions", "hits", b"hits", "misses", b"misses", "tiers", b"tiers", "ufs_gets", b"ufs_gets", "used_bytes", b"used_bytes", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

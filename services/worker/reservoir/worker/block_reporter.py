@@ -81,7 +81,7 @@ class BlockReporter:
 
     async def _send_full(self) -> None:
         self._service.take_report()  # the whole content covers the pending changes
-        blocks = self._service.tier.blocks()
+        blocks = self._service.store.blocks()
         epoch = await self._call(True, blocks, [])
         self._needs_full = False
         self._last_full = time.monotonic()

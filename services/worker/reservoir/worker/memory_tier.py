@@ -1,11 +1,15 @@
-"""The memory tier: immutable blocks within a byte capacity, least recently used out first."""
+"""The memory tier: immutable blocks within a byte capacity; an eviction policy (see
+eviction.py) decides which are kept."""
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
+
+from reservoir.common.errors import DataLoss
+
+from .eviction import EvictionPolicy, LruPolicy
 
 BlockId = tuple[str, int]  # (file_id, index); the file_id pins the block size too
 BlockData = bytes  # what a tier hands out: immutable block bytes, private to this process
@@ -19,9 +23,18 @@ class HeldBlock:
     held: Any  # what the tier keeps for the bytes (see `_keep`)
 
 
+class LowerTier(Protocol):
+    """Where a block evicted from this tier may go instead of away (the disk tiers)."""
+
+    def holds(self, block: BlockId) -> bool: ...
+
+    def spill(self, block: BlockId, data: bytes, crc: int, offset: int) -> None: ...
+
+
 class MemoryTier:
-    """LRU within a byte capacity. Subclasses change where a block's bytes live by
-    overriding `_keep`, `_load` and `_release`; the policy stays here.
+    """Blocks within a byte capacity, kept and evicted as `policy` says (LRU when none is
+    given). Subclasses change where a block's bytes live by overriding `_keep`, `_load`
+    and `_release`; the accounting stays here.
 
     A block is kept as the bytes it arrived in. The worker's allocator tuning (see
     common/malloc_tuning.py) gives every allocation of 256 KiB or more a mapping of its
@@ -32,11 +45,20 @@ class MemoryTier:
 
     name = "mem"
 
-    def __init__(self, capacity_bytes: int, on_evict: Callable[[BlockId, int], None]) -> None:
+    def __init__(
+        self,
+        capacity_bytes: int,
+        on_evict: Callable[[BlockId, int], None] | None,
+        policy: EvictionPolicy | None = None,
+    ) -> None:
         self.capacity_bytes = capacity_bytes
         self.used_bytes = 0
-        self._blocks: OrderedDict[BlockId, HeldBlock] = OrderedDict()
-        self._on_evict = on_evict
+        self.evictions = 0
+        self.hits = 0
+        self.policy: EvictionPolicy = policy or LruPolicy()
+        self._blocks: dict[BlockId, HeldBlock] = {}
+        self.on_evict = on_evict
+        self.below: LowerTier | None = None
 
     def __len__(self) -> int:
         return len(self._blocks)
@@ -49,41 +71,88 @@ class MemoryTier:
 
         Raises DataLoss when bytes read back fail their checksum (the caller drops them).
         """
+        self.policy.on_access(block)
+        return self.peek(block)
+
+    def peek(self, block: BlockId) -> tuple[BlockData, int] | None:
+        """`get` without counting a request (the caller already did, see `record`)."""
         entry = self._blocks.get(block)
         if entry is None:
             return None
-        self._blocks.move_to_end(block)
-        return self._load(block, entry), entry.crc
+        data = self._load(block, entry)
+        self.hits += 1
+        return data, entry.crc
+
+    def record(self, block: BlockId) -> None:
+        """A request for `block` reached the worker (served by this tier or not)."""
+        self.policy.on_access(block)
 
     def put(self, block: BlockId, data: bytes, crc: int, offset: int) -> bool:
-        """Keeps `data`, evicting the least recently used blocks to make room.
+        """Keeps `data` if the policy admits it, evicting what it says to make room.
 
-        Returns False (and keeps nothing) when the block alone exceeds the capacity:
-        the read is still served, just not cached.
+        Returns False (and keeps nothing) when the policy turns the block down or the
+        block alone exceeds the capacity: the read is still served, just not cached.
         """
         if block in self._blocks:
-            self._blocks.move_to_end(block)
             return True
         size = len(data)
         if size > self.capacity_bytes:
             return False
-        while self.used_bytes + size > self.capacity_bytes and self._blocks:
-            victim, old = self._blocks.popitem(last=False)
-            self.used_bytes -= old.length
-            self._release(victim)
-            self._on_evict(victim, old.length)
+        need = self.used_bytes + size - self.capacity_bytes
+        if need > 0:
+            if not self.policy.admit(block, size):
+                return False
+            victims = self._victims(need)
+            if victims is None:
+                return False
+            for victim in victims:
+                self._evict(victim)
         self._blocks[block] = HeldBlock(size, crc, offset, self._keep(block, data, crc, offset))
         self.used_bytes += size
+        self.policy.on_admit(block, size)
         return True
+
+    def _victims(self, need: int) -> list[BlockId] | None:
+        """Blocks to evict to free `need` bytes, or None if that cannot be done."""
+        chosen: list[BlockId] = []
+        freed = 0
+        for victim in self.policy.victims():
+            chosen.append(victim)
+            freed += self._blocks[victim].length
+            if freed >= need:
+                return chosen
+        return None
+
+    def _evict(self, block: BlockId) -> None:
+        entry = self._blocks[block]
+        if self.below is not None and not self.below.holds(block):
+            try:
+                data = self._load(block, entry)
+            except DataLoss:  # bytes that fail their check are not worth keeping
+                data = None
+            if data is not None:
+                self.below.spill(block, data, entry.crc, entry.offset)
+        self._forget(block)
+        self.evictions += 1
+        if self.on_evict is not None:
+            self.on_evict(block, entry.length)
+
+    def _forget(self, block: BlockId) -> HeldBlock | None:
+        entry = self._blocks.pop(block, None)
+        if entry is None:
+            return None
+        self.used_bytes -= entry.length
+        self.policy.remove(block)
+        self._release(block)
+        return entry
 
     def drop(self, block: BlockId) -> bool:
         """Forgets a block (e.g. its bytes failed their checksum); False if not held."""
-        entry = self._blocks.pop(block, None)
-        if entry is None:
-            return False
-        self.used_bytes -= entry.length
-        self._release(block)
-        return True
+        return self._forget(block) is not None
+
+    def drop_entry(self, block: BlockId) -> HeldBlock | None:
+        """`drop`, returning what was held."""
+        return self._forget(block)
 
     def _keep(self, block: BlockId, data: bytes, crc: int, offset: int) -> Any:
         """Stores a block's bytes; returns what `_load` gets back to find them."""

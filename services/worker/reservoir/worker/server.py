@@ -15,6 +15,7 @@ from reservoir.common.rpc import CHANNEL_OPTIONS
 from reservoir.common.security import SecuritySettings, Transport
 
 from .block_reporter import BlockReporter
+from .eviction import POLICIES
 from .master_link import MasterLink
 from .membership import Membership
 from .mount_table import MountTable
@@ -38,6 +39,15 @@ def parse_args(argv: list[str] | None = None) -> tuple[cfg.WorkerConfig, cfg.Log
     parser.add_argument(
         "--shm-dir", help="keep blocks as files here (tmpfs) for short-circuit reads"
     )
+    parser.add_argument(
+        "--disk-dirs", help="comma-separated directories for the disk tier (one per device)"
+    )
+    parser.add_argument(
+        "--disk-capacity", type=cfg.parse_size, help="bytes of blocks per disk directory"
+    )
+    parser.add_argument(
+        "--eviction", choices=list(POLICIES), help="which blocks a tier keeps (default tinylfu)"
+    )
     parser.add_argument("--master", help="master host:port")
     parser.add_argument("--metadata-url", help="etcd://host:port")
     parser.add_argument("--lease-ttl", type=int)
@@ -51,6 +61,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[cfg.WorkerConfig, cfg.Log
         zone=args.zone,
         capacity_bytes=args.capacity,
         shm_dir=args.shm_dir,
+        eviction=args.eviction,
+        disk_dirs=args.disk_dirs,
+        disk_capacity_bytes=args.disk_capacity,
         master=args.master,
         metadata_url=args.metadata_url,
         lease_ttl_s=args.lease_ttl,
@@ -92,10 +105,14 @@ async def serve(config: cfg.WorkerConfig, transport: Transport) -> None:
         zone=config.zone,
         capacity_bytes=config.capacity_bytes,
         started_ms=int(time.time() * 1000),
-        shm_dir=str(service.tier.directory) if isinstance(service.tier, ShmTier) else "",
+        shm_dir=str(memory.directory)
+        if isinstance(memory := service.store.memory, ShmTier)
+        else "",
     )
     reporter = BlockReporter(config, service, link)
     membership = Membership(store, record, config, reporter)
+    # Before the first (full) report: the blocks kept on disk are held again.
+    await service.store.start()
     await server.start()
     await membership.register()
     log.info("worker_started", worker=worker_id, address=address, capacity=config.capacity_bytes)
@@ -118,6 +135,7 @@ async def serve(config: cfg.WorkerConfig, transport: Transport) -> None:
         await membership.leave()
     except Exception as exc:
         log.warning("worker_leave_failed", error=str(exc))
+    await service.store.close(config.grace_s)
     service.close()
     await link.close()
     await store.close()

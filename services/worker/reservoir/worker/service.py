@@ -11,14 +11,14 @@ from opentelemetry import metrics
 from reservoir.common import logs
 from reservoir.common.block_file import checksum
 from reservoir.common.config import WorkerConfig
-from reservoir.common.errors import DataLoss, InvalidArgument, OutOfRange, ReservoirError
+from reservoir.common.errors import InvalidArgument, OutOfRange, ReservoirError
 from reservoir.common.models import MAX_BLOCK_SIZE, Mount, file_id_for
 from reservoir.common.mounted_stores import MountedStores
 from reservoir.common.under_store import BodyRetry, UnderStore
 
-from .memory_tier import BlockData, BlockId, MemoryTier
+from .memory_tier import BlockData, BlockId
 from .mount_table import MountTable
-from .shm_tier import ShmTier
+from .tiered_store import TieredStore
 
 log = logs.get_logger(__name__)
 _meter = metrics.get_meter("reservoir.worker")
@@ -87,11 +87,7 @@ class WorkerService:
         self.config = config
         self.worker_id = config.worker_id
         self.stats = WorkerStats()
-        self.tier: MemoryTier = (
-            ShmTier(config.shm_dir, config.capacity_bytes, self._evicted, unlisted=unlisted_shm)
-            if config.shm_dir
-            else MemoryTier(config.capacity_bytes, self._evicted)
-        )
+        self.store = TieredStore.from_config(config, self, unlisted_shm=unlisted_shm)
         self.mounts = mounts
         self._under_stores = MountedStores(
             config.ufs_timeout_s,
@@ -108,14 +104,13 @@ class WorkerService:
         self.added: set[BlockId] = set()
         self.removed: set[BlockId] = set()
 
-    def _evicted(self, block: BlockId, size: int) -> None:
+    def block_gone(self, block: BlockId, size: int, tier: str) -> None:
+        """No tier holds `block` any more (BlockEvents)."""
         self.stats.evictions += 1
-        _evictions.add(1, {"tier": self.tier.name})
+        _evictions.add(1, {"tier": tier})
         self.added.discard(block)
         self.removed.add(block)
-        log.debug(
-            "block_evicted", file_id=block[0], index=block[1], bytes=size, tier=self.tier.name
-        )
+        log.debug("block_evicted", file_id=block[0], index=block[1], bytes=size, tier=tier)
 
     async def _under_store(self, mount_path: str, ufs_uri: str) -> tuple[Mount, UnderStore]:
         # The mount as it is now (remounts arrive by watch), its store reopened if it changed.
@@ -151,7 +146,7 @@ class WorkerService:
         gives up does not cancel the fetch the others are waiting on. A held block whose
         bytes fail their checksum is dropped and fetched again, never served.
         """
-        held = self._held(request.block)
+        held = await self.store.get(request.block)
         if held is not None:
             self.stats.hits += 1
             _hits.add(1)
@@ -168,23 +163,11 @@ class WorkerService:
         data, crc = await asyncio.shield(task)
         return data, crc, True
 
-    def _held(self, block: BlockId) -> tuple[BlockData, int] | None:
-        try:
-            return self.tier.get(block)
-        except DataLoss as exc:
-            self.stats.corrupt_blocks += 1
-            _corrupt.add(1, {"tier": self.tier.name})
-            log.warning(
-                "block_corrupt",
-                file_id=block[0],
-                index=block[1],
-                tier=self.tier.name,
-                error=str(exc),
-            )
-            if self.tier.drop(block):
-                self.added.discard(block)
-                self.removed.add(block)
-            return None
+    def block_corrupt(self, block: BlockId, tier: str, error: str) -> None:
+        """`block` failed its checksum and was dropped from `tier` (BlockEvents)."""
+        self.stats.corrupt_blocks += 1
+        _corrupt.add(1, {"tier": tier})
+        log.warning("block_corrupt", file_id=block[0], index=block[1], tier=tier, error=error)
 
     def _fetch_done(self, task: asyncio.Task[tuple[BlockData, int]]) -> None:
         for block, running in list(self._inflight.items()):
@@ -217,7 +200,7 @@ class WorkerService:
         crc = checksum(data)
         self.stats.bytes_from_ufs += length
         _bytes.add(length, {"source": "ufs"})
-        if self.tier.put(request.block, data, crc, start):
+        if self.store.put(request.block, data, crc, start):
             self.removed.discard(request.block)
             self.added.add(request.block)
         log.debug("block_fetched", file_id=request.file_id, index=request.index, bytes=length)
@@ -236,7 +219,7 @@ class WorkerService:
     def put_back_report(self, added: list[BlockId], removed: list[BlockId]) -> None:
         """A report that did not reach the master is merged into the next one."""
         for block in added:
-            if block not in self.removed and block in self.tier:
+            if block not in self.removed and block in self.store:
                 self.added.add(block)
         for block in removed:
             if block not in self.added:

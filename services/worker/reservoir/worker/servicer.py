@@ -159,7 +159,7 @@ class WorkerServicer:
             try:
                 block = _domain(item)
                 data, _, _ = await self._service.block(block)
-                if block.block not in self._service.tier:
+                if block.block not in self._service.store:
                     raise ResourceExhausted("block fetched but not kept: the cache is full")
                 return worker_pb2.BlockStatus(position=position, bytes=len(data))
             except ReservoirError as exc:
@@ -175,7 +175,8 @@ class WorkerServicer:
         self, request: worker_pb2.GetStatsRequest, context: grpc.aio.ServicerContext
     ) -> worker_pb2.WorkerStats:
         s = self._service.stats
-        tier = self._service.tier
+        store = self._service.store
+        tier = store.memory
         return worker_pb2.WorkerStats(
             worker_id=self._service.worker_id,
             hits=s.hits,
@@ -188,6 +189,20 @@ class WorkerServicer:
             capacity_bytes=tier.capacity_bytes,
             blocks=len(tier),
             corrupt_blocks=s.corrupt_blocks,
+            tiers=[
+                worker_pb2.TierStats(
+                    name=t.name,
+                    path=t.path,
+                    used_bytes=t.used_bytes,
+                    capacity_bytes=t.capacity_bytes,
+                    blocks=t.blocks,
+                    evictions=t.evictions,
+                    hits=t.hits,
+                    in_service=t.in_service,
+                )
+                for t in store.usage()
+            ],
+            disk_writes_skipped=store.disk_writes_skipped,
         )
 
     def handler(self) -> grpc.GenericRpcHandler:

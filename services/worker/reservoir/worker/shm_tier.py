@@ -1,6 +1,6 @@
 """The shared-memory tier: blocks as files in a tmpfs directory (e.g. /dev/shm).
 
-The memory tier's LRU policy, with each block kept as a block file (see
+The memory tier's accounting and eviction policy, with each block kept as a block file (see
 `reservoir.common.block_file`: a header with its length, offset and checksum, then the
 bytes) that a client on the same host may read directly (short-circuit). A block appears
 under its final name only once complete (write, then rename). The worker never trusts the
@@ -26,6 +26,7 @@ from reservoir.common.block_file import read_block_file, write_block_file
 from reservoir.common.errors import DataLoss
 from reservoir.common.models import shm_block_name
 
+from .eviction import EvictionPolicy
 from .memory_tier import BlockData, BlockId, HeldBlock, MemoryTier
 
 
@@ -36,11 +37,12 @@ class ShmTier(MemoryTier):
         self,
         directory: str,
         capacity_bytes: int,
-        on_evict: Callable[[BlockId, int], None],
+        on_evict: Callable[[BlockId, int], None] | None,
+        policy: EvictionPolicy | None = None,
         *,
         unlisted: bool = False,
     ) -> None:
-        super().__init__(capacity_bytes, on_evict)
+        super().__init__(capacity_bytes, on_evict, policy)
         root = Path(directory)
         # A restarted worker starts empty: the location table was told so (full report).
         shutil.rmtree(root, ignore_errors=True)
