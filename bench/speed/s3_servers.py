@@ -21,7 +21,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 START_TIMEOUT_S = 60.0
-STOP_TIMEOUT_S = 15.0
+STOP_TIMEOUT_S = 5.0
 
 
 def free_port() -> int:
