@@ -1,7 +1,7 @@
 """Read speed: issue #8's table, every row measured in one run on this machine.
 
-    python bench/read_bench.py                  # defaults (moto S3), 3 runs per row
-    python bench/read_bench.py --s3 seaweedfs   # SeaweedFS behind a latency relay
+    python bench/read_bench.py                  # defaults (SeaweedFS S3), 3 runs per row
+    python bench/read_bench.py --s3 moto        # the tests' moto server instead
     python bench/read_bench.py --quick          # smoke run: tiny data sets, one run
 
 Starts a local cluster (etcd, the S3 server with 20 ms first-byte latency, the master and
@@ -303,7 +303,12 @@ def rows_table(rows: list[Row]) -> str:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--s3", choices=("moto", "seaweedfs"), default="moto", help="S3 server")
+    p.add_argument(
+        "--s3",
+        choices=("seaweedfs", "moto"),
+        default="seaweedfs",
+        help="S3 server: seaweedfs (needs the bench extra) or moto (the tests' server)",
+    )
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--capacity", default="4GiB", help="cache capacity per worker")
     p.add_argument("--small-files", type=int, default=2_000, help="files of 8-40 KB")

@@ -180,6 +180,21 @@ class Bench:
 
         return read_many_all
 
+    def _verify(self, client: Any, datasets: list[Dataset]) -> None:
+        """Untimed: the bytes Reservoir returns are the bytes uploaded (a sample)."""
+        import crc32c
+
+        rng = random.Random(1)
+        for ds in datasets:
+            names = rng.sample(
+                sorted(ds.sizes), min(len(ds.sizes), 50 if ds.name == "small" else 2)
+            )
+            datas = client.read_many([f"{MOUNT}/{ds.name}/{n}" for n in names])
+            for name, data in zip(names, datas, strict=True):
+                if crc32c.crc32c(data) != ds.crcs[name]:
+                    raise RuntimeError(f"{ds.name}/{name}: content differs from the upload")
+        log("content check passed")
+
 
 class WarmupBench(Bench):
     """read_bench's Bench (measure, _reader, _stats, restart_workers) plus the warm-up rows."""

@@ -97,7 +97,7 @@ def s3fs_options(endpoint: str) -> dict[str, Any]:
 
 
 def s3fs_reader(endpoint: str, ds: Dataset, pool: cf.ThreadPoolExecutor) -> Reader:
-    """One GET per file (`cat_file` does no HEAD)."""
+    """`cat_file` per file (this s3fs sends a HEAD before each GET)."""
     import s3fs
 
     fs = s3fs.S3FileSystem(**s3fs_options(endpoint))
