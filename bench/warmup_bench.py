@@ -38,18 +38,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from read_bench import (  # noqa: E402 - bench/ is not a package
-    BUCKET,
-    MOUNT,
-    Bench,
-    Dataset,
-    MiB,
-    Row,
-    Run,
-    log,
-    machine_info,
-    upload,
-)
+from speed.datasets import BUCKET, MOUNT, Dataset, upload  # noqa: E402 - bench/ is not a package
+from speed.results import MiB, Row, Run, log, machine_info  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 LARGE_FILE = 16 * MiB
@@ -102,6 +92,108 @@ def merged(*datasets: Dataset) -> Dataset:
 
 
 # ---- measuring ----------------------------------------------------------------------------
+
+
+class Bench:
+    """The measuring code warmup_bench shares no more with read_bench: rows, S3 request
+    counts, worker stats, restarts, and the large/small epoch readers."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.cluster: Any = None
+        self.rows: list[Row] = []
+        self.extra: dict[str, Any] = {}
+
+    def row(self, dataset: str, system: str, note: str = "") -> Row:
+        row = Row(dataset, system, note=note)
+        self.rows.append(row)
+        return row
+
+    def s3_counts(self) -> dict[str, int]:
+        return dict(self.cluster.s3_counts())
+
+    def measure(
+        self,
+        ds: Dataset,
+        read_all: Callable[[], tuple[int, int]],
+        worker_stats: Callable[[], dict[str, int]] | None = None,
+    ) -> Run:
+        """Times read_all() -> (bytes, files); checks it read the whole data set."""
+        before = self.s3_counts()
+        wbefore = worker_stats() if worker_stats else {}
+        start = time.perf_counter()
+        nbytes, files = read_all()
+        seconds = time.perf_counter() - start
+        after = self.s3_counts()
+        wafter = worker_stats() if worker_stats else {}
+        if nbytes != ds.nbytes or files != len(ds.sizes):
+            raise RuntimeError(
+                f"{ds.name}: read {files} files / {nbytes} bytes, expected "
+                f"{len(ds.sizes)} / {ds.nbytes}"
+            )
+        s3 = {k: after.get(k, 0) - before.get(k, 0) for k in set(after) | set(before)}
+        workers = {k: wafter[k] - wbefore.get(k, 0) for k in wafter}
+        run = Run(seconds, nbytes, files, {k: v for k, v in s3.items() if v}, workers)
+        log(
+            f"  {ds.name}: {run.seconds:7.2f}s {run.mb_s:9.1f} MB/s {run.files_s:9.0f} files/s"
+            f"  s3={run.s3}"
+        )
+        return run
+
+    def restart_workers(self) -> None:
+        """Empty caches: stop every worker and start it again (same id and port)."""
+        for name in self.cluster.worker_names():
+            self.cluster.stop(name)
+        for name in self.cluster.worker_names():
+            self.cluster.start_worker(int(name.removeprefix("worker")))
+
+    @staticmethod
+    def _stats(client: Any) -> Callable[[], dict[str, int]]:
+        def stats() -> dict[str, int]:
+            total: dict[str, int] = {}
+            for s in client.worker_stats():
+                for key in ("hits", "misses", "ufs_gets", "bytes_from_ufs", "evictions"):
+                    total[key] = total.get(key, 0) + int(getattr(s, key))
+            return total
+
+        return stats
+
+    def _reader(self, client: Any, ds: Dataset) -> Callable[[], tuple[int, int]]:
+        paths = [f"{MOUNT}/{ds.name}/{n}" for n in ds.order]
+        if ds.name == "large":
+            threads = self.args.reservoir_large_threads
+
+            def read_all() -> tuple[int, int]:
+                with cf.ThreadPoolExecutor(threads) as pool:
+                    sizes = list(pool.map(lambda p: len(client.read(p)), paths))
+                return sum(sizes), len(sizes)
+
+            return read_all
+        threads, batch = self.args.reservoir_small_threads, self.args.batch
+        batches = [paths[i : i + batch] for i in range(0, len(paths), batch)]
+
+        def read_many_all() -> tuple[int, int]:
+            with cf.ThreadPoolExecutor(threads) as pool:
+                done = list(pool.map(lambda b: [len(d) for d in client.read_many(b)], batches))
+            sizes = [n for b in done for n in b]
+            return sum(sizes), len(sizes)
+
+        return read_many_all
+
+    def _verify(self, client: Any, datasets: list[Dataset]) -> None:
+        """Untimed: the bytes Reservoir returns are the bytes uploaded (a sample)."""
+        import crc32c
+
+        rng = random.Random(1)
+        for ds in datasets:
+            names = rng.sample(
+                sorted(ds.sizes), min(len(ds.sizes), 50 if ds.name == "small" else 2)
+            )
+            datas = client.read_many([f"{MOUNT}/{ds.name}/{n}" for n in names])
+            for name, data in zip(names, datas, strict=True):
+                if crc32c.crc32c(data) != ds.crcs[name]:
+                    raise RuntimeError(f"{ds.name}/{name}: content differs from the upload")
+        log("content check passed")
 
 
 class WarmupBench(Bench):
@@ -507,7 +599,9 @@ def main(argv: list[str] | None = None) -> int:
         upload_s: dict[str, float] = {}
         for ds in (large, small):
             log(f"uploading {ds.name}: {len(ds.sizes)} files, {ds.nbytes / MiB:.1f} MiB")
-            upload_s[ds.name] = upload(s3, ds, 16, args.seed)
+            start = time.perf_counter()
+            upload(s3, ds, [ds.prefix], 16, args.seed)
+            upload_s[ds.name] = time.perf_counter() - start
             log(f"  {upload_s[ds.name]:.1f}s")
         bench.extra["upload_seconds"] = upload_s
         bench.cluster.s3_config(latency_ms=args.s3_latency_ms)

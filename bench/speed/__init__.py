@@ -1,0 +1,1 @@
+"""The parts of `bench/read_bench.py`: data sets, S3 servers, readers, the target table."""

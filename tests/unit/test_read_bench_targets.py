@@ -1,0 +1,83 @@
+"""The read bench's target table (bench/speed/targets.py): ratios of medians, verdicts."""
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+def load_targets() -> ModuleType:
+    """bench/ is not a package: load bench/speed/targets.py by path."""
+    spec = importlib.util.spec_from_file_location(
+        "bench_speed_targets", BENCH / "speed" / "targets.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+T = load_targets()
+
+
+def medians(scale: float) -> dict[tuple[str, str], dict[str, float]]:
+    """Every row any target names: denominators 100, each numerator `scale` x the highest
+    target it has (warm large gRPC has two)."""
+    out: dict[tuple[str, str], dict[str, float]] = {}
+    for t in T.TARGETS:
+        out[t.denominator] = {t.unit: 100.0}
+    for t in T.TARGETS:
+        value = out.setdefault(t.numerator, {}).get(t.unit, 0.0)
+        out[t.numerator][t.unit] = max(value, 100.0 * t.target * scale)
+    return out
+
+
+def test_each_ratio_divides_the_medians_of_its_two_rows() -> None:
+    outcomes = T.evaluate(
+        {("small", T.COLD_READ): {"files_s": 270.0}, ("small", T.BOTO3): {"files_s": 300.0}},
+        {},
+    )
+    cold = next(o for o in outcomes if o.target.numerator == ("small", T.COLD_READ))
+    assert cold.ratio == pytest.approx(0.9)
+    assert cold.met
+    assert cold.verdict == "met"
+
+
+def test_a_ratio_just_under_its_target_is_not_met() -> None:
+    outcomes = T.evaluate(medians(0.99), {})
+    tcp = [o for o in outcomes if o.target.denominator == (T.CEILING, T.TCP)]
+    assert [o.verdict for o in outcomes if o not in tcp] == ["not met"] * (len(T.TARGETS) - 1)
+    assert [o.verdict for o in tcp] == ["met"]  # 0.99 x 0.6 of 100 is still >= 0.4 x 100
+    assert "1 of 10 targets met" in T.targets_table(outcomes)
+
+
+def test_every_target_met_when_every_ratio_reaches_it() -> None:
+    outcomes = T.evaluate(medians(1.0), {})
+    assert all(o.met for o in outcomes)
+    assert "10 of 10 targets met" in T.targets_table(outcomes)
+
+
+def test_a_row_that_failed_its_check_makes_the_target_invalid_whatever_the_ratio() -> None:
+    problems = {("small", T.WARM_GRPC_READ): ["not warm: 12 S3 GETs", "not warm: 12 S3 GETs"]}
+    outcomes = T.evaluate(medians(5.0), problems)
+    warm = next(o for o in outcomes if o.target.numerator == ("small", T.WARM_GRPC_READ))
+    assert warm.verdict == "invalid"
+    assert not warm.met
+    assert warm.problems == (f"{T.WARM_GRPC_READ}: not warm: 12 S3 GETs",)
+    assert "! " + warm.problems[0] in T.targets_table(outcomes)
+
+
+def test_a_missing_row_is_not_measured_and_not_met() -> None:
+    outcomes = T.evaluate({}, {})
+    assert all(o.ratio is None and o.verdict == "not measured" for o in outcomes)
+    assert all(o.to_json()["met"] is False for o in outcomes)
+
+
+def test_warm_large_grpc_has_both_of_its_targets() -> None:
+    names = {t.denominator for t in T.TARGETS if t.numerator == ("large", T.WARM_GRPC_READ)}
+    assert names == {("large", T.SIMPLECACHE_2), (T.CEILING, T.TCP)}
