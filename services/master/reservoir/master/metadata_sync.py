@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 from reservoir.common import keyspace, logs, paths
 from reservoir.common.config import MasterConfig
-from reservoir.common.errors import InvalidArgument, NotFound
+from reservoir.common.errors import InvalidArgument, NotFound, ReservoirError
 from reservoir.common.metadata_store import MetadataStore
 from reservoir.common.models import Inode, Mount, file_id_for
 from reservoir.common.mounted_stores import MountedStores
@@ -75,6 +75,11 @@ _Flight = tuple[str, int, str]  # (mount path, mount created_ms, directory)
 _MAX_TOO_BIG = 4096  # directories remembered as too big to list; past it, old ones go
 
 
+def _retrieve(future: asyncio.Future[DirectoryListing | None]) -> None:
+    if not future.cancelled():
+        future.exception()  # the readers that still wait have it; none may be left
+
+
 class NamespaceSync:
     def __init__(
         self,
@@ -89,7 +94,9 @@ class NamespaceSync:
         self._mount_table = mount_table
         self._under_stores = under_stores
         self._pool = pool
-        self._listings: dict[_Flight, asyncio.Task[DirectoryListing | None]] = {}
+        # Listings under way: every reader that misses in the directory meanwhile waits
+        # on the same answer.
+        self._listings: dict[_Flight, asyncio.Future[DirectoryListing | None]] = {}
         # Directories found bigger than the listing bound, and when: misses in them are
         # HEADs until the mount's sync interval says to try a listing again.
         self._too_big: dict[_Flight, int] = {}
@@ -148,13 +155,15 @@ class NamespaceSync:
             if self.fresh(mount, found_big):
                 return await self.sync_inode(mount, path)
             del self._too_big[flight]
-        task = self._listings.get(flight)
-        if task is None:
-            task = asyncio.create_task(self._list_once(mount, directory, flight))
-            self._listings[flight] = task
+        listed = self._listings.get(flight)
+        if listed is None:
+            listed = asyncio.get_running_loop().create_future()
+            listed.add_done_callback(_retrieve)
+            self._listings[flight] = listed
+            task = asyncio.create_task(self._list_once(mount, directory, listed))
             task.add_done_callback(lambda _: self._listings.pop(flight, None))
         # Shielded: a reader that gives up does not cancel the listing others wait on.
-        listing = await asyncio.shield(task)
+        listing = await asyncio.shield(listed)
         if listing is None:  # listed by an earlier flight meanwhile: etcd has the answer
             raw = await self._store.get(keyspace.inode_key(path))
             if raw is None:
@@ -168,15 +177,32 @@ class NamespaceSync:
         return await self.sync_inode(mount, path)
 
     async def _list_once(
-        self, mount: Mount, directory: str, flight: _Flight
-    ) -> DirectoryListing | None:
-        # A reader that looked at etcd just before the last flight stored its listing
-        # would otherwise list the directory a second time.
-        if await self.listed(mount, directory):
-            return None
-        bound = self._config.metadata_list_max_entries
-        listing = await self.sync_directory(mount, directory, limit=bound)
-        if not listing.complete:
+        self,
+        mount: Mount,
+        directory: str,
+        listed: asyncio.Future[DirectoryListing | None],
+    ) -> None:
+        """Lists `directory`, answers the readers waiting on `listed` as soon as the
+        under-store has answered, then stores the listing (readers that miss there
+        meanwhile still find this flight, and its answer)."""
+        try:
+            # A reader that looked at etcd just before the last flight stored its listing
+            # would otherwise list the directory a second time.
+            if await self.listed(mount, directory):
+                listed.set_result(None)
+                return
+            bound = self._config.metadata_list_max_entries
+            children, complete = await self._read_directory(mount, directory, bound)
+        except asyncio.CancelledError:
+            listed.cancel()
+            raise
+        except Exception as exc:
+            listed.set_exception(exc)  # every waiting reader gets it; the next miss lists again
+            return
+        listing = DirectoryListing(children, complete=complete)
+        listed.set_result(listing)
+        if not complete:
+            flight = (mount.path, mount.created_ms, directory)
             if len(self._too_big) >= _MAX_TOO_BIG:
                 self._too_big = {f: t for f, t in self._too_big.items() if self.fresh(mount, t)}
                 if len(self._too_big) >= _MAX_TOO_BIG:
@@ -185,10 +211,14 @@ class NamespaceSync:
             log.info(
                 "directory_too_big_to_list",
                 path=directory,
-                listed=len(listing.children),
+                listed=len(children),
                 bound=bound,
             )
-        return listing
+        try:
+            await self._store_directory(mount, directory, children, complete)
+        except ReservoirError as exc:
+            # The readers have their answers; the next miss there lists it again.
+            log.warning("directory_listing_not_stored", path=directory, error=str(exc))
 
     async def sync_inode(self, mount: Mount, path: str) -> Inode:
         """One path checked against the under-store with a HEAD (a LIST when it is not an
@@ -229,8 +259,17 @@ class NamespaceSync:
         changed and new children written, vanished children (and their subtrees)
         removed, the directory marked as listed. A listing cut short at `limit` only
         writes what it saw: it cannot tell what vanished, nor vouch for what is absent."""
+        children, complete = await self._read_directory(mount, path, limit)
+        return await self._store_directory(mount, path, children, complete)
+
+    async def _read_directory(
+        self, mount: Mount, path: str, limit: int | None
+    ) -> tuple[list[Inode], bool]:
+        """The children the under-store lists below `path`, sorted; and whether that is
+        all of them."""
         ufs = self.under_store(mount)
         prefix = "" if path == mount.path else path[len(mount.path) + 1 :] + "/"
+        started = time.perf_counter()
         listing = await self.ufs(ufs.list, prefix, limit)
         children: list[Inode] = []
         for sub in listing.prefixes:
@@ -243,6 +282,18 @@ class NamespaceSync:
                 continue  # an object name Reservoir paths cannot express
             children.append(self.file_inode(mount, ufs, child, obj))
         children.sort(key=lambda c: c.path)
+        log.debug(
+            "directory_listed",
+            path=path,
+            entries=len(children),
+            complete=listing.complete,
+            seconds=round(time.perf_counter() - started, 3),
+        )
+        return children, listing.complete
+
+    async def _store_directory(
+        self, mount: Mount, path: str, children: list[Inode], complete: bool
+    ) -> DirectoryListing:
         if not children and path != mount.path:
             # The directory is gone (or never was): no listing marker for a phantom.
             raw = await self._store.get(keyspace.inode_key(path))
@@ -250,7 +301,7 @@ class NamespaceSync:
                 await self.delete_subtree(path)
                 await self._store.delete(keyspace.inode_key(path))
             return DirectoryListing([])
-        if not listing.complete:
+        if not complete:
             # Files only: a stored subdirectory keeps its own listing marker.
             files = [c for c in children if not c.is_dir]
             await self._store.put_many([(keyspace.inode_key(i.path), i.to_json()) for i in files])
