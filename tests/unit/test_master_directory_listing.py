@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from reservoir.common import keyspace
 from reservoir.common.config import MasterConfig
 from reservoir.common.errors import NotFound
 from reservoir.common.local_under_store import LocalUnderStore
@@ -176,5 +177,40 @@ def test_a_failed_listing_reaches_every_waiting_reader_and_the_next_miss_lists_a
         assert [type(r) for r in results] == [ConnectionError, ConnectionError]
         failing[0] = False
         assert (await master.file_info("/m/d/b.bin")).size == len("d/b.bin")
+
+    asyncio.run(scenario())
+
+
+class _ListedMeanwhile(MemoryMetadataStore):
+    """A real memory store on which the directory's listing lands right after the first
+    read of one key: the interleaving of a stat with another reader's listing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.key = b""
+        self.meanwhile: Callable[[], Any] | None = None
+
+    async def get(self, key: bytes) -> bytes | None:
+        value = await super().get(key)
+        if key == self.key and self.meanwhile is not None:
+            meanwhile, self.meanwhile = self.meanwhile, None
+            await meanwhile()
+        return value
+
+
+def test_a_stat_that_races_the_storing_of_its_directory_listing_finds_the_file(
+    tmp_path: Path,
+) -> None:
+
+    uri = _tree(tmp_path, ["f.bin", "g.bin"])
+
+    async def scenario() -> None:
+        store = _ListedMeanwhile()
+        config = MasterConfig(metadata_url="memory://", allowed_schemes="s3,file")
+        master = MasterService(store, config)
+        mount = await master.mount("/m", uri, HOUR)
+        store.key = keyspace.inode_key("/m/f.bin")
+        store.meanwhile = lambda: master.sync.sync_directory(mount, "/m")
+        assert (await master.file_info("/m/f.bin")).size == len("f.bin")
 
     asyncio.run(scenario())

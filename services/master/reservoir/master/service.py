@@ -168,7 +168,13 @@ class MasterService:
             if self.sync.fresh(mount, inode.synced_ms) or await self.sync.listed(mount, parent):
                 return self._with_locations(inode) if with_locations else inode
         elif await self.sync.listed(mount, parent):
-            raise NotFound(f"{path}: no such file or directory")
+            # Read again: a listing stored between the two reads above wrote this path's
+            # inode no later than the directory's marker.
+            raw = await self._store.get(keyspace.inode_key(path))
+            if raw is None:
+                raise NotFound(f"{path}: no such file or directory")
+            inode = Inode.from_json(raw)
+            return self._with_locations(inode) if with_locations else inode
         # Unknown or stale: one listing of the directory answers this path and its siblings.
         inode = await self.sync.lookup(mount, path)
         return self._with_locations(inode) if with_locations else inode
