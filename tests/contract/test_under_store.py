@@ -77,6 +77,18 @@ def test_list_shows_one_level_of_objects_and_prefixes(store: UnderStore) -> None
     assert store.list("missing/").objects == []
 
 
+def test_a_bounded_list_stops_at_the_bound_and_says_it_is_incomplete(store: UnderStore) -> None:
+    for name in ("a", "b", "c"):
+        store.put(f"d/{name}.txt", b"1")
+    store.put("d/sub/z.txt", b"2")
+    bounded = store.list("d/", limit=2)
+    assert not bounded.complete
+    assert 2 <= len(bounded.objects) + len(bounded.prefixes) < 4
+    whole = store.list("d/", limit=4)
+    assert whole.complete and len(whole.objects) == 3 and whole.prefixes == ["d/sub"]
+    assert store.list("d/").complete
+
+
 def test_uri_and_key_are_inverse(store: UnderStore) -> None:
     assert store.key_of(store.uri_of("a/b")) == "a/b"
 

@@ -7,6 +7,7 @@ import io
 import os
 import random
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -229,6 +230,24 @@ def test_cold_read_many_stats_a_directory_with_one_listing_not_a_head_per_file(
     after = cluster.s3_counts()
     assert after.get("HEAD", 0) == before.get("HEAD", 0)
     assert after.get("LIST", 0) - before.get("LIST", 0) <= 4
+
+
+def test_cold_reads_in_a_never_listed_directory_make_one_list_no_head_and_a_get_each(
+    cluster: LocalCluster, bucket: str, client: Client
+) -> None:
+    files = {f"d/{i:03d}.bin": os.urandom(100 + i) for i in range(48)}
+    for key, data in [*files.items(), ("d/sub/deeper.bin", b"x")]:
+        _put(cluster, bucket, f"data/{key}", data)
+    root = _mount(client, cluster, bucket)
+    before = cluster.s3_counts()
+    with Client(cluster.master_address) as fresh, ThreadPoolExecutor(16) as pool:
+        got = list(pool.map(lambda key: fresh.read(f"{root}/{key}"), files))
+        assert got == list(files.values())
+        with pytest.raises(FileNotFoundError):  # answered by the same listing
+            fresh.stat(f"{root}/d/absent.bin")
+    after = cluster.s3_counts()
+    delta = {kind: after.get(kind, 0) - before.get(kind, 0) for kind in ("LIST", "HEAD", "GET")}
+    assert delta == {"LIST": 1, "HEAD": 0, "GET": len(files)}
 
 
 def test_s3_errors_are_retried_within_a_bound_then_reported_clearly(

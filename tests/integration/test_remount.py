@@ -89,7 +89,7 @@ def test_a_remount_to_another_endpoint_reaches_every_worker_and_errors_name_the_
     endpoint = second_s3.s3_endpoint
     with Client(cluster.master_address) as c:
         with pytest.raises(ConnectionError, match=f"endpoint {endpoint}"):
-            c.stat(f"{root}/sub/never_seen.bin")  # below no listed directory: a HEAD
+            c.stat(f"{root}/sub/never_seen.bin")  # below no listed directory: a LIST of it
         with pytest.raises(ConnectionError, match=f"endpoint {endpoint}"):
             c.read(f"{root}/cold.bin")  # known to the master, cached nowhere
 

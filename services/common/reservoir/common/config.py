@@ -222,6 +222,13 @@ class MasterConfig:
     metadata_load_parallelism: int = field(
         default=8, metadata=env("RESERVOIR_METADATA_LOAD_PARALLELISM")
     )
+    # The first read of an unknown path lists its directory (once, for every reader that
+    # misses there) instead of a HEAD per file; past this many entries the listing stops
+    # and the rest of that directory is looked up with a HEAD per file (a first read
+    # should not wait for a listing of millions; 1,000 entries per LIST request).
+    metadata_list_max_entries: int = field(
+        default=10_000, metadata=env("RESERVOIR_METADATA_LIST_MAX_ENTRIES")
+    )
     rpc_timeout_s: float = field(default=10.0, metadata=env("RESERVOIR_RPC_TIMEOUT"))
     # Load jobs: blocks per worker call and calls in flight per worker.
     load_batch_blocks: int = field(default=8, metadata=env("RESERVOIR_LOAD_BATCH_BLOCKS"))

@@ -42,7 +42,7 @@ class LocalUnderStore(UnderStore):
             raise NotFound(f"head {self.uri_of(key)}: not a file")
         return self._info(key, st)
 
-    def list(self, prefix: str) -> Listing:
+    def list(self, prefix: str, limit: int | None = None) -> Listing:
         objects: list[ObjectInfo] = []
         prefixes: list[str] = []
         try:
@@ -50,12 +50,13 @@ class LocalUnderStore(UnderStore):
                 entries = sorted(it, key=lambda e: e.name)
         except (FileNotFoundError, NotADirectoryError):
             return Listing([], [])
-        for entry in entries:
+        complete = limit is None or len(entries) <= limit
+        for entry in entries if complete else entries[:limit]:
             if entry.is_dir():
                 prefixes.append(prefix + entry.name)
             elif entry.is_file():
                 objects.append(self._info(prefix + entry.name, entry.stat()))
-        return Listing(objects, prefixes)
+        return Listing(objects, prefixes, complete)
 
     def get_range(self, key: str, offset: int, length: int, etag: str = "") -> bytes:
         path = self._path(key)

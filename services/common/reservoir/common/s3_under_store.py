@@ -201,13 +201,15 @@ class S3UnderStore(UnderStore):
             etag=str(r.get("ETag", "")).strip('"'),
         )
 
-    def list(self, prefix: str) -> Listing:
+    def list(self, prefix: str, limit: int | None = None) -> Listing:
         objects: list[ObjectInfo] = []
         prefixes: list[str] = []
+        complete = True
         full = self.prefix + prefix
         try:
+            paging = {"PageSize": min(1000, limit)} if limit is not None else {}
             pages = self._s3.get_paginator("list_objects_v2").paginate(
-                Bucket=self.bucket, Prefix=full, Delimiter="/"
+                Bucket=self.bucket, Prefix=full, Delimiter="/", PaginationConfig=paging
             )
             for page in pages:
                 for item in page.get("Contents", ()):
@@ -224,9 +226,13 @@ class S3UnderStore(UnderStore):
                     )
                 for common in page.get("CommonPrefixes", ()):
                     prefixes.append(common["Prefix"][len(self.prefix) :].rstrip("/"))
+                if limit is not None and len(objects) + len(prefixes) >= limit:
+                    # Whole pages only: the bound is reached, the next page is not asked for.
+                    complete = not page.get("IsTruncated", False)
+                    break
         except Exception as exc:
             raise self._error(exc, f"list {self.uri_of(prefix)}") from exc
-        return Listing(objects, prefixes)
+        return Listing(objects, prefixes, complete)
 
     def get_range(self, key: str, offset: int, length: int, etag: str = "") -> bytes:
         if length <= 0:

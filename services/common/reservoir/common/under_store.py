@@ -27,6 +27,8 @@ class ObjectInfo:
 class Listing:
     objects: list[ObjectInfo]
     prefixes: list[str]  # relative "directories", without the trailing slash
+    # False when the listing stopped at the caller's bound with more entries left.
+    complete: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,8 +65,10 @@ class UnderStore(abc.ABC):
         """The object's metadata; NotFound when no object has this key."""
 
     @abc.abstractmethod
-    def list(self, prefix: str) -> Listing:
-        """One level below `prefix` ('' is the root; otherwise it ends with '/')."""
+    def list(self, prefix: str, limit: int | None = None) -> Listing:
+        """One level below `prefix` ('' is the root; otherwise it ends with '/'). With
+        `limit`, the listing may stop once it holds at least that many entries (objects
+        and prefixes), marked incomplete when more are left."""
 
     @abc.abstractmethod
     def get_range(self, key: str, offset: int, length: int, etag: str = "") -> bytes:

@@ -7,12 +7,10 @@ location table, live workers) is a cache of it, rebuilt at start.
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import Any, TypeVar
 
 from reservoir.common import keyspace, logs, paths
 from reservoir.common.config import MasterConfig
@@ -24,33 +22,20 @@ from reservoir.common.errors import (
     ReservoirError,
 )
 from reservoir.common.metadata_store import Lease, MetadataStore
-from reservoir.common.models import Inode, Mount, MountOptions, WorkerRecord, file_id_for
+from reservoir.common.models import Inode, Mount, MountOptions, WorkerRecord
 from reservoir.common.mounted_stores import MountedStores, open_under_store
 from reservoir.common.rpc import ChannelOpener
-from reservoir.common.under_store import BodyRetry, ObjectInfo, UnderStore
+from reservoir.common.under_store import BodyRetry
 from reservoir.common.worker_registry import WorkerRegistry
 
 from .jobs import LoadJobs
 from .locations import BlockLocationTable
+from .metadata_sync import DirectoryListing, NamespaceSync, dir_inode, now_ms
 from .mount_policy import MountPolicy
 from .mount_table import MountTable
 from .worker_link import WorkerLink
 
 log = logs.get_logger(__name__)
-T = TypeVar("T")
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-def _same(stored: Inode | None, listed: Inode) -> bool:
-    """Whether a stored inode already says what a fresh listing says."""
-    if stored is None:
-        return False
-    if listed.is_dir:
-        return stored.is_dir
-    return replace(stored, synced_ms=0) == replace(listed, synced_ms=0)
 
 
 class MasterService:
@@ -76,12 +61,13 @@ class MasterService:
         self.locations = BlockLocationTable(store)
         # Returned with every block report: a worker that sees a new one re-sends its
         # whole content, so a restarted master's table is exact within seconds.
-        self.epoch = f"{_now_ms()}-{uuid.uuid4().hex[:8]}"
+        self.epoch = f"{now_ms()}-{uuid.uuid4().hex[:8]}"
         self._leases: dict[str, Lease] = {}
         self._worker_link = WorkerLink(config.load_timeout_s, opener)
         # boto3 blocks: under-store calls run on a pool of their own, sized by a setting
         # (asyncio's default pool is small on small machines).
         self._pool = ThreadPoolExecutor(config.ufs_concurrency, thread_name_prefix="ufs")
+        self.sync = NamespaceSync(store, config, self.mount_table, self._under_stores, self._pool)
         self.jobs = LoadJobs(
             store, config, namespace=self, loader=self._worker_link, locations=self.locations
         )
@@ -98,9 +84,6 @@ class MasterService:
         await self._worker_link.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
 
-    async def _ufs(self, call: Callable[..., T], *args: Any) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._pool, call, *args)
-
     async def load_all_metadata(self, path: str) -> None:
         if await self.tree_is_fresh(path):
             return  # loaded recently: the stored namespace is the truth
@@ -108,9 +91,6 @@ class MasterService:
             pass
 
     # ---- mounts -------------------------------------------------------------------------
-
-    def _under_store(self, mount: Mount) -> UnderStore:
-        return self._under_stores.for_mount(mount)
 
     async def mount(
         self, path: str, uri: str, options: MountOptions, *, replace: bool = False
@@ -125,13 +105,13 @@ class MasterService:
         probe = open_under_store(uri, self._under_stores.settings(options, retries=1))
         async with self.mount_table.lock:
             old = self.mount_table.check_place(path, replace)
-            await self._ufs(probe.check)
-            mount = Mount(path=path, uri=probe.uri, options=options, created_ms=_now_ms())
+            await self.sync.ufs(probe.check)
+            mount = Mount(path=path, uri=probe.uri, options=options, created_ms=now_ms())
             await self.mount_table.put(mount)
             if old is not None:
                 # Inodes (ETags, sizes, block sizes) and listing marks came from the old store.
                 await self._store.delete(keyspace.inode_key(path))
-                await self._delete_subtree(path, exhaustive=True)
+                await self.sync.delete_subtree(path, exhaustive=True)
         log.info(
             "remounted" if old else "mounted",
             path=path,
@@ -148,7 +128,7 @@ class MasterService:
         async with self.mount_table.lock:
             await self.mount_table.remove(path)
             await self._store.delete(keyspace.inode_key(path))
-            await self._delete_subtree(path, exhaustive=True)
+            await self.sync.delete_subtree(path, exhaustive=True)
             self._under_stores.forget(path)
         log.info("unmounted", path=path)
 
@@ -156,36 +136,6 @@ class MasterService:
         return self.mount_table.mounts()
 
     # ---- namespace ----------------------------------------------------------------------
-
-    def _fresh(self, mount: Mount, checked_ms: int) -> bool:
-        """Whether metadata checked against the under-store at `checked_ms` is still trusted."""
-        ttl = mount.options.sync_ttl_ms(int(self._config.metadata_ttl_s * 1000))
-        return checked_ms > 0 and (ttl is None or _now_ms() - checked_ms < ttl)
-
-    def _file_inode(self, mount: Mount, ufs: UnderStore, path: str, obj: ObjectInfo) -> Inode:
-        uri = ufs.uri_of(obj.key)
-        return Inode(
-            path=path,
-            is_dir=False,
-            size=obj.size,
-            mtime_ms=obj.mtime_ms,
-            etag=obj.etag,
-            block_size=self.mount_table.block_size(mount),
-            file_id=file_id_for(uri, obj.etag, obj.size, self.mount_table.block_size(mount)),
-            ufs_uri=uri,
-            mount_path=mount.path,
-            synced_ms=_now_ms(),
-        )
-
-    @staticmethod
-    def _dir_inode(path: str, mount: Mount | None, mtime_ms: int = 0) -> Inode:
-        return Inode(
-            path=path,
-            is_dir=True,
-            mtime_ms=mtime_ms,
-            mount_path=mount.path if mount else "",
-            synced_ms=_now_ms(),
-        )
 
     async def file_info(
         self, path: str, with_locations: bool = False, *, refresh: bool = False
@@ -196,13 +146,13 @@ class MasterService:
         mount = self.mount_table.mount_for(path)
         if mount is None:
             if path == paths.ROOT or self.mount_table.children_of(path):
-                return self._dir_inode(path, None)
+                return dir_inode(path, None)
             raise NotFound(f"{path}: no such file or directory (not under any mount)")
         if path == mount.path:
-            return self._dir_inode(path, mount, mount.created_ms)
+            return dir_inode(path, mount, mount.created_ms)
         raw = await self._store.get(keyspace.inode_key(path))
         if refresh:
-            inode = await self._sync_inode(mount, path)
+            inode = await self.sync.sync_inode(mount, path)
             old = Inode.from_json(raw) if raw is not None else None
             log.info(
                 "inode_refreshed",
@@ -212,38 +162,22 @@ class MasterService:
                 size=inode.size,
             )
             return self._with_locations(inode) if with_locations else inode
+        parent = paths.parent_of(path)
         if raw is not None:
             inode = Inode.from_json(raw)
-            if self._fresh(mount, inode.synced_ms) or await self._parent_listed(mount, path):
+            if self.sync.fresh(mount, inode.synced_ms) or await self.sync.listed(mount, parent):
                 return self._with_locations(inode) if with_locations else inode
-        elif await self._parent_listed(mount, path):
-            raise NotFound(f"{path}: no such file or directory")
-        inode = await self._sync_inode(mount, path)
+        elif await self.sync.listed(mount, parent):
+            # Read again: a listing stored between the two reads above wrote this path's
+            # inode no later than the directory's marker.
+            raw = await self._store.get(keyspace.inode_key(path))
+            if raw is None:
+                raise NotFound(f"{path}: no such file or directory")
+            inode = Inode.from_json(raw)
+            return self._with_locations(inode) if with_locations else inode
+        # Unknown or stale: one listing of the directory answers this path and its siblings.
+        inode = await self.sync.lookup(mount, path)
         return self._with_locations(inode) if with_locations else inode
-
-    async def _parent_listed(self, mount: Mount, path: str) -> bool:
-        """True when the parent directory was listed recently enough that its stored
-        children are the truth: what is there exists, what is not does not."""
-        parent = paths.parent_of(path)
-        if not paths.is_within(parent, mount.path):
-            return False
-        raw = await self._store.get(keyspace.inode_key(parent))
-        return raw is not None and self._fresh(mount, Inode.from_json(raw).listed_ms)
-
-    async def _sync_inode(self, mount: Mount, path: str) -> Inode:
-        ufs = self._under_store(mount)
-        key = path[len(mount.path) + 1 :]
-        try:
-            obj = await self._ufs(ufs.head, key)
-            inode = self._file_inode(mount, ufs, path, obj)
-        except NotFound:
-            listing = await self._ufs(ufs.list, key + "/")
-            if not listing.objects and not listing.prefixes:
-                await self._store.delete(keyspace.inode_key(path))
-                raise NotFound(f"{path}: no such file or directory") from None
-            inode = self._dir_inode(path, mount)
-        await self._store.put(keyspace.inode_key(path), inode.to_json())
-        return inode
 
     async def file_infos(
         self, many: list[str], with_locations: bool = False
@@ -268,7 +202,7 @@ class MasterService:
                 continue
             inode = Inode.from_json(raw)
             mount = self.mount_table.mount_for(path)
-            if mount is not None and self._fresh(mount, inode.synced_ms):
+            if mount is not None and self.sync.fresh(mount, inode.synced_ms):
                 results[position] = self._with_locations(inode) if with_locations else inode
         # Several unknown files in one directory: one listing answers them all, where
         # a HEAD each would cost a round trip each.
@@ -284,10 +218,9 @@ class MasterService:
                 return
             async with limit:
                 try:
-                    children, _, _ = await self._sync_directory(mount, parent)
+                    found = (await self.sync.sync_directory(mount, parent)).by_path
                 except ReservoirError:
                     return  # left to the one-by-one path below, which reports it
-            found = {c.path: c for c in children}
             for position in positions:
                 path = paths.normalize(many[position])
                 inode = found.get(path)
@@ -319,25 +252,21 @@ class MasterService:
             raise NotADirectory(f"{info.path}: not a directory")
         path = info.path
         entries: dict[str, Inode] = {
-            name: self._dir_inode(paths.join(path, name), None)
+            name: dir_inode(paths.join(path, name), None)
             for name in self.mount_table.children_of(path)
         }
         mount = self.mount_table.mount_for(path)
         if mount is not None:
             stored = await self._store.get(keyspace.inode_key(path))
-            if stored is not None and self._fresh(mount, Inode.from_json(stored).listed_ms):
-                children = await self._stored_children(path)
+            if stored is not None and self.sync.fresh(mount, Inode.from_json(stored).listed_ms):
+                children = await self.sync.stored_children(path)
             else:
-                children, _, _ = await self._sync_directory(mount, path)
+                children = (await self.sync.sync_directory(mount, path)).children
             entries.update((c.path.rsplit("/", 1)[1], c) for c in children)
         result = [entries[name] for name in sorted(entries)]
         if with_locations:
             result = [self._with_locations(i) for i in result]
         return result
-
-    async def _stored_children(self, path: str) -> list[Inode]:
-        pairs = await self._store.get_prefix(keyspace.inode_children_prefix(path))
-        return [Inode.from_json(v) for _, v in pairs]
 
     async def subtree(self, path: str) -> list[Inode]:
         """Every stored inode below `path`, level by level."""
@@ -349,56 +278,6 @@ class MasterService:
             found.extend(Inode.from_json(v) for _, v in pairs)
         return found
 
-    async def _delete_subtree(self, path: str, *, exhaustive: bool = False) -> None:
-        """Deletes every stored inode below `path`. `exhaustive` also reaches inodes
-        stored without their parents (stat of a deep path), at the cost of a call per level."""
-        for level in range(keyspace.depth(path) + 1, keyspace.MAX_DEPTH):
-            prefix = keyspace.inode_level_prefix(path, level)
-            if not exhaustive and not await self._store.get_prefix(prefix):
-                break
-            await self._store.delete_prefix(prefix)
-
-    async def _sync_directory(self, mount: Mount, path: str) -> tuple[list[Inode], int, int]:
-        """Lists one directory level in the under-store and makes etcd agree with it:
-        changed and new children written, vanished children (and their subtrees)
-        removed, the directory marked as listed. Returns (children, written, removed)."""
-        ufs = self._under_store(mount)
-        prefix = "" if path == mount.path else path[len(mount.path) + 1 :] + "/"
-        listing = await self._ufs(ufs.list, prefix)
-        children: list[Inode] = []
-        for sub in listing.prefixes:
-            children.append(self._dir_inode(paths.join(path, sub[len(prefix) :]), mount))
-        for obj in listing.objects:
-            child = paths.join(path, obj.key[len(prefix) :])
-            try:
-                paths.normalize(child)
-            except InvalidArgument:
-                continue  # an object name Reservoir paths cannot express
-            children.append(self._file_inode(mount, ufs, child, obj))
-        if not children and path != mount.path:
-            # The directory is gone (or never was): no listing marker for a phantom.
-            raw = await self._store.get(keyspace.inode_key(path))
-            if raw is not None and Inode.from_json(raw).is_dir:
-                await self._delete_subtree(path)
-                await self._store.delete(keyspace.inode_key(path))
-            return [], 0, 0
-        seen = {c.path for c in children}
-        stored = {c.path: c for c in await self._stored_children(path)}
-        gone = [old for old in stored.values() if old.path not in seen]
-        for old in gone:
-            if old.is_dir:
-                await self._delete_subtree(old.path)
-        await self._store.delete_many([keyspace.inode_key(old.path) for old in gone])
-        # Unchanged children are not rewritten (the directory's listing marker vouches for
-        # them); a stored directory keeps its own listing marker.
-        changed = [c for c in children if not _same(stored.get(c.path), c)]
-        here = replace(self._dir_inode(path, mount), listed_ms=_now_ms())
-        await self._store.put_many(
-            [(keyspace.inode_key(i.path), i.to_json()) for i in changed]
-            + [(keyspace.inode_key(path), here.to_json())]
-        )
-        return sorted(children, key=lambda c: c.path), len(changed), len(gone)
-
     async def load_metadata(
         self, path: str, recursive: bool = True
     ) -> AsyncIterator[tuple[int, int, int, bool]]:
@@ -409,30 +288,30 @@ class MasterService:
         if mount is None:
             raise InvalidArgument(f"{info.path} is above every mount; load a mount instead")
         if not info.is_dir:
-            await self._sync_inode(mount, info.path)
+            await self.sync.sync_inode(mount, info.path)
             yield (1, 1, 0, True)
             return
         listed = written = removed = 0
         pending = [info.path]
         limit = asyncio.Semaphore(self._config.metadata_load_parallelism)
 
-        async def one(directory: str) -> tuple[list[Inode], int, int]:
+        async def one(directory: str) -> DirectoryListing:
             async with limit:
-                return await self._sync_directory(mount, directory)
+                return await self.sync.sync_directory(mount, directory)
 
         while pending:
             batch, pending = pending, []
-            for children, changed, gone in await asyncio.gather(*(one(d) for d in batch)):
-                listed += len(children)
-                written += changed
-                removed += gone
+            for level in await asyncio.gather(*(one(d) for d in batch)):
+                listed += len(level.children)
+                written += level.written
+                removed += level.removed
                 if recursive:
-                    pending.extend(c.path for c in children if c.is_dir)
+                    pending.extend(c.path for c in level.children if c.is_dir)
             yield (listed, written, removed, False)
         if recursive:
             raw = await self._store.get(keyspace.inode_key(info.path))
             if raw is not None:
-                top = replace(Inode.from_json(raw), tree_listed_ms=_now_ms())
+                top = replace(Inode.from_json(raw), tree_listed_ms=now_ms())
                 await self._store.put(keyspace.inode_key(info.path), top.to_json())
         yield (listed, written, removed, True)
 
@@ -444,7 +323,7 @@ class MasterService:
         return (
             mount is not None
             and raw is not None
-            and self._fresh(mount, Inode.from_json(raw).tree_listed_ms)
+            and self.sync.fresh(mount, Inode.from_json(raw).tree_listed_ms)
         )
 
     async def report(self, path: str) -> dict[str, int]:

@@ -1,0 +1,324 @@
+"""The namespace in etcd made to agree with the under-store: a directory level per LIST,
+a file per HEAD.
+
+A path nobody has looked at costs one LIST of its directory, not a HEAD of its own: the
+first touch of a directory lists it (once, however many readers miss in it at the same
+time) and stores every child, so the next thousand reads in that directory cost the
+under-store nothing but their GETs. A directory too big to list in one go
+(`metadata_list_max_entries`) keeps what its first pages said and answers the rest with
+a HEAD each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
+
+from reservoir.common import keyspace, logs, paths
+from reservoir.common.config import MasterConfig
+from reservoir.common.errors import InvalidArgument, NotFound, ReservoirError
+from reservoir.common.metadata_store import MetadataStore
+from reservoir.common.models import Inode, Mount, file_id_for
+from reservoir.common.mounted_stores import MountedStores
+from reservoir.common.under_store import ObjectInfo, UnderStore
+
+from .mount_table import MountTable
+
+log = logs.get_logger(__name__)
+T = TypeVar("T")
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def dir_inode(path: str, mount: Mount | None, mtime_ms: int = 0) -> Inode:
+    return Inode(
+        path=path,
+        is_dir=True,
+        mtime_ms=mtime_ms,
+        mount_path=mount.path if mount else "",
+        synced_ms=now_ms(),
+    )
+
+
+def _same(stored: Inode | None, listed: Inode) -> bool:
+    """Whether a stored inode already says what a fresh listing says."""
+    if stored is None:
+        return False
+    if listed.is_dir:
+        return stored.is_dir
+    return replace(stored, synced_ms=0) == replace(listed, synced_ms=0)
+
+
+@dataclass(frozen=True)
+class DirectoryListing:
+    """One directory level as the under-store listed it, now stored in etcd."""
+
+    children: list[Inode]
+    written: int = 0
+    removed: int = 0
+    # False when the listing stopped at `metadata_list_max_entries`: what is not among
+    # the children may still exist.
+    complete: bool = True
+    by_path: dict[str, Inode] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.by_path.update((c.path, c) for c in self.children)
+
+
+_Flight = tuple[str, int, str]  # (mount path, mount created_ms, directory)
+_MAX_TOO_BIG = 4096  # directories remembered as too big to list; past it, old ones go
+
+
+def _retrieve(future: asyncio.Future[DirectoryListing | None]) -> None:
+    if not future.cancelled():
+        future.exception()  # the readers that still wait have it; none may be left
+
+
+class NamespaceSync:
+    def __init__(
+        self,
+        store: MetadataStore,
+        config: MasterConfig,
+        mount_table: MountTable,
+        under_stores: MountedStores,
+        pool: ThreadPoolExecutor,
+    ) -> None:
+        self._store = store
+        self._config = config
+        self._mount_table = mount_table
+        self._under_stores = under_stores
+        self._pool = pool
+        # Listings under way: every reader that misses in the directory meanwhile waits
+        # on the same answer.
+        self._listings: dict[_Flight, asyncio.Future[DirectoryListing | None]] = {}
+        # Directories found bigger than the listing bound, and when: misses in them are
+        # HEADs until the mount's sync interval says to try a listing again.
+        self._too_big: dict[_Flight, int] = {}
+
+    async def ufs(self, call: Callable[..., T], *args: Any) -> T:
+        """A blocking under-store call, on the pool that bounds them."""
+        return await asyncio.get_running_loop().run_in_executor(self._pool, call, *args)
+
+    def under_store(self, mount: Mount) -> UnderStore:
+        return self._under_stores.for_mount(mount)
+
+    def ttl_ms(self, mount: Mount) -> int | None:
+        return mount.options.sync_ttl_ms(int(self._config.metadata_ttl_s * 1000))
+
+    def fresh(self, mount: Mount, checked_ms: int) -> bool:
+        """Whether metadata checked against the under-store at `checked_ms` is still trusted."""
+        ttl = self.ttl_ms(mount)
+        return checked_ms > 0 and (ttl is None or now_ms() - checked_ms < ttl)
+
+    def file_inode(self, mount: Mount, ufs: UnderStore, path: str, obj: ObjectInfo) -> Inode:
+        uri = ufs.uri_of(obj.key)
+        block_size = self._mount_table.block_size(mount)
+        return Inode(
+            path=path,
+            is_dir=False,
+            size=obj.size,
+            mtime_ms=obj.mtime_ms,
+            etag=obj.etag,
+            block_size=block_size,
+            file_id=file_id_for(uri, obj.etag, obj.size, block_size),
+            ufs_uri=uri,
+            mount_path=mount.path,
+            synced_ms=now_ms(),
+        )
+
+    async def listed(self, mount: Mount, directory: str) -> bool:
+        """True when `directory` was listed recently enough that its stored children are
+        the truth: what is there exists, what is not does not."""
+        if not paths.is_within(directory, mount.path):
+            return False
+        raw = await self._store.get(keyspace.inode_key(directory))
+        return raw is not None and self.fresh(mount, Inode.from_json(raw).listed_ms)
+
+    # ---- one path -------------------------------------------------------------------------
+
+    async def lookup(self, mount: Mount, path: str) -> Inode:
+        """The inode of a path whose stored metadata is missing or stale (and whose
+        directory is not freshly listed), from the under-store: its directory listed once
+        for every reader that misses in it, or, where a listing does not pay, a HEAD."""
+        directory = paths.parent_of(path)
+        if self.ttl_ms(mount) == 0:
+            return await self.sync_inode(mount, path)  # "always": a listing is stale at once
+        flight: _Flight = (mount.path, mount.created_ms, directory)
+        found_big = self._too_big.get(flight)
+        if found_big is not None:
+            if self.fresh(mount, found_big):
+                return await self.sync_inode(mount, path)
+            del self._too_big[flight]
+        listed = self._listings.get(flight)
+        if listed is None:
+            listed = asyncio.get_running_loop().create_future()
+            listed.add_done_callback(_retrieve)
+            self._listings[flight] = listed
+            task = asyncio.create_task(self._list_once(mount, directory, listed))
+            task.add_done_callback(lambda _: self._listings.pop(flight, None))
+        # Shielded: a reader that gives up does not cancel the listing others wait on.
+        listing = await asyncio.shield(listed)
+        if listing is None:  # listed by an earlier flight meanwhile: etcd has the answer
+            raw = await self._store.get(keyspace.inode_key(path))
+            if raw is None:
+                raise NotFound(f"{path}: no such file or directory")
+            return Inode.from_json(raw)
+        inode = listing.by_path.get(path)
+        if inode is not None:
+            return inode
+        if listing.complete:
+            raise NotFound(f"{path}: no such file or directory")
+        return await self.sync_inode(mount, path)
+
+    async def _list_once(
+        self,
+        mount: Mount,
+        directory: str,
+        listed: asyncio.Future[DirectoryListing | None],
+    ) -> None:
+        """Lists `directory`, answers the readers waiting on `listed` as soon as the
+        under-store has answered, then stores the listing (readers that miss there
+        meanwhile still find this flight, and its answer)."""
+        try:
+            # A reader that looked at etcd just before the last flight stored its listing
+            # would otherwise list the directory a second time.
+            if await self.listed(mount, directory):
+                listed.set_result(None)
+                return
+            bound = self._config.metadata_list_max_entries
+            children, complete = await self._read_directory(mount, directory, bound)
+        except asyncio.CancelledError:
+            listed.cancel()
+            raise
+        except Exception as exc:
+            listed.set_exception(exc)  # every waiting reader gets it; the next miss lists again
+            return
+        listing = DirectoryListing(children, complete=complete)
+        listed.set_result(listing)
+        if not complete:
+            flight = (mount.path, mount.created_ms, directory)
+            if len(self._too_big) >= _MAX_TOO_BIG:
+                self._too_big = {f: t for f, t in self._too_big.items() if self.fresh(mount, t)}
+                if len(self._too_big) >= _MAX_TOO_BIG:
+                    self._too_big.clear()  # forgotten ones cost a bounded listing again
+            self._too_big[flight] = now_ms()
+            log.info(
+                "directory_too_big_to_list",
+                path=directory,
+                listed=len(children),
+                bound=bound,
+            )
+        try:
+            await self._store_directory(mount, directory, children, complete)
+        except ReservoirError as exc:
+            # The readers have their answers; the next miss there lists it again.
+            log.warning("directory_listing_not_stored", path=directory, error=str(exc))
+
+    async def sync_inode(self, mount: Mount, path: str) -> Inode:
+        """One path checked against the under-store with a HEAD (a LIST when it is not an
+        object: a directory, or nothing) and stored."""
+        ufs = self.under_store(mount)
+        key = path[len(mount.path) + 1 :]
+        try:
+            obj = await self.ufs(ufs.head, key)
+            inode = self.file_inode(mount, ufs, path, obj)
+        except NotFound:
+            listing = await self.ufs(ufs.list, key + "/", 1)
+            if not listing.objects and not listing.prefixes:
+                await self._store.delete(keyspace.inode_key(path))
+                raise NotFound(f"{path}: no such file or directory") from None
+            inode = dir_inode(path, mount)
+        await self._store.put(keyspace.inode_key(path), inode.to_json())
+        return inode
+
+    # ---- directories ----------------------------------------------------------------------
+
+    async def stored_children(self, path: str) -> list[Inode]:
+        pairs = await self._store.get_prefix(keyspace.inode_children_prefix(path))
+        return [Inode.from_json(v) for _, v in pairs]
+
+    async def delete_subtree(self, path: str, *, exhaustive: bool = False) -> None:
+        """Deletes every stored inode below `path`. `exhaustive` also reaches inodes
+        stored without their parents (stat of a deep path), at the cost of a call per level."""
+        for level in range(keyspace.depth(path) + 1, keyspace.MAX_DEPTH):
+            prefix = keyspace.inode_level_prefix(path, level)
+            if not exhaustive and not await self._store.get_prefix(prefix):
+                break
+            await self._store.delete_prefix(prefix)
+
+    async def sync_directory(
+        self, mount: Mount, path: str, *, limit: int | None = None
+    ) -> DirectoryListing:
+        """Lists one directory level in the under-store and makes etcd agree with it:
+        changed and new children written, vanished children (and their subtrees)
+        removed, the directory marked as listed. A listing cut short at `limit` only
+        writes what it saw: it cannot tell what vanished, nor vouch for what is absent."""
+        children, complete = await self._read_directory(mount, path, limit)
+        return await self._store_directory(mount, path, children, complete)
+
+    async def _read_directory(
+        self, mount: Mount, path: str, limit: int | None
+    ) -> tuple[list[Inode], bool]:
+        """The children the under-store lists below `path`, sorted; and whether that is
+        all of them."""
+        ufs = self.under_store(mount)
+        prefix = "" if path == mount.path else path[len(mount.path) + 1 :] + "/"
+        started = time.perf_counter()
+        listing = await self.ufs(ufs.list, prefix, limit)
+        children: list[Inode] = []
+        for sub in listing.prefixes:
+            children.append(dir_inode(paths.join(path, sub[len(prefix) :]), mount))
+        for obj in listing.objects:
+            child = paths.join(path, obj.key[len(prefix) :])
+            try:
+                paths.normalize(child)
+            except InvalidArgument:
+                continue  # an object name Reservoir paths cannot express
+            children.append(self.file_inode(mount, ufs, child, obj))
+        children.sort(key=lambda c: c.path)
+        log.debug(
+            "directory_listed",
+            path=path,
+            entries=len(children),
+            complete=listing.complete,
+            seconds=round(time.perf_counter() - started, 3),
+        )
+        return children, listing.complete
+
+    async def _store_directory(
+        self, mount: Mount, path: str, children: list[Inode], complete: bool
+    ) -> DirectoryListing:
+        if not children and path != mount.path:
+            # The directory is gone (or never was): no listing marker for a phantom.
+            raw = await self._store.get(keyspace.inode_key(path))
+            if raw is not None and Inode.from_json(raw).is_dir:
+                await self.delete_subtree(path)
+                await self._store.delete(keyspace.inode_key(path))
+            return DirectoryListing([])
+        if not complete:
+            # Files only: a stored subdirectory keeps its own listing marker.
+            files = [c for c in children if not c.is_dir]
+            await self._store.put_many([(keyspace.inode_key(i.path), i.to_json()) for i in files])
+            return DirectoryListing(children, written=len(files), complete=False)
+        seen = {c.path for c in children}
+        stored = {c.path: c for c in await self.stored_children(path)}
+        gone = [old for old in stored.values() if old.path not in seen]
+        for old in gone:
+            if old.is_dir:
+                await self.delete_subtree(old.path)
+        await self._store.delete_many([keyspace.inode_key(old.path) for old in gone])
+        # Unchanged children are not rewritten (the directory's listing marker vouches for
+        # them); a stored directory keeps its own listing marker.
+        changed = [c for c in children if not _same(stored.get(c.path), c)]
+        here = replace(dir_inode(path, mount), listed_ms=now_ms())
+        await self._store.put_many(
+            [(keyspace.inode_key(i.path), i.to_json()) for i in changed]
+            + [(keyspace.inode_key(path), here.to_json())]
+        )
+        return DirectoryListing(children, len(changed), len(gone))
