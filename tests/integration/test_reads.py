@@ -6,6 +6,7 @@ import asyncio
 import io
 import os
 import random
+import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -269,3 +270,27 @@ def test_s3_errors_are_retried_within_a_bound_then_reported_clearly(
     finally:
         cluster.s3_config(fail_gets=0)
     assert client.read(f"{root}/down.bin") == b"b" * 1000
+
+
+def test_after_the_first_read_in_a_directory_its_other_files_need_no_master(
+    own_cluster: LocalCluster,
+) -> None:
+    """The first miss in a directory brings the whole listing; with the master frozen,
+    every other file of that directory still reads (metadata from the client's cache,
+    bytes from the workers and S3)."""
+    s3 = own_cluster.s3_client()
+    s3.create_bucket(Bucket="listing")
+    files = {f"f{i:02d}": os.urandom(1000 + i) for i in range(12)}
+    for name, data in files.items():
+        s3.put_object(Bucket="listing", Key=f"d/{name}", Body=data)
+    config = own_cluster.client_config(rpc_timeout_s=3.0, read_timeout_s=10.0)
+    with Client(config=config) as c:
+        c.mount("/l", "s3://listing/", endpoint_url=own_cluster.s3_endpoint)
+        c.workers()
+        assert c.read("/l/d/f00") == files["f00"]
+        own_cluster.kill("master", signal.SIGSTOP)
+        try:
+            for name, data in files.items():
+                assert c.read(f"/l/d/{name}") == data
+        finally:
+            own_cluster.kill("master", signal.SIGCONT)

@@ -30,6 +30,7 @@ log = logs.get_logger(__name__)
 
 _WORKER_PENALTY_S = 2.0
 _STAT_BATCH = 1000
+_LISTED_MEMORY = 10_000  # directories remembered as listed, before expired ones are dropped
 
 
 @dataclass
@@ -50,6 +51,8 @@ class ClusterView:
         self._workers_refresh: asyncio.Future[None] | None = None
         self._mounts: _Cached | None = None
         self._penalised: dict[str, float] = {}
+        self._listed: dict[str, float] = {}  # directory -> until when its listing counts
+        self._listings: dict[str, asyncio.Future[None]] = {}
 
     async def close(self) -> None:
         await self._channel.close()
@@ -153,6 +156,10 @@ class ClusterView:
         hit = self._infos.get(path)
         if not fresh and not with_locations and hit is not None and hit.expires > time.monotonic():
             return hit.value  # type: ignore[no-any-return]
+        if not fresh and not with_locations and await self._list_parent_once(path):
+            listed = self.known_inode(path)
+            if listed is not None:
+                return listed
         try:
             message = await self.call(
                 "GetFileInfo",
@@ -176,6 +183,44 @@ class ClusterView:
         if hit is None or hit.expires <= time.monotonic():
             return None
         return hit.value  # type: ignore[no-any-return]
+
+    async def _list_parent_once(self, path: str) -> bool:
+        """On the first miss in a directory, its listing (up to `list_on_miss_max_entries`)
+        in one master call, remembered like any stat: a reader going through a directory
+        file by file then asks the master once, not once per file. True when this call
+        listed (or waited on a listing of) the parent now."""
+        limit = self.config.list_on_miss_max_entries
+        parent = paths.parent_of(path)
+        if limit <= 0 or parent == path:
+            return False
+        pending = self._listings.get(parent)
+        if pending is None:
+            known = self._listed.get(parent, 0.0)
+            if known > time.monotonic():
+                return False  # listed lately: this miss is for the master to answer
+            pending = asyncio.ensure_future(self._list_directory(parent, limit))
+            self._listings[parent] = pending
+            pending.add_done_callback(lambda _: self._listings.pop(parent, None))
+        await asyncio.shield(pending)
+        return True
+
+    async def _list_directory(self, path: str, limit: int) -> None:
+        self._listed[path] = time.monotonic() + self.config.file_info_ttl_s
+        if len(self._listed) > _LISTED_MEMORY:
+            now = time.monotonic()
+            self._listed = {p: t for p, t in self._listed.items() if t > now}
+        try:
+            response = await self.call(
+                "ListDirectory",
+                master_pb2.ListDirectoryRequest(path=path, limit=limit),
+                f"ls {path}",
+            )
+        except ReservoirError as exc:
+            # Not a directory, gone, master away: the stat that follows says what it is.
+            log.debug("list_on_miss_failed", path=path, error=str(exc))
+            return
+        for entry in response.entries:
+            self.remember(Inode.from_proto(entry))
 
     async def stat_many(self, many: Sequence[str]) -> list[Inode]:
         """Stats of many paths in one master call (those not already cached)."""

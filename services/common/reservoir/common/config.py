@@ -367,6 +367,11 @@ class ClientConfig:
     # Deadline of streams that follow a long operation (metadata load, watching a job).
     job_timeout_s: float = field(default=6 * 3600.0, metadata=env("RESERVOIR_JOB_TIMEOUT"))
     file_info_ttl_s: float = field(default=30.0, metadata=env("RESERVOIR_FILE_INFO_TTL"))
+    # The first stat that misses in a directory fetches the directory's listing (up to this
+    # many entries; 0 = never) instead of that one file's info.
+    list_on_miss_max_entries: int = field(
+        default=10_000, metadata=env("RESERVOIR_LIST_ON_MISS_MAX_ENTRIES")
+    )
     workers_ttl_s: float = field(default=5.0, metadata=env("RESERVOIR_WORKERS_TTL"))
     # When no worker can serve a block, read it from the under-store directly.
     ufs_fallback: bool = field(default=True, metadata=env("RESERVOIR_UFS_FALLBACK"))

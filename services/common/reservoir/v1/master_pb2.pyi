@@ -505,17 +505,21 @@ class ListDirectoryRequest(_message.Message):
 
     PATH_FIELD_NUMBER: _builtins.int
     WITH_LOCATIONS_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
     path: _builtins.str
     with_locations: _builtins.bool
+    limit: _builtins.int
+    """At most this many entries (in name order); 0 = all."""
     def __init__(
         self,
         *,
         path: _builtins.str = ...,
         with_locations: _builtins.bool = ...,
+        limit: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["path", b"path", "with_locations", b"with_locations"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["limit", b"limit", "path", b"path", "with_locations", b"with_locations"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -526,16 +530,20 @@ class ListDirectoryResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     ENTRIES_FIELD_NUMBER: _builtins.int
+    TRUNCATED_FIELD_NUMBER: _builtins.int
+    truncated: _builtins.bool
+    """`limit` cut the listing short"""
     @_builtins.property
     def entries(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.FileInfo]: ...
     def __init__(
         self,
         *,
         entries: _abc.Iterable[_common_pb2.FileInfo] | None = ...,
+        truncated: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["entries", b"entries"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entries", b"entries", "truncated", b"truncated"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

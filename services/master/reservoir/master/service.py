@@ -247,14 +247,23 @@ class MasterService:
         return [r if r is not None else Internal("stat lost") for r in results]
 
     async def list_directory(self, path: str, with_locations: bool = False) -> list[Inode]:
+        path = paths.normalize(path)
+        mount = self.mount_table.mount_for(path)
+        if (
+            mount is not None
+            and path != mount.path
+            and await self._store.get(keyspace.inode_key(path)) is None
+        ):
+            # Never seen: its own listing says it is a directory (one LIST), where a stat
+            # first would list its parent too. An empty listing: a file, or nothing.
+            listed = (await self.sync.sync_directory(mount, path)).children
+            if listed:
+                return self._listed(path, listed, with_locations)
         info = await self.file_info(path)
         if not info.is_dir:
             raise NotADirectory(f"{info.path}: not a directory")
         path = info.path
-        entries: dict[str, Inode] = {
-            name: dir_inode(paths.join(path, name), None)
-            for name in self.mount_table.children_of(path)
-        }
+        children: list[Inode] = []
         mount = self.mount_table.mount_for(path)
         if mount is not None:
             stored = await self._store.get(keyspace.inode_key(path))
@@ -262,7 +271,14 @@ class MasterService:
                 children = await self.sync.stored_children(path)
             else:
                 children = (await self.sync.sync_directory(mount, path)).children
-            entries.update((c.path.rsplit("/", 1)[1], c) for c in children)
+        return self._listed(path, children, with_locations)
+
+    def _listed(self, path: str, children: list[Inode], with_locations: bool) -> list[Inode]:
+        """A directory's entries in name order: its children in the under-store and the
+        mount points below it."""
+        entries = {c.path.rsplit("/", 1)[1]: c for c in children}
+        for name in self.mount_table.children_of(path):
+            entries.setdefault(name, dir_inode(paths.join(path, name), None))
         result = [entries[name] for name in sorted(entries)]
         if with_locations:
             result = [self._with_locations(i) for i in result]
