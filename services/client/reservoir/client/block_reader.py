@@ -31,12 +31,12 @@ from reservoir.v1 import worker_pb2
 from .cluster_view import ClusterView
 from .routing import candidates
 from .short_circuit import ShortCircuit, range_length
+from .small_reads import SmallReads
 
 log = logs.get_logger(__name__)
 
 _READ_BLOCK = "/reservoir.v1.WorkerService/ReadBlock"
 _READ_BLOCKS = "/reservoir.v1.WorkerService/ReadBlocks"
-_READ_SMALL = "/reservoir.v1.WorkerService/ReadSmall"
 # Worker failures that mean "try another replica"; anything else is the answer. DataLoss:
 # bytes that failed their checksum or length on the way here.
 RETRY_ELSEWHERE = (Unavailable, DeadlineExceeded, DataLoss)
@@ -92,7 +92,7 @@ class BlockReader:
         self._channels = channels
         self._under_stores = under_stores
         self.short_circuit = ShortCircuit(config)
-        self._stream_only: set[str] = set()  # workers that answered ReadSmall UNIMPLEMENTED
+        self._small = SmallReads(config, channels)
 
     async def read_inode(self, inode: Inode, offset: int, length: int) -> bytes:
         return b"".join(await self.read_inode_pieces(inode, offset, length))
@@ -148,8 +148,8 @@ class BlockReader:
         small = expected <= self.config.small_file_bytes
         for worker in ordered:
             try:
-                if small and worker.id not in self._stream_only:
-                    return [await self._read_small(worker, request, expected)]
+                if small:
+                    return [await self._small.read(worker, request, expected)]
                 return await self._stream_block(worker, request, expected)
             except RETRY_ELSEWHERE as exc:
                 last_error = exc
@@ -157,36 +157,6 @@ class BlockReader:
         return [
             memoryview(await self._read_from_under_store(inode, index, offset, length, last_error))
         ]
-
-    async def _read_small(
-        self, worker: WorkerRecord, request: worker_pb2.ReadBlockRequest, expected: int
-    ) -> memoryview:
-        """A small range in one unary call, checked for length and checksum."""
-        call = self._channels.get(worker.address).unary_unary(
-            _READ_SMALL,
-            request_serializer=worker_pb2.ReadBlockRequest.SerializeToString,
-            response_deserializer=worker_pb2.BlockPayload.FromString,
-        )
-        try:
-            reply = await call(
-                request, timeout=self.config.read_timeout_s, metadata=inject_metadata()
-            )
-        except grpc.RpcError as exc:
-            if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
-                # A worker from before ReadSmall (a rolling upgrade): stream from it.
-                self._stream_only.add(worker.id)
-                pieces = await self._stream_block(worker, request, expected)
-                return memoryview(b"".join(pieces))
-            raise error_from_rpc(exc, f"read block from worker {worker.id}") from None
-        what = f"block {request.index} of {request.file_id} from worker {worker.id}"
-        data = reply.data
-        if len(data) != expected:
-            raise DataLoss(f"{what}: {len(data)} bytes, expected {expected}")
-        if not reply.HasField("crc32c"):
-            raise DataLoss(f"{what}: no checksum")
-        if self.config.verify_checksums and checksum(data) != reply.crc32c:
-            raise DataLoss(f"{what}: checksum mismatch")
-        return memoryview(data)
 
     async def _stream_block(
         self, worker: WorkerRecord, request: worker_pb2.ReadBlockRequest, expected: int

@@ -1,0 +1,143 @@
+"""Small block ranges over gRPC, coalesced per worker.
+
+A gRPC call costs each side a fixed amount of CPU (a few hundred microseconds in Python)
+whatever it carries, and that, not bytes, bounds how many small files a client reads per
+second. Reads that arrive while a call to their worker is being prepared (all those that
+reach this point in the same turn of the event loop: the threads of a DataLoader, the
+tasks of an asyncio reader) ride in one `ReadBlocks` call; a read alone goes as one unary
+`ReadSmall`. Nothing waits for company: a batch is whatever is already there, so a lone
+reader's latency is a single call's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import grpc
+import grpc.aio
+
+from reservoir.common import config as cfg
+from reservoir.common.block_file import checksum
+from reservoir.common.errors import DataLoss, ReservoirError, Unavailable, error_for_code_value
+from reservoir.common.models import WorkerRecord
+from reservoir.common.observability import inject_metadata
+from reservoir.common.rpc import ChannelPool, error_from_rpc
+from reservoir.v1 import worker_pb2
+
+_READ_SMALL = "/reservoir.v1.WorkerService/ReadSmall"
+_READ_BLOCKS = "/reservoir.v1.WorkerService/ReadBlocks"
+
+
+@dataclass
+class _Pending:
+    request: worker_pb2.ReadBlockRequest
+    expected: int
+    answer: asyncio.Future[memoryview]
+
+    def settle(self, result: memoryview | BaseException) -> None:
+        if self.answer.done():
+            return  # its reader gave up (cancelled, deadline)
+        if isinstance(result, BaseException):
+            self.answer.set_exception(result)
+        else:
+            self.answer.set_result(result)
+
+
+class SmallReads:
+    def __init__(self, config: cfg.ClientConfig, channels: ChannelPool) -> None:
+        self._config = config
+        self._channels = channels
+        self._queued: dict[str, list[_Pending]] = {}
+        self._calls: set[asyncio.Task[None]] = set()
+        self._batch_only: set[str] = set()  # workers from before ReadSmall
+
+    async def read(
+        self, worker: WorkerRecord, request: worker_pb2.ReadBlockRequest, expected: int
+    ) -> memoryview:
+        """The range's bytes, checked for length and checksum (DataLoss otherwise)."""
+        loop = asyncio.get_running_loop()
+        pending = _Pending(request, expected, loop.create_future())
+        queue = self._queued.get(worker.id)
+        if queue is None:
+            queue = self._queued[worker.id] = []
+            loop.call_soon(self._send, worker)
+        queue.append(pending)
+        return await pending.answer
+
+    def _send(self, worker: WorkerRecord) -> None:
+        queue = [p for p in self._queued.pop(worker.id, []) if not p.answer.done()]
+        size = max(1, self._config.batch_files)
+        for start in range(0, len(queue), size):
+            call = asyncio.ensure_future(self._call(worker, queue[start : start + size]))
+            self._calls.add(call)
+            call.add_done_callback(self._calls.discard)
+
+    async def _call(self, worker: WorkerRecord, batch: list[_Pending]) -> None:
+        try:
+            if len(batch) == 1 and worker.id not in self._batch_only:
+                await self._one(worker, batch[0])
+            else:
+                await self._many(worker, batch)
+        except ReservoirError as exc:
+            for pending in batch:
+                pending.settle(exc)
+        except BaseException:
+            for pending in batch:
+                pending.settle(Unavailable(f"read from worker {worker.id} was interrupted"))
+            raise
+
+    async def _one(self, worker: WorkerRecord, pending: _Pending) -> None:
+        call = self._channels.get(worker.address).unary_unary(
+            _READ_SMALL,
+            request_serializer=worker_pb2.ReadBlockRequest.SerializeToString,
+            response_deserializer=worker_pb2.BlockPayload.FromString,
+        )
+        try:
+            reply = await call(
+                pending.request, timeout=self._config.read_timeout_s, metadata=inject_metadata()
+            )
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+                # A worker from before ReadSmall (a rolling upgrade): batches of one.
+                self._batch_only.add(worker.id)
+                await self._many(worker, [pending])
+                return
+            raise error_from_rpc(exc, f"read block from worker {worker.id}") from None
+        pending.settle(self._checked(worker, pending, reply))
+
+    async def _many(self, worker: WorkerRecord, batch: list[_Pending]) -> None:
+        call = self._channels.get(worker.address).unary_stream(
+            _READ_BLOCKS,
+            request_serializer=worker_pb2.ReadBlocksRequest.SerializeToString,
+            response_deserializer=worker_pb2.BlockPayload.FromString,
+        )
+        request = worker_pb2.ReadBlocksRequest(blocks=[p.request for p in batch])
+        try:
+            async for reply in call(
+                request, timeout=self._config.read_timeout_s, metadata=inject_metadata()
+            ):
+                if not 0 <= reply.position < len(batch):
+                    raise Unavailable(f"worker {worker.id} answered an entry it was not asked")
+                pending = batch[reply.position]
+                if reply.code:
+                    pending.settle(error_for_code_value(reply.code, reply.message))
+                else:
+                    pending.settle(self._checked(worker, pending, reply))
+        except grpc.RpcError as exc:
+            raise error_from_rpc(exc, f"batch read from worker {worker.id}") from None
+        for pending in batch:
+            pending.settle(Unavailable(f"worker {worker.id} left a block of the batch out"))
+
+    def _checked(
+        self, worker: WorkerRecord, pending: _Pending, reply: worker_pb2.BlockPayload
+    ) -> memoryview | DataLoss:
+        what = f"block {pending.request.index} of {pending.request.file_id} from worker {worker.id}"
+        data = reply.data
+        if len(data) != pending.expected:
+            return DataLoss(f"{what}: {len(data)} bytes, expected {pending.expected}")
+        if not reply.HasField("crc32c"):
+            return DataLoss(f"{what}: no checksum")
+        if self._config.verify_checksums and checksum(data) != reply.crc32c:
+            return DataLoss(f"{what}: checksum mismatch")
+        return memoryview(data)
