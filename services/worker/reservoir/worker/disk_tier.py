@@ -81,6 +81,9 @@ class DiskTier:
         self._fsync = fsync
         self._blocks: dict[BlockId, DiskBlock] = {}
         self.pins: Pins = NO_PINS  # pinned blocks are never evicted from here
+        # A block was refused for want of room while below the high watermark (the room
+        # above it is smaller than a block): background eviction runs all the same.
+        self.wants_room = False
 
     # ---- bookkeeping (event loop) ------------------------------------------------------
 
@@ -113,6 +116,7 @@ class DiskTier:
         ):
             return False
         if self.used_bytes + footprint > self.capacity_bytes:
+            self.wants_room = True
             return False
         landed = time.time() if landed_s is None else landed_s
         self._blocks[block] = DiskBlock(length, None, None, written=False, landed_s=landed)
@@ -157,9 +161,13 @@ class DiskTier:
     def over_high_watermark(self) -> bool:
         return self.used_bytes > self._high
 
+    def needs_eviction(self) -> bool:
+        return self.over_high_watermark() or self.wants_room
+
     def victims_to_low_watermark(self) -> list[BlockId]:
         """Written, unpinned blocks to evict, coldest first, to come down to the low
         watermark (or as near as the pinned blocks allow)."""
+        self.wants_room = False
         chosen: list[BlockId] = []
         excess = self.used_bytes - self._low
         for block in self.policy.victims():

@@ -376,12 +376,12 @@ class TieredStore:
                 if victims:
                     self._evict_from_disk(disk, victims)
                     reserved = disk.reserve(block, len(data), landed_s)
+            if disk.needs_eviction():
+                self._evict_wanted.set()
             if reserved:
                 self._queued_bytes += len(data)
                 self._writing[block] = (data, crc)
                 self._spawn(self._write(disk, block, data, crc, offset, landed_s), self._writes)
-                if disk.over_high_watermark():
-                    self._evict_wanted.set()
                 return True
         return False
 
@@ -423,7 +423,7 @@ class TieredStore:
             await self._evict_wanted.wait()
             self._evict_wanted.clear()
             for disk in self.disks:
-                if not disk.in_service or not disk.over_high_watermark():
+                if not disk.in_service or not disk.needs_eviction():
                     continue
                 self._evict_from_disk(disk, disk.victims_to_low_watermark())
 
