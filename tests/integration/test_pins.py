@@ -125,9 +125,12 @@ def test_pinning_more_than_the_cache_holds_is_refused_with_resource_exhausted(
     with Client(cluster.master_address) as c:
         with pytest.raises(ResourceExhausted, match=r"cannot pin /p/big .*does not fit"):
             c.pin("/p/big")
-        with _pinned(c, "/p/fill", "/p/pinned"):  # the 15 blocks the disk holds
-            with pytest.raises(ResourceExhausted, match=r"3.8MiB pinned already"):
-                c.pin("/p/other")  # 3 more, which would fit in an empty cache
+        # The 15 blocks the disk holds pinned; 3 more would fit in an empty cache.
+        with (
+            _pinned(c, "/p/fill", "/p/pinned"),
+            pytest.raises(ResourceExhausted, match=r"3.8MiB pinned already"),
+        ):
+            c.pin("/p/other")
         assert c.cache_rules() == []
     refused = _cli(cluster, "pin", "/p/big")
     assert refused.returncode == 1 and "does not fit in the cache" in refused.stderr
