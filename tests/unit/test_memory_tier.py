@@ -74,3 +74,24 @@ def test_a_dropped_block_is_no_longer_held() -> None:
     held = tier.get(("a", 0))
     assert held is not None and bytes(held[0]) == b"abc"
     assert tier.drop(("a", 0)) and tier.get(("a", 0)) is None and tier.used_bytes == 0
+
+
+class _Pinned:
+    def __init__(self, *files: str) -> None:
+        self.files = set(files)
+
+    def pinned(self, block: BlockId) -> bool:
+        return block[0] in self.files
+
+
+def test_a_pinned_block_is_never_evicted_and_a_full_tier_of_them_serves_without_keeping() -> None:
+    evicted: list[BlockId] = []
+    tier = MemoryTier(20, lambda b, n: evicted.append(b))
+    tier.pins = _Pinned("p")
+    _put(tier, ("p", 0), b"x" * 10)
+    _put(tier, ("a", 0), b"x" * 10)
+    assert _put(tier, ("b", 0), b"x" * 10)  # evicts a, the only unpinned block
+    assert evicted == [("a", 0)]
+    _put(tier, ("p", 1), b"x" * 10)  # pinned: evicts b
+    assert _put(tier, ("c", 0), b"x" * 10) is False  # all pinned: not kept, nothing lost
+    assert sorted(tier.blocks()) == [("p", 0), ("p", 1)] and tier.pinned_bytes() == 20

@@ -163,3 +163,56 @@ def test_leftover_temporary_files_are_removed_at_start(tmp_path: Path) -> None:
     (fan / f".{FILE}-0.tmp").write_bytes(b"half a block")
     _run(tmp_path, _config(tmp_path / "d"), lambda store, _: asyncio.sleep(0))
     assert os.listdir(fan) == []
+
+
+class _Pinned:
+    def __init__(self, *blocks: BlockId) -> None:
+        self.blocks = set(blocks)
+
+    def pinned(self, block: BlockId) -> bool:
+        return block in self.blocks
+
+
+def test_pinned_blocks_stay_on_disk_through_churn_and_are_reported_as_pinned(
+    tmp_path: Path,
+) -> None:
+    pinned = _Pinned((FILE, 0), (FILE, 1))
+
+    async def scenario(store: TieredStore, events: Events) -> None:
+        store.pins = store.memory.pins = store.disks[0].pins = pinned
+        await _put(store, 2)
+        for i in range(2, 40):  # 40 KiB of churn through a 16 KiB disk
+            store.put((FILE, i), _data(i), checksum(_data(i)), i * KiB)
+            await store.settled()
+        assert (FILE, 0) in store.disks[0] and (FILE, 1) in store.disks[0]
+        assert store.usage()[1].pinned_bytes == 2 * (KiB + HEADER_SIZE)
+        for i in range(2):
+            held = await store.get((FILE, i))
+            assert held is not None and held[0] == _data(i)
+
+    _run(tmp_path, _config(tmp_path / "d", capacity=16 * KiB), scenario)
+
+
+def test_a_disk_whose_room_above_the_high_watermark_is_less_than_a_block_still_evicts(
+    tmp_path: Path,
+) -> None:
+    async def scenario(store: TieredStore, events: Events) -> None:
+        for i in range(30):
+            store.put((FILE, i), _data(i), checksum(_data(i)), i * KiB)
+            await store.settled()
+        assert (FILE, 29) in store.disks[0]  # the newest block found room
+
+    # 10 block files (10560 bytes) stay below the high watermark (95 % of 11200 = 10640),
+    # and an 11th does not fit below the capacity.
+    _run(tmp_path, _config(tmp_path / "d", capacity=11200), scenario)
+
+
+def test_free_drops_a_block_from_every_tier_and_tells_the_owner(tmp_path: Path) -> None:
+    async def scenario(store: TieredStore, events: Events) -> None:
+        await _put(store, 2)
+        assert store.evict([(FILE, 0), (FILE, 9)]) == [((FILE, 0), KiB)]
+        await store.settled()
+        assert (FILE, 0) not in store and events.gone == [(FILE, 0)]
+        assert await store.get((FILE, 0)) is None
+
+    _run(tmp_path, _config(tmp_path / "d"), scenario)

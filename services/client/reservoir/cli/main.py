@@ -14,7 +14,7 @@ from typing import Any
 
 from reservoir.common import config as cfg
 from reservoir.common import logs
-from reservoir.common.config import parse_size
+from reservoir.common.config import format_size, parse_size
 from reservoir.common.errors import ReservoirError
 from reservoir.common.models import Inode
 
@@ -281,12 +281,7 @@ def _tier_text(t: dict[str, Any]) -> str:
 # ---- warm-up ---------------------------------------------------------------------------
 
 
-def _human(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.1f}{unit}" if unit != "B" else f"{int(n)}B"
-        n /= 1024
-    return str(n)
+_human = format_size
 
 
 def _job_dict(job: Any) -> dict[str, Any]:
@@ -435,6 +430,92 @@ def cmd_load_metadata(args: argparse.Namespace) -> None:
         args,
         _job_dict(last),
         lambda: f"{args.path}: {last.listed} entries in {last.elapsed_ms / 1000:.1f}s",
+    )
+
+
+# ---- cache rules: pin, TTL, free --------------------------------------------------------
+
+
+def _rule_dict(rule: Any) -> dict[str, Any]:
+    return {
+        "path": rule.path,
+        "mount_path": rule.mount_path,
+        "ufs_prefix": rule.ufs_prefix,
+        "pinned": rule.pinned,
+        "pinned_files": rule.pinned_files,
+        "pinned_bytes": rule.pinned_bytes,
+        "ttl_s": rule.ttl_ms / 1000 if rule.ttl_ms else None,
+    }
+
+
+def _rule_text(r: dict[str, Any]) -> str:
+    parts = []
+    if r["pinned"]:
+        parts.append(f"pinned ({r['pinned_files']} files, {_human(r['pinned_bytes'])})")
+    if r["ttl_s"]:
+        parts.append(f"ttl {r['ttl_s']:g}s")
+    return f"{r['path']}\t{', '.join(parts) or '-'}"
+
+
+def cmd_pin(args: argparse.Namespace) -> None:
+    with _client(args) as rs:
+        reply = rs.pin(args.path)
+        job = rs.watch_job(reply.load_job_id) if args.wait else None
+    data = _rule_dict(reply.rule) | {"load_job_id": reply.load_job_id}
+    if job is not None:
+        data["load_job"] = _job_dict(job)
+
+    def text() -> str:
+        line = f"{_rule_text(data)}; loading in job {reply.load_job_id}"
+        if job is not None:
+            line += f" ({job.state}: {job.done_blocks}/{job.total_blocks} blocks)"
+        return line
+
+    _emit(args, data, text)
+    if job is not None and job.state != "completed":
+        sys.exit(EXIT_ERROR)
+
+
+def cmd_unpin(args: argparse.Namespace) -> None:
+    with _client(args) as rs:
+        rule = rs.unpin(args.path)
+    _emit(args, _rule_dict(rule), lambda: f"unpinned {rule.path}")
+
+
+def cmd_ttl(args: argparse.Namespace) -> None:
+    with _client(args) as rs:
+        if args.action == "set":
+            if not args.duration:
+                raise ValueError("ttl set needs a DURATION, e.g. 6h")
+            rule = rs.set_ttl(args.path, args.duration)
+        else:
+            rule = rs.clear_ttl(args.path)
+    data = _rule_dict(rule)
+    _emit(args, data, lambda: _rule_text(data))
+
+
+def cmd_rules(args: argparse.Namespace) -> None:
+    with _client(args) as rs:
+        rules = rs.cache_rules()
+    data = [_rule_dict(r) for r in rules]
+    _emit(args, data, lambda: "\n".join(_rule_text(r) for r in data) or "(no pins or TTLs)")
+
+
+def cmd_free(args: argparse.Namespace) -> None:
+    with _client(args) as rs:
+        r = rs.free(args.path)
+    data = {
+        "path": args.path,
+        "files": r.files,
+        "freed_blocks": r.freed_blocks,
+        "freed_bytes": r.freed_bytes,
+        "pinned_files": r.pinned_files,
+    }
+    kept = f"; {r.pinned_files} pinned files kept (unpin first)" if r.pinned_files else ""
+    _emit(
+        args,
+        data,
+        lambda: f"freed {_human(r.freed_bytes)} ({r.freed_blocks} blocks) of {args.path}{kept}",
     )
 
 
@@ -664,6 +745,28 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="how much of a path is cached")
     p.add_argument("path")
     p.set_defaults(func=cmd_report)
+    p = sub.add_parser(
+        "pin", help="keep a path's files in the cache, never evicted (and load them now)"
+    )
+    p.add_argument("path")
+    p.add_argument("--wait", action="store_true", help="wait until they are loaded")
+    p.set_defaults(func=cmd_pin)
+    p = sub.add_parser("unpin", help="let a pinned path's files be evicted again")
+    p.add_argument("path")
+    p.set_defaults(func=cmd_unpin)
+    p = sub.add_parser(
+        "ttl",
+        help="cached blocks below a path (a mount path: the whole mount) expire DURATION "
+        "after they landed: read again from the under-store, evicted first",
+    )
+    p.add_argument("action", choices=["set", "clear"])
+    p.add_argument("path")
+    p.add_argument("duration", nargs="?", help="e.g. 90s, 30m, 6h, 7d")
+    p.set_defaults(func=cmd_ttl)
+    sub.add_parser("rules", help="list pins and TTLs").set_defaults(func=cmd_rules)
+    p = sub.add_parser("free", help="evict a path's blocks from every worker now")
+    p.add_argument("path")
+    p.set_defaults(func=cmd_free)
     p = sub.add_parser("workers", help="live workers")
     p.add_argument("-l", "--long", action="store_true", help="with cache usage")
     p.set_defaults(func=cmd_workers)

@@ -14,9 +14,10 @@ from opentelemetry import trace
 
 from reservoir.common import config as cfg
 from reservoir.common import logs
+from reservoir.common.config import parse_duration
 from reservoir.common.errors import Conflict, InvalidArgument, IsADirectory
 from reservoir.common.malloc_tuning import tune_for_large_buffers
-from reservoir.common.models import Inode, Mount, MountOptions, WorkerRecord
+from reservoir.common.models import CacheRule, Inode, Mount, MountOptions, WorkerRecord
 from reservoir.common.mounted_stores import MountedStores
 from reservoir.common.rpc import CHANNEL_OPTIONS, ChannelPool, error_from_rpc
 from reservoir.common.security import Transport
@@ -262,3 +263,47 @@ class AsyncClient:
             except grpc.RpcError as exc:
                 raise error_from_rpc(exc, f"stats of worker {worker.id}") from None
         return stats
+
+    # ---- cache rules: pin, TTL, free (master/cache_rules.py) -----------------------------
+
+    async def pin(self, path: str) -> master_pb2.PinResponse:
+        """Keeps the files below `path` in the cache, never evicted, and starts loading
+        them (`load_job_id`; see `watch_job`). ResourceExhausted when they do not fit."""
+        reply: master_pb2.PinResponse = await self._view.call(
+            "Pin", master_pb2.PathRequest(path=path), f"pin {path}"
+        )
+        return reply
+
+    async def unpin(self, path: str) -> CacheRule:
+        reply = await self._view.call("Unpin", master_pb2.PathRequest(path=path), f"unpin {path}")
+        return CacheRule.from_proto(reply)
+
+    async def set_ttl(self, path: str, ttl: float | str) -> CacheRule:
+        """Blocks below `path` (a mount path: the whole mount) are not served once older
+        than `ttl` (seconds, or a duration such as "30s", "6h", "7d"): read again from
+        the under-store, and dropped first."""
+        seconds = parse_duration(ttl) if isinstance(ttl, str) else float(ttl)
+        if seconds <= 0:
+            raise InvalidArgument("a TTL must be positive (clear it with clear_ttl)")
+        request = master_pb2.SetTtlRequest(path=path, ttl_ms=max(1, int(seconds * 1000)))
+        return CacheRule.from_proto(await self._view.call("SetTtl", request, f"ttl {path}"))
+
+    async def clear_ttl(self, path: str) -> CacheRule:
+        reply = await self._view.call(
+            "ClearTtl", master_pb2.PathRequest(path=path), f"clear ttl {path}"
+        )
+        return CacheRule.from_proto(reply)
+
+    async def cache_rules(self) -> list[CacheRule]:
+        """Every pin and TTL."""
+        reply = await self._view.call(
+            "ListCacheRules", master_pb2.ListCacheRulesRequest(), "list cache rules"
+        )
+        return [CacheRule.from_proto(r) for r in reply.rules]
+
+    async def free(self, path: str) -> master_pb2.FreeResponse:
+        """Evicts the blocks below `path` from every worker now (pinned files are kept)."""
+        reply: master_pb2.FreeResponse = await self._view.call(
+            "Free", master_pb2.PathRequest(path=path), f"free {path}"
+        )
+        return reply

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 from reservoir.common import config as cfg
 from reservoir.common.errors import IsADirectory
-from reservoir.common.models import Inode, Mount, WorkerRecord
+from reservoir.common.models import CacheRule, Inode, Mount, WorkerRecord
 from reservoir.v1 import master_pb2, worker_pb2
 
 from .async_client import AsyncClient
@@ -156,6 +156,26 @@ class Client:
             raise ValueError(f"unsupported mode {mode!r}: Reservoir files are read-only")
         raw = ReservoirFile(self, self.stat(path))
         return io.BufferedReader(raw, buffer_size=buffering if buffering > 0 else 1 << 20)
+
+    # ---- cache rules: pin, TTL, free (see AsyncClient) -----------------------------------
+
+    def pin(self, path: str) -> master_pb2.PinResponse:
+        return self._run(self._async.pin(path))
+
+    def unpin(self, path: str) -> CacheRule:
+        return self._run(self._async.unpin(path))
+
+    def set_ttl(self, path: str, ttl: float | str) -> CacheRule:
+        return self._run(self._async.set_ttl(path, ttl))
+
+    def clear_ttl(self, path: str) -> CacheRule:
+        return self._run(self._async.clear_ttl(path))
+
+    def cache_rules(self) -> list[CacheRule]:
+        return self._run(self._async.cache_rules())
+
+    def free(self, path: str) -> master_pb2.FreeResponse:
+        return self._run(self._async.free(path))
 
 
 class ReservoirFile(io.RawIOBase):

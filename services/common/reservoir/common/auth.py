@@ -1,10 +1,12 @@
 """Who may call what: bearer tokens with roles, checked by one server interceptor.
 
 Roles:
-- `admin`: everything a reader may, plus mount, unmount, metadata loads, load jobs.
-- `reader`: stat, ls, read, report, list and watch jobs, worker stats.
+- `admin`: everything a reader may, plus mount, unmount, metadata loads, load jobs,
+  pin, unpin, TTLs and free.
+- `reader`: stat, ls, read, report, list and watch jobs, list cache rules, worker stats.
 - `worker`: the cluster's own processes: fetch mounts, report blocks (a worker token
-  names the worker it speaks for, and may report only for it), drive loads on workers.
+  names the worker it speaks for, and may report only for it), drive loads and frees
+  on workers.
 
 A server keeps only the SHA-256 of each token it accepts, in a file of lines
 `ROLE SHA256 [SUBJECT]` (`#` starts a comment). Tokens are long random strings, so a plain
@@ -49,6 +51,12 @@ RULES: dict[str, Rule] = {
     _MASTER + "LoadMetadata": Rule(_ADMIN),
     _MASTER + "SubmitLoad": Rule(_ADMIN),
     _MASTER + "CancelJob": Rule(_ADMIN),
+    _MASTER + "Pin": Rule(_ADMIN),
+    _MASTER + "Unpin": Rule(_ADMIN),
+    _MASTER + "SetTtl": Rule(_ADMIN),
+    _MASTER + "ClearTtl": Rule(_ADMIN),
+    _MASTER + "Free": Rule(_ADMIN),
+    _MASTER + "ListCacheRules": Rule(_READ),
     _MASTER + "ListMounts": Rule(_READ),
     _MASTER + "GetFileInfo": Rule(_READ),
     _MASTER + "GetFileInfos": Rule(_READ),
@@ -64,6 +72,7 @@ RULES: dict[str, Rule] = {
     _WORKER + "ReadSmall": Rule(_READ),
     _WORKER + "GetStats": Rule(_READ),
     _WORKER + "LoadBlocks": Rule(_ADMIN | _CLUSTER),
+    _WORKER + "FreeBlocks": Rule(_ADMIN | _CLUSTER),
     "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo": Rule(_READ),
 }
 OPEN_PREFIXES = ("/grpc.health.v1.Health/",)

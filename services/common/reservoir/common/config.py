@@ -37,6 +37,15 @@ def parse_size(text: str | int) -> int:
     return int(float(number) * _UNITS[(unit or "").lower()[:1]])
 
 
+def format_size(n: float) -> str:
+    """Bytes for people: 1536 -> '1.5KiB' (the inverse of `parse_size`, rounded)."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.1f}{unit}" if unit != "B" else f"{int(n)}B"
+        n /= 1024
+    return str(n)
+
+
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 _SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 
@@ -234,6 +243,8 @@ class MasterConfig:
     load_batch_blocks: int = field(default=8, metadata=env("RESERVOIR_LOAD_BATCH_BLOCKS"))
     load_calls_per_worker: int = field(default=2, metadata=env("RESERVOIR_LOAD_CALLS_PER_WORKER"))
     load_timeout_s: float = field(default=300.0, metadata=env("RESERVOIR_LOAD_TIMEOUT"))
+    # `reservoir free`: file ids per call to each worker.
+    free_batch_files: int = field(default=1000, metadata=env("RESERVOIR_FREE_BATCH_FILES"))
     # Mount policy (see master/mount_policy.py): URI schemes a mount may use, and, when
     # set, the only under-store endpoints allowed (comma-separated).
     allowed_schemes: str = field(default="s3", metadata=env("RESERVOIR_ALLOWED_SCHEMES"))
@@ -331,6 +342,11 @@ class WorkerConfig:
     # remount not yet seen), at most once per this interval per mount.
     mount_recheck_interval_s: float = field(
         default=1.0, metadata=env("RESERVOIR_MOUNT_RECHECK_INTERVAL")
+    )
+    # How often blocks whose TTL ran out are dropped (a read never gets one, whenever
+    # this runs: it checks the TTL itself).
+    ttl_sweep_interval_s: float = field(
+        default=1.0, metadata=env("RESERVOIR_WORKER_TTL_SWEEP_INTERVAL")
     )
     grace_s: float = field(default=3.0, metadata=env("RESERVOIR_SHUTDOWN_GRACE"))
     # glibc thresholds that keep the worker's footprint near its capacity (measured: see

@@ -8,6 +8,11 @@ INODES = ROOT + b"inodes"
 WORKERS = ROOT + b"workers/"
 LOCATIONS = ROOT + b"locations/"
 JOBS = ROOT + b"jobs/"
+# Cache rules (pins, TTLs) and the files each pin holds: one prefix, so a worker follows
+# both with one watch.
+CACHE = ROOT + b"cache/"
+CACHE_RULES = CACHE + b"rules"
+PINNED = CACHE + b"pinned"
 
 
 def mount_key(path: str) -> bytes:
@@ -46,3 +51,26 @@ def locations_prefix(worker_id: str) -> bytes:
 
 def location_key(worker_id: str, file_id: str) -> bytes:
     return locations_prefix(worker_id) + file_id.encode()
+
+
+def cache_rule_key(path: str) -> bytes:
+    return CACHE_RULES + path.encode()
+
+
+# A normalised path never holds "//", so one rule's pinned files never share a prefix
+# with another's (`/a//` is not a prefix of `/a/b//…`).
+def pinned_prefix(rule_path: str) -> bytes:
+    return PINNED + rule_path.encode() + b"//"
+
+
+def pinned_key(rule_path: str, file_id: str) -> bytes:
+    return pinned_prefix(rule_path) + file_id.encode()
+
+
+def pinned_file_id(key: bytes) -> str:
+    """The file id at the end of a `pinned_key`."""
+    return key.rsplit(b"//", 1)[1].decode()
+
+
+def pinned_rule_path(key: bytes) -> str:
+    return key[len(PINNED) :].rsplit(b"//", 1)[0].decode()

@@ -6,7 +6,7 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, field, replace
 
-from reservoir.v1 import common_pb2, worker_pb2
+from reservoir.v1 import common_pb2, master_pb2, worker_pb2
 
 from .config import MiB, parse_duration
 from .errors import InvalidArgument
@@ -217,6 +217,52 @@ class WorkerRecord:
             msg.capacity_bytes,
             msg.started_ms,
             shm_dir=msg.shm_dir,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class CacheRule:
+    """A pin and/or a TTL on a Reservoir path (see master/cache_rules.py). Workers match
+    a block to a TTL rule by the under-store URI its requests carry (`covers`), and know
+    a pinned block by its file id (one key per pinned file, written by the master)."""
+
+    path: str
+    mount_path: str
+    ufs_prefix: str  # the under-store URI `path` maps to
+    pinned: bool = False
+    pinned_files: int = 0
+    pinned_bytes: int = 0
+    ttl_ms: int = 0  # 0 = no TTL
+    updated_ms: int = 0
+
+    def covers(self, ufs_uri: str) -> bool:
+        """Whether an object of this URI lies at or below the rule's path."""
+        prefix = self.ufs_prefix
+        return ufs_uri == prefix or ufs_uri.startswith(
+            prefix if prefix.endswith("/") else prefix + "/"
+        )
+
+    def to_json(self) -> bytes:
+        return json.dumps(asdict(self), separators=(",", ":")).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> CacheRule:
+        return cls(**json.loads(raw))
+
+    def to_proto(self) -> master_pb2.CacheRule:
+        return master_pb2.CacheRule(**asdict(self))
+
+    @classmethod
+    def from_proto(cls, msg: master_pb2.CacheRule) -> CacheRule:
+        return cls(
+            msg.path,
+            msg.mount_path,
+            msg.ufs_prefix,
+            msg.pinned,
+            msg.pinned_files,
+            msg.pinned_bytes,
+            msg.ttl_ms,
+            msg.updated_ms,
         )
 
 

@@ -20,6 +20,179 @@ else:
 DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
+class PathRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PATH_FIELD_NUMBER: _builtins.int
+    path: _builtins.str
+    def __init__(
+        self,
+        *,
+        path: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["path", b"path"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PathRequest: _TypeAlias = PathRequest  # noqa: Y015
+
+@_typing.final
+class CacheRule(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PATH_FIELD_NUMBER: _builtins.int
+    MOUNT_PATH_FIELD_NUMBER: _builtins.int
+    UFS_PREFIX_FIELD_NUMBER: _builtins.int
+    PINNED_FIELD_NUMBER: _builtins.int
+    PINNED_FILES_FIELD_NUMBER: _builtins.int
+    PINNED_BYTES_FIELD_NUMBER: _builtins.int
+    TTL_MS_FIELD_NUMBER: _builtins.int
+    UPDATED_MS_FIELD_NUMBER: _builtins.int
+    path: _builtins.str
+    mount_path: _builtins.str
+    ufs_prefix: _builtins.str
+    """the under-store URI the path maps to"""
+    pinned: _builtins.bool
+    pinned_files: _builtins.int
+    pinned_bytes: _builtins.int
+    ttl_ms: _builtins.int
+    """0 = no TTL"""
+    updated_ms: _builtins.int
+    def __init__(
+        self,
+        *,
+        path: _builtins.str = ...,
+        mount_path: _builtins.str = ...,
+        ufs_prefix: _builtins.str = ...,
+        pinned: _builtins.bool = ...,
+        pinned_files: _builtins.int = ...,
+        pinned_bytes: _builtins.int = ...,
+        ttl_ms: _builtins.int = ...,
+        updated_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["mount_path", b"mount_path", "path", b"path", "pinned", b"pinned", "pinned_bytes", b"pinned_bytes", "pinned_files", b"pinned_files", "ttl_ms", b"ttl_ms", "ufs_prefix", b"ufs_prefix", "updated_ms", b"updated_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CacheRule: _TypeAlias = CacheRule  # noqa: Y015
+
+@_typing.final
+class PinResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RULE_FIELD_NUMBER: _builtins.int
+    LOAD_JOB_ID_FIELD_NUMBER: _builtins.int
+    load_job_id: _builtins.str
+    """the load job that brings the pinned files into the cache"""
+    @_builtins.property
+    def rule(self) -> Global___CacheRule: ...
+    def __init__(
+        self,
+        *,
+        rule: Global___CacheRule | None = ...,
+        load_job_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["rule", b"rule"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["load_job_id", b"load_job_id", "rule", b"rule"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PinResponse: _TypeAlias = PinResponse  # noqa: Y015
+
+@_typing.final
+class SetTtlRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PATH_FIELD_NUMBER: _builtins.int
+    TTL_MS_FIELD_NUMBER: _builtins.int
+    path: _builtins.str
+    ttl_ms: _builtins.int
+    def __init__(
+        self,
+        *,
+        path: _builtins.str = ...,
+        ttl_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["path", b"path", "ttl_ms", b"ttl_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetTtlRequest: _TypeAlias = SetTtlRequest  # noqa: Y015
+
+@_typing.final
+class ListCacheRulesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListCacheRulesRequest: _TypeAlias = ListCacheRulesRequest  # noqa: Y015
+
+@_typing.final
+class ListCacheRulesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RULES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def rules(self) -> _containers.RepeatedCompositeFieldContainer[Global___CacheRule]: ...
+    def __init__(
+        self,
+        *,
+        rules: _abc.Iterable[Global___CacheRule] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["rules", b"rules"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListCacheRulesResponse: _TypeAlias = ListCacheRulesResponse  # noqa: Y015
+
+@_typing.final
+class FreeResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FILES_FIELD_NUMBER: _builtins.int
+    FREED_BLOCKS_FIELD_NUMBER: _builtins.int
+    FREED_BYTES_FIELD_NUMBER: _builtins.int
+    PINNED_FILES_FIELD_NUMBER: _builtins.int
+    files: _builtins.int
+    """files below the path"""
+    freed_blocks: _builtins.int
+    """blocks dropped, over all workers"""
+    freed_bytes: _builtins.int
+    pinned_files: _builtins.int
+    """files kept because they are pinned (unpin first)"""
+    def __init__(
+        self,
+        *,
+        files: _builtins.int = ...,
+        freed_blocks: _builtins.int = ...,
+        freed_bytes: _builtins.int = ...,
+        pinned_files: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["files", b"files", "freed_blocks", b"freed_blocks", "freed_bytes", b"freed_bytes", "pinned_files", b"pinned_files"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FreeResponse: _TypeAlias = FreeResponse  # noqa: Y015
+
+@_typing.final
 class LoadMetadataRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

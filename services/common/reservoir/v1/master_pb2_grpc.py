@@ -111,6 +111,36 @@ class MasterServiceStub:
                 request_serializer=reservoir_dot_v1_dot_master__pb2.ListJobsRequest.SerializeToString,
                 response_deserializer=reservoir_dot_v1_dot_master__pb2.ListJobsResponse.FromString,
                 _registered_method=True)
+        self.Pin = channel.unary_unary(
+                '/reservoir.v1.MasterService/Pin',
+                request_serializer=reservoir_dot_v1_dot_master__pb2.PathRequest.SerializeToString,
+                response_deserializer=reservoir_dot_v1_dot_master__pb2.PinResponse.FromString,
+                _registered_method=True)
+        self.Unpin = channel.unary_unary(
+                '/reservoir.v1.MasterService/Unpin',
+                request_serializer=reservoir_dot_v1_dot_master__pb2.PathRequest.SerializeToString,
+                response_deserializer=reservoir_dot_v1_dot_master__pb2.CacheRule.FromString,
+                _registered_method=True)
+        self.SetTtl = channel.unary_unary(
+                '/reservoir.v1.MasterService/SetTtl',
+                request_serializer=reservoir_dot_v1_dot_master__pb2.SetTtlRequest.SerializeToString,
+                response_deserializer=reservoir_dot_v1_dot_master__pb2.CacheRule.FromString,
+                _registered_method=True)
+        self.ClearTtl = channel.unary_unary(
+                '/reservoir.v1.MasterService/ClearTtl',
+                request_serializer=reservoir_dot_v1_dot_master__pb2.PathRequest.SerializeToString,
+                response_deserializer=reservoir_dot_v1_dot_master__pb2.CacheRule.FromString,
+                _registered_method=True)
+        self.ListCacheRules = channel.unary_unary(
+                '/reservoir.v1.MasterService/ListCacheRules',
+                request_serializer=reservoir_dot_v1_dot_master__pb2.ListCacheRulesRequest.SerializeToString,
+                response_deserializer=reservoir_dot_v1_dot_master__pb2.ListCacheRulesResponse.FromString,
+                _registered_method=True)
+        self.Free = channel.unary_unary(
+                '/reservoir.v1.MasterService/Free',
+                request_serializer=reservoir_dot_v1_dot_master__pb2.PathRequest.SerializeToString,
+                response_deserializer=reservoir_dot_v1_dot_master__pb2.FreeResponse.FromString,
+                _registered_method=True)
 
 
 class MasterServiceServicer:
@@ -211,6 +241,48 @@ class MasterServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Pin(self, request, context):
+        """Cache rules (pins and TTLs), kept in etcd and followed by every worker.
+        Pin: the path's files are never evicted and are loaded now (a load job). Refused with
+        RESOURCE_EXHAUSTED when they do not fit in what the workers have left unpinned.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Unpin(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetTtl(self, request, context):
+        """Blocks below the path older than the TTL (since they landed in a worker) are never
+        served: the next read fetches them again; expired blocks are dropped first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ClearTtl(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListCacheRules(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Free(self, request, context):
+        """Evicts the path's blocks now from every worker, every tier (pinned files are kept).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MasterServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -288,6 +360,36 @@ def add_MasterServiceServicer_to_server(servicer, server):
                     servicer.ListJobs,
                     request_deserializer=reservoir_dot_v1_dot_master__pb2.ListJobsRequest.FromString,
                     response_serializer=reservoir_dot_v1_dot_master__pb2.ListJobsResponse.SerializeToString,
+            ),
+            'Pin': grpc.unary_unary_rpc_method_handler(
+                    servicer.Pin,
+                    request_deserializer=reservoir_dot_v1_dot_master__pb2.PathRequest.FromString,
+                    response_serializer=reservoir_dot_v1_dot_master__pb2.PinResponse.SerializeToString,
+            ),
+            'Unpin': grpc.unary_unary_rpc_method_handler(
+                    servicer.Unpin,
+                    request_deserializer=reservoir_dot_v1_dot_master__pb2.PathRequest.FromString,
+                    response_serializer=reservoir_dot_v1_dot_master__pb2.CacheRule.SerializeToString,
+            ),
+            'SetTtl': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetTtl,
+                    request_deserializer=reservoir_dot_v1_dot_master__pb2.SetTtlRequest.FromString,
+                    response_serializer=reservoir_dot_v1_dot_master__pb2.CacheRule.SerializeToString,
+            ),
+            'ClearTtl': grpc.unary_unary_rpc_method_handler(
+                    servicer.ClearTtl,
+                    request_deserializer=reservoir_dot_v1_dot_master__pb2.PathRequest.FromString,
+                    response_serializer=reservoir_dot_v1_dot_master__pb2.CacheRule.SerializeToString,
+            ),
+            'ListCacheRules': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListCacheRules,
+                    request_deserializer=reservoir_dot_v1_dot_master__pb2.ListCacheRulesRequest.FromString,
+                    response_serializer=reservoir_dot_v1_dot_master__pb2.ListCacheRulesResponse.SerializeToString,
+            ),
+            'Free': grpc.unary_unary_rpc_method_handler(
+                    servicer.Free,
+                    request_deserializer=reservoir_dot_v1_dot_master__pb2.PathRequest.FromString,
+                    response_serializer=reservoir_dot_v1_dot_master__pb2.FreeResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -696,6 +798,168 @@ class MasterService:
             '/reservoir.v1.MasterService/ListJobs',
             reservoir_dot_v1_dot_master__pb2.ListJobsRequest.SerializeToString,
             reservoir_dot_v1_dot_master__pb2.ListJobsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Pin(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/reservoir.v1.MasterService/Pin',
+            reservoir_dot_v1_dot_master__pb2.PathRequest.SerializeToString,
+            reservoir_dot_v1_dot_master__pb2.PinResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Unpin(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/reservoir.v1.MasterService/Unpin',
+            reservoir_dot_v1_dot_master__pb2.PathRequest.SerializeToString,
+            reservoir_dot_v1_dot_master__pb2.CacheRule.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetTtl(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/reservoir.v1.MasterService/SetTtl',
+            reservoir_dot_v1_dot_master__pb2.SetTtlRequest.SerializeToString,
+            reservoir_dot_v1_dot_master__pb2.CacheRule.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ClearTtl(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/reservoir.v1.MasterService/ClearTtl',
+            reservoir_dot_v1_dot_master__pb2.PathRequest.SerializeToString,
+            reservoir_dot_v1_dot_master__pb2.CacheRule.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListCacheRules(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/reservoir.v1.MasterService/ListCacheRules',
+            reservoir_dot_v1_dot_master__pb2.ListCacheRulesRequest.SerializeToString,
+            reservoir_dot_v1_dot_master__pb2.ListCacheRulesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Free(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/reservoir.v1.MasterService/Free',
+            reservoir_dot_v1_dot_master__pb2.PathRequest.SerializeToString,
+            reservoir_dot_v1_dot_master__pb2.FreeResponse.FromString,
             options,
             channel_credentials,
             insecure,

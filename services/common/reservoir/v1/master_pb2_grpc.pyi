@@ -53,6 +53,20 @@ class MasterServiceStub:
     WatchJob: _grpc.UnaryStreamMultiCallable[_master_pb2.GetJobRequest, _master_pb2.Job]
     CancelJob: _grpc.UnaryUnaryMultiCallable[_master_pb2.GetJobRequest, _master_pb2.Job]
     ListJobs: _grpc.UnaryUnaryMultiCallable[_master_pb2.ListJobsRequest, _master_pb2.ListJobsResponse]
+    Pin: _grpc.UnaryUnaryMultiCallable[_master_pb2.PathRequest, _master_pb2.PinResponse]
+    """Cache rules (pins and TTLs), kept in etcd and followed by every worker.
+    Pin: the path's files are never evicted and are loaded now (a load job). Refused with
+    RESOURCE_EXHAUSTED when they do not fit in what the workers have left unpinned.
+    """
+    Unpin: _grpc.UnaryUnaryMultiCallable[_master_pb2.PathRequest, _master_pb2.CacheRule]
+    SetTtl: _grpc.UnaryUnaryMultiCallable[_master_pb2.SetTtlRequest, _master_pb2.CacheRule]
+    """Blocks below the path older than the TTL (since they landed in a worker) are never
+    served: the next read fetches them again; expired blocks are dropped first.
+    """
+    ClearTtl: _grpc.UnaryUnaryMultiCallable[_master_pb2.PathRequest, _master_pb2.CacheRule]
+    ListCacheRules: _grpc.UnaryUnaryMultiCallable[_master_pb2.ListCacheRulesRequest, _master_pb2.ListCacheRulesResponse]
+    Free: _grpc.UnaryUnaryMultiCallable[_master_pb2.PathRequest, _master_pb2.FreeResponse]
+    """Evicts the path's blocks now from every worker, every tier (pinned files are kept)."""
 
 @_typing.type_check_only
 class MasterServiceAsyncStub(MasterServiceStub):
@@ -78,6 +92,20 @@ class MasterServiceAsyncStub(MasterServiceStub):
     WatchJob: _aio.UnaryStreamMultiCallable[_master_pb2.GetJobRequest, _master_pb2.Job]  # type: ignore[assignment]
     CancelJob: _aio.UnaryUnaryMultiCallable[_master_pb2.GetJobRequest, _master_pb2.Job]  # type: ignore[assignment]
     ListJobs: _aio.UnaryUnaryMultiCallable[_master_pb2.ListJobsRequest, _master_pb2.ListJobsResponse]  # type: ignore[assignment]
+    Pin: _aio.UnaryUnaryMultiCallable[_master_pb2.PathRequest, _master_pb2.PinResponse]  # type: ignore[assignment]
+    """Cache rules (pins and TTLs), kept in etcd and followed by every worker.
+    Pin: the path's files are never evicted and are loaded now (a load job). Refused with
+    RESOURCE_EXHAUSTED when they do not fit in what the workers have left unpinned.
+    """
+    Unpin: _aio.UnaryUnaryMultiCallable[_master_pb2.PathRequest, _master_pb2.CacheRule]  # type: ignore[assignment]
+    SetTtl: _aio.UnaryUnaryMultiCallable[_master_pb2.SetTtlRequest, _master_pb2.CacheRule]  # type: ignore[assignment]
+    """Blocks below the path older than the TTL (since they landed in a worker) are never
+    served: the next read fetches them again; expired blocks are dropped first.
+    """
+    ClearTtl: _aio.UnaryUnaryMultiCallable[_master_pb2.PathRequest, _master_pb2.CacheRule]  # type: ignore[assignment]
+    ListCacheRules: _aio.UnaryUnaryMultiCallable[_master_pb2.ListCacheRulesRequest, _master_pb2.ListCacheRulesResponse]  # type: ignore[assignment]
+    Free: _aio.UnaryUnaryMultiCallable[_master_pb2.PathRequest, _master_pb2.FreeResponse]  # type: ignore[assignment]
+    """Evicts the path's blocks now from every worker, every tier (pinned files are kept)."""
 
 class MasterServiceServicer(metaclass=_abc_1.ABCMeta):
     """The metadata authority: mounts, namespace, worker membership, block locations."""
@@ -190,5 +218,55 @@ class MasterServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _master_pb2.ListJobsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_master_pb2.ListJobsResponse, _abc.Awaitable[_master_pb2.ListJobsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def Pin(
+        self,
+        request: _master_pb2.PathRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_master_pb2.PinResponse, _abc.Awaitable[_master_pb2.PinResponse]]:
+        """Cache rules (pins and TTLs), kept in etcd and followed by every worker.
+        Pin: the path's files are never evicted and are loaded now (a load job). Refused with
+        RESOURCE_EXHAUSTED when they do not fit in what the workers have left unpinned.
+        """
+
+    @_abc_1.abstractmethod
+    def Unpin(
+        self,
+        request: _master_pb2.PathRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_master_pb2.CacheRule, _abc.Awaitable[_master_pb2.CacheRule]]: ...
+
+    @_abc_1.abstractmethod
+    def SetTtl(
+        self,
+        request: _master_pb2.SetTtlRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_master_pb2.CacheRule, _abc.Awaitable[_master_pb2.CacheRule]]:
+        """Blocks below the path older than the TTL (since they landed in a worker) are never
+        served: the next read fetches them again; expired blocks are dropped first.
+        """
+
+    @_abc_1.abstractmethod
+    def ClearTtl(
+        self,
+        request: _master_pb2.PathRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_master_pb2.CacheRule, _abc.Awaitable[_master_pb2.CacheRule]]: ...
+
+    @_abc_1.abstractmethod
+    def ListCacheRules(
+        self,
+        request: _master_pb2.ListCacheRulesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_master_pb2.ListCacheRulesResponse, _abc.Awaitable[_master_pb2.ListCacheRulesResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def Free(
+        self,
+        request: _master_pb2.PathRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_master_pb2.FreeResponse, _abc.Awaitable[_master_pb2.FreeResponse]]:
+        """Evicts the path's blocks now from every worker, every tier (pinned files are kept)."""
 
 def add_MasterServiceServicer_to_server(servicer: MasterServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -7,6 +7,7 @@ from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
+from reservoir.v1 import common_pb2 as _common_pb2
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -17,6 +18,49 @@ else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+@_typing.final
+class FreeBlocksRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FILE_IDS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def file_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        file_ids: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["file_ids", b"file_ids"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FreeBlocksRequest: _TypeAlias = FreeBlocksRequest  # noqa: Y015
+
+@_typing.final
+class FreeBlocksResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FREED_FIELD_NUMBER: _builtins.int
+    FREED_BYTES_FIELD_NUMBER: _builtins.int
+    freed_bytes: _builtins.int
+    @_builtins.property
+    def freed(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.BlockRef]: ...
+    def __init__(
+        self,
+        *,
+        freed: _abc.Iterable[_common_pb2.BlockRef] | None = ...,
+        freed_bytes: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["freed", b"freed", "freed_bytes", b"freed_bytes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FreeBlocksResponse: _TypeAlias = FreeBlocksResponse  # noqa: Y015
 
 @_typing.final
 class BlockStatus(_message.Message):
@@ -244,6 +288,7 @@ class TierStats(_message.Message):
     in_service: _builtins.bool
     """false once an I/O error took a disk directory out"""
     pinned_bytes: _builtins.int
+    """bytes of pinned blocks in this tier (never evicted)"""
     def __init__(
         self,
         *,

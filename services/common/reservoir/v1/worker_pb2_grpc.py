@@ -61,6 +61,11 @@ class WorkerServiceStub:
                 request_serializer=reservoir_dot_v1_dot_worker__pb2.ReadBlocksRequest.SerializeToString,
                 response_deserializer=reservoir_dot_v1_dot_worker__pb2.LoadBlocksResponse.FromString,
                 _registered_method=True)
+        self.FreeBlocks = channel.unary_unary(
+                '/reservoir.v1.WorkerService/FreeBlocks',
+                request_serializer=reservoir_dot_v1_dot_worker__pb2.FreeBlocksRequest.SerializeToString,
+                response_deserializer=reservoir_dot_v1_dot_worker__pb2.FreeBlocksResponse.FromString,
+                _registered_method=True)
 
 
 class WorkerServiceServicer:
@@ -108,6 +113,13 @@ class WorkerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def FreeBlocks(self, request, context):
+        """Drops every block of the given files from every tier now (for `reservoir free`).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WorkerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -135,6 +147,11 @@ def add_WorkerServiceServicer_to_server(servicer, server):
                     servicer.LoadBlocks,
                     request_deserializer=reservoir_dot_v1_dot_worker__pb2.ReadBlocksRequest.FromString,
                     response_serializer=reservoir_dot_v1_dot_worker__pb2.LoadBlocksResponse.SerializeToString,
+            ),
+            'FreeBlocks': grpc.unary_unary_rpc_method_handler(
+                    servicer.FreeBlocks,
+                    request_deserializer=reservoir_dot_v1_dot_worker__pb2.FreeBlocksRequest.FromString,
+                    response_serializer=reservoir_dot_v1_dot_worker__pb2.FreeBlocksResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -274,6 +291,33 @@ class WorkerService:
             '/reservoir.v1.WorkerService/LoadBlocks',
             reservoir_dot_v1_dot_worker__pb2.ReadBlocksRequest.SerializeToString,
             reservoir_dot_v1_dot_worker__pb2.LoadBlocksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FreeBlocks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/reservoir.v1.WorkerService/FreeBlocks',
+            reservoir_dot_v1_dot_worker__pb2.FreeBlocksRequest.SerializeToString,
+            reservoir_dot_v1_dot_worker__pb2.FreeBlocksResponse.FromString,
             options,
             channel_credentials,
             insecure,

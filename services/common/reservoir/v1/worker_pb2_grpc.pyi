@@ -53,6 +53,8 @@ class WorkerServiceStub:
     """Fetches blocks into the cache (for load jobs); one status per request entry, OK only
     when the block is really held afterwards.
     """
+    FreeBlocks: _grpc.UnaryUnaryMultiCallable[_worker_pb2.FreeBlocksRequest, _worker_pb2.FreeBlocksResponse]
+    """Drops every block of the given files from every tier now (for `reservoir free`)."""
 
 @_typing.type_check_only
 class WorkerServiceAsyncStub(WorkerServiceStub):
@@ -79,6 +81,8 @@ class WorkerServiceAsyncStub(WorkerServiceStub):
     """Fetches blocks into the cache (for load jobs); one status per request entry, OK only
     when the block is really held afterwards.
     """
+    FreeBlocks: _aio.UnaryUnaryMultiCallable[_worker_pb2.FreeBlocksRequest, _worker_pb2.FreeBlocksResponse]  # type: ignore[assignment]
+    """Drops every block of the given files from every tier now (for `reservoir free`)."""
 
 class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
     """A cache node. Blocks are fetched from the under-store on a miss (once, however many
@@ -132,5 +136,13 @@ class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
         """Fetches blocks into the cache (for load jobs); one status per request entry, OK only
         when the block is really held afterwards.
         """
+
+    @_abc_1.abstractmethod
+    def FreeBlocks(
+        self,
+        request: _worker_pb2.FreeBlocksRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_worker_pb2.FreeBlocksResponse, _abc.Awaitable[_worker_pb2.FreeBlocksResponse]]:
+        """Drops every block of the given files from every tier now (for `reservoir free`)."""
 
 def add_WorkerServiceServicer_to_server(servicer: WorkerServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

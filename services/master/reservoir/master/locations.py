@@ -79,6 +79,12 @@ class BlockLocationTable:
         self._dirty.add((worker_id, file_id))
         self._confirmed[worker_id].add((file_id, index))
 
+    def drop(self, worker_id: str, file_id: str, index: int) -> None:
+        """One block a worker confirmed it dropped (e.g. freed)."""
+        self._remove(worker_id, file_id, index)
+        self._dirty.add((worker_id, file_id))
+        self._confirmed.get(worker_id, set()).discard((file_id, index))
+
     def forget_worker(self, worker_id: str) -> None:
         self._confirmed.pop(worker_id, None)
         files = self._by_worker.pop(worker_id, {})

@@ -28,6 +28,7 @@ from reservoir.common.rpc import ChannelOpener
 from reservoir.common.under_store import BodyRetry
 from reservoir.common.worker_registry import WorkerRegistry
 
+from .cache_rules import CacheRules
 from .jobs import LoadJobs
 from .locations import BlockLocationTable
 from .metadata_sync import DirectoryListing, NamespaceSync, dir_inode, now_ms
@@ -63,13 +64,22 @@ class MasterService:
         # whole content, so a restarted master's table is exact within seconds.
         self.epoch = f"{now_ms()}-{uuid.uuid4().hex[:8]}"
         self._leases: dict[str, Lease] = {}
-        self._worker_link = WorkerLink(config.load_timeout_s, opener)
+        self._worker_link = WorkerLink(config.load_timeout_s, opener, config.rpc_timeout_s)
         # boto3 blocks: under-store calls run on a pool of their own, sized by a setting
         # (asyncio's default pool is small on small machines).
         self._pool = ThreadPoolExecutor(config.ufs_concurrency, thread_name_prefix="ufs")
         self.sync = NamespaceSync(store, config, self.mount_table, self._under_stores, self._pool)
         self.jobs = LoadJobs(
             store, config, namespace=self, loader=self._worker_link, locations=self.locations
+        )
+        self.cache_rules = CacheRules(
+            store,
+            config,
+            namespace=self,
+            mounts=self.mount_table,
+            workers=self._worker_link,
+            jobs=self.jobs,
+            locations=self.locations,
         )
 
     async def start(self) -> None:

@@ -158,6 +158,44 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
     ) -> master_pb2.ListJobsResponse:
         return master_pb2.ListJobsResponse(jobs=[_job(j) for j in await self._service.jobs.all()])
 
+    @translate_errors
+    async def Pin(
+        self, request: master_pb2.PathRequest, context: grpc.aio.ServicerContext
+    ) -> master_pb2.PinResponse:
+        rule, job_id = await self._service.cache_rules.pin(request.path)
+        return master_pb2.PinResponse(rule=rule.to_proto(), load_job_id=job_id)
+
+    @translate_errors
+    async def Unpin(
+        self, request: master_pb2.PathRequest, context: grpc.aio.ServicerContext
+    ) -> master_pb2.CacheRule:
+        return (await self._service.cache_rules.unpin(request.path)).to_proto()
+
+    @translate_errors
+    async def SetTtl(
+        self, request: master_pb2.SetTtlRequest, context: grpc.aio.ServicerContext
+    ) -> master_pb2.CacheRule:
+        return (await self._service.cache_rules.set_ttl(request.path, request.ttl_ms)).to_proto()
+
+    @translate_errors
+    async def ClearTtl(
+        self, request: master_pb2.PathRequest, context: grpc.aio.ServicerContext
+    ) -> master_pb2.CacheRule:
+        return (await self._service.cache_rules.clear_ttl(request.path)).to_proto()
+
+    @translate_errors
+    async def ListCacheRules(
+        self, request: master_pb2.ListCacheRulesRequest, context: grpc.aio.ServicerContext
+    ) -> master_pb2.ListCacheRulesResponse:
+        rules = await self._service.cache_rules.rules()
+        return master_pb2.ListCacheRulesResponse(rules=[r.to_proto() for r in rules])
+
+    @translate_errors
+    async def Free(
+        self, request: master_pb2.PathRequest, context: grpc.aio.ServicerContext
+    ) -> master_pb2.FreeResponse:
+        return master_pb2.FreeResponse(**asdict(await self._service.cache_rules.free(request.path)))
+
 
 def _job(job: Job) -> master_pb2.Job:
     return master_pb2.Job(**asdict(job))

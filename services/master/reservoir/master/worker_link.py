@@ -1,4 +1,4 @@
-"""The master's calls to workers (load jobs), each with its deadline."""
+"""The master's calls to workers (load jobs, free, stats), each with its deadline."""
 
 from __future__ import annotations
 
@@ -12,12 +12,50 @@ from reservoir.common.rpc import ChannelOpener, ChannelPool, error_from_rpc
 from reservoir.v1 import worker_pb2
 
 _LOAD_BLOCKS = "/reservoir.v1.WorkerService/LoadBlocks"
+_FREE_BLOCKS = "/reservoir.v1.WorkerService/FreeBlocks"
+_GET_STATS = "/reservoir.v1.WorkerService/GetStats"
 
 
 class WorkerLink:
-    def __init__(self, timeout_s: float, opener: ChannelOpener | None = None) -> None:
+    def __init__(
+        self, timeout_s: float, opener: ChannelOpener | None = None, rpc_timeout_s: float = 10.0
+    ) -> None:
+        """`timeout_s`: of a load call (it fetches blocks); `rpc_timeout_s`: of the others."""
         self._timeout = timeout_s
+        self._rpc_timeout = rpc_timeout_s
         self._channels = ChannelPool(opener)
+
+    async def stats(self, worker: WorkerRecord) -> worker_pb2.WorkerStats:
+        call = self._channels.get(worker.address).unary_unary(
+            _GET_STATS,
+            request_serializer=worker_pb2.GetStatsRequest.SerializeToString,
+            response_deserializer=worker_pb2.WorkerStats.FromString,
+        )
+        try:
+            reply: worker_pb2.WorkerStats = await call(
+                worker_pb2.GetStatsRequest(), timeout=self._rpc_timeout, metadata=inject_metadata()
+            )
+        except grpc.RpcError as exc:
+            raise error_from_rpc(exc, f"stats of worker {worker.id}") from None
+        return reply
+
+    async def free_blocks(
+        self, worker: WorkerRecord, file_ids: list[str]
+    ) -> worker_pb2.FreeBlocksResponse:
+        call = self._channels.get(worker.address).unary_unary(
+            _FREE_BLOCKS,
+            request_serializer=worker_pb2.FreeBlocksRequest.SerializeToString,
+            response_deserializer=worker_pb2.FreeBlocksResponse.FromString,
+        )
+        try:
+            reply: worker_pb2.FreeBlocksResponse = await call(
+                worker_pb2.FreeBlocksRequest(file_ids=file_ids),
+                timeout=self._rpc_timeout,
+                metadata=inject_metadata(),
+            )
+        except grpc.RpcError as exc:
+            raise error_from_rpc(exc, f"free blocks on worker {worker.id}") from None
+        return reply
 
     async def load_blocks(
         self, worker: WorkerRecord, blocks: list[tuple[Inode, int]]

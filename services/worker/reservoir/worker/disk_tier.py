@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,7 +32,7 @@ from reservoir.common.errors import DataLoss
 from reservoir.common.models import shm_block_name
 
 from .eviction import EvictionPolicy
-from .memory_tier import BlockId
+from .memory_tier import NO_PINS, BlockId, Pins
 
 LAYOUT = "v1"
 _NAME = re.compile(r"^([0-9a-f]{32})-(\d+)$")
@@ -45,6 +46,9 @@ class DiskBlock:
     crc: int | None
     offset: int | None
     written: bool = True  # False while the write is in flight
+    # Wall-clock time the block landed in the worker (the file's mtime for one found at
+    # start): TTLs count from it.
+    landed_s: float = 0.0
 
     @property
     def footprint(self) -> int:
@@ -76,6 +80,10 @@ class DiskTier:
         self._low = int(capacity_bytes * low_watermark)
         self._fsync = fsync
         self._blocks: dict[BlockId, DiskBlock] = {}
+        self.pins: Pins = NO_PINS  # pinned blocks are never evicted from here
+        # A block was refused for want of room while below the high watermark (the room
+        # above it is smaller than a block): background eviction runs all the same.
+        self.wants_room = False
 
     # ---- bookkeeping (event loop) ------------------------------------------------------
 
@@ -91,22 +99,44 @@ class DiskTier:
     def entry(self, block: BlockId) -> DiskBlock | None:
         return self._blocks.get(block)
 
-    def reserve(self, block: BlockId, length: int) -> bool:
-        """Room for a block about to be written, if the policy admits it and there is
-        room without waiting for eviction (above the high watermark, eviction runs in
-        the background; the space up to the capacity takes new blocks meanwhile)."""
+    def reserve(self, block: BlockId, length: int, landed_s: float | None = None) -> bool:
+        """Room for a block about to be written, if the policy admits it (a pinned block
+        always is) and there is room without waiting for eviction (above the high
+        watermark, eviction runs in the background; the space up to the capacity takes
+        new blocks meanwhile)."""
         if not self.in_service or block in self._blocks:
             return False
         footprint = length + HEADER_SIZE
         if footprint > self.capacity_bytes:
             return False
-        if self.used_bytes + footprint > self._high and not self.policy.admit(block, length):
+        if (
+            self.used_bytes + footprint > self._high
+            and not self.pins.pinned(block)
+            and not self.policy.admit(block, length)
+        ):
             return False
         if self.used_bytes + footprint > self.capacity_bytes:
+            self.wants_room = True
             return False
-        self._blocks[block] = DiskBlock(length, None, None, written=False)
+        landed = time.time() if landed_s is None else landed_s
+        self._blocks[block] = DiskBlock(length, None, None, written=False, landed_s=landed)
         self.used_bytes += footprint
         return True
+
+    def room_for(self, length: int) -> list[BlockId] | None:
+        """Unpinned written blocks, coldest first, whose eviction leaves room for a block
+        of `length` now (for a pinned block that must not wait for background eviction);
+        None when even that would not make room."""
+        excess = self.used_bytes + length + HEADER_SIZE - self.capacity_bytes
+        chosen: list[BlockId] = []
+        for block in self.policy.victims():
+            if excess <= 0:
+                break
+            entry = self._blocks[block]
+            if entry.written and not self.pins.pinned(block):
+                chosen.append(block)
+                excess -= entry.footprint
+        return chosen if excess <= 0 else None
 
     def committed(self, block: BlockId, crc: int, offset: int) -> None:
         entry = self._blocks.get(block)
@@ -114,10 +144,10 @@ class DiskTier:
             entry.crc, entry.offset, entry.written = crc, offset, True
             self.policy.on_admit(block, entry.length)
 
-    def found(self, block: BlockId, length: int) -> None:
+    def found(self, block: BlockId, length: int, landed_s: float) -> None:
         """A block file found at start (verified later, or when first read)."""
         if block not in self._blocks:
-            self._blocks[block] = DiskBlock(length, None, None)
+            self._blocks[block] = DiskBlock(length, None, None, landed_s=landed_s)
             self.used_bytes += length + HEADER_SIZE
             self.policy.on_admit(block, length)
 
@@ -131,19 +161,28 @@ class DiskTier:
     def over_high_watermark(self) -> bool:
         return self.used_bytes > self._high
 
-    def victims_to_low_watermark(self, keep: set[BlockId] | None = None) -> list[BlockId]:
-        """Written blocks to evict, coldest first, to come down to the low watermark."""
+    def needs_eviction(self) -> bool:
+        return self.over_high_watermark() or self.wants_room
+
+    def victims_to_low_watermark(self) -> list[BlockId]:
+        """Written, unpinned blocks to evict, coldest first, to come down to the low
+        watermark (or as near as the pinned blocks allow)."""
+        self.wants_room = False
         chosen: list[BlockId] = []
         excess = self.used_bytes - self._low
         for block in self.policy.victims():
             if excess <= 0:
                 break
             entry = self._blocks[block]
-            if not entry.written or (keep is not None and block in keep):
+            if not entry.written or self.pins.pinned(block):
                 continue
             chosen.append(block)
             excess -= entry.footprint
         return chosen
+
+    def pinned_bytes(self) -> int:
+        pins = self.pins
+        return sum(e.footprint for b, e in self._blocks.items() if pins.pinned(b))
 
     def take_out_of_service(self) -> list[BlockId]:
         """Stops using this directory; the blocks it held, now forgotten."""
@@ -162,26 +201,34 @@ class DiskTier:
     def prepare(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
 
-    def scan(self) -> list[tuple[BlockId, int]]:
-        """The blocks in the directory by name and size, unverified. Leftover temporary
-        files (a write cut short by a crash) and strangers are removed."""
-        found: list[tuple[BlockId, int]] = []
+    def scan(self) -> list[tuple[BlockId, int, float]]:
+        """The blocks in the directory by name, size and mtime, unverified. Leftover
+        temporary files (a write cut short by a crash) and strangers are removed."""
+        found: list[tuple[BlockId, int, float]] = []
         for fan in os.scandir(self.root):
             if not fan.is_dir(follow_symlinks=False):
                 continue
             for item in os.scandir(fan.path):
                 match = _NAME.match(item.name)
-                size = item.stat(follow_symlinks=False).st_size if match else 0
-                if match and item.is_file(follow_symlinks=False) and size >= HEADER_SIZE:
-                    found.append(((match.group(1), int(match.group(2))), size - HEADER_SIZE))
+                st = item.stat(follow_symlinks=False) if match else None
+                if (
+                    match
+                    and st
+                    and item.is_file(follow_symlinks=False)
+                    and st.st_size >= HEADER_SIZE
+                ):
+                    block = (match.group(1), int(match.group(2)))
+                    found.append((block, st.st_size - HEADER_SIZE, st.st_mtime))
                 else:
                     os.unlink(item.path)
         return found
 
-    def write(self, block: BlockId, data: bytes, crc: int, offset: int) -> None:
+    def write(self, block: BlockId, data: bytes, crc: int, offset: int, landed_s: float) -> None:
         path = self.path(block)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         write_block_file(path, data, crc, offset, fsync=self._fsync)
+        # The mtime says when the block landed (a TTL counts from it after a restart).
+        os.utime(path, (landed_s, landed_s))
 
     def read(self, block: BlockId, entry: DiskBlock) -> tuple[bytes, int, int]:
         """The block's bytes, CRC32C and offset, verified. FileNotFoundError when the

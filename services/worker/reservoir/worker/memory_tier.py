@@ -1,8 +1,9 @@
 """The memory tier: immutable blocks within a byte capacity; an eviction policy (see
-eviction.py) decides which are kept."""
+eviction.py) decides which are kept, pins (see cache_rules.py) which may never go."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -21,6 +22,7 @@ class HeldBlock:
     crc: int  # CRC32C taken when the block landed
     offset: int  # of the block in its object
     held: Any  # what the tier keeps for the bytes (see `_keep`)
+    landed_s: float = 0.0  # wall-clock time the block landed in the worker (for TTLs)
 
 
 class LowerTier(Protocol):
@@ -28,7 +30,23 @@ class LowerTier(Protocol):
 
     def holds(self, block: BlockId) -> bool: ...
 
-    def spill(self, block: BlockId, data: bytes, crc: int, offset: int) -> None: ...
+    def spill(
+        self, block: BlockId, data: bytes, crc: int, offset: int, landed_s: float
+    ) -> None: ...
+
+
+class Pins(Protocol):
+    """Which blocks are pinned (the worker's cache rules): never evicted."""
+
+    def pinned(self, block: BlockId) -> bool: ...
+
+
+class NoPins:
+    def pinned(self, block: BlockId) -> bool:
+        return False
+
+
+NO_PINS: Pins = NoPins()
 
 
 class MemoryTier:
@@ -59,6 +77,7 @@ class MemoryTier:
         self._blocks: dict[BlockId, HeldBlock] = {}
         self.on_evict = on_evict
         self.below: LowerTier | None = None
+        self.pins: Pins = NO_PINS
 
     def __len__(self) -> int:
         return len(self._blocks)
@@ -87,11 +106,16 @@ class MemoryTier:
         """A request for `block` reached the worker (served by this tier or not)."""
         self.policy.on_access(block)
 
-    def put(self, block: BlockId, data: bytes, crc: int, offset: int) -> bool:
-        """Keeps `data` if the policy admits it, evicting what it says to make room.
+    def put(
+        self, block: BlockId, data: bytes, crc: int, offset: int, landed_s: float | None = None
+    ) -> bool:
+        """Keeps `data` if the policy admits it (a pinned block always is), evicting what
+        it says to make room. `landed_s`: when the block first landed in the worker (now
+        when not given).
 
-        Returns False (and keeps nothing) when the policy turns the block down or the
-        block alone exceeds the capacity: the read is still served, just not cached.
+        Returns False (and keeps nothing) when the policy turns the block down, the
+        block alone exceeds the capacity, or no room can be made (pinned blocks): the
+        read is still served, just not cached.
         """
         if block in self._blocks:
             return True
@@ -100,23 +124,29 @@ class MemoryTier:
             return False
         need = self.used_bytes + size - self.capacity_bytes
         if need > 0:
-            if not self.policy.admit(block, size):
+            if not self.pins.pinned(block) and not self.policy.admit(block, size):
                 return False
             victims = self._victims(need)
             if victims is None:
                 return False
             for victim in victims:
                 self._evict(victim)
-        self._blocks[block] = HeldBlock(size, crc, offset, self._keep(block, data, crc, offset))
+        held = self._keep(block, data, crc, offset)
+        landed = time.time() if landed_s is None else landed_s
+        self._blocks[block] = HeldBlock(size, crc, offset, held, landed)
         self.used_bytes += size
         self.policy.on_admit(block, size)
         return True
 
     def _victims(self, need: int) -> list[BlockId] | None:
-        """Blocks to evict to free `need` bytes, or None if that cannot be done."""
+        """Blocks to evict to free `need` bytes, or None if that cannot be done. A pinned
+        block may leave only when a lower tier holds it (it stays in the worker)."""
         chosen: list[BlockId] = []
         freed = 0
+        below = self.below
         for victim in self.policy.victims():
+            if self.pins.pinned(victim) and (below is None or not below.holds(victim)):
+                continue
             chosen.append(victim)
             freed += self._blocks[victim].length
             if freed >= need:
@@ -131,7 +161,7 @@ class MemoryTier:
             except DataLoss:  # bytes that fail their check are not worth keeping
                 data = None
             if data is not None:
-                self.below.spill(block, data, entry.crc, entry.offset)
+                self.below.spill(block, data, entry.crc, entry.offset, entry.landed_s)
         self._forget(block)
         self.evictions += 1
         if self.on_evict is not None:
@@ -145,6 +175,13 @@ class MemoryTier:
         self.policy.remove(block)
         self._release(block)
         return entry
+
+    def entry(self, block: BlockId) -> HeldBlock | None:
+        return self._blocks.get(block)
+
+    def pinned_bytes(self) -> int:
+        pins = self.pins
+        return sum(e.length for b, e in self._blocks.items() if pins.pinned(b))
 
     def drop(self, block: BlockId) -> bool:
         """Forgets a block (e.g. its bytes failed their checksum); False if not held."""

@@ -15,6 +15,7 @@ from reservoir.common.rpc import CHANNEL_OPTIONS
 from reservoir.common.security import SecuritySettings, Transport
 
 from .block_reporter import BlockReporter
+from .cache_rules import CacheRuleTable
 from .eviction import POLICIES
 from .master_link import MasterLink
 from .membership import Membership
@@ -95,7 +96,12 @@ async def serve(config: cfg.WorkerConfig, transport: Transport) -> None:
         config.mount_watch_backoff_max_s,
         config.mount_recheck_interval_s,
     )
-    service = WorkerService(config, mounts, unlisted_shm=bool(transport.settings.auth_tokens_file))
+    rules = CacheRuleTable(store, config.mount_watch_backoff_s, config.mount_watch_backoff_max_s)
+    # Before any block is kept or evicted: which ones are pinned.
+    await rules.load()
+    service = WorkerService(
+        config, mounts, rules, unlisted_shm=bool(transport.settings.auth_tokens_file)
+    )
     server.add_generic_rpc_handlers([WorkerServicer(service).handler()])
     await serving.add_health_and_reflection(server, [SERVICE])
     record = WorkerRecord(
@@ -125,6 +131,10 @@ async def serve(config: cfg.WorkerConfig, transport: Transport) -> None:
             serving.every(config.report_interval_s, "block_report", reporter.report)
         ),
         asyncio.create_task(mounts.follow()),
+        asyncio.create_task(rules.follow()),
+        asyncio.create_task(
+            serving.every(config.ttl_sweep_interval_s, "ttl_sweep", service.expire_due)
+        ),
     ]
     await serving.wait_for_signal()
     log.info("worker_stopping", worker=worker_id)

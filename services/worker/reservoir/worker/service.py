@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -16,6 +17,7 @@ from reservoir.common.models import MAX_BLOCK_SIZE, Mount, file_id_for
 from reservoir.common.mounted_stores import MountedStores
 from reservoir.common.under_store import BodyRetry, UnderStore
 
+from .cache_rules import BlockExpiry, CacheRuleTable
 from .memory_tier import BlockData, BlockId
 from .mount_table import MountTable
 from .tiered_store import TieredStore
@@ -80,14 +82,21 @@ class WorkerStats:
 
 class WorkerService:
     def __init__(
-        self, config: WorkerConfig, mounts: MountTable, *, unlisted_shm: bool = False
+        self,
+        config: WorkerConfig,
+        mounts: MountTable,
+        rules: CacheRuleTable,
+        *,
+        unlisted_shm: bool = False,
     ) -> None:
         """`unlisted_shm`: keep shared-memory blocks where only callers the master has
         authenticated can find them (see ShmTier)."""
         self.config = config
         self.worker_id = config.worker_id
         self.stats = WorkerStats()
-        self.store = TieredStore.from_config(config, self, unlisted_shm=unlisted_shm)
+        self.rules = rules
+        self.expiry = BlockExpiry()
+        self.store = TieredStore.from_config(config, self, unlisted_shm=unlisted_shm, pins=rules)
         self.mounts = mounts
         self._under_stores = MountedStores(
             config.ufs_timeout_s,
@@ -144,8 +153,10 @@ class WorkerService:
 
         A miss is fetched by one task however many callers wait for it; a caller that
         gives up does not cancel the fetch the others are waiting on. A held block whose
-        bytes fail their checksum is dropped and fetched again, never served.
+        bytes fail their checksum is dropped and fetched again, never served; so is one
+        older than its TTL.
         """
+        self._expire_if_stale(request)
         held = await self.store.get(request.block)
         if held is not None:
             self.stats.hits += 1
@@ -203,8 +214,38 @@ class WorkerService:
         if self.store.put(request.block, data, crc, start):
             self.removed.discard(request.block)
             self.added.add(request.block)
+            self._expire_if_stale(request)  # starts its TTL's clock, if it has one
         log.debug("block_fetched", file_id=request.file_id, index=request.index, bytes=length)
         return data, crc
+
+    # ---- cache rules: TTL expiry and free (see cache_rules.py) -------------------------
+
+    def _expire_if_stale(self, request: BlockRequest) -> None:
+        """Drops the block when it is older than its TTL (it is fetched again, never
+        served stale); else remembers when it expires."""
+        ttl_s = self.rules.ttl_s(request.mount_path, request.ufs_uri)
+        landed = self.store.landed(request.block) if ttl_s is not None else None
+        if ttl_s is None or landed is None:
+            return
+        if time.time() - landed < ttl_s:
+            self.expiry.set(request.block, landed, ttl_s)
+            return
+        self.store.evict([request.block])
+        log.debug("block_expired", file_id=request.file_id, index=request.index, ttl_s=ttl_s)
+
+    async def expire_due(self) -> None:
+        """Drops the blocks whose TTL ran out (pinned ones are fetched again when read)."""
+        due = self.expiry.due(time.time())
+        stale = [b for b, landed in due if self.store.landed(b) == landed]
+        gone = self.store.evict([b for b in stale if not self.rules.pinned(b)])
+        if gone:
+            log.info("blocks_expired", blocks=len(gone), bytes=sum(n for _, n in gone))
+
+    def free(self, file_ids: set[str]) -> list[tuple[BlockId, int]]:
+        """Drops every block of these files from every tier; returns what was held."""
+        gone = self.store.evict([b for b in self.store.blocks() if b[0] in file_ids])
+        log.info("blocks_freed", files=len(file_ids), blocks=len(gone))
+        return gone
 
     def served(self, nbytes: int, from_cache: bool) -> None:
         if from_cache:

@@ -17,7 +17,7 @@ import grpc.aio
 from reservoir.common.block_file import checksum
 from reservoir.common.errors import InvalidArgument, ReservoirError, ResourceExhausted, code_value
 from reservoir.common.rpc import translate_errors, translate_stream_errors
-from reservoir.v1 import worker_pb2
+from reservoir.v1 import common_pb2, worker_pb2
 
 from .service import BlockRequest, WorkerService
 
@@ -171,6 +171,16 @@ class WorkerServicer:
         return worker_pb2.LoadBlocksResponse(results=results)
 
     @translate_errors
+    async def FreeBlocks(
+        self, request: worker_pb2.FreeBlocksRequest, context: grpc.aio.ServicerContext
+    ) -> worker_pb2.FreeBlocksResponse:
+        gone = self._service.free(set(request.file_ids))
+        return worker_pb2.FreeBlocksResponse(
+            freed=[common_pb2.BlockRef(file_id=b[0], index=b[1]) for b, _ in gone],
+            freed_bytes=sum(n for _, n in gone),
+        )
+
+    @translate_errors
     async def GetStats(
         self, request: worker_pb2.GetStatsRequest, context: grpc.aio.ServicerContext
     ) -> worker_pb2.WorkerStats:
@@ -199,6 +209,7 @@ class WorkerServicer:
                     evictions=t.evictions,
                     hits=t.hits,
                     in_service=t.in_service,
+                    pinned_bytes=t.pinned_bytes,
                 )
                 for t in store.usage()
             ],
@@ -228,6 +239,11 @@ class WorkerServicer:
                     self.LoadBlocks,
                     request_deserializer=worker_pb2.ReadBlocksRequest.FromString,
                     response_serializer=worker_pb2.LoadBlocksResponse.SerializeToString,
+                ),
+                "FreeBlocks": grpc.unary_unary_rpc_method_handler(
+                    self.FreeBlocks,
+                    request_deserializer=worker_pb2.FreeBlocksRequest.FromString,
+                    response_serializer=worker_pb2.FreeBlocksResponse.SerializeToString,
                 ),
                 "GetStats": grpc.unary_unary_rpc_method_handler(
                     self.GetStats,

@@ -11,6 +11,9 @@
   disk runs in the background between the high and low watermarks.
 - An I/O error (or a full device) on a directory takes it out of service with one log
   line; its blocks are forgotten and the worker serves on from the other tiers.
+- Pinned blocks (see cache_rules.py) are never evicted: memory lets one go only once a
+  disk holds it, a disk never; a pinned block is always admitted, skips the write queue
+  limit, and makes room on disk at once by evicting unpinned blocks.
 - At start each directory is scanned; the blocks found are held at once (reported to
   the master in the first full report) and verified against their checksum in the
   background, `disk_scan_parallelism` at a time. A block that fails is dropped; a read
@@ -36,7 +39,7 @@ from reservoir.common.errors import DataLoss
 
 from .disk_tier import DiskBlock, DiskTier
 from .eviction import new_policy
-from .memory_tier import BlockData, BlockId, MemoryTier
+from .memory_tier import NO_PINS, BlockData, BlockId, MemoryTier, Pins
 from .shm_tier import ShmTier
 
 log = logs.get_logger(__name__)
@@ -71,6 +74,7 @@ class TierUsage:
     evictions: int
     hits: int
     in_service: bool
+    pinned_bytes: int
 
 
 class TieredStore:
@@ -83,10 +87,15 @@ class TieredStore:
         io_threads: int,
         scan_parallelism: int,
         write_queue_bytes: int,
+        pins: Pins = NO_PINS,
     ) -> None:
         self.memory = memory
         self.disks = disks
         self.disk_writes_skipped = 0
+        self.pins = pins
+        memory.pins = pins
+        for disk in disks:
+            disk.pins = pins
         self._events = events
         memory.on_evict = self._memory_evicted
         memory.below = self if disks else None
@@ -104,7 +113,12 @@ class TieredStore:
 
     @classmethod
     def from_config(
-        cls, config: WorkerConfig, events: BlockEvents, *, unlisted_shm: bool = False
+        cls,
+        config: WorkerConfig,
+        events: BlockEvents,
+        *,
+        unlisted_shm: bool = False,
+        pins: Pins = NO_PINS,
     ) -> TieredStore:
         policy = new_policy(config.eviction, config.capacity_bytes)
         memory: MemoryTier = (
@@ -130,6 +144,7 @@ class TieredStore:
             io_threads=config.disk_io_threads,
             scan_parallelism=config.disk_scan_parallelism,
             write_queue_bytes=config.disk_write_queue_bytes,
+            pins=pins,
         )
 
     # ---- what is held ------------------------------------------------------------------
@@ -164,6 +179,7 @@ class TieredStore:
                 m.evictions,
                 m.hits,
                 True,
+                m.pinned_bytes(),
             )
         ]
         for d in self.disks:
@@ -177,6 +193,7 @@ class TieredStore:
                     d.evictions,
                     d.hits,
                     d.in_service,
+                    d.pinned_bytes(),
                 )
             )
         return tiers
@@ -193,9 +210,9 @@ class TieredStore:
             except OSError as exc:
                 self._out_of_service(disk, exc)
                 continue
-            for block, length in found:
+            for block, length, landed_s in found:
                 if self._on_disk(block) is None:
-                    disk.found(block, length)
+                    disk.found(block, length, landed_s)
             unverified = [(b, e) for b in disk.blocks() if (e := disk.entry(b)) is not None]
             log.info(
                 "disk_dir_scanned",
@@ -244,6 +261,8 @@ class TieredStore:
             held = None
         if held is not None:
             _tier_hits.add(1, {"tier": self.memory.name})
+            if self.disks and self.pins.pinned(block) and self._on_disk(block) is None:
+                self._pin_down(block, held[0])  # pinned after it landed: keep it on disk too
             return held
         disk = self._on_disk(block)
         if disk is None:
@@ -273,16 +292,49 @@ class TieredStore:
         disk.hits += 1
         _tier_hits.add(1, {"tier": disk.name})
         _disk_bytes.add(len(data), {"op": "read"})
-        self.memory.put(block, data, crc, offset)  # moves up if memory's policy admits it
+        # Moves up if memory's policy admits it.
+        self.memory.put(block, data, crc, offset, entry.landed_s)
         return data, crc
+
+    def landed(self, block: BlockId) -> float | None:
+        """When the block landed in this worker (wall clock), or None when not held."""
+        times = []
+        held = self.memory.entry(block)
+        if held is not None:
+            times.append(held.landed_s)
+        disk = self._on_disk(block)
+        entry = disk.entry(block) if disk is not None else None
+        if entry is not None:
+            times.append(entry.landed_s)
+        return min(times) if times else None
+
+    def _pin_down(self, block: BlockId, data: bytes) -> None:
+        held = self.memory.entry(block)
+        if held is not None:
+            self._write_down(block, data, held.crc, held.offset, held.landed_s)
 
     # ---- writes ------------------------------------------------------------------------
 
     def put(self, block: BlockId, data: bytes, crc: int, offset: int) -> bool:
         """Offers a fetched block to every tier; True if one keeps it."""
-        in_memory = self.memory.put(block, data, crc, offset)
-        on_disk = self._write_down(block, data, crc, offset)
+        landed = time.time()
+        in_memory = self.memory.put(block, data, crc, offset, landed)
+        on_disk = self._write_down(block, data, crc, offset, landed)
         return in_memory or on_disk
+
+    def evict(self, blocks: list[BlockId]) -> list[tuple[BlockId, int]]:
+        """Drops blocks from every tier now (free, expiry), telling the owner each is
+        gone; returns those that were held, with their lengths."""
+        gone: list[tuple[BlockId, int]] = []
+        for block in blocks:
+            held = self.memory.entry(block)
+            disk = self._on_disk(block)
+            entry = disk.entry(block) if disk is not None else None
+            length = held.length if held is not None else entry.length if entry else 0
+            if self.drop(block):
+                gone.append((block, length))
+                self._events.block_gone(block, length, "freed")
+        return gone
 
     def drop(self, block: BlockId) -> bool:
         """Forgets a block in every tier (its disk file is removed in the background)."""
@@ -297,30 +349,39 @@ class TieredStore:
         """Whether a disk tier holds `block` (LowerTier, for the memory tier)."""
         return self._on_disk(block) is not None
 
-    def spill(self, block: BlockId, data: bytes, crc: int, offset: int) -> None:
+    def spill(self, block: BlockId, data: bytes, crc: int, offset: int, landed_s: float) -> None:
         """Takes a block evicted from memory (LowerTier)."""
-        self._write_down(block, data, crc, offset)
+        self._write_down(block, data, crc, offset, landed_s)
 
     def _memory_evicted(self, block: BlockId, size: int) -> None:
         _tier_evictions.add(1, {"tier": self.memory.name})
         if self._on_disk(block) is None:
             self._events.block_gone(block, size, self.memory.name)
 
-    def _write_down(self, block: BlockId, data: bytes, crc: int, offset: int) -> bool:
+    def _write_down(
+        self, block: BlockId, data: bytes, crc: int, offset: int, landed_s: float
+    ) -> bool:
         if not self.disks:
             return False
         if self._on_disk(block) is not None:
             return True
-        if self._queued_bytes + len(data) > self._queue_limit:
+        pinned = self.pins.pinned(block)
+        if self._queued_bytes + len(data) > self._queue_limit and not pinned:
             self.disk_writes_skipped += 1
             return False
         for disk in self._ranked(block):
-            if disk.reserve(block, len(data)):
+            reserved = disk.reserve(block, len(data), landed_s)
+            if not reserved and pinned and disk.in_service:
+                victims = disk.room_for(len(data))
+                if victims:
+                    self._evict_from_disk(disk, victims)
+                    reserved = disk.reserve(block, len(data), landed_s)
+            if disk.needs_eviction():
+                self._evict_wanted.set()
+            if reserved:
                 self._queued_bytes += len(data)
                 self._writing[block] = (data, crc)
-                self._spawn(self._write(disk, block, data, crc, offset), self._writes)
-                if disk.over_high_watermark():
-                    self._evict_wanted.set()
+                self._spawn(self._write(disk, block, data, crc, offset, landed_s), self._writes)
                 return True
         return False
 
@@ -337,10 +398,12 @@ class TieredStore:
             reverse=True,
         )
 
-    async def _write(self, disk: DiskTier, block: BlockId, data: bytes, crc: int, off: int) -> None:
+    async def _write(
+        self, disk: DiskTier, block: BlockId, data: bytes, crc: int, off: int, landed_s: float
+    ) -> None:
         entry = disk.entry(block)
         try:
-            await self._io(disk.write, block, data, crc, off)
+            await self._io(disk.write, block, data, crc, off, landed_s)
         except OSError as exc:
             self._out_of_service(disk, exc)
             return
@@ -360,16 +423,18 @@ class TieredStore:
             await self._evict_wanted.wait()
             self._evict_wanted.clear()
             for disk in self.disks:
-                if not disk.in_service or not disk.over_high_watermark():
+                if not disk.in_service or not disk.needs_eviction():
                     continue
-                victims = disk.victims_to_low_watermark()
-                for block in victims:
-                    entry = disk.forget(block)
-                    disk.evictions += 1
-                    _tier_evictions.add(1, {"tier": disk.name})
-                    if entry is not None and block not in self.memory:
-                        self._events.block_gone(block, entry.length, disk.name)
-                self._spawn(self._unlink(disk, victims))
+                self._evict_from_disk(disk, disk.victims_to_low_watermark())
+
+    def _evict_from_disk(self, disk: DiskTier, victims: list[BlockId]) -> None:
+        for block in victims:
+            entry = disk.forget(block)
+            disk.evictions += 1
+            _tier_evictions.add(1, {"tier": disk.name})
+            if entry is not None and block not in self.memory:
+                self._events.block_gone(block, entry.length, disk.name)
+        self._spawn(self._unlink(disk, victims))
 
     async def _unlink(self, disk: DiskTier, blocks: list[BlockId]) -> None:
         if not blocks:
@@ -453,7 +518,7 @@ class TieredStore:
         task.add_done_callback(tasks.discard)
 
 
-def _prepare_and_scan(disk: DiskTier) -> list[tuple[BlockId, int]]:
+def _prepare_and_scan(disk: DiskTier) -> list[tuple[BlockId, int, float]]:
     disk.prepare()
     return disk.scan()
 
