@@ -87,6 +87,10 @@ def test_json_output_parses_and_log_lines_are_json_on_stderr_while_a_worker_is_d
     assert failed and failed[0]["worker"] == "worker1" and failed[0]["level"] == "info"
     report = _cli(degraded, "--json", "report", degraded.path, env=env)
     assert json.loads(report.stdout)["files"] == 1
+    assert json.loads(report.stdout)["unreachable_workers"] == ["worker1"]
+    workers = {w["id"]: w for w in json.loads(_cli(degraded, "--json", "workers", "-l").stdout)}
+    assert workers["worker1"]["reachable"] is False
+    assert "tiers" in workers["worker2"]
 
 
 def _script(d: Degraded, tmp_path: Path, setup: str) -> subprocess.CompletedProcess[bytes]:

@@ -220,7 +220,7 @@ def cmd_cp(args: argparse.Namespace) -> None:
 def cmd_workers(args: argparse.Namespace) -> None:
     with _client(args) as rs:
         workers = rs.workers()
-        stats = {s.worker_id: s for s in rs.worker_stats()} if args.long else {}
+        stats = {s.worker_id: s for s in rs.worker_stats(reachable_only=True)} if args.long else {}
     data = []
     for w in workers:
         item: dict[str, Any] = {
@@ -241,6 +241,8 @@ def cmd_workers(args: argparse.Namespace) -> None:
                 corrupt_blocks=s.corrupt_blocks,
                 tiers=[_tier_dict(t) for t in s.tiers],
             )
+        elif args.long:
+            item["reachable"] = False  # registered (its lease runs on) but not answering
         data.append(item)
 
     def line(item: dict[str, Any]) -> str:
@@ -378,7 +380,10 @@ def cmd_job(args: argparse.Namespace) -> None:
 def cmd_report(args: argparse.Namespace) -> None:
     with _client(args) as rs:
         r = rs.report(args.path)
-        stats = rs.worker_stats()
+        workers = rs.workers()
+        stats = rs.worker_stats(reachable_only=True)
+    answered = {s.worker_id for s in stats}
+    unreachable = sorted(w.id for w in workers if w.id not in answered)
     tiers: dict[str, dict[str, int]] = {}  # the cluster's tiers, by kind
     for s in stats:
         for t in s.tiers:
@@ -400,6 +405,7 @@ def cmd_report(args: argparse.Namespace) -> None:
         "cached_bytes": r.cached_bytes,
         "cached_ratio": r.cached_bytes / r.bytes if r.bytes else 1.0,
         "tiers": tiers,
+        "unreachable_workers": unreachable,
     }
 
     def text() -> str:
@@ -413,6 +419,8 @@ def cmd_report(args: argparse.Namespace) -> None:
                 f"{t['blocks']} blocks, pinned {_human(t.get('pinned_bytes', 0))}, "
                 f"{t['evictions']} evictions"
             )
+        if unreachable:
+            lines.append(f"  tiers leave out unreachable workers: {', '.join(unreachable)}")
         return "\n".join(lines)
 
     _emit(args, data, text)

@@ -15,7 +15,13 @@ from opentelemetry import trace
 from reservoir.common import config as cfg
 from reservoir.common import logs
 from reservoir.common.config import parse_duration
-from reservoir.common.errors import Conflict, InvalidArgument, IsADirectory
+from reservoir.common.errors import (
+    Conflict,
+    DeadlineExceeded,
+    InvalidArgument,
+    IsADirectory,
+    Unavailable,
+)
 from reservoir.common.malloc_tuning import tune_for_large_buffers
 from reservoir.common.models import CacheRule, Inode, Mount, MountOptions, WorkerRecord
 from reservoir.common.mounted_stores import MountedStores
@@ -248,21 +254,31 @@ class AsyncClient:
         response = await self._view.call("ListJobs", master_pb2.ListJobsRequest(), "list jobs")
         return list(response.jobs)
 
-    async def worker_stats(self) -> list[worker_pb2.WorkerStats]:
-        stats = []
-        for worker in await self._view.workers():
+    async def worker_stats(self, *, reachable_only: bool = False) -> list[worker_pb2.WorkerStats]:
+        """Every live worker's counters, asked concurrently. A worker that does not answer
+        fails the call, or with `reachable_only` is left out (an operator's view of a
+        degraded cluster: `workers -l`, `report`)."""
+
+        async def one(worker: WorkerRecord) -> worker_pb2.WorkerStats | None:
             call = self._worker_channels.get(worker.address).unary_unary(
                 _GET_STATS,
                 request_serializer=worker_pb2.GetStatsRequest.SerializeToString,
                 response_deserializer=worker_pb2.WorkerStats.FromString,
             )
             try:
-                stats.append(
-                    await call(worker_pb2.GetStatsRequest(), timeout=self.config.rpc_timeout_s)
+                stats: worker_pb2.WorkerStats = await call(
+                    worker_pb2.GetStatsRequest(), timeout=self.config.rpc_timeout_s
                 )
             except grpc.RpcError as exc:
-                raise error_from_rpc(exc, f"stats of worker {worker.id}") from None
-        return stats
+                error = error_from_rpc(exc, f"stats of worker {worker.id}")
+                if reachable_only and isinstance(error, (Unavailable, DeadlineExceeded)):
+                    log.info("worker_unreachable", worker=worker.id, error=str(error))
+                    return None
+                raise error from None
+            return stats
+
+        answers = await asyncio.gather(*(one(w) for w in await self._view.workers()))
+        return [a for a in answers if a is not None]
 
     # ---- cache rules: pin, TTL, free (master/cache_rules.py) -----------------------------
 

@@ -74,8 +74,8 @@ class Client:
     def workers(self) -> list[WorkerRecord]:
         return self._run(self._async.workers())
 
-    def worker_stats(self) -> list[worker_pb2.WorkerStats]:
-        return self._run(self._async.worker_stats())
+    def worker_stats(self, *, reachable_only: bool = False) -> list[worker_pb2.WorkerStats]:
+        return self._run(self._async.worker_stats(reachable_only=reachable_only))
 
     def stat(self, path: str, *, with_locations: bool = False) -> Inode:
         return self._run(self._async.stat(path, with_locations=with_locations))
