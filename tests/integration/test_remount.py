@@ -110,7 +110,7 @@ def _worker_saw_remount(
 def _watch_followed_again(cluster: LocalCluster, name: str) -> bool:
     lines = Path(cluster.processes[name].log).read_text().splitlines()
     broken = [i for i, x in enumerate(lines) if "mount_watch_broken" in x]
-    return bool(broken) and any("mount_table_following" in x for x in lines[broken[0] + 1 :])
+    return bool(broken) and any("mount_following" in x for x in lines[broken[0] + 1 :])
 
 
 def test_workers_follow_remounts_again_after_an_etcd_restart(

@@ -12,11 +12,10 @@ watch is down it keeps what it last knew and sets the watch up again with backof
 
 from __future__ import annotations
 
-import asyncio
 import heapq
-import random
 
 from reservoir.common import keyspace, logs
+from reservoir.common.key_watch import PrefixFollower
 from reservoir.common.metadata_store import MetadataStore
 from reservoir.common.models import CacheRule
 
@@ -30,13 +29,17 @@ class CacheRuleTable:
         self, store: MetadataStore, backoff_s: float = 0.5, max_backoff_s: float = 10.0
     ) -> None:
         self._store = store
-        self._backoff_s = backoff_s
-        self._max_backoff_s = max_backoff_s
+        self._follower = PrefixFollower(
+            store,
+            keyspace.CACHE,
+            self,
+            name="cache_rule",
+            backoff_s=backoff_s,
+            max_backoff_s=max_backoff_s,
+        )
         self._rules: dict[str, CacheRule] = {}
         self._ttl_rules: list[CacheRule] = []  # deepest path first
         self._pinned: dict[str, set[str]] = {}  # file id -> the rules that pin it
-        self.following = False
-        self.watches = 0
 
     # ---- what the rules say ------------------------------------------------------------
 
@@ -95,37 +98,21 @@ class CacheRuleTable:
         """Reads every rule and pinned file once (at start, before serving)."""
         self._replace(await self._store.get_prefix(keyspace.CACHE))
 
-    async def follow_once(self) -> None:
-        """Watches the rules, then loads them whole (so nothing between the two is
-        missed), then applies every change until the watch breaks."""
-        changes = await self._store.watch_prefix(keyspace.CACHE)
-        try:
-            self._replace(await self._store.get_prefix(keyspace.CACHE))
-            self.following = True
-            self.watches += 1
-            async for change in changes:
-                self._apply(change.key, change.value)
-        finally:
-            self.following = False
-            await changes.aclose()
+    # ---- PrefixMirror: the store's cache prefix ---------------------------------------
+
+    def replace_all(self, pairs: list[tuple[bytes, bytes]]) -> None:
+        self._replace(pairs)
+
+    def apply(self, key: bytes, value: bytes | None) -> None:
+        self._apply(key, value)
+
+    @property
+    def following(self) -> bool:
+        return self._follower.following
 
     async def follow(self) -> None:
-        """Follows the rules for the life of the worker; a broken watch is set up again
-        after a jittered pause that doubles up to `max_backoff_s`."""
-        failures = 0
-        while True:
-            watches = self.watches
-            try:
-                await self.follow_once()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning(
-                    "cache_rule_watch_broken", error=str(exc), error_type=type(exc).__name__
-                )
-            failures = 0 if self.watches > watches else failures + 1
-            pause = min(self._max_backoff_s, self._backoff_s * 2 ** min(failures, 16))
-            await asyncio.sleep(pause * random.uniform(0.5, 1.0))
+        """Follows the rules for the life of the worker."""
+        await self._follower.follow()
 
 
 class BlockExpiry:

@@ -9,13 +9,12 @@ way it did before watching; a cache hit never looks here at all.
 
 from __future__ import annotations
 
-import asyncio
-import random
 import time
 from typing import Protocol
 
 from reservoir.common import keyspace, logs
 from reservoir.common.errors import NotFound, ReservoirError
+from reservoir.common.key_watch import PrefixFollower
 from reservoir.common.metadata_store import MetadataStore
 from reservoir.common.models import Mount
 
@@ -37,15 +36,18 @@ class MountTable:
         max_backoff_s: float = 10.0,
         recheck_interval_s: float = 1.0,
     ) -> None:
-        self._store = store
         self._master = master
-        self._backoff_s = backoff_s
-        self._max_backoff_s = max_backoff_s
+        self._follower = PrefixFollower(
+            store,
+            keyspace.MOUNTS,
+            self,
+            name="mount",
+            backoff_s=backoff_s,
+            max_backoff_s=max_backoff_s,
+        )
         self._recheck_interval_s = recheck_interval_s
         self._rechecked: dict[str, float] = {}
         self._mounts: dict[str, Mount] = {}
-        self.following = False  # the table is current: loaded and watched
-        self.watches = 0  # how many times following started
 
     async def get(self, mount_path: str, ufs_uri: str) -> Mount:
         """The mount as it is now. Looked up again at the master when it is unknown, when
@@ -90,13 +92,6 @@ class MountTable:
         for mount in fresh.values():
             self._set(mount, source)
 
-    def _apply(self, key: bytes, value: bytes | None) -> None:
-        """One change seen by the watch."""
-        if value is None:
-            self._remove(key[len(keyspace.MOUNTS) :].decode(), "watch")
-        else:
-            self._set(Mount.from_json(value), "watch")
-
     def _remove(self, path: str, source: str) -> None:
         if self._mounts.pop(path, None) is not None:
             log.info("mount_removed", mount=path, source=source)
@@ -116,35 +111,23 @@ class MountTable:
                 source=source,  # watch, store (reloaded after a watch broke) or master
             )
 
-    async def follow_once(self) -> None:
-        """Watches the mounts prefix, then loads it whole (so nothing between the two is
-        missed), then applies every change until the watch breaks."""
-        changes = await self._store.watch_prefix(keyspace.MOUNTS)
-        try:
-            pairs = await self._store.get_prefix(keyspace.MOUNTS)
-            self._replace([Mount.from_json(v) for _, v in pairs], source="store")
-            self.following = True
-            self.watches += 1
-            log.info("mount_table_following", mounts=len(self._mounts))
-            async for change in changes:
-                self._apply(change.key, change.value)
-        finally:
-            self.following = False
-            await changes.aclose()
+    # ---- PrefixMirror: the store's mounts prefix ------------------------------------------
+
+    def replace_all(self, pairs: list[tuple[bytes, bytes]]) -> None:
+        self._replace([Mount.from_json(v) for _, v in pairs], source="store")
+
+    def apply(self, key: bytes, value: bytes | None) -> None:
+        """One change seen by the watch."""
+        if value is None:
+            self._remove(key[len(keyspace.MOUNTS) :].decode(), "watch")
+        else:
+            self._set(Mount.from_json(value), "watch")
+
+    @property
+    def following(self) -> bool:
+        """The table is current: loaded and watched (else lookups ask the master)."""
+        return self._follower.following
 
     async def follow(self) -> None:
-        """Follows the table for the life of the worker. A broken watch is set up again
-        after a jittered pause that doubles up to `max_backoff_s` (and resets once a watch
-        is established); meanwhile lookups go to the master."""
-        failures = 0
-        while True:
-            watches = self.watches
-            try:
-                await self.follow_once()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.warning("mount_watch_broken", error=str(exc), error_type=type(exc).__name__)
-            failures = 0 if self.watches > watches else failures + 1
-            pause = min(self._max_backoff_s, self._backoff_s * 2 ** min(failures, 16))
-            await asyncio.sleep(pause * random.uniform(0.5, 1.0))
+        """Follows the table for the life of the worker."""
+        await self._follower.follow()
