@@ -3,6 +3,7 @@ local S3-compatible server process."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import uuid
 from collections.abc import Iterator
@@ -65,6 +66,33 @@ def test_get_range_with_a_stale_etag_is_a_conflict(store: UnderStore) -> None:
     store.put("v.bin", b"newer content")
     with pytest.raises(Conflict):
         store.get_range("v.bin", 0, 3, old.etag)
+
+
+def test_an_awaited_get_range_returns_exact_bytes_and_clips_at_the_end(store: UnderStore) -> None:
+    data = os.urandom(5000)
+    info = store.put("r.bin", data)
+
+    async def reads() -> list[bytes]:
+        return [
+            await store.get_range_async("r.bin", 0, 5000, info.etag),
+            await store.get_range_async("r.bin", 4990, 10),
+            await store.get_range_async("r.bin", 1000, 3000, info.etag),
+            await store.get_range_async("r.bin", 100, 0),
+        ]
+
+    assert asyncio.run(reads()) == [data, data[4990:], data[1000:4000], b""]
+
+
+def test_an_awaited_get_range_with_a_stale_etag_is_a_conflict(store: UnderStore) -> None:
+    old = store.put("v.bin", b"old")
+    store.put("v.bin", b"newer content")
+    with pytest.raises(Conflict):
+        asyncio.run(store.get_range_async("v.bin", 0, 3, old.etag))
+
+
+def test_an_awaited_get_range_of_a_missing_key_is_not_found(store: UnderStore) -> None:
+    with pytest.raises(NotFound):
+        asyncio.run(store.get_range_async("nope", 0, 10))
 
 
 def test_list_shows_one_level_of_objects_and_prefixes(store: UnderStore) -> None:

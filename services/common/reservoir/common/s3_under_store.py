@@ -28,6 +28,7 @@ from .errors import (
     Unavailable,
 )
 from .redaction import install as redact_sdk_logs
+from .s3_range_reader import S3RangeReader
 from .under_store import BodyRetry, Listing, ObjectInfo, UnderStore, UnderStoreSettings
 
 log = logs.get_logger(__name__)
@@ -110,11 +111,45 @@ class S3UnderStore(UnderStore):
         self.endpoint = settings.endpoint_url or "the default AWS endpoint"
         self.credentials = settings.credentials or "env"
         self._body_retry: BodyRetry = settings.body_retry
-        self._s3 = client if client is not None else self._client(settings)
+        if client is not None:
+            self._s3 = client
+            self._ranges: S3RangeReader | None = None
+        else:
+            session, anonymous = self._session(settings)
+            self._s3 = self._client(settings, session, anonymous)
+            self._ranges = S3RangeReader(
+                bucket,
+                prefix,
+                settings,
+                None if anonymous else session,
+                endpoint=self.endpoint,
+                credential_source=self.credentials,
+            )
 
     @staticmethod
-    def _client(settings: UnderStoreSettings) -> Any:
+    def _session(settings: UnderStoreSettings) -> tuple[Any, bool]:
+        """The boto3 session holding the credentials both clients sign with; True when
+        requests go unsigned (anonymous)."""
         import boto3
+
+        redact_sdk_logs()
+        session_args: dict[str, Any] = {}
+        source = settings.credentials
+        if source.startswith("file:"):
+            key, secret, token = _read_credentials_file(source[len("file:") :])
+            session_args = {
+                "aws_access_key_id": key,
+                "aws_secret_access_key": secret,
+                "aws_session_token": token,
+            }
+        elif source not in ("", "env", "anonymous"):
+            raise InvalidArgument(
+                f"unknown credential source {source!r} (env, anonymous or file:/path)"
+            )
+        return boto3.session.Session(**session_args), source == "anonymous"
+
+    @staticmethod
+    def _client(settings: UnderStoreSettings, session: Any, anonymous: bool) -> Any:
         import botocore
         from botocore.config import Config
 
@@ -125,23 +160,9 @@ class S3UnderStore(UnderStore):
             "max_pool_connections": settings.max_connections,
             "s3": {"addressing_style": "path"},
         }
-        session_args: dict[str, Any] = {}
-        source = settings.credentials
-        if source == "anonymous":
+        if anonymous:
             config_args["signature_version"] = botocore.UNSIGNED
-        elif source.startswith("file:"):
-            key, secret, token = _read_credentials_file(source[len("file:") :])
-            session_args = {
-                "aws_access_key_id": key,
-                "aws_secret_access_key": secret,
-                "aws_session_token": token,
-            }
-        elif source not in ("", "env"):
-            raise InvalidArgument(
-                f"unknown credential source {source!r} (env, anonymous or file:/path)"
-            )
         redact_sdk_logs()
-        session = boto3.session.Session(**session_args)
         client = session.client(
             "s3",
             endpoint_url=settings.endpoint_url or None,
@@ -272,6 +293,15 @@ class S3UnderStore(UnderStore):
                 )
                 time.sleep(delay)
         raise AssertionError("unreachable")
+
+    async def get_range_async(self, key: str, offset: int, length: int, etag: str = "") -> bytes:
+        """Through obstore, on the event loop (`s3_range_reader.py`); a store built on a
+        given boto3 client (tests) reads through it on a thread."""
+        if self._ranges is None:
+            return await super().get_range_async(key, offset, length, etag)
+        return await self._ranges.get_range(
+            key, offset, length, etag, what=f"get {self.uri_of(key)}"
+        )
 
     @staticmethod
     def _read_body(response: dict[str, Any], offset: int, length: int) -> bytes:

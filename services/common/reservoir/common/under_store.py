@@ -1,6 +1,7 @@
 """Under-stores: where the data really lives. Backends are chosen by the mount's URI.
 
-`s3://bucket/prefix/` (S3 and S3-compatible stores through boto3, `s3_under_store.py`) and
+`s3://bucket/prefix/` (S3 and S3-compatible stores through boto3, `s3_under_store.py`, whose
+awaited ranged GETs go through obstore, `s3_range_reader.py`) and
 `file:///dir/` (a local or network file system, `local_under_store.py`). Keys passed to a
 store are relative to the mount's root. Both pass tests/contract. `mounted_stores.py`
 opens them per mount.
@@ -9,6 +10,7 @@ opens them per mount.
 from __future__ import annotations
 
 import abc
+import asyncio
 import random
 from dataclasses import dataclass
 
@@ -51,7 +53,9 @@ class UnderStoreSettings:
     endpoint_url: str = ""
     region: str = ""
     credentials: str = ""  # "", "env", "anonymous" or "file:/path"
-    timeout_s: float = 10.0
+    timeout_s: float = 10.0  # to connect, and the longest a response may stall
+    # The whole of one request, however large its body (obstore's reads; boto3 has none).
+    request_timeout_s: float = 300.0
     retries: int = 3
     max_connections: int = 16
     body_retry: BodyRetry = BodyRetry()
@@ -74,6 +78,10 @@ class UnderStore(abc.ABC):
     def get_range(self, key: str, offset: int, length: int, etag: str = "") -> bytes:
         """`length` bytes from `offset` (fewer only at the object's end); Conflict when the
         object's ETag is no longer `etag`."""
+
+    async def get_range_async(self, key: str, offset: int, length: int, etag: str = "") -> bytes:
+        """`get_range` awaited: on a thread unless the store has a native async read."""
+        return await asyncio.to_thread(self.get_range, key, offset, length, etag)
 
     @abc.abstractmethod
     def put(self, key: str, data: bytes) -> ObjectInfo: ...

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from opentelemetry import metrics
@@ -107,9 +106,8 @@ class WorkerService:
             ),
         )
         self._inflight: dict[BlockId, asyncio.Task[tuple[BlockData, int]]] = {}
-        # boto3 is blocking: its calls run on a bounded pool, which also bounds the
-        # number of concurrent GETs this worker sends to the under-store.
-        self._pool = ThreadPoolExecutor(config.ufs_concurrency, thread_name_prefix="ufs")
+        # Bounds the GETs this worker has in flight to the under-store at once.
+        self._ufs_slots = asyncio.Semaphore(config.ufs_concurrency)
         self.added: set[BlockId] = set()
         self.removed: set[BlockId] = set()
 
@@ -132,9 +130,9 @@ class WorkerService:
         """Bytes from the mount's store. A read that fails there runs once more on the new
         mount when the master says the mount was changed meanwhile (a remount the watch
         has not brought yet)."""
-        loop = asyncio.get_running_loop()
         try:
-            return await loop.run_in_executor(self._pool, ufs.get_range, key, start, length, etag)
+            async with self._ufs_slots:
+                return await ufs.get_range_async(key, start, length, etag)
         except ReservoirError as exc:
             remounted = await self.mounts.recheck(mount)
             if remounted is None or remounted.uri != mount.uri:
@@ -146,7 +144,8 @@ class WorkerService:
                 error=str(exc),
             )
             ufs = self._under_stores.for_mount(remounted)
-            return await loop.run_in_executor(self._pool, ufs.get_range, key, start, length, etag)
+            async with self._ufs_slots:
+                return await ufs.get_range_async(key, start, length, etag)
 
     async def block(self, request: BlockRequest) -> tuple[BlockData, int, bool]:
         """The whole block, its CRC32C, and whether it came from cache.
@@ -267,4 +266,4 @@ class WorkerService:
                 self.removed.add(block)
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        """Nothing of its own to release: fetches are tasks on the server's loop."""
