@@ -92,6 +92,21 @@ TARGETS: tuple[Target, ...] = (
         MB_S,
         3.0,
     ),
+    # The same reader on a worker's host, where the default client reads block files.
+    Target(
+        "checkpoint, short-circuit open().read() / boto3 get_object",
+        ("checkpoint", CKPT_SC_READ),
+        ("checkpoint", BOTO3_ONE_GET),
+        MB_S,
+        3.0,
+    ),
+    Target(
+        "checkpoint, short-circuit readinto 16 MiB / boto3 get_object",
+        ("checkpoint", CKPT_SC_READINTO),
+        ("checkpoint", BOTO3_ONE_GET),
+        MB_S,
+        3.0,
+    ),
     Target(
         "4 processes read_many / 1 process",
         ("small", PROCS_N),
