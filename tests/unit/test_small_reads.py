@@ -29,7 +29,6 @@ class FakeWorker:
         self.calls: Counter[str] = Counter()
         self.corrupt: set[str] = set()
         self.missing: set[str] = set()
-        self.delay_s = 0.0
 
     def _payload(self, position: int, item: worker_pb2.ReadBlockRequest) -> worker_pb2.BlockPayload:
         if item.file_id in self.missing:
@@ -44,7 +43,6 @@ class FakeWorker:
         self, request: worker_pb2.ReadBlockRequest, context: grpc.aio.ServicerContext
     ) -> worker_pb2.BlockPayload:
         self.calls["ReadSmall"] += 1
-        await asyncio.sleep(self.delay_s)
         return self._payload(0, request)
 
     async def read_blocks(
@@ -76,7 +74,7 @@ def _request(name: str) -> worker_pb2.ReadBlockRequest:
     return worker_pb2.ReadBlockRequest(file_id=name, index=0, length=-1)
 
 
-async def _with_worker(body: object, **settings: object) -> None:
+async def _with_worker(body: object) -> None:
     fake = FakeWorker()
     server = grpc.aio.server()
     server.add_generic_rpc_handlers([fake.handler()])
@@ -85,8 +83,7 @@ async def _with_worker(body: object, **settings: object) -> None:
     channels = ChannelPool()
     try:
         worker = WorkerRecord(id="w1", address=f"127.0.0.1:{port}")
-        config = cfg.ClientConfig(**{"batch_files": 8, **settings})  # type: ignore[arg-type]
-        reads = SmallReads(config, channels)
+        reads = SmallReads(cfg.ClientConfig(batch_files=8), channels)
         await body(fake, reads, worker)  # type: ignore[operator]
     finally:
         await channels.close()
@@ -139,24 +136,3 @@ def test_a_short_answer_is_data_loss() -> None:
             await reads.read(worker, request, len(_bytes_of(request)) + 1)
 
     asyncio.run(_with_worker(body))
-
-
-def test_reads_that_arrive_while_the_workers_calls_are_busy_leave_together() -> None:
-    async def body(fake: FakeWorker, reads: SmallReads, worker: WorkerRecord) -> None:
-        fake.delay_s = 0.3
-        first_request = _request("first")
-        first = asyncio.ensure_future(
-            reads.read(worker, first_request, len(_bytes_of(first_request)))
-        )
-        await asyncio.sleep(0.1)  # its ReadSmall is in flight now: the one call allowed
-        later = [_request(f"later{i}") for i in range(5)]
-        waiting = []
-        for r in later:  # one at a time, each in a turn of its own
-            waiting.append(asyncio.ensure_future(reads.read(worker, r, len(_bytes_of(r)))))
-            await asyncio.sleep(0.01)
-        got = await asyncio.gather(*waiting)
-        assert [bytes(g) for g in got] == [_bytes_of(r) for r in later]
-        assert bytes(await first) == _bytes_of(_request("first"))
-        assert fake.calls == {"ReadSmall": 1, "ReadBlocks": 1}
-
-    asyncio.run(_with_worker(body, small_read_calls_per_worker=1))

@@ -5,16 +5,13 @@ whatever it carries, and that, not bytes, bounds how many small files a client r
 second. Reads that arrive while a call to their worker is being prepared (all those that
 reach this point in the same turn of the event loop: the threads of a DataLoader, the
 tasks of an asyncio reader) ride in one `ReadBlocks` call; a read alone goes as one unary
-`ReadSmall`. A worker has at most `small_read_calls_per_worker` such calls from this
-client in flight; reads that come meanwhile queue and leave together when one returns.
-Nothing waits for company otherwise: a lone reader's latency is a single call's, and
-under load the calls grow instead of multiplying.
+`ReadSmall`. Nothing waits for company: a batch is whatever is already there, so a lone
+reader's latency is a single call's.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 from dataclasses import dataclass
 
 import grpc
@@ -52,8 +49,6 @@ class SmallReads:
         self._config = config
         self._channels = channels
         self._queued: dict[str, list[_Pending]] = {}
-        self._scheduled: set[str] = set()  # workers with a _send due this loop turn
-        self._in_flight: dict[str, int] = {}
         self._calls: set[asyncio.Task[None]] = set()
         self._batch_only: set[str] = set()  # workers from before ReadSmall
 
@@ -63,37 +58,20 @@ class SmallReads:
         """The range's bytes, checked for length and checksum (DataLoss otherwise)."""
         loop = asyncio.get_running_loop()
         pending = _Pending(request, expected, loop.create_future())
-        self._queued.setdefault(worker.id, []).append(pending)
-        if worker.id not in self._scheduled:
-            self._scheduled.add(worker.id)
+        queue = self._queued.get(worker.id)
+        if queue is None:
+            queue = self._queued[worker.id] = []
             loop.call_soon(self._send, worker)
+        queue.append(pending)
         return await pending.answer
 
     def _send(self, worker: WorkerRecord) -> None:
-        """Starts calls for what is queued, while the worker has fewer than
-        `small_read_calls_per_worker` in flight; the rest waits for one to finish and
-        then leaves with whatever has queued meanwhile, in one call."""
-        self._scheduled.discard(worker.id)
-        queue = self._queued.get(worker.id, [])
+        queue = [p for p in self._queued.pop(worker.id, []) if not p.answer.done()]
         size = max(1, self._config.batch_files)
-        limit = max(1, self._config.small_read_calls_per_worker)
-        while queue and self._in_flight.get(worker.id, 0) < limit:
-            batch = [p for p in queue[:size] if not p.answer.done()]
-            del queue[:size]
-            if not batch:
-                continue
-            self._in_flight[worker.id] = self._in_flight.get(worker.id, 0) + 1
-            call = asyncio.ensure_future(self._call(worker, batch))
+        for start in range(0, len(queue), size):
+            call = asyncio.ensure_future(self._call(worker, queue[start : start + size]))
             self._calls.add(call)
-            call.add_done_callback(functools.partial(self._finished, worker))
-        if not queue:
-            self._queued.pop(worker.id, None)
-
-    def _finished(self, worker: WorkerRecord, call: asyncio.Task[None]) -> None:
-        self._calls.discard(call)
-        self._in_flight[worker.id] -= 1
-        if self._queued.get(worker.id):
-            self._send(worker)
+            call.add_done_callback(self._calls.discard)
 
     async def _call(self, worker: WorkerRecord, batch: list[_Pending]) -> None:
         try:

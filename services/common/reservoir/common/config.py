@@ -404,10 +404,6 @@ class ClientConfig:
     # Files up to this size are read in batches of `batch_files` per worker call.
     small_file_bytes: int = field(default=1 * MiB, metadata=env("RESERVOIR_SMALL_FILE_BYTES"))
     batch_files: int = field(default=64, metadata=env("RESERVOIR_BATCH_FILES"))
-    # Small-read calls in flight to one worker; reads beyond wait and go together.
-    small_read_calls_per_worker: int = field(
-        default=2, metadata=env("RESERVOIR_SMALL_READ_CALLS_PER_WORKER")
-    )
     parallelism: int = field(default=8, metadata=env("RESERVOIR_CLIENT_PARALLELISM"))
     # Read blocks held by a worker on this host straight from its shared-memory files.
     short_circuit: bool = field(default=True, metadata=env("RESERVOIR_SHORT_CIRCUIT"))
