@@ -21,12 +21,21 @@ class LocalReads:
         self._view = view
         self._reader = reader
         self._short_circuit = short_circuit
+        self._checked: tuple[list[WorkerRecord], bool] | None = None
 
     def _workers(self) -> list[WorkerRecord] | None:
+        """The fresh worker list when one of them is on this host (once per list, not per
+        read: the view replaces the list object when it renews it)."""
         workers = self._view.known_workers()
-        if not workers or not any(self._short_circuit.reaches(w) for w in workers):
+        if not workers:
             return None
-        return workers
+        checked = self._checked
+        if checked is None or checked[0] is not workers:
+            checked = self._checked = (
+                workers,
+                any(self._short_circuit.reaches(w) for w in workers),
+            )
+        return workers if checked[1] else None
 
     def read(self, path: str, offset: int, length: int) -> list[bytes | memoryview] | None:
         """Bytes [offset, offset+length) of `path` as pieces in order, or None."""

@@ -259,24 +259,22 @@ class MasterService:
     async def list_directory(self, path: str, with_locations: bool = False) -> list[Inode]:
         path = paths.normalize(path)
         mount = self.mount_table.mount_for(path)
-        if (
-            mount is not None
-            and path != mount.path
-            and await self._store.get(keyspace.inode_key(path)) is None
-        ):
-            # Never seen: its own listing says it is a directory (one LIST), where a stat
-            # first would list its parent too. An empty listing: a file, or nothing.
-            listed = (await self.sync.sync_directory(mount, path)).children
-            if listed:
-                return self._listed(path, listed, with_locations)
+        stored = None
+        if mount is not None and path != mount.path:
+            stored = await self._store.get(keyspace.inode_key(path))
+            if stored is None:
+                # Never seen: its own listing says it is a directory (one LIST), where a
+                # stat first would list its parent too. Empty: a file, or nothing.
+                listed = (await self.sync.sync_directory(mount, path)).children
+                if listed:
+                    return self._listed(path, listed, with_locations)
         info = await self.file_info(path)
         if not info.is_dir:
             raise NotADirectory(f"{info.path}: not a directory")
-        path = info.path
         children: list[Inode] = []
-        mount = self.mount_table.mount_for(path)
         if mount is not None:
-            stored = await self._store.get(keyspace.inode_key(path))
+            if stored is None:
+                stored = await self._store.get(keyspace.inode_key(path))
             if stored is not None and self.sync.fresh(mount, Inode.from_json(stored).listed_ms):
                 children = await self.sync.stored_children(path)
             else:
