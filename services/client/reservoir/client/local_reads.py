@@ -15,6 +15,8 @@ from .block_reader import BlockReader
 from .cluster_view import ClusterView
 from .short_circuit import ShortCircuit
 
+_ORDERS_REMEMBERED = 100_000  # blocks whose same-host order is kept (then forgotten at once)
+
 
 class LocalReads:
     def __init__(self, view: ClusterView, reader: BlockReader, short_circuit: ShortCircuit) -> None:
@@ -22,6 +24,7 @@ class LocalReads:
         self._reader = reader
         self._short_circuit = short_circuit
         self._checked: tuple[list[WorkerRecord], bool] | None = None
+        self._orders: dict[tuple[str, int], list[WorkerRecord]] = {}
 
     def _workers(self) -> list[WorkerRecord] | None:
         """The fresh worker list when one of them is on this host (once per list, not per
@@ -31,11 +34,27 @@ class LocalReads:
             return None
         checked = self._checked
         if checked is None or checked[0] is not workers:
-            checked = self._checked = (
-                workers,
-                any(self._short_circuit.reaches(w) for w in workers),
-            )
+            checked = (workers, any(self._short_circuit.reaches(w) for w in workers))
+            self._checked = checked
+            self._orders = {}
         return workers if checked[1] else None
+
+    def _local_order(
+        self, inode: Inode, index: int, workers: list[WorkerRecord]
+    ) -> list[WorkerRecord]:
+        """The same-host workers to look in for a block, best first: worked out once per
+        block and worker list (rendezvous hashing over every worker costs more than the
+        read of a small block file). A failing worker is not routed around here: its files
+        are read and checked like any other's."""
+        key = (inode.file_id, index)
+        order = self._orders.get(key)
+        if order is None:
+            if len(self._orders) >= _ORDERS_REMEMBERED:
+                self._orders = {}
+            ranked = self._reader.ordered(inode, index, workers)
+            order = [w for w in ranked if self._short_circuit.reaches(w)]
+            self._orders[key] = order
+        return order
 
     def read(self, path: str, offset: int, length: int) -> list[bytes | memoryview] | None:
         """Bytes [offset, offset+length) of `path` as pieces in order, or None."""
@@ -66,7 +85,7 @@ class LocalReads:
     def _block(
         self, inode: Inode, index: int, offset: int, length: int, workers: list[WorkerRecord]
     ) -> bytes | memoryview | None:
-        for worker in self._reader.ordered(inode, index, workers):
+        for worker in self._local_order(inode, index, workers):
             piece = self._short_circuit.read(worker, inode, index, offset, length)
             if piece is not None:
                 return piece
@@ -87,7 +106,7 @@ class LocalReads:
                 raise ValueError("out must end on a block boundary")
             if not any(
                 self._short_circuit.read_into(worker, inode, index, target)
-                for worker in self._reader.ordered(inode, index, workers)
+                for worker in self._local_order(inode, index, workers)
             ):
                 return False
             filled += length
