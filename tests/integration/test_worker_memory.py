@@ -9,6 +9,7 @@ from pathlib import Path
 
 from reservoir.client import Client
 from reservoir.local.cluster import LocalCluster
+from reservoir.v1 import worker_pb2
 
 MiB = 1 << 20
 CAPACITY = 64 * MiB
@@ -36,24 +37,8 @@ def test_worker_rss_stays_within_capacity_plus_overhead_over_12_shuffled_epochs(
         env={"RESERVOIR_WORKER_EVICTION": "lru"},
     )
     try:
-        s3 = cluster.s3_client()
-        s3.create_bucket(Bucket="churn")
-        blob = os.urandom(2 * MiB)
-        names = [f"f{i}" for i in range(100)]  # 200 MiB: 3x the capacity
-        for i, name in enumerate(names):
-            s3.put_object(Bucket="churn", Key=f"d/{name}", Body=blob[i:] + blob[:i])
-        pid = cluster.processes["worker1"].pid
-        peaks = []
-        with Client(cluster.master_address) as c, ThreadPoolExecutor(8) as pool:
-            c.mount("/churn", "s3://churn/d/", endpoint_url=cluster.s3_endpoint, block_size=MiB)
-            paths = [f"/churn/{n}" for n in names]
-            rng = random.Random(7)
-            for _ in range(12):
-                rng.shuffle(paths)
-                sizes = list(pool.map(lambda p: len(c.read(p)), paths))
-                assert sizes == [2 * MiB] * len(paths)
-                peaks.append(_rss(pid))
-            assert sum(s.evictions for s in c.worker_stats()) > 0
+        peaks, stats = _epochs(cluster, "churn", files=100, epochs=12, seed=7)  # 3x capacity
+        assert sum(s.evictions for s in stats) > 0
         assert max(peaks) <= CAPACITY + OVERHEAD, [p // MiB for p in peaks]
     finally:
         cluster.down()
@@ -74,25 +59,33 @@ def test_worker_rss_stays_within_the_memory_tier_plus_overhead_with_the_disk_tie
         env={"RESERVOIR_WORKER_EVICTION": "lru"},
     )
     try:
-        s3 = cluster.s3_client()
-        s3.create_bucket(Bucket="tiers")
-        blob = os.urandom(2 * MiB)
-        names = [f"f{i}" for i in range(24)]  # 48 MiB
-        for i, name in enumerate(names):
-            s3.put_object(Bucket="tiers", Key=f"d/{name}", Body=blob[i:] + blob[:i])
-        pid = cluster.processes["worker1"].pid
-        peaks = []
-        with Client(cluster.master_address) as c, ThreadPoolExecutor(8) as pool:
-            c.mount("/tiers", "s3://tiers/d/", endpoint_url=cluster.s3_endpoint, block_size=MiB)
-            paths = [f"/tiers/{n}" for n in names]
-            rng = random.Random(11)
-            for _ in range(3):
-                rng.shuffle(paths)
-                sizes = list(pool.map(lambda p: len(c.read(p)), paths))
-                assert sizes == [2 * MiB] * len(paths)
-                peaks.append(_rss(pid))
-            (stats,) = c.worker_stats()
-            assert stats.tiers[1].hits > 0 and stats.tiers[1].blocks == 2 * len(names)
+        peaks, (stats,) = _epochs(cluster, "tiers", files=24, epochs=3, seed=11)  # 48 MiB
+        assert stats.tiers[1].hits > 0 and stats.tiers[1].blocks == 2 * 24
         assert max(peaks) <= memory + OVERHEAD, [p // MiB for p in peaks]
     finally:
         cluster.down()
+
+
+def _epochs(
+    cluster: LocalCluster, bucket: str, *, files: int, epochs: int, seed: int
+) -> tuple[list[int], list[worker_pb2.WorkerStats]]:
+    """Uploads `files` objects of 2 MiB, reads them all in `epochs` shuffled epochs (8
+    threads, 1 MiB blocks, bytes counted); the worker's RSS after each, and its stats."""
+    s3 = cluster.s3_client()
+    s3.create_bucket(Bucket=bucket)
+    blob = os.urandom(2 * MiB)
+    names = [f"f{i}" for i in range(files)]
+    for i, name in enumerate(names):
+        s3.put_object(Bucket=bucket, Key=f"d/{name}", Body=blob[i:] + blob[:i])
+    pid = cluster.processes["worker1"].pid
+    peaks = []
+    with Client(cluster.master_address) as c, ThreadPoolExecutor(8) as pool:
+        c.mount(f"/{bucket}", f"s3://{bucket}/d/", endpoint_url=cluster.s3_endpoint, block_size=MiB)
+        paths = [f"/{bucket}/{n}" for n in names]
+        rng = random.Random(seed)
+        for _ in range(epochs):
+            rng.shuffle(paths)
+            sizes = list(pool.map(lambda p: len(c.read(p)), paths))
+            assert sizes == [2 * MiB] * len(paths)
+            peaks.append(_rss(pid))
+        return peaks, c.worker_stats()
