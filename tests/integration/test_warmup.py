@@ -246,3 +246,35 @@ def test_load_bad_input_gets_clear_errors(cluster: LocalCluster, client: Client)
         client.job("no-such-job")
     with pytest.raises(FileNotFoundError):
         client.cancel_job("no-such-job")
+
+
+def test_a_job_naming_files_loads_those_only_in_order_and_stat_many_shows_them_cached(
+    cluster: LocalCluster, client: Client
+) -> None:
+    data = _make(cluster, client, 24)
+    files = sorted(p for p, v in data.files.items() if v)
+    named, others = files[:6][::-1], files[6:]
+    final = client.watch_job(client.submit_load(data.mount, files=named).id)
+    assert final.state == "completed", final.errors
+    assert final.named_files and final.total_files == len(named)
+    assert final.done_blocks == final.total_blocks > 0
+    located = client.stat_many(named + others, with_locations=True)
+    assert [i.path for i in located] == named + others
+    for inode in located[: len(named)]:
+        assert sorted(inode.locations) == list(range(inode.block_count)), inode.path
+    assert all(not i.locations for i in located[len(named) :])
+
+
+def test_a_job_naming_files_refuses_files_outside_its_path_and_reports_missing_ones(
+    cluster: LocalCluster, client: Client
+) -> None:
+    data = _make(cluster, client, 6)
+    files = sorted(p for p, v in data.files.items() if v)
+    with pytest.raises(ValueError, match="not below"):
+        client.submit_load(f"{data.mount}/d1", files=[files[0], "/elsewhere/x"])
+    with pytest.raises(ValueError, match="at most"):
+        client.submit_load(data.mount, files=[f"{data.mount}/f{i}" for i in range(10_001)])
+    missing = f"{data.mount}/d0/e0/absent.bin"
+    final = client.watch_job(client.submit_load(data.mount, files=[missing, files[0]]).id)
+    assert final.state == "failed" and any(missing in e for e in final.errors)
+    assert final.total_files == 1 and final.done_blocks == final.total_blocks > 0

@@ -112,8 +112,10 @@ class AsyncClient:
     async def stat(self, path: str, *, with_locations: bool = False, fresh: bool = False) -> Inode:
         return await self._view.stat(path, with_locations=with_locations, fresh=fresh)
 
-    async def stat_many(self, many: Sequence[str]) -> list[Inode]:
-        return await self._view.stat_many(many)
+    async def stat_many(self, many: Sequence[str], *, with_locations: bool = False) -> list[Inode]:
+        """Stats of many paths, batched; `with_locations` asks the master for all of them
+        now, with the workers that hold each block (what of a data set is cached)."""
+        return await self._view.stat_many(many, with_locations=with_locations)
 
     async def ls(self, path: str, *, with_locations: bool = False) -> list[Inode]:
         return await self._view.ls(path, with_locations=with_locations)
@@ -222,12 +224,16 @@ class AsyncClient:
         replicas: int = 1,
         priority_paths: Sequence[str] = (),
         metadata_only: bool = False,
+        files: Sequence[str] = (),
     ) -> master_pb2.Job:
+        """Loads every file below `path` into the cache, or with `files` only those (each
+        at or below `path`, in that order; at most the master's RESERVOIR_LOAD_MAX_FILES)."""
         request = master_pb2.SubmitLoadRequest(
             path=path,
             replicas=replicas,
             priority_paths=list(priority_paths),
             metadata_only=metadata_only,
+            files=list(files),
         )
         job: master_pb2.Job = await self._view.call("SubmitLoad", request, f"load {path}")
         return job

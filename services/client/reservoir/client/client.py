@@ -80,6 +80,10 @@ class Client:
     def stat(self, path: str, *, with_locations: bool = False) -> Inode:
         return self._run(self._async.stat(path, with_locations=with_locations))
 
+    def stat_many(self, paths: Sequence[str], *, with_locations: bool = False) -> list[Inode]:
+        """Stats of many paths in batched master calls (see AsyncClient.stat_many)."""
+        return self._run(self._async.stat_many(paths, with_locations=with_locations))
+
     def refresh(self, path: str) -> Inode:
         """A file's inode as the under-store has it now, whatever the sync interval."""
         return self._run(self._async.refresh(path))

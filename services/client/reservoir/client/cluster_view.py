@@ -222,8 +222,11 @@ class ClusterView:
         for entry in response.entries:
             self.remember(Inode.from_proto(entry))
 
-    async def stat_many(self, many: Sequence[str]) -> list[Inode]:
-        """Stats of many paths in one master call (those not already cached)."""
+    async def stat_many(self, many: Sequence[str], *, with_locations: bool = False) -> list[Inode]:
+        """Stats of many paths in one master call (those not already cached).
+        `with_locations`: all of them asked now, with the workers holding each block."""
+        if with_locations:
+            return await self._located(many)
         normal = [paths.normalize(p) for p in many]
         now = time.monotonic()
         missing = sorted(
@@ -245,6 +248,21 @@ class ClusterView:
                     raise error_for_code_value(result.code, result.message)
                 self.remember(Inode.from_proto(result.info))
         return [self._infos[p].value for p in normal]
+
+    async def _located(self, many: Sequence[str]) -> list[Inode]:
+        found: list[Inode] = []
+        for start in range(0, len(many), _STAT_BATCH):
+            request = master_pb2.GetFileInfosRequest(
+                paths=many[start : start + _STAT_BATCH], with_locations=True
+            )
+            response = await self.call("GetFileInfos", request, "stat many with locations")
+            for result in response.results:
+                if result.code:
+                    raise error_for_code_value(result.code, result.message)
+                inode = Inode.from_proto(result.info)
+                self.remember(inode)
+                found.append(inode)
+        return found
 
     async def ls(self, path: str, *, with_locations: bool = False) -> list[Inode]:
         path = paths.normalize(path)

@@ -243,6 +243,8 @@ class MasterConfig:
     load_batch_blocks: int = field(default=8, metadata=env("RESERVOIR_LOAD_BATCH_BLOCKS"))
     load_calls_per_worker: int = field(default=2, metadata=env("RESERVOIR_LOAD_CALLS_PER_WORKER"))
     load_timeout_s: float = field(default=300.0, metadata=env("RESERVOIR_LOAD_TIMEOUT"))
+    # Files one load job may name (SubmitLoadRequest.files): the list is kept in its record.
+    load_max_files: int = field(default=10_000, metadata=env("RESERVOIR_LOAD_MAX_FILES"))
     # `reservoir free`: file ids per call to each worker.
     free_batch_files: int = field(default=1000, metadata=env("RESERVOIR_FREE_BATCH_FILES"))
     # Mount policy (see master/mount_policy.py): URI schemes a mount may use, and, when

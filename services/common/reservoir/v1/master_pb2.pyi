@@ -306,12 +306,19 @@ class SubmitLoadRequest(_message.Message):
     REPLICAS_FIELD_NUMBER: _builtins.int
     PRIORITY_PATHS_FIELD_NUMBER: _builtins.int
     METADATA_ONLY_FIELD_NUMBER: _builtins.int
+    FILES_FIELD_NUMBER: _builtins.int
     path: _builtins.str
     replicas: _builtins.int
     """0 = 1"""
     metadata_only: _builtins.bool
     @_builtins.property
     def priority_paths(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def files(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Load only these files (each at or below `path`), in this order, instead of every file
+        below `path`: a reader asks for what it is about to read and the cache lacks.
+        """
+
     def __init__(
         self,
         *,
@@ -319,10 +326,11 @@ class SubmitLoadRequest(_message.Message):
         replicas: _builtins.int = ...,
         priority_paths: _abc.Iterable[_builtins.str] | None = ...,
         metadata_only: _builtins.bool = ...,
+        files: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["metadata_only", b"metadata_only", "path", b"path", "priority_paths", b"priority_paths", "replicas", b"replicas"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["files", b"files", "metadata_only", b"metadata_only", "path", b"path", "priority_paths", b"priority_paths", "replicas", b"replicas"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -402,6 +410,7 @@ class Job(_message.Message):
     CREATED_MS_FIELD_NUMBER: _builtins.int
     UPDATED_MS_FIELD_NUMBER: _builtins.int
     ATTEMPTS_FIELD_NUMBER: _builtins.int
+    NAMED_FILES_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     path: _builtins.str
     state: _builtins.str
@@ -418,6 +427,10 @@ class Job(_message.Message):
     updated_ms: _builtins.int
     attempts: _builtins.int
     """how many masters have run it (resumed after failover)"""
+    named_files: _builtins.bool
+    """The job loads the files named in its request (SubmitLoadRequest.files) only; how many
+    it loads is total_files. The list itself is not repeated here.
+    """
     @_builtins.property
     def priority_paths(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property
@@ -443,10 +456,11 @@ class Job(_message.Message):
         created_ms: _builtins.int = ...,
         updated_ms: _builtins.int = ...,
         attempts: _builtins.int = ...,
+        named_files: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "created_ms", b"created_ms", "done_blocks", b"done_blocks", "done_bytes", b"done_bytes", "errors", b"errors", "failed_blocks", b"failed_blocks", "id", b"id", "metadata_only", b"metadata_only", "path", b"path", "priority_paths", b"priority_paths", "replicas", b"replicas", "state", b"state", "total_blocks", b"total_blocks", "total_bytes", b"total_bytes", "total_files", b"total_files", "updated_ms", b"updated_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "created_ms", b"created_ms", "done_blocks", b"done_blocks", "done_bytes", b"done_bytes", "errors", b"errors", "failed_blocks", b"failed_blocks", "id", b"id", "metadata_only", b"metadata_only", "named_files", b"named_files", "path", b"path", "priority_paths", b"priority_paths", "replicas", b"replicas", "state", b"state", "total_blocks", b"total_blocks", "total_bytes", b"total_bytes", "total_files", b"total_files", "updated_ms", b"updated_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

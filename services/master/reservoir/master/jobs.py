@@ -1,8 +1,8 @@
 """Load jobs: put a data set into the cache before training starts.
 
 A job record lives in etcd (state, totals, progress, an error sample), so a restarted
-master resumes running jobs instead of losing them. The master expands the path into
-blocks, sends each block to its home workers (the same rendezvous order readers use; the
+master resumes running jobs instead of losing them. The master expands the path (or the
+files a reader named below it) into blocks, sends each block to its home workers (the same rendezvous order readers use; the
 next workers for extra replicas) and counts a block done only when the worker confirms
 it holds it.
 """
@@ -15,7 +15,7 @@ import json
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
@@ -52,6 +52,9 @@ class Job:
     created_ms: int = 0
     updated_ms: int = 0
     attempts: int = 0
+    # Only these files, in this order (a reader's list of what it is about to read);
+    # empty: every file below `path`.
+    files: list[str] = field(default_factory=list)
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self)).encode()
@@ -72,6 +75,10 @@ class Namespace(Protocol):
     async def load_all_metadata(self, path: str) -> None: ...
 
     async def file_info(self, path: str, with_locations: bool = False) -> Inode: ...
+
+    async def file_infos(
+        self, many: list[str], with_locations: bool = False
+    ) -> list[Inode | ReservoirError]: ...
 
     async def subtree(self, path: str) -> list[Inode]: ...
 
@@ -123,13 +130,21 @@ class LoadJobs:
                 self._start(job)
 
     async def submit(
-        self, path: str, replicas: int, priority_paths: list[str], metadata_only: bool
+        self,
+        path: str,
+        replicas: int,
+        priority_paths: list[str],
+        metadata_only: bool,
+        files: Sequence[str] = (),
     ) -> Job:
+        """Starts a job loading every file below `path`, or only `files` (each at or
+        below `path`; loaded in the order given)."""
         info = await self._namespace.file_info(path)  # NOT_FOUND / INVALID_ARGUMENT early
         replicas = replicas or 1
         live = await self._namespace.workers()
         if replicas < 1 or (not metadata_only and replicas > len(live)):
             raise InvalidArgument(f"replicas must be between 1 and {len(live)} (live workers)")
+        named = self._named_files(info.path, files)
         job = Job(
             id=uuid.uuid4().hex[:12],
             path=info.path,
@@ -137,12 +152,32 @@ class LoadJobs:
             priority_paths=[paths.normalize(p) for p in priority_paths],
             metadata_only=metadata_only,
             created_ms=int(time.time() * 1000),
+            files=named,
         )
         await self._save(job)
         self._jobs[job.id] = job
         self._start(job)
-        log.info("load_job_submitted", job=job.id, path=job.path, replicas=replicas)
+        log.info(
+            "load_job_submitted",
+            job=job.id,
+            path=job.path,
+            replicas=replicas,
+            named_files=len(named),
+        )
         return job
+
+    def _named_files(self, top: str, files: Sequence[str]) -> list[str]:
+        """The files a job was asked for, normalised, each once, in the order given."""
+        limit = self._config.load_max_files
+        if len(files) > limit:
+            # The list is kept in the job's record: a bounded record, and a client
+            # with more to load submits several jobs.
+            raise InvalidArgument(f"{len(files)} files named; at most {limit} per load job")
+        named = list(dict.fromkeys(paths.normalize(f) for f in files))
+        outside = [f for f in named if not paths.is_within(f, top)]
+        if outside:
+            raise InvalidArgument(f"{outside[0]} is not below the job's path {top}")
+        return named
 
     def _start(self, job: Job) -> None:
         task = asyncio.create_task(self._run(job))
@@ -206,8 +241,9 @@ class LoadJobs:
             job.done_blocks = job.done_bytes = job.failed_blocks = 0
             job.errors = []
             await self._save(job)
-            await self._namespace.load_all_metadata(job.path)
-            files = await self._files(job.path)
+            if not job.files:
+                await self._namespace.load_all_metadata(job.path)
+            files = await self._files(job)
             job.total_files = len(files)
             job.total_bytes = sum(f.size for f in files) * job.replicas
             job.total_blocks = sum(f.block_count for f in files) * job.replicas
@@ -243,11 +279,28 @@ class LoadJobs:
             except ReservoirError as exc:
                 log.warning("load_job_save_failed", job=job.id, error=str(exc))
 
-    async def _files(self, path: str) -> list[Inode]:
-        info = await self._namespace.file_info(path)
+    async def _files(self, job: Job) -> list[Inode]:
+        if job.files:
+            return await self._named(job)
+        info = await self._namespace.file_info(job.path)
         if not info.is_dir:
             return [info]
-        return [i for i in await self._namespace.subtree(info.path) if not i.is_dir]
+        below = [i for i in await self._namespace.subtree(info.path) if not i.is_dir]
+        return sorted(below, key=lambda f: f.path)
+
+    async def _named(self, job: Job) -> list[Inode]:
+        """The job's named files, in its order; one that is gone or a directory is an
+        error of the job (the others are still loaded)."""
+        found: list[Inode] = []
+        answers = await self._namespace.file_infos(job.files)
+        for path, answer in zip(job.files, answers, strict=True):
+            if isinstance(answer, ReservoirError):
+                job.fail(f"{path}: {answer}")
+            elif answer.is_dir:
+                job.fail(f"{path}: is a directory (a job names files, or loads a directory)")
+            else:
+                found.append(answer)
+        return found
 
     async def _load(self, job: Job, files: list[Inode]) -> None:
         workers = await self._namespace.workers()
@@ -260,7 +313,8 @@ class LoadJobs:
             return 0 if any(paths.is_within(inode.path, p) for p in job.priority_paths) else 1
 
         queues: dict[str, list[tuple[Inode, int]]] = defaultdict(list)
-        for inode in sorted(files, key=lambda f: (priority(f), f.path)):
+        # Stable: the files' own order (by path, or as a reader named them) within each.
+        for inode in sorted(files, key=priority):
             for index in range(inode.block_count):
                 homes = rank(block_key(inode.file_id, index), weights)[: job.replicas]
                 for worker_id in homes:

@@ -129,7 +129,11 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
         self, request: master_pb2.SubmitLoadRequest, context: grpc.aio.ServicerContext
     ) -> master_pb2.Job:
         job = await self._service.jobs.submit(
-            request.path, request.replicas, list(request.priority_paths), request.metadata_only
+            request.path,
+            request.replicas,
+            list(request.priority_paths),
+            request.metadata_only,
+            list(request.files),
         )
         return _job(job)
 
@@ -198,7 +202,10 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
 
 
 def _job(job: Job) -> master_pb2.Job:
-    return master_pb2.Job(**asdict(job))
+    fields = asdict(job)
+    # A reader's list of thousands of paths is not sent back with every job listing.
+    fields["named_files"] = bool(fields.pop("files"))
+    return master_pb2.Job(**fields)
 
 
 def _error_result(error: ReservoirError) -> master_pb2.FileInfoResult:
