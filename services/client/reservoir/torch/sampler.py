@@ -10,6 +10,7 @@ and once it is all cached the order is DistributedSampler's, index for index."""
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -61,6 +62,7 @@ class CacheAwareSampler(Sampler[int]):
         self.place = DistributedPlace.resolve(rank, num_replicas)
         self.epoch = 0
         self.cached_count = 0  # of this rank's share, cached when the epoch began
+        self.query_seconds = 0.0  # what asking the cache cost at the epoch's start
         replicas, n = self.place.world_size, len(self.paths)
         if drop_last and n % replicas:
             self.num_samples = math.ceil((n - replicas) / replicas)
@@ -95,7 +97,9 @@ class CacheAwareSampler(Sampler[int]):
     def __iter__(self) -> Iterator[int]:
         share = self.share()
         wanted = [self.paths[i] for i in share]
+        started = time.perf_counter()
         flags = self.cache.cached(wanted) if wanted else []
+        self.query_seconds = time.perf_counter() - started
         warm = [i for i, cached in zip(share, flags, strict=True) if cached]
         cold = [i for i, cached in zip(share, flags, strict=True) if not cached]
         self.cached_count = len(warm)
