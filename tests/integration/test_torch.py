@@ -144,16 +144,18 @@ def test_sampler_reads_the_cached_half_first_and_the_cluster_loads_the_other_hal
     _until(lambda: _cached(view, dataset.paths) == set(warm))  # workers' block reports
     assert _cached(view, dataset.paths) == set(warm)
 
-    sampler = CacheAwareSampler(dataset, cache=view, seed=4)
+    sampler = CacheAwareSampler(dataset, seed=4)  # a ClusterCacheView over the dataset's client
+    assert isinstance(sampler.cache, ClusterCacheView)
     loader = _loader(dataset, "fork", batch_size=4, sampler=sampler)
     order = [p for paths, _ in loader for p in paths]
     assert sorted(order) == dataset.paths
     assert set(order[: len(warm)]) == set(warm) and sampler.cached_count == len(warm)
-    (job_id,) = view.jobs
+    (job_id,) = sampler.cache.jobs
     job = client.watch_job(job_id)
     assert job.state == "completed" and job.total_files == len(dataset.paths) - len(warm)
     assert _cached(view, dataset.paths) == set(dataset.paths)
 
     sampler.set_epoch(1)  # all cached now: no load, and a new order
     again = [p for paths, _ in loader for p in paths]
-    assert sorted(again) == dataset.paths and again != order and view.jobs == [job_id]
+    assert sorted(again) == dataset.paths and again != order
+    assert sampler.cached_count == len(dataset.paths) and sampler.cache.jobs == [job_id]
