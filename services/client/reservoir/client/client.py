@@ -99,6 +99,12 @@ class Client:
             return local
         return list(self._run(self._async._read_inode_pieces(inode, offset, length)))
 
+    def read_ranges(
+        self, ranges: Sequence[tuple[str, int, int]], *, return_exceptions: bool = False
+    ) -> list[bytes | BaseException]:
+        """Many `(path, offset, length)` reads at once (see `AsyncClient.read_ranges`)."""
+        return self._run(self._async.read_ranges(ranges, return_exceptions=return_exceptions))
+
     def read_many(self, paths: Sequence[str]) -> list[bytes]:
         return self._run(self._async.read_many(paths))
 
