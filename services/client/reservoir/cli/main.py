@@ -823,6 +823,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_token_new)
     p = token.add_parser("hash", help="read a token on stdin, print its SHA-256")
     p.set_defaults(func=cmd_token_hash)
+    from reservoir.fuse.command import add_parser as add_fuse_parser
+
+    add_fuse_parser(sub)
     return parser
 
 
