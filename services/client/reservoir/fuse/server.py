@@ -12,7 +12,6 @@ retry.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -46,23 +45,13 @@ def load_mfusepy() -> ModuleType:
 
 
 def client_config(spec: MountSpec) -> cfg.ClientConfig:
-    """The client settings from the environment, the master found as the CLI finds it."""
-    config = cfg.load(cfg.ClientConfig, master=spec.master or None)
-    if spec.master or os.environ.get("RESERVOIR_MASTER"):
-        return config
-    try:
-        from reservoir.local.cluster import ClusterError, LocalCluster
-    except ImportError:
-        return config
-    try:
-        local = LocalCluster.load(Path(spec.state_dir))
-    except ClusterError:
-        return config
-    config = dataclasses.replace(config, master=local.master_address)
-    own = config.security
-    if own.tls_ca or own.token or own.token_file:
-        return config
-    return dataclasses.replace(config, security=local.security("admin"))
+    """The client settings from the environment, the master found as every client finds
+    it (`--master`, then $RESERVOIR_MASTER, then the local cluster of `--state-dir`)."""
+    from reservoir.client.discovery import client_config as discovered
+
+    return discovered(
+        spec.master or None, state_dir=Path(spec.state_dir) if spec.state_dir else None
+    )
 
 
 def serve(spec: MountSpec, config: cfg.FuseConfig, *, check: bool) -> int:
