@@ -1,10 +1,17 @@
-"""The errno a file system call returns for each of Reservoir's errors."""
+"""The errno a file system call returns for each of Reservoir's errors, and the log of
+the failures a user would not expect."""
 
 from __future__ import annotations
 
 import errno
+import threading
+import time
 
-from reservoir.common import errors
+from reservoir.common import errors, logs
+
+log = logs.get_logger(__name__)
+
+_FAILURE_LOG_INTERVAL_S = 1.0
 
 # Most specific class first (DeadlineExceeded is an Unavailable, Unauthenticated a
 # PermissionDenied).
@@ -40,3 +47,32 @@ def errno_for(error: BaseException) -> int:
 def is_expected(number: int) -> bool:
     """Errors a file system returns in normal use (a missing name), not worth a warning."""
     return number in (errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.EROFS, errno.EACCES)
+
+
+class FailureLog:
+    """Warns of unexpected failures at most once per `interval_s` for each errno, with the
+    count of those left out: in an outage every call fails, and the log should say so
+    once a second, not thousands of times."""
+
+    def __init__(self, interval_s: float = _FAILURE_LOG_INTERVAL_S) -> None:
+        self._interval_s = interval_s
+        self._last: dict[int, float] = {}
+        self._left_out: dict[int, int] = {}
+        self._lock = threading.Lock()
+
+    def failed(self, call: str, path: str, number: int, error: BaseException) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if now - self._last.get(number, -self._interval_s) < self._interval_s:
+                self._left_out[number] = self._left_out.get(number, 0) + 1
+                return
+            self._last[number] = now
+            left_out = self._left_out.pop(number, 0)
+        log.warning(
+            "fuse_call_failed",
+            call=call,
+            path=path,
+            errno=errno.errorcode.get(number, number),
+            error=str(error),
+            similar_left_out=left_out,
+        )

@@ -27,7 +27,7 @@ from reservoir.common import logs, paths
 from reservoir.common.config import FuseConfig
 from reservoir.common.models import Inode
 
-from .errnos import errno_for, is_expected
+from .errnos import FailureLog, errno_for, is_expected
 from .read_ahead import ReadAhead, ReadAheadBudget
 
 log = logs.get_logger(__name__)
@@ -62,13 +62,7 @@ def _errno_of_failures(op: F) -> F:
         except Exception as exc:
             number = errno_for(exc)
             if not is_expected(number):
-                log.warning(
-                    "fuse_call_failed",
-                    call=op.__name__,
-                    path=path,
-                    errno=errno.errorcode.get(number, number),
-                    error=str(exc),
-                )
+                self.failures.failed(op.__name__, path, number, exc)
             raise mfusepy.FuseOSError(number) from exc
 
     return cast(F, wrapper)
@@ -98,6 +92,7 @@ class ReservoirFS(mfusepy.Operations):  # type: ignore[misc]
         self._handles = itertools.count(1)
         self._lock = threading.Lock()
         self.started = False  # libfuse called init: the mount is up
+        self.failures = FailureLog()
 
     @property
     def open_files(self) -> int:
