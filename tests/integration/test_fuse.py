@@ -308,3 +308,64 @@ def test_unmount_stops_a_foreground_mount_and_leaves_nothing_mounted(
             foreground.kill()
             foreground.wait()
         _force_unmount(target)
+
+
+def _own_daemon(mounted: Mounted, tmp_path: Path, **settings: str) -> tuple[Path, dict[str, str]]:
+    """A second mount of /data/set/deep under `tmp_path`, with its own run directory."""
+    target = tmp_path / "mnt"
+    target.mkdir()
+    env = {**mounted.env, "RESERVOIR_FUSE_RUN_DIR": str(tmp_path / "run"), **settings}
+    done = _cli(
+        env,
+        "--master",
+        mounted.cluster.master_address,
+        "fuse",
+        "-d",
+        str(target),
+        "--path",
+        "/data/set/deep",
+    )
+    assert done.returncode == 0, done.stderr
+    return target, env
+
+
+def _wait_gone(pid: int) -> None:
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            if b"reservoir" not in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return
+        except OSError:
+            return
+        assert time.monotonic() < deadline, f"pid {pid} still runs"
+        time.sleep(0.05)
+
+
+def test_unmounting_with_fusermount3_stops_the_supervisor_too(
+    mounted: Mounted, tmp_path: Path
+) -> None:
+    target, _ = _own_daemon(mounted, tmp_path)
+    try:
+        (record,) = (tmp_path / "run").glob("*.json")
+        supervisor = int(json.loads(record.read_text())["supervisor_pid"])
+        subprocess.run(["fusermount3", "-u", str(target)], check=True, timeout=30)
+        _wait_gone(supervisor)
+        assert not _is_mounted(target) and not record.exists()
+    finally:
+        _force_unmount(target)
+
+
+def test_a_supervisor_out_of_restarts_gives_up_and_leaves_no_dead_mount(
+    mounted: Mounted, tmp_path: Path
+) -> None:
+    target, _ = _own_daemon(mounted, tmp_path, RESERVOIR_FUSE_MAX_RESTARTS="0")
+    try:
+        (record,) = (tmp_path / "run").glob("*.json")
+        pids = json.loads(record.read_text())
+        os.kill(int(pids["server_pid"]), signal.SIGKILL)
+        _wait_gone(int(pids["supervisor_pid"]))
+        assert not _is_mounted(target)
+        log = next((tmp_path / "run").glob("*.log")).read_text()
+        assert "fuse_server_died" in log and "fuse_gave_up" in log
+    finally:
+        _force_unmount(target)
