@@ -21,16 +21,15 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar, cast
 
-import mfusepy
-
-from reservoir.common import logs, paths
+from reservoir.common import paths
 from reservoir.common.config import FuseConfig
 from reservoir.common.models import Inode
 
 from .errnos import FailureLog, errno_for, is_expected
+from .libfuse import load_mfusepy
 from .read_ahead import ReadAhead, ReadAheadBudget
 
-log = logs.get_logger(__name__)
+mfusepy: Any = load_mfusepy()
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
 _DIR_MODE = stat.S_IFDIR | 0o555

@@ -15,33 +15,17 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from types import ModuleType
 
 from reservoir.common import config as cfg
 from reservoir.common import logs
 from reservoir.common.errors import NotADirectory, ReservoirError
 
+from .libfuse import SetupError, load_mfusepy
 from .mount_spec import MountSpec
 
 log = logs.get_logger(__name__)
 
 EXIT_SETUP = 78  # EX_CONFIG
-
-
-class SetupError(Exception):
-    """The serving process cannot work here; retrying would not help."""
-
-
-def load_mfusepy() -> ModuleType:
-    # mfusepy takes libfuse 2 when both are installed; the mount options here are libfuse 3's.
-    os.environ.setdefault("FUSE_LIBRARY_NAME", "fuse3")
-    try:
-        import mfusepy
-    except ImportError as exc:
-        raise SetupError("`reservoir fuse` needs mfusepy: pip install 'reservoir[fuse]'") from exc
-    except (OSError, AttributeError) as exc:  # no libfuse, or one mfusepy cannot use
-        raise SetupError(f"libfuse 3 is needed (apt-get install fuse3): {exc}") from exc
-    return mfusepy
 
 
 def client_config(spec: MountSpec) -> cfg.ClientConfig:
