@@ -208,9 +208,11 @@ def plot(results: dict[str, Any], path: Path, title: str) -> None:
                 [r["max_mb_s"] - r["mb_s"] for r in rows],
             ]
             ax.errorbar(values, range(len(rows)), xerr=errors, fmt="none", ecolor="black")
-        for y, v in enumerate(values):
-            ax.text(v, y, f" {v:.0f}", va="center", fontsize=8)
-        ax.set_xscale("log")
+        base = values[0]  # sdk read, 1 thread
+        for y, (r, v) in enumerate(zip(rows, values, strict=True)):
+            at = r["max_mb_s"] if unit == "mb_s" else v
+            ax.text(at, y, f" {v:.0f} ({v / base:.2f}x)", va="center", fontsize=8)
+        ax.set_xlim(right=1.25 * max(r["max_mb_s"] if unit == "mb_s" else r[unit] for r in rows))
         ax.invert_yaxis()
         ax.set_xlabel("files/s (median)" if unit == "files_s" else "MiB/s (median; bars min-max)")
         ax.set_title(dataset, fontsize=10)
@@ -245,12 +247,14 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.large_files} x {args.large_file_mb} MiB, {args.rounds} rounds"
     )
     print(title)
-    print(f"{'dataset':<7} {'row':<32} {'MB/s':>8} {'(min-max)':>15} {'files/s':>9}")
+    print(f"{'dataset':<7} {'row':<32} {'MB/s':>8} {'(min-max)':>15} {'files/s':>9} {'x sdk 1':>8}")
     for dataset, rows in results["rows"].items():
         for r in rows:
             spread = f"({r['min_mb_s']:.0f}-{r['max_mb_s']:.0f})"
+            ratio = r["mb_s"] / rows[0]["mb_s"]
             print(
                 f"{dataset:<7} {r['row']:<32} {r['mb_s']:>8.1f} {spread:>15} {r['files_s']:>9.0f}"
+                f" {ratio:>8.2f}"
             )
     machine["loadavg_end"] = os.getloadavg()
     args.json.parent.mkdir(parents=True, exist_ok=True)
