@@ -26,6 +26,7 @@ from reservoir.common.config import FuseConfig
 from reservoir.common.models import Inode
 
 from .errnos import FailureLog, errno_for, is_expected
+from .inode_cache import InodeCache
 from .libfuse import load_mfusepy
 from .read_ahead import ReadAhead, ReadAheadBudget
 
@@ -87,6 +88,7 @@ class ReservoirFS(mfusepy.Operations):  # type: ignore[misc]
             config.readahead_threads, thread_name_prefix="reservoir-fuse-readahead"
         )
         self._budget = ReadAheadBudget(config.readahead_memory_bytes)
+        self._inodes = InodeCache(config.attr_timeout_s, config.inode_cache_entries)
         self._files: dict[int, ReadAhead] = {}
         self._handles = itertools.count(1)
         self._lock = threading.Lock()
@@ -121,15 +123,24 @@ class ReservoirFS(mfusepy.Operations):  # type: ignore[misc]
 
     # ---- reading the namespace ---------------------------------------------------------
 
+    def _stat(self, path: str) -> Inode:
+        reservoir_path = self.reservoir_path(path)
+        inode = self._inodes.get(reservoir_path)
+        if inode is None:
+            inode = self._client.stat(reservoir_path)
+            self._inodes.put(inode)
+        return inode
+
     @_errno_of_failures
     def getattr(self, path: str, fh: Any = None) -> dict[str, Any]:
-        return self.attributes(self._client.stat(self.reservoir_path(path)))
+        return self.attributes(self._stat(path))
 
     @_errno_of_failures
     def readdir(self, path: str, fh: int) -> list[Any]:
         entries = self._client.ls(self.reservoir_path(path))
         listing: list[Any] = [".", ".."]
         for entry in entries:
+            self._inodes.put(entry)  # the lookups of `ls -l` and the opens that follow
             mode = _DIR_MODE if entry.is_dir else _FILE_MODE
             listing.append((entry.path.rsplit("/", 1)[-1], {"st_mode": mode}, 0))
         return listing
@@ -138,7 +149,7 @@ class ReservoirFS(mfusepy.Operations):  # type: ignore[misc]
     def access(self, path: str, amode: int) -> int:
         if amode & os.W_OK:
             raise mfusepy.FuseOSError(errno.EROFS)
-        self._client.stat(self.reservoir_path(path))
+        self._stat(path)
         return 0
 
     def statfs(self, path: str) -> dict[str, int]:
@@ -151,7 +162,7 @@ class ReservoirFS(mfusepy.Operations):  # type: ignore[misc]
     def open(self, path: str, info: Any) -> int:
         if info.flags & _WRITE_FLAGS:
             raise mfusepy.FuseOSError(errno.EROFS)
-        inode = self._client.stat(self.reservoir_path(path))
+        inode = self._stat(path)
         if inode.is_dir:
             raise mfusepy.FuseOSError(errno.EISDIR)
         reader = ReadAhead(

@@ -208,6 +208,10 @@ class FuseConfig:
     attr_timeout_s: float = field(default=10.0, metadata=env("RESERVOIR_FUSE_ATTR_TIMEOUT"))
     negative_timeout_s: float = field(default=1.0, metadata=env("RESERVOIR_FUSE_NEGATIVE_TIMEOUT"))
     # The largest read the kernel sends in one request, and the threads serving requests.
+    # The serving process keeps the inodes it saw for as long (up to this many).
+    inode_cache_entries: int = field(
+        default=100_000, metadata=env("RESERVOIR_FUSE_INODE_CACHE_ENTRIES")
+    )
     max_read_bytes: int = field(default=1 * MiB, metadata=env("RESERVOIR_FUSE_MAX_READ"))
     threads: int = field(default=16, metadata=env("RESERVOIR_FUSE_THREADS"))
     # A reader going through a file in order gets it in chunks of this size, the next
