@@ -17,7 +17,7 @@ from reservoir.common import logs
 from reservoir.common.errors import AlreadyExists, InvalidArgument, NotFound
 
 from .mount_spec import MountSpec
-from .mountpoint import FUSERMOUNT, MountPoint, MountState
+from .mountpoint import FSTYPE, MountPoint, MountState
 from .run_record import (
     SupervisorRecord,
     live_supervisor,
@@ -69,6 +69,14 @@ def cmd_fuse(args: argparse.Namespace) -> None:
         raise AlreadyExists(
             f"{spec.mountpoint} is served already (supervisor pid {other.supervisor_pid}, "
             f"path {other.path}): reservoir fuse --unmount {spec.mountpoint}"
+        )
+    mount = MountPoint(spec.mountpoint, config.stop_timeout_s)
+    if mount.state() is MountState.LIVE:
+        fstype = mount.fstype()
+        hint = f" (its supervisor is gone: reservoir fuse --unmount {spec.mountpoint})"
+        raise AlreadyExists(
+            f"{spec.mountpoint}: a {fstype} file system is mounted there already"
+            + (hint if fstype == FSTYPE else "")
         )
     if args.daemon:
         record = start_daemon(spec, config)
@@ -171,9 +179,11 @@ def unmount(mountpoint: str, config: cfg.FuseConfig) -> dict[str, Any]:
     if state is MountState.ABSENT:
         if not stopped:
             raise InvalidArgument(f"{mount.path}: not mounted")
-    elif (mount.fstype() or "").startswith("fuse"):
+    elif mount.fstype() == FSTYPE:
         # No supervisor (it was killed, or this is a mount it left): unmount directly.
         mount.unmount(lazy=state is MountState.DEAD)
     else:
-        raise InvalidArgument(f"{mount.path}: mounted, but not by FUSE ({FUSERMOUNT} refuses)")
+        raise InvalidArgument(
+            f"{mount.path}: a {mount.fstype()} file system, not Reservoir's: left alone"
+        )
     return {"mountpoint": mount.path, "supervisor_pid": stopped}

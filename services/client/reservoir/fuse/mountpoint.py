@@ -17,6 +17,8 @@ import subprocess
 from pathlib import Path
 
 FUSERMOUNT = "fusermount3"
+SUBTYPE = "reservoir"
+FSTYPE = f"fuse.{SUBTYPE}"  # how the mount table names Reservoir's mounts
 _MOUNTINFO = Path("/proc/self/mountinfo")
 _OCTAL = re.compile(r"\\([0-7]{3})")
 

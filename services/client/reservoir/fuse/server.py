@@ -22,6 +22,7 @@ from reservoir.common.errors import NotADirectory, ReservoirError
 
 from .libfuse import SetupError, load_mfusepy
 from .mount_spec import MountSpec
+from .mountpoint import SUBTYPE
 
 log = logs.get_logger(__name__)
 
@@ -68,7 +69,7 @@ def serve(spec: MountSpec, config: cfg.FuseConfig, *, check: bool) -> int:
                 default_permissions=True,
                 allow_other=spec.allow_other,
                 fsname="reservoir:" + spec.path.replace(",", "_"),
-                subtype="reservoir",
+                subtype=SUBTYPE,
                 auto_cache=True,
                 entry_timeout=config.attr_timeout_s,
                 attr_timeout=config.attr_timeout_s,
