@@ -6,6 +6,7 @@ files, mounts, warm-up jobs and worker stats."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator, Sequence
 
 import grpc
@@ -30,6 +31,7 @@ from reservoir.common.security import Transport
 from reservoir.common.under_store import BodyRetry
 from reservoir.v1 import master_pb2, worker_pb2
 
+from . import discovery
 from .block_reader import BlockReader
 from .cluster_view import ClusterView
 from .local_reads import LocalReads
@@ -44,9 +46,11 @@ class AsyncClient:
     """Reservoir's asyncio SDK. One instance per process is enough; it is cheap to share."""
 
     def __init__(self, master: str | None = None, config: cfg.ClientConfig | None = None) -> None:
-        self.config = config or cfg.load(cfg.ClientConfig, master=master)
-        if master:
-            self.config = cfg.ClientConfig(**{**self.config.__dict__, "master": master})
+        if config is None:
+            config = discovery.client_config(master)
+        elif master:
+            config = dataclasses.replace(config, master=master)
+        self.config = config
         if self.config.tune_malloc:
             tune_for_large_buffers()
         transport = Transport(self.config.security, CHANNEL_OPTIONS)
