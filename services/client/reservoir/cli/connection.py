@@ -1,44 +1,37 @@
-"""Which cluster a command talks to, and the client it talks through."""
+"""Which cluster a command talks to, and the client it talks through: the same search as
+`Client()` (reservoir.client.discovery), with --master and --state-dir as its arguments."""
 
 from __future__ import annotations
 
 import argparse
 import os
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from reservoir.common import config as cfg
+from reservoir.client import discovery
+from reservoir.common.config import ClientConfig
 
 if TYPE_CHECKING:
     from reservoir.client import Client
 
 
-def default_state_dir() -> Path:
-    return Path(os.environ.get("RESERVOIR_STATE_DIR") or Path.home() / ".reservoir")
-
-
-def master_address(args: argparse.Namespace) -> str:
-    if args.master:
-        return str(args.master)
-    if os.environ.get("RESERVOIR_MASTER"):
-        return os.environ["RESERVOIR_MASTER"]
-    from reservoir.local.cluster import LocalCluster
-
-    return LocalCluster.load(Path(args.state_dir)).master_address
+def client_config(args: argparse.Namespace) -> ClientConfig:
+    return discovery.client_config(args.master, state_dir=args.state_dir)
 
 
 def open_client(args: argparse.Namespace) -> Client:
     from reservoir.client import Client
 
-    config = cfg.load(cfg.ClientConfig, master=master_address(args))
-    if not (config.security.tls_ca or config.security.token or config.security.token_file):
-        # A local cluster started with --secure: its CA and admin token, no flags needed.
-        from reservoir.local.cluster import ClusterError, LocalCluster
+    return Client(config=client_config(args))
 
-        try:
-            local = LocalCluster.load(Path(args.state_dir))
-        except ClusterError:
-            local = None
-        if local is not None and local.master_address == config.master:
-            config = cfg.ClientConfig(**{**config.__dict__, "security": local.security("admin")})
-    return Client(config=config)
+
+def unreachable_hint(args: argparse.Namespace) -> str:
+    """Why the CLI dialled the address it did, when nothing told it which: said after an
+    unreachable master, so `reservoir workers` with no cluster around says what to do."""
+    if args.master or os.environ.get(discovery.MASTER_ENV):
+        return ""
+    if discovery.LocalClusterAddress.read(args.state_dir) is not None:
+        return ""
+    return (
+        f"no --master, no ${discovery.MASTER_ENV} and no local cluster in {args.state_dir}, "
+        "so the default address was tried: `reservoir local up` starts a local cluster"
+    )

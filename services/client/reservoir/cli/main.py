@@ -14,7 +14,7 @@ from importlib import metadata
 
 from reservoir.common import config as cfg
 from reservoir.common import logs
-from reservoir.common.errors import ReservoirError
+from reservoir.common.errors import ReservoirError, Unavailable
 
 from . import (
     cache_rule_commands,
@@ -25,6 +25,7 @@ from . import (
     namespace_commands,
     read_commands,
 )
+from .connection import unreachable_hint
 from .output import EXIT_ERROR
 from .subcommands import Subcommands, top_parser
 
@@ -69,7 +70,8 @@ def main(argv: list[str] | None = None) -> None:
     except BrokenPipeError:
         sys.exit(0)
     except (ReservoirError, ClusterError, OSError, ValueError) as exc:
-        print(f"reservoir: error: {exc}", file=sys.stderr)
+        hint = unreachable_hint(args) if isinstance(exc, Unavailable) else ""
+        print(f"reservoir: error: {exc}" + (f"; {hint}" if hint else ""), file=sys.stderr)
         sys.exit(EXIT_ERROR)
     except KeyboardInterrupt:
         sys.exit(130)

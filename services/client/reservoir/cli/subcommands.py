@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .connection import default_state_dir
+from reservoir.client.discovery import default_state_dir
 
 Handler = Callable[[argparse.Namespace], None]
 
