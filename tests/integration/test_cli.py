@@ -174,7 +174,7 @@ def _bare(*args: str) -> subprocess.CompletedProcess[bytes]:
         [sys.executable, "-m", "reservoir.cli.main", *args],
         capture_output=True,
         timeout=60,
-        env=own_cluster_env(),
+        env={**os.environ},
     )
 
 
