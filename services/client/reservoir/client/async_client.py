@@ -167,6 +167,19 @@ class AsyncClient:
     async def _read_inode_pieces(self, inode: Inode, offset: int, length: int) -> list[memoryview]:
         return await self._reader.read_inode_pieces(inode, offset, length)
 
+    async def read_ranges(
+        self, ranges: Sequence[tuple[str, int, int]], *, return_exceptions: bool = False
+    ) -> list[bytes | BaseException]:
+        """Many `read(path, offset, length)`s at once, `parallelism` at a time; with
+        `return_exceptions` a failed one gives its error in its place."""
+        limit = asyncio.Semaphore(self.config.parallelism)
+
+        async def one(path: str, offset: int, length: int) -> bytes:
+            async with limit:
+                return await self.read(path, offset, length)
+
+        return await asyncio.gather(*(one(*r) for r in ranges), return_exceptions=return_exceptions)
+
     async def read_many(self, many: Sequence[str]) -> list[bytes]:
         """Whole contents of many files, small ones batched: one worker call per batch."""
         with _tracer.start_as_current_span("reservoir.read_many", attributes={"files": len(many)}):

@@ -90,7 +90,7 @@ class Client:
             # Blocks on this host whose file is known: read in this thread, no loop hop.
             local = self._async.local_reads.read(path, offset, length)
             if local is not None:
-                return joined(local)
+                return local
         return joined(self._run(self._async.read_pieces(path, offset, length)))
 
     def _read_inode(self, inode: Inode, offset: int, length: int) -> list[bytes | memoryview]:
@@ -98,6 +98,18 @@ class Client:
         if local is not None:
             return local
         return list(self._run(self._async._read_inode_pieces(inode, offset, length)))
+
+    def read_ranges(
+        self, ranges: Sequence[tuple[str, int, int]], *, return_exceptions: bool = False
+    ) -> list[bytes | BaseException]:
+        """Many `(path, offset, length)` reads at once (see `AsyncClient.read_ranges`)."""
+        return self._run(self._async.read_ranges(ranges, return_exceptions=return_exceptions))
+
+    def _read_inode_bytes(self, inode: Inode, offset: int, length: int) -> bytes:
+        local = self._async.local_reads.read_inode_bytes(inode, offset, length)
+        if local is not None:
+            return local
+        return joined(self._run(self._async._read_inode_pieces(inode, offset, length)))
 
     def read_many(self, paths: Sequence[str]) -> list[bytes]:
         return self._run(self._async.read_many(paths))
