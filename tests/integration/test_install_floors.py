@@ -3,7 +3,7 @@
 A floor that is too low installs and then fails at import (the generated code checks its
 grpcio and protobuf), so each floor is installed, pinned, in a fresh venv: the project's
 wheel with `--constraint` pinning every dependency to its floor, then an SDK read and a
-CLI read against a real cluster. pip's cache makes a repeat run take ~15 s.
+CLI read against a real cluster (and one through fsspec). pip's cache makes a repeat run take ~15 s.
 """
 
 from __future__ import annotations
@@ -49,8 +49,12 @@ from importlib import metadata
 import reservoir.v1.master_pb2_grpc, reservoir.v1.worker_pb2_grpc  # their version checks
 from reservoir.client import Client
 
+import fsspec
+
 with Client(sys.argv[1]) as rs:
     data = rs.read(sys.argv[2])
+with fsspec.open(f"reservoir://{sys.argv[2]}", "rb", master=sys.argv[1]) as f:
+    assert f.read() == data, "fsspec reads what the SDK reads"
 assert not [m for m in sys.modules if m.startswith("opentelemetry.sdk")], "the SDK is server-only"
 print(hashlib.sha256(data).hexdigest())
 """
