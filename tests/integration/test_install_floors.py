@@ -2,8 +2,8 @@
 
 A floor that is too low installs and then fails at import (the generated code checks its
 grpcio and protobuf), so each floor is installed, pinned, in a fresh venv: the project's
-wheel with `--constraint` pinning every dependency to its floor, then an SDK read and a
-CLI read against a real cluster (and one through fsspec). pip's cache makes a repeat run take ~15 s.
+wheel with `--constraint` pinning every dependency to its floor, then an SDK read, an
+fsspec read and a CLI read against a real cluster. pip's cache makes a repeat run ~15 s.
 """
 
 from __future__ import annotations
