@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from reservoir.cli.subcommands import Subcommands
 from reservoir.common import config as cfg
 from reservoir.common import logs
 from reservoir.common.errors import AlreadyExists, InvalidArgument, NotFound
@@ -27,12 +28,13 @@ from .run_record import (
 )
 
 
-def add_parser(subcommands: Any) -> None:
+def register(commands: Subcommands) -> None:
     """Registers `fuse` on the CLI's subcommands."""
-    p = subcommands.add_parser(
+    p = commands.add(
         "fuse",
-        help="mount the namespace as a read-only POSIX file system (FUSE), kept mounted by a "
+        "mount the namespace as a read-only POSIX file system (FUSE), kept mounted by a "
         "supervisor that restarts its serving process if it dies",
+        cmd_fuse,
     )
     p.add_argument("mountpoint", metavar="MOUNTPOINT", help="an existing directory")
     p.add_argument(
@@ -55,7 +57,6 @@ def add_parser(subcommands: Any) -> None:
         help="let other users read through the mount (needs root or user_allow_other in "
         "/etc/fuse.conf)",
     )
-    p.set_defaults(func=cmd_fuse)
 
 
 def cmd_fuse(args: argparse.Namespace) -> None:

@@ -38,4 +38,4 @@ class MountSpec:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> MountSpec:
-        return cls(args.mountpoint, args.path, args.master, args.state_dir, args.allow_other)
+        return cls(args.mountpoint, args.path, args.master, str(args.state_dir), args.allow_other)
