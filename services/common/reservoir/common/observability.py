@@ -10,11 +10,6 @@ import grpc.aio
 import structlog
 from opentelemetry import context as otel_context
 from opentelemetry import metrics, propagate, trace
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import (
-    ConsoleMetricExporter,
-    PeriodicExportingMetricReader,
-)
 
 from . import logs
 from .config import LogConfig
@@ -23,6 +18,13 @@ from .rpc import with_behaviour
 
 def configure(service: str, config: LogConfig, *, export_metrics: bool = False) -> None:
     """Sets up logging and OpenTelemetry for a server process. Call once at start."""
+    # The SDK comes with the `server` extra; clients import this module for the API alone.
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import (
+        ConsoleMetricExporter,
+        PeriodicExportingMetricReader,
+    )
+
     logs.configure_output(config, processors=[_add_trace_ids])
     structlog.contextvars.bind_contextvars(service=service)
     # No span exporter is configured, so no SDK tracer provider either: the API's no-op
