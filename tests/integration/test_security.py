@@ -172,3 +172,27 @@ def test_short_circuit_files_are_found_only_through_an_authenticated_call(
         assert len(Path(worker.shm_dir).name) == 32
     finally:
         cluster.down()
+
+
+def test_a_readers_cache_aware_sampler_reads_cached_files_first_and_starts_no_load(
+    secure: LocalCluster,
+) -> None:
+    from reservoir.torch import CacheAwareSampler, ClusterCacheView
+
+    s3 = secure.s3_client()
+    for i in range(4):
+        s3.put_object(Bucket="sec", Key=f"d/sampled/{i}.bin", Body=bytes([i]) * 100)
+    paths = [f"/sec/sampled/{i}.bin" for i in range(4)]
+    with _client(secure, "reader") as reader, _client(secure, "admin") as admin:
+        jobs_before = len(admin.jobs())
+        reader.read(paths[2])
+        view = ClusterCacheView(reader)
+        deadline = time.monotonic() + 30
+        while not view.cached(paths)[2] and time.monotonic() < deadline:
+            time.sleep(0.1)  # the worker's block report reaches the master
+        sampler = CacheAwareSampler(paths, cache=view, seed=3)
+        order = list(sampler)
+        assert order[0] == 2 and sorted(order) == [0, 1, 2, 3]
+        # A reader may not start load jobs: the sampler only reorders, and says so once.
+        assert view.loads_refused and view.jobs == []
+        assert len(admin.jobs()) == jobs_before
