@@ -2,9 +2,9 @@
 
 A job record lives in etcd (state, totals, progress, an error sample), so a restarted
 master resumes running jobs instead of losing them. The master expands the path (or the
-files a reader named below it) into blocks, sends each block to its home workers (the same rendezvous order readers use; the
-next workers for extra replicas) and counts a block done only when the worker confirms
-it holds it.
+files a reader named below it) into blocks, sends each block to its home workers (the
+same rendezvous order readers use; the next workers for extra replicas) and counts a block
+done only when the worker confirms it holds it.
 """
 
 from __future__ import annotations
