@@ -113,7 +113,8 @@ def cmd_local_status(args: argparse.Namespace) -> None:
         lines = [f"master {status['master']}  s3 {status['s3_endpoint']}"]
         for name, p in status["processes"].items():
             state = "running" if p["alive"] else "DEAD"
-            lines.append(f"{name:10} {state:8} pid={p['pid']:<8} port={p['port']}")
+            metrics = f"  metrics={p['metrics']}" if "metrics" in p else ""
+            lines.append(f"{name:10} {state:8} pid={p['pid']:<8} port={p['port']}{metrics}")
         return "\n".join(lines)
 
     _emit(args, status, text)
@@ -239,6 +240,10 @@ def cmd_workers(args: argparse.Namespace) -> None:
                 misses=s.misses,
                 evictions=s.evictions,
                 corrupt_blocks=s.corrupt_blocks,
+                bytes_served=dict(sorted(s.bytes_served.items())),
+                ufs_gets=s.ufs_gets,
+                ufs_errors=s.ufs_errors,
+                bytes_from_ufs=s.bytes_from_ufs,
                 tiers=[_tier_dict(t) for t in s.tiers],
             )
         elif args.long:
@@ -246,9 +251,11 @@ def cmd_workers(args: argparse.Namespace) -> None:
         data.append(item)
 
     def line(item: dict[str, Any]) -> str:
-        plain = "\t".join(str(v) for k, v in item.items() if k != "tiers")
+        plain = "\t".join(str(v) for v in item.values() if not isinstance(v, (dict, list)))
+        served = item.get("bytes_served")
+        sources = " ".join(f"{k}={format_size(v)}" for k, v in (served or {}).items())
         tiers = "".join(f"\n  {_tier_text(t)}" for t in item.get("tiers", []))
-        return plain + tiers
+        return plain + (f"\n  served {sources}" if sources else "") + tiers
 
     def text() -> str:
         return "\n".join(line(item) for item in data) or "(no live workers)"
