@@ -19,6 +19,7 @@ from prometheus_client import (
     PLATFORM_COLLECTOR,
     PROCESS_COLLECTOR,
     CollectorRegistry,
+    disable_created_metrics,
 )
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
@@ -36,6 +37,9 @@ MAX_REQUEST_BYTES = 16 * 1024
 def server_registry() -> CollectorRegistry:
     """A server's own registry, with the process's CPU, memory, file descriptors and
     garbage collector (the collectors prometheus_client registers by default)."""
+    # A `_created` series beside every counter and histogram doubles what is scraped and
+    # stored for nothing Prometheus uses (it sees resets itself).
+    disable_created_metrics()
     registry = CollectorRegistry()
     for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
         registry.register(collector)
