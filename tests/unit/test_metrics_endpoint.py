@@ -211,7 +211,8 @@ def test_spans_are_recorded_only_when_an_otlp_endpoint_is_set() -> None:
     # The standard variable: an SDK provider named after the process, or OTEL_SERVICE_NAME.
     endpoint = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}
     assert _provider_kind(endpoint) == "True reservoir-worker"
-    assert _provider_kind(endpoint | {"OTEL_SERVICE_NAME": "cache-a"}) == "True cache-a"
+    named = endpoint | {"OTEL_SERVICE_NAME": "cache-a", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}
+    assert _provider_kind(named) == "True cache-a"
 
 
 def test_an_unknown_otlp_protocol_is_refused_at_start() -> None:
