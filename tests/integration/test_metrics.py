@@ -242,10 +242,10 @@ def test_workers_l_and_metrics_read_the_same_counters(observed: Observed) -> Non
     cluster = observed.cluster
     with Client(cluster.master_address) as c:
         c.read("/obs/sub/b.bin")
-    env = own_cluster_env() | {"RESERVOIR_MASTER": cluster.master_address}
+    cli = [sys.executable, "-m", "reservoir.cli.main", "--state-dir", str(cluster.state_dir)]
     done = subprocess.run(
-        [sys.executable, "-m", "reservoir.cli.main", "--json", "workers", "-l"],
-        env=env,
+        [*cli, "--json", "workers", "-l"],
+        env=own_cluster_env(),
         capture_output=True,
         text=True,
         timeout=60,
