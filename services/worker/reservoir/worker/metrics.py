@@ -48,10 +48,13 @@ class WorkerMetrics(Collector):
         self._service = service
 
     def collect(self) -> Iterator[Family]:
-        yield from render(worker_stats(self._service))
+        yield from render(worker_stats(self._service), self._service.config.shm_dir)
 
 
-def render(stats: worker_pb2.WorkerStats) -> Iterator[Family]:
+def render(stats: worker_pb2.WorkerStats, shm_dir: str = "") -> Iterator[Family]:
+    """The families of one snapshot. `/metrics` has no token, so a shm tier is labelled
+    with its configured directory, never the unguessable one its blocks sit in on a
+    cluster with authentication (see shm_tier.py; GetStats, which needs a token, shows it)."""
     info = GaugeMetricFamily(PREFIX + "info", "This worker's id.", labels=["worker_id"])
     info.add_metric([stats.worker_id], 1)
     yield info
@@ -69,19 +72,20 @@ def render(stats: worker_pb2.WorkerStats) -> Iterator[Family]:
         served.add_metric([source], n)
     yield served
     labels = ["tier", "path"]
+    tiers = [([t.name, shm_dir if t.name == "shm" else t.path], t) for t in stats.tiers]
     for field, (name, text) in _TIER_GAUGES.items():
         gauge = GaugeMetricFamily(PREFIX + name, text, labels=labels)
-        for t in stats.tiers:
-            gauge.add_metric([t.name, t.path], getattr(t, field))
+        for where, t in tiers:
+            gauge.add_metric(where, getattr(t, field))
         yield gauge
     for field, (name, text) in _TIER_COUNTERS.items():
         counter = CounterMetricFamily(PREFIX + name, text, labels=labels)
-        for t in stats.tiers:
-            counter.add_metric([t.name, t.path], getattr(t, field))
+        for where, t in tiers:
+            counter.add_metric(where, getattr(t, field))
         yield counter
     up = GaugeMetricFamily(
         PREFIX + "tier_in_service", "1 while the tier is in service.", labels=labels
     )
-    for t in stats.tiers:
-        up.add_metric([t.name, t.path], 1 if t.in_service else 0)
+    for where, t in tiers:
+        up.add_metric(where, 1 if t.in_service else 0)
     yield up
