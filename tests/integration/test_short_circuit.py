@@ -99,7 +99,7 @@ def test_warm_same_host_reads_do_not_wait_for_the_clients_event_loop(
         assert c.read("/x/x.bin") == data  # cold: through the loop and the workers
         handle = c.open("/x/x.bin")
         release = threading.Event()
-        c._loop.call_soon_threadsafe(release.wait, 30)  # the loop thread is blocked now
+        c._runtime.loop.call_soon_threadsafe(release.wait, 30)  # the loop thread is blocked now
         try:
             results: dict[str, bytes] = {}
 

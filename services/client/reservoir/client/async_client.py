@@ -6,6 +6,7 @@ files, mounts, warm-up jobs and worker stats."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator, Sequence
 
 import grpc
@@ -30,6 +31,7 @@ from reservoir.common.security import Transport
 from reservoir.common.under_store import BodyRetry
 from reservoir.v1 import master_pb2, worker_pb2
 
+from . import discovery
 from .block_reader import BlockReader
 from .cluster_view import ClusterView
 from .local_reads import LocalReads
@@ -44,9 +46,11 @@ class AsyncClient:
     """Reservoir's asyncio SDK. One instance per process is enough; it is cheap to share."""
 
     def __init__(self, master: str | None = None, config: cfg.ClientConfig | None = None) -> None:
-        self.config = config or cfg.load(cfg.ClientConfig, master=master)
-        if master:
-            self.config = cfg.ClientConfig(**{**self.config.__dict__, "master": master})
+        if config is None:
+            config = discovery.client_config(master)
+        elif master:
+            config = dataclasses.replace(config, master=master)
+        self.config = config
         if self.config.tune_malloc:
             tune_for_large_buffers()
         transport = Transport(self.config.security, CHANNEL_OPTIONS)
@@ -162,6 +166,19 @@ class AsyncClient:
 
     async def _read_inode_pieces(self, inode: Inode, offset: int, length: int) -> list[memoryview]:
         return await self._reader.read_inode_pieces(inode, offset, length)
+
+    async def read_ranges(
+        self, ranges: Sequence[tuple[str, int, int]], *, return_exceptions: bool = False
+    ) -> list[bytes | BaseException]:
+        """Many `read(path, offset, length)`s at once, `parallelism` at a time; with
+        `return_exceptions` a failed one gives its error in its place."""
+        limit = asyncio.Semaphore(self.config.parallelism)
+
+        async def one(path: str, offset: int, length: int) -> bytes:
+            async with limit:
+                return await self.read(path, offset, length)
+
+        return await asyncio.gather(*(one(*r) for r in ranges), return_exceptions=return_exceptions)
 
     async def read_many(self, many: Sequence[str]) -> list[bytes]:
         """Whole contents of many files, small ones batched: one worker call per batch."""

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-import asyncio
+import dataclasses
 import io
-import threading
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 from reservoir.common import config as cfg
-from reservoir.common.errors import IsADirectory
 from reservoir.common.models import CacheRule, Inode, Mount, WorkerRecord
 from reservoir.v1 import master_pb2, worker_pb2
 
+from . import discovery
 from .async_client import AsyncClient
+from .loop_runtime import LoopRuntime
+from .reservoir_file import ReservoirFile, joined
 
 T = TypeVar("T")
 
@@ -26,37 +27,34 @@ class Client:
     """
 
     def __init__(self, master: str | None = None, config: cfg.ClientConfig | None = None) -> None:
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(
-            target=self._loop.run_forever, name="reservoir-client", daemon=True
-        )
-        self._thread.start()
-        self._async: AsyncClient = self._run(self._make(master, config))
-        self.config = self._async.config
+        if config is None:
+            config = discovery.client_config(master)
+        elif master:
+            config = dataclasses.replace(config, master=master)
+        self.config = config
+        self._runtime = LoopRuntime(config)
+        self._runtime.client  # noqa: B018 - settings that cannot work fail here, not later
 
-    @staticmethod
-    async def _make(master: str | None, config: cfg.ClientConfig | None) -> AsyncClient:
-        return AsyncClient(master, config)  # channels bind to the loop they are made on
+    @property
+    def _async(self) -> AsyncClient:
+        return self._runtime.client
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
-        if self._loop.is_closed() or not self._thread.is_alive():
-            coro.close()
-            raise ValueError("operation on a closed Reservoir client")  # as on a closed file
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+        return self._runtime.run(coro)
 
     def close(self) -> None:
-        if self._loop.is_running():
-            self._run(self._async.close())
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(timeout=5)
-            if not self._thread.is_alive():
-                self._loop.close()
+        self._runtime.close()
 
     def __enter__(self) -> Client:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def __reduce__(self) -> tuple[Callable[..., Client], tuple[cfg.ClientConfig]]:
+        # A client travels as its settings (to DataLoader workers, spawn or fork); the copy
+        # opens its own channels on first use. Never sockets across processes.
+        return _unpickle, (self.config,)
 
     @property
     def aio(self) -> AsyncClient:
@@ -92,14 +90,26 @@ class Client:
             # Blocks on this host whose file is known: read in this thread, no loop hop.
             local = self._async.local_reads.read(path, offset, length)
             if local is not None:
-                return _joined(local)
-        return _joined(self._run(self._async.read_pieces(path, offset, length)))
+                return local
+        return joined(self._run(self._async.read_pieces(path, offset, length)))
 
     def _read_inode(self, inode: Inode, offset: int, length: int) -> list[bytes | memoryview]:
         local = self._async.local_reads.read_inode(inode, offset, length)
         if local is not None:
             return local
         return list(self._run(self._async._read_inode_pieces(inode, offset, length)))
+
+    def read_ranges(
+        self, ranges: Sequence[tuple[str, int, int]], *, return_exceptions: bool = False
+    ) -> list[bytes | BaseException]:
+        """Many `(path, offset, length)` reads at once (see `AsyncClient.read_ranges`)."""
+        return self._run(self._async.read_ranges(ranges, return_exceptions=return_exceptions))
+
+    def _read_inode_bytes(self, inode: Inode, offset: int, length: int) -> bytes:
+        local = self._async.local_reads.read_inode_bytes(inode, offset, length)
+        if local is not None:
+            return local
+        return joined(self._run(self._async._read_inode_pieces(inode, offset, length)))
 
     def read_many(self, paths: Sequence[str]) -> list[bytes]:
         return self._run(self._async.read_many(paths))
@@ -178,95 +188,8 @@ class Client:
         return self._run(self._async.free(path))
 
 
-class ReservoirFile(io.RawIOBase):
-    """An unbuffered reader over one file. Keeps the last block it read, so small
-    sequential reads cost one worker call per block rather than one per read."""
-
-    def __init__(self, client: Client, inode: Inode) -> None:
-        super().__init__()
-        if inode.is_dir:
-            raise IsADirectory(f"{inode.path}: is a directory")
-        self._client = client
-        self._inode = inode
-        self._pos = 0
-        self._block_index = -1
-        self._block = b""
-        self.name = inode.path
-
-    @property
-    def size(self) -> int:
-        return self._inode.size
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        if whence == io.SEEK_SET:
-            target = offset
-        elif whence == io.SEEK_CUR:
-            target = self._pos + offset
-        elif whence == io.SEEK_END:
-            target = self._inode.size + offset
-        else:
-            raise ValueError(f"invalid whence {whence}")
-        if target < 0:
-            raise ValueError("negative seek position")
-        self._pos = target
-        return target
-
-    def readinto(self, buffer: Any) -> int:
-        view = memoryview(buffer).cast("B")
-        want = min(len(view), max(0, self._inode.size - self._pos))
-        if want == 0:
-            return 0
-        block_size = self._inode.block_size
-        index = self._pos // block_size
-        if want >= block_size:
-            if self._pos % block_size == 0:
-                # Whole blocks: from this host's block files straight into the caller's
-                # buffer when they are there (no intermediate copy at all).
-                whole = (
-                    want
-                    if self._pos + want == self._inode.size
-                    else want // block_size * block_size
-                )
-                if self._client._async.local_reads.read_blocks_into(
-                    self._inode, index, view[:whole]
-                ):
-                    self._pos += whole
-                    return whole
-            # From the received buffers into the caller's: one copy.
-            filled = 0
-            for piece in self._client._read_inode(self._inode, self._pos, want):
-                view[filled : filled + len(piece)] = piece
-                filled += len(piece)
-            self._pos += filled
-            return filled
-        if index != self._block_index:
-            self._block = _joined(
-                self._client._read_inode(self._inode, index * block_size, block_size)
-            )
-            self._block_index = index
-        start = self._pos - index * block_size
-        n = min(want, len(self._block) - start)
-        view[:n] = self._block[start : start + n]
-        self._pos += n
-        return n
-
-    def readall(self) -> bytes:
-        data = _joined(self._client._read_inode(self._inode, self._pos, -1))
-        self._pos += len(data)
-        return data
-
-
-def _joined(pieces: Sequence[bytes | memoryview]) -> bytes:
-    """The pieces as one `bytes`; a single whole `bytes` piece is returned as it is."""
-    if len(pieces) == 1 and type(pieces[0]) is bytes:
-        return pieces[0]
-    return b"".join(pieces)
+def _unpickle(config: cfg.ClientConfig) -> Client:
+    client = Client.__new__(Client)
+    client.config = config
+    client._runtime = LoopRuntime(config)  # started by the first call in this process
+    return client

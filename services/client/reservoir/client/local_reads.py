@@ -9,6 +9,7 @@ share is read-only here (dict reads under the GIL) except the byte counter, whic
 
 from __future__ import annotations
 
+from reservoir.common.fresh_bytes import filled_bytes
 from reservoir.common.models import Inode, WorkerRecord
 
 from .block_reader import BlockReader
@@ -56,12 +57,56 @@ class LocalReads:
             self._orders[key] = order
         return order
 
-    def read(self, path: str, offset: int, length: int) -> list[bytes | memoryview] | None:
-        """Bytes [offset, offset+length) of `path` as pieces in order, or None."""
+    def read(self, path: str, offset: int, length: int) -> bytes | None:
+        """Bytes [offset, offset+length) of `path`, or None."""
         inode = self._view.known_inode(path)
         if inode is None or inode.is_dir:
             return None
-        return self.read_inode(inode, offset, length)
+        return self.read_inode_bytes(inode, offset, length)
+
+    def read_inode_bytes(self, inode: Inode, offset: int, length: int) -> bytes | None:
+        """The range as one `bytes`, whole blocks read from their files straight into it:
+        one copy of each byte, where pieces joined afterwards would cost two."""
+        workers = self._workers()
+        if workers is None:
+            return None
+        end = inode.size if length < 0 else min(inode.size, offset + length)
+        if offset >= end:
+            return b""
+        block_size = inode.block_size
+        first, last = offset // block_size, (end - 1) // block_size
+        if first == last:
+            block_start = first * block_size
+            piece = self._block(inode, first, offset - block_start, end - offset, workers)
+            return piece if piece is None or type(piece) is bytes else bytes(piece)
+        complete = True
+
+        def fill(out: memoryview) -> None:
+            nonlocal complete
+            filled = 0
+            for index in range(first, last + 1):
+                block_start = index * block_size
+                block_length = inode.block_length(index)
+                lo = max(offset, block_start) - block_start
+                hi = min(end, block_start + block_length) - block_start
+                target = out[filled : filled + hi - lo]
+                if (lo, hi) == (0, block_length):
+                    done = any(
+                        self._short_circuit.read_into(worker, inode, index, target)
+                        for worker in self._local_order(inode, index, workers)
+                    )
+                else:
+                    piece = self._block(inode, index, lo, hi - lo, workers)
+                    if piece is not None:
+                        target[:] = piece
+                    done = piece is not None
+                if not done:
+                    complete = False
+                    return
+                filled += hi - lo
+
+        data = filled_bytes(end - offset, fill)
+        return data if complete else None
 
     def read_inode(self, inode: Inode, offset: int, length: int) -> list[bytes | memoryview] | None:
         workers = self._workers()

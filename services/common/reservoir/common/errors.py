@@ -51,6 +51,10 @@ class Unauthenticated(PermissionDenied):
     """No credentials, or credentials the cluster does not know."""
 
 
+class ReadOnly(PermissionDenied):
+    """A write to what Reservoir only reads (`reservoir://`, the FUSE mount)."""
+
+
 class ResourceExhausted(ReservoirError):
     """A quota or capacity would be exceeded."""
 

@@ -1,0 +1,246 @@
+"""`reservoir://` for fsspec: what pandas, pyarrow and Hugging Face `datasets` open.
+
+Registered through the `fsspec.specs` entry point, so a plain install makes
+`fsspec.open("reservoir:///datasets/x.parquet")` work. `reservoir:///datasets/x` and
+`reservoir://datasets/x` both mean `/datasets/x`: there is no host part, the master comes
+from the `master` storage option or the usual resolution (`client/discovery.py`).
+
+Reads go through one `Client` per filesystem instance: `cat` of many paths is one
+`read_many` (small files batched per worker), `cat_ranges` runs its reads concurrently,
+and files opened for reading fetch ahead. Everything that would write is refused.
+"""
+
+from __future__ import annotations
+
+import datetime
+import threading
+from typing import Any
+
+from fsspec.spec import AbstractBufferedFile, AbstractFileSystem
+from fsspec.utils import stringify_path
+
+from reservoir.common.errors import NotADirectory, ReadOnly
+from reservoir.common.models import Inode
+
+from .client import Client
+
+PROTOCOL = "reservoir"
+# A sequential reader fetches this far ahead: several blocks of a 4 MiB block size in one
+# read, few enough bytes that a random reader wastes little.
+DEFAULT_READ_AHEAD = 8 * 1024 * 1024
+
+
+class ReservoirFileSystem(AbstractFileSystem):  # type: ignore[misc]
+    """Reservoir's namespace as a read-only fsspec filesystem."""
+
+    protocol = PROTOCOL
+    root_marker = "/"
+    # Instances are cheap to share and fsspec caches them by their arguments (per process).
+    cachable = True
+
+    def __init__(self, master: str | None = None, client: Client | None = None, **kwargs: Any):
+        super().__init__(**kwargs)
+        self._master = master
+        self._client = client
+        self._client_lock = threading.Lock()
+
+    @property
+    def client(self) -> Client:
+        """The SDK client reads go through, made on first use."""
+        if self._client is None:
+            with self._client_lock:
+                if self._client is None:
+                    self._client = Client(self._master)
+        return self._client
+
+    # ---- paths ----------------------------------------------------------------------------
+
+    @classmethod
+    def _strip_protocol(cls, path: Any) -> Any:
+        if isinstance(path, list):
+            return [cls._strip_protocol(p) for p in path]
+        path = stringify_path(path)
+        for prefix in (f"{PROTOCOL}://", f"{PROTOCOL}::"):
+            if path.startswith(prefix):
+                path = path[len(prefix) :]
+                break
+        return "/" + path.strip("/")
+
+    @staticmethod
+    def _get_kwargs_from_urls(path: str) -> dict[str, Any]:
+        return {}  # the "host" of reservoir://datasets/x is the first path segment
+
+    def unstrip_protocol(self, name: str) -> str:
+        return f"{PROTOCOL}://{self._strip_protocol(name)}"
+
+    # ---- metadata -------------------------------------------------------------------------
+
+    def info(self, path: str, **kwargs: Any) -> dict[str, Any]:
+        return _info(self.client.stat(self._strip_protocol(path)))
+
+    def ls(self, path: str, detail: bool = True, **kwargs: Any) -> list[Any]:
+        path = self._strip_protocol(path)
+        try:
+            entries = [_info(inode) for inode in self.client.ls(path)]
+        except NotADirectory:
+            entries = [self.info(path)]  # as fsspec's ls of a file: the file itself
+        else:
+            if not entries and not self.client.stat(path).is_dir:
+                entries = [self.info(path)]
+        entries.sort(key=lambda e: e["name"])
+        return entries if detail else [e["name"] for e in entries]
+
+    def modified(self, path: str) -> datetime.datetime:
+        mtime = self.info(path)["mtime"]
+        return datetime.datetime.fromtimestamp(mtime, tz=datetime.UTC)
+
+    def ukey(self, path: str) -> str:
+        info = self.info(path)
+        return str(info.get("etag") or (info["size"], info["mtime"]))
+
+    # ---- reads ----------------------------------------------------------------------------
+
+    def cat_file(
+        self, path: str, start: int | None = None, end: int | None = None, **kwargs: Any
+    ) -> bytes:
+        path = self._strip_protocol(path)
+        if start is None and end is None:
+            return self.client.read(path)
+        offset, length = self._range(path, start, end)
+        return self.client.read(path, offset, length) if length else b""
+
+    def cat_ranges(
+        self,
+        paths: list[str],
+        starts: int | None | list[int | None],
+        ends: int | None | list[int | None],
+        max_gap: int | None = None,
+        on_error: str = "return",
+        **kwargs: Any,
+    ) -> list[Any]:
+        if not isinstance(paths, list):
+            raise TypeError("paths must be a list")
+        starts_list = starts if isinstance(starts, list) else [starts] * len(paths)
+        ends_list = ends if isinstance(ends, list) else [ends] * len(paths)
+        if len(starts_list) != len(paths) or len(ends_list) != len(paths):
+            raise ValueError("paths, starts and ends must be of one length")
+        ranges: list[tuple[str, int, int] | BaseException] = []
+        for path, start, end in zip(paths, starts_list, ends_list, strict=True):
+            stripped = self._strip_protocol(path)
+            try:
+                ranges.append((stripped, *self._range(stripped, start, end)))
+            except Exception as exc:
+                if on_error != "return":
+                    raise
+                ranges.append(exc)
+        wanted = [r for r in ranges if isinstance(r, tuple)]
+        read = iter(self.client.read_ranges(wanted, return_exceptions=on_error == "return"))
+        return [next(read) if isinstance(r, tuple) else r for r in ranges]
+
+    def cat(
+        self, path: Any, recursive: bool = False, on_error: str = "raise", **kwargs: Any
+    ) -> Any:
+        paths = self.expand_path(path, recursive=recursive)
+        if not (len(paths) > 1 or isinstance(path, list) or paths[0] != self._strip_protocol(path)):
+            return self.cat_file(paths[0])
+        files = [p for p in paths if not self.isdir(p)] if recursive else paths
+        try:
+            return dict(zip(files, self.client.read_many(files), strict=True))
+        except Exception:
+            if on_error == "raise":
+                raise
+        # One of them failed: read each alone, to tell which.
+        out: dict[str, Any] = {}
+        for one in files:
+            try:
+                out[one] = self.client.read(one)
+            except Exception as exc:
+                if on_error == "return":
+                    out[one] = exc
+        return out
+
+    def _range(self, path: str, start: int | None, end: int | None) -> tuple[int, int]:
+        """fsspec's [start, end) with negative ends counted from the file's end, as an
+        offset and a length clipped to the file."""
+        start = 0 if start is None else start
+        if start < 0 or (end is not None and end < 0):
+            size = self.client.stat(path).size
+            start = max(0, size + start) if start < 0 else start
+            end = None if end is None else (size + end if end < 0 else end)
+        if end is None:
+            return start, -1
+        return start, max(0, end - start)
+
+    def _open(
+        self,
+        path: str,
+        mode: str = "rb",
+        block_size: int | None = None,
+        autocommit: bool = True,
+        cache_options: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> ReservoirBufferedFile:
+        if mode != "rb":
+            raise ReadOnly(
+                f"{path}: reservoir:// is read-only (mode {mode!r}); write to the "
+                "under-store and the cache sees the new object"
+            )
+        inode = self.client.stat(self._strip_protocol(path))
+        return ReservoirBufferedFile(
+            self,
+            inode,
+            block_size=block_size or DEFAULT_READ_AHEAD,
+            cache_type=kwargs.get("cache_type", "readahead"),
+            cache_options=cache_options,
+        )
+
+    # ---- writes: refused until the cache has a write path -----------------------------------
+
+    def _read_only(self, path: Any, *args: Any, **kwargs: Any) -> Any:
+        raise ReadOnly(f"{path}: reservoir:// is read-only; write to the under-store")
+
+    mkdir = makedirs = rm = rm_file = rmdir = _rm = touch = _read_only
+    pipe_file = put_file = cp_file = mv = _read_only
+
+
+class ReservoirBufferedFile(AbstractBufferedFile):  # type: ignore[misc]
+    """A seekable read-only file; fsspec's cache in front of ranged `Client.read`s."""
+
+    def __init__(
+        self,
+        fs: ReservoirFileSystem,
+        inode: Inode,
+        block_size: int,
+        cache_type: str,
+        cache_options: dict[str, Any] | None,
+    ) -> None:
+        if inode.is_dir:
+            raise IsADirectoryError(f"{inode.path}: is a directory")
+        self.inode = inode
+        super().__init__(
+            fs,
+            inode.path,
+            mode="rb",
+            block_size=block_size,
+            cache_type=cache_type,
+            cache_options=cache_options,
+            size=inode.size,
+        )
+        self.details = _info(inode)
+
+    def _fetch_range(self, start: int, end: int) -> bytes:
+        end = min(end, self.size)
+        if end <= start:
+            return b""
+        return self.fs.client.read(self.path, start, end - start)  # type: ignore[no-any-return]
+
+
+def _info(inode: Inode) -> dict[str, Any]:
+    return {
+        "name": inode.path,
+        "size": 0 if inode.is_dir else inode.size,
+        "type": "directory" if inode.is_dir else "file",
+        "mtime": inode.mtime_ms / 1000,
+        "etag": inode.etag,
+        "block_size": inode.block_size,
+    }

@@ -1,0 +1,43 @@
+"""A new `bytes` object of a given length, filled in place before anyone else sees it.
+
+Reads return `bytes`. Building one from pieces (`b"".join`) or from a filled `bytearray`
+(`bytes(buf)`) copies every byte once more; for a file read from this host's block files
+that doubles the work of the whole read. CPython's C API allows exactly this case: a bytes
+object made by `PyBytes_FromStringAndSize(NULL, n)` may be written through
+`PyBytes_AsString` until it is shared. Callers fill the returned view, then hand out only
+the bytes object (never the view). Elsewhere than CPython, a bytearray and one copy.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import platform
+from collections.abc import Callable
+
+_IN_PLACE = platform.python_implementation() == "CPython"
+if _IN_PLACE:
+    _new_bytes = ctypes.pythonapi.PyBytes_FromStringAndSize
+    _new_bytes.restype = ctypes.py_object
+    _new_bytes.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t]
+    _bytes_buffer = ctypes.pythonapi.PyBytes_AsString
+    _bytes_buffer.restype = ctypes.c_void_p
+    _bytes_buffer.argtypes = [ctypes.py_object]
+
+
+def filled_bytes(length: int, fill: Callable[[memoryview], None]) -> bytes:
+    """`length` bytes written by `fill` into the writable view it is given; what `fill`
+    raises propagates and the half-filled object is dropped."""
+    if length <= 0:
+        fill(memoryview(bytearray()))
+        return b""
+    if not _IN_PLACE:
+        buffer = bytearray(length)
+        fill(memoryview(buffer))
+        return bytes(buffer)
+    result: bytes = _new_bytes(None, length)
+    view = memoryview((ctypes.c_char * length).from_address(_bytes_buffer(result))).cast("B")
+    try:
+        fill(view)
+    finally:
+        view.release()
+    return result

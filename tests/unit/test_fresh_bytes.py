@@ -1,0 +1,40 @@
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from reservoir.common.fresh_bytes import filled_bytes
+
+
+def test_filled_bytes_holds_what_the_fill_wrote() -> None:
+    source = os.urandom(5 * 1024 * 1024 + 3)
+
+    def fill(out: memoryview) -> None:
+        half = len(out) // 2
+        out[:half] = source[:half]
+        out[half:] = source[half:]
+
+    data = filled_bytes(len(source), fill)
+    assert type(data) is bytes
+    assert data == source
+    assert hash(data) == hash(source)
+
+
+def test_each_call_makes_a_new_object_even_for_one_byte() -> None:
+    a = filled_bytes(1, lambda out: out.__setitem__(0, 7))
+    b = filled_bytes(1, lambda out: out.__setitem__(0, 9))
+    assert (a, b, b"\x07") == (b"\x07", b"\x09", bytes([7]))  # the interned b"\x07" untouched
+
+
+def test_zero_length_is_the_empty_bytes() -> None:
+    assert filled_bytes(0, lambda out: None) == b""
+
+
+def test_an_error_in_the_fill_propagates() -> None:
+    def fail(out: memoryview) -> None:
+        out[:3] = b"abc"
+        raise OSError("disk gone")
+
+    with pytest.raises(OSError, match="disk gone"):
+        filled_bytes(10, fail)
