@@ -140,7 +140,7 @@ class WorkerService:
                 self.counters.ufs_gets += 1
                 try:
                     return await ufs.get_range_async(key, start, length, etag)
-                except BaseException:
+                except Exception:  # (not a cancellation: the worker is stopping)
                     self.counters.ufs_errors += 1
                     raise
 
