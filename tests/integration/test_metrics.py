@@ -238,6 +238,30 @@ def test_worker_counters_follow_reads_by_hit_miss_and_source(observed: Observed)
     assert reads >= 2  # at least one read call per pass, each timed
 
 
+def test_failed_s3_gets_count_as_under_store_errors(observed: Observed) -> None:
+    cluster, path = observed.cluster, "/obs/sub/b.bin"
+    with Client(config=cluster.client_config(ufs_fallback=False)) as c:
+        c.free(path)
+        before = scrape(cluster, "worker1")
+        cluster.s3_config(fail_gets=1000)  # S3 answers every GET with 503
+        try:
+            with pytest.raises(ConnectionError):
+                c.read(path)
+        finally:
+            cluster.s3_config(fail_gets=0)
+    after = scrape(cluster, "worker1")
+    errors = value(after, "reservoir_worker_ufs_errors_total") - value(
+        before, "reservoir_worker_ufs_errors_total"
+    )
+    requests = value(after, "reservoir_worker_ufs_requests_total") - value(
+        before, "reservoir_worker_ufs_requests_total"
+    )
+    assert errors >= 1 and requests == errors
+    assert value(after, "reservoir_worker_served_bytes_total", source="ufs") == value(
+        before, "reservoir_worker_served_bytes_total", source="ufs"
+    )
+
+
 def test_workers_l_and_metrics_read_the_same_counters(observed: Observed) -> None:
     cluster = observed.cluster
     with Client(cluster.master_address) as c:

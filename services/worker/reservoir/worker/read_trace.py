@@ -10,8 +10,9 @@ from .counters import UFS
 
 
 class ReadTrace:
-    """Collects the blocks of one call (one for ReadBlock/ReadSmall, many for ReadBlocks)
-    and puts them on the call's span."""
+    """The blocks of one call (one for ReadBlock/ReadSmall, many for ReadBlocks), put on
+    the call's span as each is served: a caller that has all it asked for may end the
+    stream before the handler runs on, and its span ends with it."""
 
     def __init__(self, worker_id: str) -> None:
         self._span = trace.get_current_span()
@@ -29,19 +30,14 @@ class ReadTrace:
             self._hits += 1
         self._bytes += nbytes
         self._sources.add(source)
-
-    def close(self) -> None:
-        if not self.recording:
-            return
-        blocks = self._hits + self._misses
         cache = "hit" if self._misses == 0 else "miss" if self._hits == 0 else "partial"
         self._span.set_attributes(
             {
                 "reservoir.worker": self._worker_id,
-                "reservoir.cache": cache if blocks else "none",
+                "reservoir.cache": cache,
                 "reservoir.source": ",".join(sorted(self._sources)),
                 "reservoir.bytes": self._bytes,
-                "reservoir.blocks": blocks,
+                "reservoir.blocks": self._hits + self._misses,
                 "reservoir.hits": self._hits,
                 "reservoir.misses": self._misses,
             }

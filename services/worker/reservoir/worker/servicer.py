@@ -105,8 +105,9 @@ class WorkerServicer:
         step = self._service.config.chunk_size
         for pos in range(start, end, step):
             yield encode_chunk(view[pos : min(end, pos + step)])
-        yield encode_crc(crc)
+        # Counted before the last message: a reader that has it may end the call at once.
         self._served(end - start, source)
+        yield encode_crc(crc)
 
     @translate_errors
     async def ReadSmall(
@@ -127,9 +128,7 @@ class WorkerServicer:
 
     def _served(self, nbytes: int, source: str) -> None:
         self._service.served(nbytes, source)
-        read = ReadTrace(self._service.worker_id)
-        read.add(source, nbytes)
-        read.close()
+        ReadTrace(self._service.worker_id).add(source, nbytes)
 
     @translate_stream_errors
     async def ReadBlocks(
@@ -161,7 +160,6 @@ class WorkerServicer:
         finally:
             for task in tasks:
                 task.cancel()
-            read.close()
 
     @translate_errors
     async def LoadBlocks(
