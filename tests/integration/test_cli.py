@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import re
 import subprocess
 import sys
+import uuid
+from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 
 import pytest
 
+from reservoir.cli.main import build_parser
+from reservoir.client import Client
 from reservoir.local.cluster import LocalCluster
 from tests.conftest import new_mount_path, own_cluster_env
 
@@ -128,3 +135,199 @@ def test_local_cluster_up_status_down_from_the_command_line(tmp_path: Path, secu
         down = run("local", "down", timeout=120)
     assert down.returncode == 0
     assert not (tmp_path / "state" / "cluster.json").exists()
+
+
+# ---- conventions: global flags, tables, times, cp, help ---------------------------------
+
+BLOCK = 64 * 1024
+MiB = 1024 * 1024
+ISO_UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00")
+# What a Python object dumped as text looks like; none of it belongs in the CLI's output.
+REPRS = ("{'", "['", "None", "Inode(", "Mount(", "WorkerRecord(", "CacheRule(", "<", "\\n")
+
+
+@dataclass(frozen=True)
+class Mounted:
+    cluster: LocalCluster
+    bucket: str
+    root: str
+    payload: bytes  # root/big.bin: several blocks
+
+
+@pytest.fixture(scope="module")
+def mounted(cluster: LocalCluster) -> Mounted:
+    s3 = cluster.s3_client()
+    bucket = f"b-{uuid.uuid4().hex[:12]}"
+    s3.create_bucket(Bucket=bucket)
+    payload = os.urandom(3 * BLOCK + 1234)
+    s3.put_object(Bucket=bucket, Key="d/big.bin", Body=payload)
+    s3.put_object(Bucket=bucket, Key="d/sub/small.txt", Body=b"small")
+    root = new_mount_path()
+    with Client(cluster.master_address) as rs:
+        rs.mount(root, f"s3://{bucket}/d", endpoint_url=cluster.s3_endpoint, block_size=BLOCK)
+    return Mounted(cluster, bucket, root, payload)
+
+
+def _bare(*args: str) -> subprocess.CompletedProcess[bytes]:
+    """The CLI exactly as given: no --master put first, bytes out."""
+    return subprocess.run(
+        [sys.executable, "-m", "reservoir.cli.main", *args],
+        capture_output=True,
+        timeout=60,
+        env={**os.environ},
+    )
+
+
+def _table(text: str) -> list[list[str]]:
+    """A table's rows (header first), split on runs of two or more spaces."""
+    return [re.split(r"\s{2,}", line.strip()) for line in text.strip().splitlines()]
+
+
+def test_global_flags_are_accepted_before_and_after_the_subcommand(
+    mounted: Mounted, tmp_path: Path
+) -> None:
+    master = mounted.cluster.master_address
+    before = _bare("--master", master, "--json", "ls", mounted.root)
+    after = _bare("ls", mounted.root, "--json", "--master", master)
+    assert before.returncode == after.returncode == 0, after.stderr
+    assert json.loads(before.stdout) == json.loads(after.stdout)
+    assert [e["path"].rsplit("/", 1)[-1] for e in json.loads(after.stdout)] == ["big.bin", "sub"]
+    # Below a nested subcommand too: the state dir named after `local status` is the one used.
+    missing = tmp_path / "no-cluster-here"
+    for argv in (
+        ("local", "status", "--state-dir", str(missing)),
+        ("--state-dir", str(missing), "local", "status"),
+    ):
+        done = _bare(*argv)
+        assert done.returncode == 1 and str(missing) in done.stderr.decode(), argv
+    # Given in both places, the one after the subcommand wins; absent, the defaults hold.
+    args = build_parser().parse_args(["--master", "a:1", "workers", "-l", "--master", "b:2"])
+    assert (args.master, args.json, args.long) == ("b:2", False, True)
+    assert build_parser().parse_args(["workers", "--json"]).json is True
+    assert build_parser().parse_args(["--json", "token", "hash"]).json is True
+
+
+def test_tables_have_header_rows_human_units_iso_times_and_no_python_reprs(
+    mounted: Mounted,
+) -> None:
+    cluster, root = mounted.cluster, mounted.root
+    submitted = _cli(cluster, "--json", "load", root)
+    assert submitted.returncode == 0, submitted.stderr
+    job = json.loads(submitted.stdout)
+    # Plain JSON: counts are numbers (not protobuf's int64 strings), times ISO 8601.
+    assert isinstance(job["total_blocks"], int) and ISO_UTC.fullmatch(job["created"])
+
+    outputs = {}
+    for argv in (("workers",), ("workers", "-l"), ("mounts",), ("ls", "-l", root), ("jobs",)):
+        done = _cli(cluster, *argv)
+        assert done.returncode == 0, done.stderr
+        outputs[argv] = done.stdout
+    workers = _table(outputs[("workers",)])
+    assert workers[0] == ["ID", "ADDRESS", "HOST", "ZONE", "CAPACITY", "STARTED"]
+    assert sorted(r[0] for r in workers[1:]) == ["worker1", "worker2", "worker3"]
+    assert all(r[4].endswith("GiB") and ISO_UTC.fullmatch(r[5]) for r in workers[1:])
+    long_rows = _table(outputs[("workers", "-l")].split("\n\n")[0])
+    assert long_rows[0][:5] == ["ID", "ADDRESS", "STATE", "USED", "CAPACITY"]
+    assert "HIT RATIO" in long_rows[0] and len(long_rows) == 4
+    tiers = _table(outputs[("workers", "-l")].split("\n\n")[1])
+    assert tiers[0][:3] == ["WORKER", "TIER", "PATH"] and len(tiers) >= 4
+    mounts = _table(outputs[("mounts",)])
+    assert mounts[0][:2] == ["PATH", "URI"]
+    (ours,) = [r for r in mounts if r[0] == root]
+    assert ours[3] == "64.0KiB" and ISO_UTC.fullmatch(ours[-1])
+    listing = _table(outputs[("ls", "-l", root)])
+    assert listing[0] == ["TYPE", "SIZE", "MODIFIED", "NAME"]
+    assert listing[1][0] == "file" and listing[1][1] == "193.2KiB" and listing[1][3] == "big.bin"
+    assert ISO_UTC.fullmatch(listing[1][2]) and listing[2][3] == "sub/"
+    jobs = _table(outputs[("jobs",)])
+    assert jobs[0][:3] == ["ID", "STATE", "DONE"] and job["id"] in [r[0] for r in jobs]
+
+    for argv in (("stat", f"{root}/big.bin"), ("job", "show", job["id"]), ("report", root)):
+        done = _cli(cluster, *argv)
+        assert done.returncode == 0, done.stderr
+        outputs[argv] = done.stdout
+    assert "BLOCK" in outputs[("stat", f"{root}/big.bin")]
+    for argv, text in outputs.items():
+        assert not [r for r in REPRS if r in text], (argv, text)
+
+
+def test_cp_into_a_directory_keeps_the_name_and_cp_to_dash_writes_stdout(
+    mounted: Mounted, tmp_path: Path
+) -> None:
+    master, big = mounted.cluster.master_address, f"{mounted.root}/big.bin"
+    into = _bare("--master", master, "cp", big, f"{tmp_path}/")
+    assert into.returncode == 0, into.stderr
+    assert into.stdout == b"" and b"copied" in into.stderr  # data only on stdout
+    assert (tmp_path / "big.bin").read_bytes() == mounted.payload
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (tmp_path / "big.bin").stat().st_mode & 0o777 == 0o666 & ~umask
+    (tmp_path / "big.bin").unlink()
+    existing_dir = _bare("--master", master, "cp", f"{mounted.root}/sub/small.txt", str(tmp_path))
+    assert existing_dir.returncode == 0, existing_dir.stderr
+    assert os.listdir(tmp_path) == ["small.txt"]
+    to_stdout = _bare("--master", master, "cp", big, "-")
+    assert to_stdout.returncode == 0, to_stdout.stderr
+    assert to_stdout.stdout == mounted.payload
+
+
+def test_a_failed_cp_leaves_no_partial_file(mounted: Mounted, tmp_path: Path) -> None:
+    cluster = mounted.cluster
+    missing = _cli(cluster, "cp", f"{mounted.root}/nope.bin", f"{tmp_path}/")
+    assert missing.returncode == 1 and missing.stderr.count("\n") == 1
+    no_dir = _cli(cluster, "cp", f"{mounted.root}/big.bin", f"{tmp_path}/not-made/")
+    assert no_dir.returncode == 1 and "no such directory" in no_dir.stderr
+    # A read that fails midway: the first 4 MiB (one copy chunk) are cached, then the
+    # object is deleted from S3, so the fetch of the rest fails after a chunk was written.
+    s3 = cluster.s3_client()
+    payload = os.urandom(5 * MiB)
+    s3.put_object(Bucket=mounted.bucket, Key="gone/doomed.bin", Body=payload)
+    root = new_mount_path()
+    with Client(cluster.master_address) as rs:
+        rs.mount(root, f"s3://{mounted.bucket}/gone", endpoint_url=cluster.s3_endpoint,
+                 block_size=MiB)  # fmt: skip
+        assert rs.read(f"{root}/doomed.bin", 0, 4 * MiB) == payload[: 4 * MiB]
+    s3.delete_object(Bucket=mounted.bucket, Key="gone/doomed.bin")
+    streamed = _bare("--master", cluster.master_address, "cp", f"{root}/doomed.bin", "-")
+    assert streamed.returncode == 1 and streamed.stdout == payload[: 4 * MiB]
+    broken = _cli(cluster, "cp", f"{root}/doomed.bin", str(tmp_path / "doomed.bin"))
+    assert broken.returncode == 1, broken.stdout
+    assert "doomed.bin" in broken.stderr
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_file_added_after_its_directory_was_listed_says_how_to_see_it(
+    mounted: Mounted,
+) -> None:
+    cluster, root = mounted.cluster, mounted.root
+    assert _cli(cluster, "ls", f"{root}/sub").returncode == 0  # the listing is now trusted
+    cluster.s3_client().put_object(Bucket=mounted.bucket, Key="d/sub/new.txt", Body=b"new")
+    unseen = _cli(cluster, "cat", f"{root}/sub/new.txt")
+    assert unseen.returncode == 1
+    assert "last listing" in unseen.stderr and "RESERVOIR_METADATA_TTL" in unseen.stderr
+    assert f"reservoir load-metadata {root}/sub" in unseen.stderr
+    assert _cli(cluster, "load-metadata", f"{root}/sub").returncode == 0
+    assert _cli(cluster, "cat", f"{root}/sub/new.txt").stdout == "new"
+
+
+def test_version_and_help_for_every_subcommand_and_option() -> None:
+    done = _bare("--version")
+    assert done.returncode == 0 and done.stdout.decode().split() == [
+        "reservoir",
+        metadata.version("reservoir"),
+    ]
+    missing = []
+
+    def walk(parser: argparse.ArgumentParser, where: str) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for choice in action._choices_actions:
+                    if not choice.help:
+                        missing.append(f"{where} {choice.dest}")
+                for name, sub in action.choices.items():
+                    walk(sub, f"{where} {name}")
+            elif not action.help or action.help == argparse.SUPPRESS:
+                missing.append(f"{where} {'/'.join(action.option_strings) or action.dest}")
+
+    walk(build_parser(), "reservoir")
+    assert not missing, f"no help text: {missing}"

@@ -114,8 +114,9 @@ def test_pinned_files_survive_reading_three_times_the_cache_and_are_served_with_
         report = json.loads(_cli(cluster, "--json", "report", "/p/pinned").stdout)
         assert report["tiers"]["disk"]["pinned_bytes"] == stats.tiers[1].pinned_bytes
         assert report["cached_bytes"] == SETS["pinned"] * BLOCK
-        rules = _cli(cluster, "rules").stdout
-        assert "/p/pinned\tpinned (4 files, 1.0MiB)" in rules
+        rules = [line.split() for line in _cli(cluster, "rules").stdout.splitlines()]
+        assert rules[0][:4] == ["PATH", "PINNED", "FILES", "BYTES"]
+        assert ["/p/pinned", "yes", "4", "1.0MiB"] in [row[:4] for row in rules[1:]]
 
 
 def test_pinning_more_than_the_cache_holds_is_refused_with_resource_exhausted(

@@ -16,12 +16,16 @@ import subprocess
 import sys
 import tomllib
 from collections.abc import Iterator
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 yaml = pytest.importorskip("yaml", reason="PyYAML is needed to parse the deployment files")
+
+from packaging.requirements import Requirement  # noqa: E402
+from packaging.utils import canonicalize_name  # noqa: E402
 
 from reservoir.common import config  # noqa: E402
 
@@ -33,6 +37,7 @@ K8S_DIR = K8S_ROOT / "base"
 K8S_SECURE = K8S_ROOT / "secure"
 DOCKERFILE = REPO / "deploy" / "Dockerfile"
 PROMETHEUS_CONFIG = REPO / "deploy" / "prometheus.yml"
+IMAGE_LOCK = REPO / "deploy" / "requirements-server.txt"
 WORKERS = ("worker1", "worker2", "worker3")
 MASTER_PORT = 19998
 WORKER_PORT = 29998
@@ -259,6 +264,108 @@ def test_dockerignore_keeps_local_state_out_of_the_build_context() -> None:
     assert {".venv", ".git", ".reservoir"} <= patterns
 
 
+def dockerfile_instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) of the Dockerfile, continuation lines joined."""
+    instructions, current = [], ""
+    for line in DOCKERFILE.read_text().splitlines():
+        text = line.strip()
+        if not current and (not text or text.startswith("#")):
+            continue
+        current += " " + text.removesuffix("\\").strip() if current else text.removesuffix("\\")
+        if not text.endswith("\\"):
+            keyword, _, rest = current.strip().partition(" ")
+            instructions.append((keyword.upper(), rest.strip()))
+            current = ""
+    return instructions
+
+
+def image_lock() -> dict[str, str]:
+    pins = {}
+    for line in IMAGE_LOCK.read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            assert version and " " not in line, f"not a pin: {line}"
+            pins[canonicalize_name(name)] = version
+    return pins
+
+
+def test_compose_files_have_no_obsolete_version_key() -> None:
+    for path in (COMPOSE_FILE, SECURE_COMPOSE_FILE):
+        assert "version" not in yaml.safe_load(path.read_text()), path.name
+
+
+def test_compose_master_container_runs_the_cli_against_its_own_master() -> None:
+    # `docker-compose exec master reservoir workers`: the CLI there finds the master by
+    # RESERVOIR_MASTER, the way any client does.
+    from reservoir.client.discovery import client_config
+
+    env = compose_env(load_compose()["services"]["master"])
+    found = client_config(environ=env, state_dir=REPO / "no-local-cluster-here").master
+    host, _, port = found.rpartition(":")
+    assert found == env["RESERVOIR_MASTER"]
+    assert host in ("127.0.0.1", "localhost", "master")
+    assert port == env["RESERVOIR_MASTER_LISTEN"].rpartition(":")[2]
+
+
+def test_image_installs_pinned_dependencies_in_a_cached_layer_before_the_source() -> None:
+    steps = dockerfile_instructions()
+    copies = [(i, args) for i, (kind, args) in enumerate(steps) if kind == "COPY"]
+    runs = [(i, args) for i, (kind, args) in enumerate(steps) if kind == "RUN"]
+    lock = IMAGE_LOCK.relative_to(REPO).as_posix()
+    assert not [a for _, a in copies if a.split()[0] == "."], "COPY . would ship everything"
+    (lock_copy,) = [i for i, a in copies if a.split()[:-1] == [lock]]
+    (deps,) = [i for i, a in runs if f"-r {lock}" in a]
+    source = min(i for i, a in copies if "services" in a.split()[:-1])
+    assert lock_copy < deps < source, "dependencies must be installed before the source lands"
+    assert "--no-deps" in steps[deps][1] and "pip check" in steps[deps][1]
+    (package,) = [a for i, a in runs if i > source and "pip install" in a]
+    # Nothing more from the network for the package: its dependencies are all in the lock.
+    assert "--no-deps" in package and "--no-build-isolation" in package
+    assert "pip check" in package
+
+
+def test_image_lock_pins_every_dependency_of_the_server_install_within_its_bounds() -> None:
+    pins = image_lock()
+    with (REPO / "pyproject.toml").open("rb") as fh:
+        pyproject = tomllib.load(fh)
+    project = pyproject["project"]
+    wanted = [
+        *project["dependencies"],
+        *project["optional-dependencies"]["server"],
+        *pyproject["build-system"]["requires"],
+    ]
+    for line in wanted:
+        requirement = Requirement(line)
+        name = canonicalize_name(requirement.name)
+        if name == "wheel":
+            continue  # setuptools builds wheels itself
+        assert name in pins, f"{name} is not in {IMAGE_LOCK.name}: run scripts/lock_image_deps.py"
+        assert requirement.specifier.contains(pins[name], prereleases=True), (line, pins[name])
+    # Where this venv runs the locked version, what that version needs is locked too.
+    for name, version in pins.items():
+        try:
+            installed = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+        if installed != version:
+            continue
+        for line in metadata.requires(name) or []:
+            requirement = Requirement(line)
+            if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+                assert canonicalize_name(requirement.name) in pins, (name, requirement.name)
+
+
+def test_image_ships_no_tests_benches_or_scripts() -> None:
+    patterns = {
+        line.strip()
+        for line in (REPO / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    }
+    assert {"tests", "bench", "scripts"} <= patterns
+    sources = [a.split()[:-1] for kind, a in dockerfile_instructions() if kind == "COPY"]
+    assert not [s for s in sources if {"tests", "bench", "scripts"} & set(s)]
+
+
 # --- Kubernetes --------------------------------------------------------------------------
 
 
@@ -357,6 +464,99 @@ def test_k8s_s3_credentials_come_only_from_an_optional_secret() -> None:
                     ref = var["valueFrom"]["secretKeyRef"]
                     assert ref["optional"] is True
                     assert ref["key"] == var["name"]
+
+
+EXAMPLES = K8S_ROOT / "examples"
+
+
+def quantity(value: str | int) -> float:
+    """A Kubernetes quantity (500m, 2, 256Mi, 10Gi) as a number."""
+    text = str(value)
+    for suffix, factor in (("Ki", 2**10), ("Mi", 2**20), ("Gi", 2**30), ("Ti", 2**40)):
+        if text.endswith(suffix):
+            return float(text.removesuffix(suffix)) * factor
+    if text.endswith("m"):
+        return float(text[:-1]) / 1000
+    return float(text)
+
+
+def example_documents() -> list[tuple[str, dict[str, Any]]]:
+    return [
+        (path.name, doc)
+        for path in sorted(EXAMPLES.glob("*.yaml"))
+        for doc in yaml.safe_load_all(path.read_text())
+        if doc
+    ]
+
+
+def test_k8s_every_container_has_resource_requests_and_limits() -> None:
+    for filename, doc in [*k8s_documents(), *example_documents()]:
+        for container in k8s_containers(doc):
+            where = (filename, container["name"])
+            resources = container.get("resources") or {}
+            requests, limits = resources.get("requests", {}), resources.get("limits", {})
+            assert {"cpu", "memory"} <= set(requests), where
+            assert {"cpu", "memory"} <= set(limits), where
+            for kind in ("cpu", "memory"):
+                assert quantity(requests[kind]) <= quantity(limits[kind]), (where, kind)
+
+
+def test_k8s_worker_memory_holds_its_cache_capacity_with_headroom() -> None:
+    worker = main_container(k8s_workload("DaemonSet", "reservoir-worker"))
+    env = {e["name"]: e.get("value") for e in worker["env"]}
+    capacity = config.parse_size(env["RESERVOIR_WORKER_CAPACITY"])
+    resources = worker["resources"]
+    # Its /dev/shm blocks count against its memory: the scheduler must find room for them.
+    assert quantity(resources["requests"]["memory"]) >= capacity + 2**30
+    assert quantity(resources["limits"]["memory"]) >= capacity + 2**30
+
+
+def test_k8s_master_has_a_disruption_budget_that_keeps_it_through_drains() -> None:
+    budgets = [doc for _, doc in k8s_documents() if doc["kind"] == "PodDisruptionBudget"]
+    master = k8s_workload("Deployment", "reservoir-master")
+    labels = master["spec"]["template"]["metadata"]["labels"]
+    (budget,) = [
+        b for b in budgets if b["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    ]
+    assert budget["apiVersion"] == "policy/v1"
+    assert budget["spec"].get("minAvailable") == master["spec"]["replicas"] or (
+        budget["spec"].get("maxUnavailable") == 0
+    )
+    # A master that is not Ready anyway must not hold up a node drain.
+    assert budget["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+
+
+def training_example() -> dict[str, Any]:
+    (job,) = [doc for _, doc in example_documents() if doc["kind"] == "Job"]
+    return job
+
+
+def test_k8s_example_training_job_reads_through_the_cluster_services() -> None:
+    job = training_example()
+    kustomization = yaml.safe_load((K8S_DIR / "kustomization.yaml").read_text())
+    assert not [r for r in kustomization["resources"] if "example" in r]
+    assert job["metadata"]["namespace"] == kustomization["namespace"]
+    pod = job["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    env = {e["name"]: e for e in container["env"]}
+    declared = declared_settings()
+    assert {n for n in env if n.startswith("RESERVOIR_")} <= declared
+    service = k8s_workload("Service", "reservoir-master")
+    port = service["spec"]["ports"][0]["port"]
+    assert env["RESERVOIR_MASTER"]["value"] == f"{service['metadata']['name']}:{port}"
+    assert env["RESERVOIR_HOST"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    # The workers' block files, read-only, as the workers' user: short-circuit reads.
+    worker_pod = k8s_workload("DaemonSet", "reservoir-worker")["spec"]["template"]["spec"]
+    worker_shm = {v["name"]: v for v in worker_pod["volumes"]}["shm-blocks"]["hostPath"]["path"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    (mount,) = container["volumeMounts"]
+    assert volumes[mount["name"]]["hostPath"]["path"] == worker_shm == mount["mountPath"]
+    assert mount["readOnly"] is True
+    assert pod["securityContext"]["runAsUser"] == worker_pod["securityContext"]["runAsUser"]
+    command = container["command"]
+    assert command[:2] == ["python", "-c"]
+    compile(command[2], "training-job.yaml", "exec")
+    assert "from reservoir.client import Client" in command[2]
 
 
 # --- shared by the secure variants -------------------------------------------------------

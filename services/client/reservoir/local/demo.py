@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import random
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -70,10 +71,15 @@ def _totals(rs: Client, cluster: LocalCluster) -> dict[str, int]:
 
 def run_demo(state_dir: Path, files: int = 400, json_output: bool = False) -> list[dict[str, Any]]:
     cluster = LocalCluster.load(state_dir)
-    print(f"writing {files} files to s3://{BUCKET}/demo/ at {cluster.s3_endpoint} ...", flush=True)
+    # Progress, not data: stderr, so `local demo --json` prints nothing but its JSON.
+    print(
+        f"writing {files} files to s3://{BUCKET}/demo/ at {cluster.s3_endpoint} ...",
+        file=sys.stderr,
+        flush=True,
+    )
     layout = write_dataset(cluster, files)
     passes = []
-    with Client(cluster.master_address) as rs:
+    with Client(config=cluster.client_config()) as rs:  # a --secure cluster's CA and token
         if MOUNT not in {m.path for m in rs.mounts()}:
             rs.mount(
                 MOUNT, f"s3://{BUCKET}/demo/", endpoint_url=cluster.s3_endpoint, credentials="env"

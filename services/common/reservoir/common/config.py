@@ -249,6 +249,60 @@ CLI_LOG_LEVEL = "warning"
 
 
 @dataclass(frozen=True)
+class FuseConfig:
+    """`reservoir fuse`: the POSIX mount's kernel caching, read-ahead and self-healing."""
+
+    # How long the kernel trusts a name's lookup and a file's attributes without asking
+    # again (a file's changes show up after the mount's metadata sync and this), and a miss.
+    attr_timeout_s: float = field(default=10.0, metadata=env("RESERVOIR_FUSE_ATTR_TIMEOUT"))
+    negative_timeout_s: float = field(default=1.0, metadata=env("RESERVOIR_FUSE_NEGATIVE_TIMEOUT"))
+    # The largest read the kernel sends in one request, and the threads serving requests.
+    # The serving process keeps the inodes it saw for as long (up to this many).
+    inode_cache_entries: int = field(
+        default=100_000, metadata=env("RESERVOIR_FUSE_INODE_CACHE_ENTRIES")
+    )
+    max_read_bytes: int = field(default=1 * MiB, metadata=env("RESERVOIR_FUSE_MAX_READ"))
+    threads: int = field(default=16, metadata=env("RESERVOIR_FUSE_THREADS"))
+    # A reader going through a file in order gets it in chunks of this size, the next
+    # `readahead_chunks` fetched while it reads the current one; all open files together
+    # hold at most `readahead_memory_bytes` fetched ahead, on `readahead_threads` threads.
+    readahead_chunk_bytes: int = field(
+        default=4 * MiB, metadata=env("RESERVOIR_FUSE_READAHEAD_CHUNK")
+    )
+    readahead_chunks: int = field(default=2, metadata=env("RESERVOIR_FUSE_READAHEAD_DEPTH"))
+    readahead_memory_bytes: int = field(
+        default=256 * MiB, metadata=env("RESERVOIR_FUSE_READAHEAD_MEMORY")
+    )
+    readahead_threads: int = field(default=8, metadata=env("RESERVOIR_FUSE_READAHEAD_THREADS"))
+    # Self-healing: a serving process that dies is replaced; the first replacement starts
+    # at once, the next ones after a backoff doubling from `restart_backoff_s`; more than
+    # `max_restarts` within `restart_window_s` and the supervisor gives up.
+    restart_backoff_s: float = field(default=0.5, metadata=env("RESERVOIR_FUSE_RESTART_BACKOFF"))
+    restart_backoff_max_s: float = field(
+        default=30.0, metadata=env("RESERVOIR_FUSE_RESTART_BACKOFF_MAX")
+    )
+    max_restarts: int = field(default=10, metadata=env("RESERVOIR_FUSE_MAX_RESTARTS"))
+    restart_window_s: float = field(default=600.0, metadata=env("RESERVOIR_FUSE_RESTART_WINDOW"))
+    # How long a serving process may take to mount, to stop, and `fusermount3` to run.
+    mount_timeout_s: float = field(default=20.0, metadata=env("RESERVOIR_FUSE_MOUNT_TIMEOUT"))
+    stop_timeout_s: float = field(default=10.0, metadata=env("RESERVOIR_FUSE_STOP_TIMEOUT"))
+    # Where supervisors record themselves (one JSON file per mount point) and where a
+    # daemonized one logs; empty: $XDG_RUNTIME_DIR/reservoir-fuse or /tmp/reservoir-fuse-UID.
+    run_dir: str = field(default="", metadata=env("RESERVOIR_FUSE_RUN_DIR"))
+
+    def __post_init__(self) -> None:
+        if self.readahead_chunk_bytes <= 0 or self.readahead_chunks < 0:
+            raise InvalidArgument(
+                "RESERVOIR_FUSE_READAHEAD_CHUNK must be > 0 and RESERVOIR_FUSE_READAHEAD_DEPTH >= 0"
+            )
+        if self.threads < 1 or self.readahead_threads < 1 or self.max_restarts < 0:
+            raise InvalidArgument(
+                "RESERVOIR_FUSE_THREADS and RESERVOIR_FUSE_READAHEAD_THREADS must be >= 1, "
+                "RESERVOIR_FUSE_MAX_RESTARTS >= 0"
+            )
+
+
+@dataclass(frozen=True)
 class MasterConfig:
     listen: str = field(default="127.0.0.1:19998", metadata=env("RESERVOIR_MASTER_LISTEN"))
     metadata_url: str = field(

@@ -12,6 +12,7 @@ a HEAD each.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -34,6 +35,13 @@ T = TypeVar("T")
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _duration(ms: int) -> str:
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000)):
+        if ms >= size and ms % size == 0:
+            return f"{ms // size}{unit}"
+    return f"{ms / 1000:g}s"
 
 
 def dir_inode(path: str, mount: Mount | None, mtime_ms: int = 0) -> Inode:
@@ -140,6 +148,33 @@ class NamespaceSync:
         raw = await self._store.get(keyspace.inode_key(directory))
         return raw is not None and self.fresh(mount, Inode.from_json(raw).listed_ms)
 
+    async def unseen(self, mount: Mount, path: str) -> NotFound:
+        """NotFound for a path that its directory's stored listing lacks. The listing is
+        trusted until the mount's sync interval has passed, so an object added to the
+        under-store since is not seen yet: the message says so, and how to see it now (a
+        user who has just uploaded a file would otherwise take it for a bug)."""
+        directory = paths.parent_of(path)
+        raw = await self._store.get(keyspace.inode_key(directory))
+        listed_ms = Inode.from_json(raw).listed_ms if raw is not None else 0
+        when = ""
+        if listed_ms:
+            moment = datetime.datetime.fromtimestamp(listed_ms / 1000, tz=datetime.UTC)
+            when = f" at {moment.isoformat(timespec='seconds')}"
+        ttl = self.ttl_ms(mount)
+        refresh = f"`reservoir load-metadata {directory}`"
+        if ttl is None:
+            later = f"only after {refresh} (the mount's --metadata-sync is never)"
+        else:
+            later = (
+                f"once the mount's metadata sync interval ({_duration(ttl)}: the mount's "
+                f"--metadata-sync, default RESERVOIR_METADATA_TTL) has passed, or at once "
+                f"after {refresh}"
+            )
+        return NotFound(
+            f"{path}: no such file or directory as of the last listing of {directory}{when}; "
+            f"a file added to the under-store since shows up {later}"
+        )
+
     # ---- one path -------------------------------------------------------------------------
 
     async def lookup(self, mount: Mount, path: str) -> Inode:
@@ -167,7 +202,7 @@ class NamespaceSync:
         if listing is None:  # listed by an earlier flight meanwhile: etcd has the answer
             raw = await self._store.get(keyspace.inode_key(path))
             if raw is None:
-                raise NotFound(f"{path}: no such file or directory")
+                raise await self.unseen(mount, path)
             return Inode.from_json(raw)
         inode = listing.by_path.get(path)
         if inode is not None:

@@ -182,7 +182,7 @@ class MasterService:
             # inode no later than the directory's marker.
             raw = await self._store.get(keyspace.inode_key(path))
             if raw is None:
-                raise NotFound(f"{path}: no such file or directory")
+                raise await self.sync.unseen(mount, path)
             inode = Inode.from_json(raw)
             return self._with_locations(inode) if with_locations else inode
         # Unknown or stale: one listing of the directory answers this path and its siblings.

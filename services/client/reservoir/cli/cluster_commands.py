@@ -1,0 +1,189 @@
+"""The cluster's state: `workers`, `report`, `health`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from .connection import open_client
+from .output import EXIT_ERROR, Table, emit, human, iso_time_or_none, message_dict
+from .subcommands import Subcommands
+
+
+def _ratio(part: int, whole: int) -> str:
+    return f"{100.0 * part / whole:.1f}%" if whole else "-"
+
+
+def cmd_workers(args: argparse.Namespace) -> None:
+    with open_client(args) as rs:
+        workers = rs.workers()
+        stats = {s.worker_id: s for s in rs.worker_stats(reachable_only=True)} if args.long else {}
+    data = []
+    for w in workers:
+        item: dict[str, Any] = {
+            "id": w.id,
+            "address": w.address,
+            "host": w.host,
+            "zone": w.zone,
+            "capacity_bytes": w.capacity_bytes,
+            "started": iso_time_or_none(w.started_ms),
+        }
+        if w.id in stats:
+            counters = message_dict(stats[w.id])
+            del counters["worker_id"]
+            item["reachable"] = True
+            item.update(counters)
+        elif args.long:
+            item["reachable"] = False  # registered (its lease runs on) but not answering
+        data.append(item)
+
+    def text() -> str:
+        if not data:
+            return "(no live workers)"
+        if not args.long:
+            table = Table(
+                "ID", "ADDRESS", "HOST", "ZONE", "CAPACITY", "STARTED", numeric=("CAPACITY",)
+            )
+            for i in data:
+                table.row(
+                    i["id"], i["address"], i["host"], i["zone"], human(i["capacity_bytes"]),
+                    i["started"],
+                )  # fmt: skip
+            return table.render()
+        table = Table(
+            "ID", "ADDRESS", "STATE", "USED", "CAPACITY", "BLOCKS", "HITS", "MISSES", "HIT RATIO",
+            "FROM CACHE", "FROM S3", "EVICTIONS", "CORRUPT",
+            numeric=("USED", "CAPACITY", "BLOCKS", "HITS", "MISSES", "HIT RATIO", "FROM CACHE",
+                     "FROM S3", "EVICTIONS", "CORRUPT"),
+        )  # fmt: skip
+        tiers = Table(
+            "WORKER", "TIER", "PATH", "STATE", "USED", "CAPACITY", "BLOCKS", "PINNED", "HITS",
+            "EVICTIONS",
+            numeric=("USED", "CAPACITY", "BLOCKS", "PINNED", "HITS", "EVICTIONS"),
+        )  # fmt: skip
+        for i in data:
+            if not i["reachable"]:
+                table.row(i["id"], i["address"], "UNREACHABLE", *["-"] * 10)
+                continue
+            table.row(
+                i["id"], i["address"], "ready", human(i["used_bytes"]),
+                human(i["capacity_bytes"]), i["blocks"], i["hits"], i["misses"],
+                _ratio(i["hits"], i["hits"] + i["misses"]), human(i["bytes_from_cache"]),
+                human(i["bytes_from_ufs"]), i["evictions"], i["corrupt_blocks"],
+            )  # fmt: skip
+            for t in i["tiers"]:
+                tiers.row(
+                    i["id"], t["name"], t["path"],
+                    "in service" if t["in_service"] else "OUT OF SERVICE",
+                    human(t["used_bytes"]), human(t["capacity_bytes"]), t["blocks"],
+                    human(t["pinned_bytes"]), t["hits"], t["evictions"],
+                )  # fmt: skip
+        return f"{table.render()}\n\n{tiers.render()}"
+
+    emit(args, data, text)
+
+
+def cmd_report(args: argparse.Namespace) -> None:
+    with open_client(args) as rs:
+        r = rs.report(args.path)
+        workers = rs.workers()
+        stats = rs.worker_stats(reachable_only=True)
+    answered = {s.worker_id for s in stats}
+    unreachable = sorted(w.id for w in workers if w.id not in answered)
+    tiers: dict[str, dict[str, int]] = {}  # the cluster's tiers, by kind
+    for s in stats:
+        for t in s.tiers:
+            total = tiers.setdefault(
+                t.name,
+                {"used_bytes": 0, "capacity_bytes": 0, "blocks": 0, "evictions": 0,
+                 "pinned_bytes": 0},
+            )  # fmt: skip
+            total["used_bytes"] += t.used_bytes
+            total["capacity_bytes"] += t.capacity_bytes if t.in_service else 0
+            total["blocks"] += t.blocks
+            total["evictions"] += t.evictions
+            total["pinned_bytes"] += t.pinned_bytes
+    data = {
+        "path": args.path,
+        "files": r.files,
+        "bytes": r.bytes,
+        "blocks": r.blocks,
+        "cached_blocks": r.cached_blocks,
+        "cached_bytes": r.cached_bytes,
+        "cached_ratio": r.cached_bytes / r.bytes if r.bytes else 1.0,
+        "tiers": tiers,
+        "unreachable_workers": unreachable,
+    }
+
+    def text() -> str:
+        lines = [
+            f"{args.path}: {r.files} files, {human(r.bytes)}; cached {human(r.cached_bytes)}"
+            f" ({100 * data['cached_ratio']:.1f}%), {r.cached_blocks}/{r.blocks} blocks",
+            "",
+        ]
+        table = Table(
+            "TIER", "USED", "CAPACITY", "BLOCKS", "PINNED", "EVICTIONS",
+            numeric=("USED", "CAPACITY", "BLOCKS", "PINNED", "EVICTIONS"),
+        )  # fmt: skip
+        for name, t in tiers.items():
+            table.row(
+                name, human(t["used_bytes"]), human(t["capacity_bytes"]), t["blocks"],
+                human(t["pinned_bytes"]), t["evictions"],
+            )  # fmt: skip
+        lines.append(table.render(empty="(no reachable worker)"))
+        if unreachable:
+            lines.append(f"tiers leave out unreachable workers: {', '.join(unreachable)}")
+        return "\n".join(lines)
+
+    emit(args, data, text)
+
+
+def cmd_health(args: argparse.Namespace) -> None:
+    try:
+        from grpc_health.v1 import health_pb2, health_pb2_grpc
+    except ImportError as exc:  # the client-only install
+        raise ValueError(
+            "`reservoir health` needs grpcio-health-checking (the `server` extra)"
+        ) from exc
+    import grpc
+
+    from reservoir.common.rpc import CHANNEL_OPTIONS
+    from reservoir.common.security import SecuritySettings, Transport
+
+    transport = Transport(SecuritySettings.from_env(), CHANNEL_OPTIONS)
+    with transport.sync_channel(args.address) as channel:
+        try:
+            reply = health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(service=args.service), timeout=args.timeout
+            )
+        except grpc.RpcError as exc:
+            print(f"{args.address}: {exc.code().name}: {exc.details()}", file=sys.stderr)
+            sys.exit(EXIT_ERROR)
+    status = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+    emit(args, {"address": args.address, "status": status}, lambda: status)
+    if reply.status != health_pb2.HealthCheckResponse.SERVING:
+        sys.exit(EXIT_ERROR)
+
+
+def register(commands: Subcommands) -> None:
+    p = commands.add("workers", "live workers, as a table", cmd_workers)
+    p.add_argument(
+        "-l",
+        "--long",
+        action="store_true",
+        help="with each worker's cache usage, hits and misses, and a table of its tiers",
+    )
+    p = commands.add("report", "how much of a path is cached, and the cluster's tiers", cmd_report)
+    p.add_argument("path", help="the file or directory")
+    p = commands.add(
+        "health",
+        "check a master or worker over gRPC health (TLS settings from RESERVOIR_TLS_*); "
+        "exit 0 when it is serving",
+        cmd_health,
+    )
+    p.add_argument("address", help="host:port, e.g. 127.0.0.1:19998")
+    p.add_argument("--service", default="", help="health service name (default: the server)")
+    p.add_argument(
+        "--timeout", type=float, default=3.0, metavar="SECONDS", help="deadline (default 3)"
+    )

@@ -1,0 +1,117 @@
+"""`reservoir local ...`: a whole cluster on this machine."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from .output import Table, emit, note
+from .subcommands import Subcommands
+
+
+def cmd_local_up(args: argparse.Namespace) -> None:
+    from reservoir.local.cluster import LocalCluster
+
+    cluster = LocalCluster.up(
+        Path(args.state_dir),
+        workers=args.workers,
+        s3_endpoint=args.s3_endpoint or "",
+        s3_latency_ms=args.s3_latency_ms,
+        capacity=args.capacity,
+        shm=args.shm,
+        disk_capacity=args.disk_capacity or "",
+        secure=args.secure,
+        keep_s3_data=True,
+        resume=args.resume,
+    )
+    emit(args, cluster.status(), lambda: cluster.master_address)
+    if not args.json:
+        note(f"# S3 endpoint: {cluster.s3_endpoint}   state: {cluster.state_dir}")
+
+
+def cmd_local_down(args: argparse.Namespace) -> None:
+    from reservoir.local.cluster import LocalCluster
+
+    if not (Path(args.state_dir) / "cluster.json").exists():
+        note("no local cluster running")
+        return
+    LocalCluster.load(Path(args.state_dir)).down()
+    note("local cluster stopped (`reservoir local up --resume` starts it again with its mounts)")
+
+
+def cmd_local_status(args: argparse.Namespace) -> None:
+    from reservoir.local.cluster import LocalCluster
+
+    status = LocalCluster.load(Path(args.state_dir)).status()
+
+    def text() -> str:
+        table = Table(
+            "PROCESS", "STATE", "PID", "PORT", "METRICS", "LOG", numeric=("PID", "PORT")
+        )  # fmt: skip
+        for name, p in status["processes"].items():
+            state = "running" if p["alive"] else "DEAD"
+            table.row(name, state, p["pid"], p["port"], p.get("metrics", "-"), p["log"])
+        return f"master {status['master']}   s3 {status['s3_endpoint']}\n{table.render()}"
+
+    emit(args, status, text)
+
+
+def cmd_local_demo(args: argparse.Namespace) -> None:
+    from reservoir.local.demo import run_demo
+
+    run_demo(Path(args.state_dir), files=args.files, json_output=args.json)
+
+
+def register(commands: Subcommands) -> None:
+    local = commands.group("local", "a whole cluster on this machine (etcd, S3, master, workers)")
+    up = local.add("up", "start etcd, S3 (unless given), the master and workers", cmd_local_up)
+    up.add_argument("--workers", type=int, default=2, help="how many workers (default 2)")
+    up.add_argument(
+        "--s3-endpoint", metavar="URL", help="use this S3 endpoint instead of starting one"
+    )
+    up.add_argument(
+        "--s3-latency-ms",
+        type=float,
+        default=0.0,
+        metavar="MS",
+        help="first-byte latency the local S3 server adds to every GET (default 0)",
+    )
+    up.add_argument(
+        "--capacity",
+        default="1GiB",
+        metavar="SIZE",
+        help="cache capacity per worker (default 1GiB)",
+    )
+    up.add_argument(
+        "--disk-capacity",
+        metavar="SIZE",
+        help="workers also keep blocks on disk, up to SIZE each, under the state dir "
+        "(kept across worker restarts)",
+    )
+    up.add_argument(
+        "--shm",
+        action="store_true",
+        help="workers keep blocks in /dev/shm: same-host short-circuit reads",
+    )
+    up.add_argument(
+        "--secure",
+        action="store_true",
+        help="TLS on every hop and tokens with roles: a local CA, certificates and one token "
+        "per role in the state dir (recorded in cluster.json)",
+    )
+    up.add_argument(
+        "--resume",
+        action="store_true",
+        help="start the stopped cluster of --state-dir again, with its mounts and S3 data "
+        "(default: a clean cluster, the stopped one's data wiped)",
+    )
+    local.add("down", "stop the local cluster (its data stays for --resume)", cmd_local_down)
+    local.add(
+        "status", "the local cluster's processes, ports, metrics URLs and logs", cmd_local_status
+    )
+    demo = local.add(
+        "demo", "write a sample data set to the local S3, mount it, read it twice", cmd_local_demo
+    )
+    demo.add_argument(
+        "--files", type=int, default=400, help="how many files the data set has (default 400)"
+    )

@@ -1,0 +1,174 @@
+"""Mounts and the namespace: `mount`, `unmount`, `mounts`, `ls`, `stat`."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from reservoir.common.config import parse_size
+from reservoir.common.models import Inode, Mount
+
+from .connection import open_client
+from .output import Table, emit, fields, human, iso_time, iso_time_or_none
+from .subcommands import Subcommands
+
+
+def inode_dict(inode: Inode) -> dict[str, Any]:
+    return {
+        "path": inode.path,
+        "type": "directory" if inode.is_dir else "file",
+        "size": inode.size,
+        "mtime": iso_time_or_none(inode.mtime_ms),
+        "mtime_ms": inode.mtime_ms,
+        "etag": inode.etag,
+        "block_size": inode.block_size,
+        "file_id": inode.file_id,
+        "ufs_uri": inode.ufs_uri,
+        "locations": {str(k): v for k, v in sorted(inode.locations.items())},
+    }
+
+
+def mount_dict(m: Mount) -> dict[str, Any]:
+    return {
+        "path": m.path,
+        "uri": m.uri,
+        "endpoint_url": m.options.endpoint_url,
+        "region": m.options.region,
+        "block_size": m.options.block_size,
+        "credentials": m.options.credentials,
+        "metadata_sync": m.options.metadata_sync,
+        "created": iso_time_or_none(m.created_ms),
+    }
+
+
+def _name(inode: Inode) -> str:
+    return inode.path.rsplit("/", 1)[-1] + ("/" if inode.is_dir else "")
+
+
+def cmd_mount(args: argparse.Namespace) -> None:
+    with open_client(args) as rs:
+        mount = rs.mount(
+            args.path,
+            args.uri,
+            endpoint_url=args.endpoint_url or "",
+            region=args.region or "",
+            block_size=args.block_size or 0,
+            credentials=args.credentials or "",
+            metadata_sync=args.metadata_sync or "",
+            replace=args.replace,
+        )
+    emit(args, mount_dict(mount), lambda: f"mounted {mount.uri} at {mount.path}")
+
+
+def cmd_unmount(args: argparse.Namespace) -> None:
+    with open_client(args) as rs:
+        rs.unmount(args.path)
+    emit(args, {"unmounted": args.path}, lambda: f"unmounted {args.path}")
+
+
+def cmd_mounts(args: argparse.Namespace) -> None:
+    with open_client(args) as rs:
+        mounts = rs.mounts()
+
+    def text() -> str:
+        table = Table(
+            "PATH", "URI", "ENDPOINT", "BLOCK SIZE", "CREDENTIALS", "METADATA SYNC", "MOUNTED"
+        )
+        for m in mounts:
+            o = m.options
+            table.row(
+                m.path,
+                m.uri,
+                o.endpoint_url,
+                human(o.block_size) if o.block_size else "default",
+                o.credentials or "env",
+                o.metadata_sync or "default",
+                iso_time(m.created_ms),
+            )
+        return table.render(empty="(no mounts)")
+
+    emit(args, [mount_dict(m) for m in mounts], text)
+
+
+def cmd_ls(args: argparse.Namespace) -> None:
+    with open_client(args) as rs:
+        entries = rs.ls(args.path)
+
+    def text() -> str:
+        if not args.long:
+            return "\n".join(_name(e) for e in entries)
+        table = Table("TYPE", "SIZE", "MODIFIED", "NAME", numeric=("SIZE",))
+        for e in entries:
+            size = "-" if e.is_dir else human(e.size)
+            table.row("dir" if e.is_dir else "file", size, iso_time(e.mtime_ms), _name(e))
+        return table.render(empty="")
+
+    emit(args, [inode_dict(e) for e in entries], text)
+
+
+def cmd_stat(args: argparse.Namespace) -> None:
+    with open_client(args) as rs:
+        inode = rs.stat(args.path, with_locations=True)
+
+    def text() -> str:
+        if inode.is_dir:
+            return fields([("path", inode.path), ("type", "directory")])
+        lines = fields(
+            [
+                ("path", inode.path),
+                ("type", "file"),
+                ("size", f"{human(inode.size)} ({inode.size} bytes)"),
+                ("modified", iso_time(inode.mtime_ms)),
+                ("etag", inode.etag),
+                ("block size", human(inode.block_size)),
+                ("blocks", inode.block_count),
+                ("file id", inode.file_id),
+                ("under-store", inode.ufs_uri),
+            ]
+        )
+        table = Table("BLOCK", "CACHED ON", numeric=("BLOCK",))
+        for index in range(inode.block_count):
+            table.row(index, ", ".join(inode.locations.get(index, [])) or "(not cached)")
+        return f"{lines}\n\n{table.render()}" if inode.block_count else lines
+
+    emit(args, inode_dict(inode), text)
+
+
+def register(commands: Subcommands) -> None:
+    p = commands.add("mount", "mount an under-store URI at a Reservoir path", cmd_mount)
+    p.add_argument("path", help="the Reservoir path, e.g. /datasets/imagenet")
+    p.add_argument("uri", help="s3://bucket/prefix or file:///dir")
+    p.add_argument("--endpoint-url", metavar="URL", help="the S3 endpoint (default: AWS)")
+    p.add_argument("--region", help="the S3 region (default: the credentials' region)")
+    p.add_argument(
+        "--block-size",
+        type=parse_size,
+        metavar="SIZE",
+        help="cache block size, e.g. 4MiB (default: the master's RESERVOIR_BLOCK_SIZE)",
+    )
+    p.add_argument(
+        "--credentials",
+        metavar="SOURCE",
+        help="env (default: the servers' environment), anonymous, or file:/path",
+    )
+    p.add_argument(
+        "--metadata-sync",
+        metavar="POLICY",
+        help="how long listings are trusted before S3 is asked again: never, always, or "
+        "interval:<duration> (default: the master's RESERVOIR_METADATA_TTL, 5m)",
+    )
+    p.add_argument(
+        "--replace",
+        action="store_true",
+        help="replace the mount already at PATH (new URI, endpoint, credentials, block size)",
+    )
+    p = commands.add("unmount", "remove a mount (the under-store is not touched)", cmd_unmount)
+    p.add_argument("path", help="the mount's path")
+    commands.add("mounts", "list mounts", cmd_mounts)
+    p = commands.add("ls", "list a directory", cmd_ls)
+    p.add_argument("path", nargs="?", default="/", help="the directory (default /)")
+    p.add_argument(
+        "-l", "--long", action="store_true", help="a table: type, size, modification time"
+    )
+    p = commands.add("stat", "a file's info, with the workers caching each block", cmd_stat)
+    p.add_argument("path", help="the file or directory")

@@ -1,0 +1,81 @@
+"""Where the command modules register their subcommands.
+
+Every parser, the top one and each subcommand's, accepts the global options, so
+`reservoir --json workers` and `reservoir workers --json` mean the same (as kubectl and aws
+do). A subcommand's parser declares them with SUPPRESS defaults: given after the
+subcommand they override the top parser's value, absent they leave it alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from reservoir.client.discovery import default_state_dir
+
+Handler = Callable[[argparse.Namespace], None]
+
+
+def _global_options(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
+    def default(value: Any) -> Any:
+        return value if defaults else argparse.SUPPRESS
+
+    parser.add_argument(
+        "--master",
+        metavar="HOST:PORT",
+        default=default(None),
+        help="master address (default: $RESERVOIR_MASTER, else the local cluster of "
+        "--state-dir, else 127.0.0.1:19998)",
+    )
+    parser.add_argument(
+        "--state-dir",
+        metavar="DIR",
+        type=Path,
+        default=default(default_state_dir()),
+        help="the local cluster's state directory (default: $RESERVOIR_STATE_DIR, else "
+        "~/.reservoir)",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        default=default(False),
+        help="machine-readable output: one JSON document on stdout",
+    )
+
+
+def top_parser(prog: str, description: str, version: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument(
+        "--version", action="version", version=f"{prog} {version}", help="print the version"
+    )
+    _global_options(parser, defaults=True)
+    return parser
+
+
+class Subcommands:
+    """One level of subcommands (`reservoir X`, `reservoir local X`)."""
+
+    def __init__(self, parser: argparse.ArgumentParser, dest: str, common: argparse.ArgumentParser):
+        self._action = parser.add_subparsers(dest=dest, required=True, metavar=dest.upper())
+        self._action.help = "one of the subcommands below"  # type: ignore[attr-defined]
+        self._common = common
+
+    @classmethod
+    def of(cls, parser: argparse.ArgumentParser) -> Subcommands:
+        common = argparse.ArgumentParser(add_help=False)
+        _global_options(common, defaults=False)
+        return cls(parser, "command", common)
+
+    def add(self, name: str, help: str, handler: Handler | None = None) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = self._action.add_parser(
+            name, help=help, description=help, parents=[self._common]
+        )
+        if handler is not None:
+            parser.set_defaults(func=handler)
+        return parser
+
+    def group(self, name: str, help: str) -> Subcommands:
+        """A subcommand with subcommands of its own (`reservoir local up`)."""
+        return Subcommands(self.add(name, help), "action", self._common)
