@@ -78,6 +78,20 @@ def test_get_prefix_is_sorted_and_bounded_by_the_prefix(backend: Backend) -> Non
     run(backend, scenario)
 
 
+def test_count_prefix_counts_only_the_keys_under_the_prefix(backend: Backend) -> None:
+    async def scenario(s: MetadataStore) -> None:
+        assert await s.count_prefix(b"/contract/c/") == 0
+        await s.put_many(
+            [(b"/contract/c/a", b"1"), (b"/contract/c/b/x", b"2"), (b"/contract/d", b"3")]
+        )
+        assert await s.count_prefix(b"/contract/c/") == 2
+        assert await s.count_prefix(b"/contract/") == 3
+        await s.delete(b"/contract/c/a")
+        assert await s.count_prefix(b"/contract/c/") == 1
+
+    run(backend, scenario)
+
+
 def test_batches_larger_than_one_transaction_are_written_whole(backend: Backend) -> None:
     async def scenario(s: MetadataStore) -> None:
         items = [(f"/contract/many/{i:05d}".encode(), b"v") for i in range(MAX_TXN_OPS * 3 + 7)]

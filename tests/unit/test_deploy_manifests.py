@@ -36,6 +36,7 @@ K8S_ROOT = REPO / "deploy" / "k8s"
 K8S_DIR = K8S_ROOT / "base"
 K8S_SECURE = K8S_ROOT / "secure"
 DOCKERFILE = REPO / "deploy" / "Dockerfile"
+PROMETHEUS_CONFIG = REPO / "deploy" / "prometheus.yml"
 IMAGE_LOCK = REPO / "deploy" / "requirements-server.txt"
 WORKERS = ("worker1", "worker2", "worker3")
 MASTER_PORT = 19998
@@ -48,6 +49,7 @@ def declared_settings() -> set[str]:
         config.LogConfig,
         config.SecuritySettings,
         config.EtcdSettings,
+        config.MetricsSettings,
         config.MasterConfig,
         config.WorkerConfig,
         config.ClientConfig,
@@ -211,6 +213,35 @@ def test_compose_master_and_workers_build_from_the_deploy_dockerfile() -> None:
     for name in ("master", *WORKERS):
         build = services[name]["build"]
         assert (REPO / build.get("context", ".") / build["dockerfile"]) == DOCKERFILE
+
+
+def test_compose_servers_serve_metrics_and_prometheus_scrapes_every_one_of_them() -> None:
+    services = load_compose()["services"]
+    served = set()
+    for name in ("master", *WORKERS):
+        env = compose_env(services[name])
+        host, _, port = env["RESERVOIR_METRICS_LISTEN"].rpartition(":")
+        assert host == "0.0.0.0", f"{name}: other containers must reach its metrics"
+        grpc_listen = env.get("RESERVOIR_MASTER_LISTEN") or env["RESERVOIR_WORKER_LISTEN"]
+        assert port != grpc_listen.rpartition(":")[2], name
+        served.add(f"{name}:{port}")
+    prometheus = services["prometheus"]
+    flags = dict(a.removeprefix("--").split("=", 1) for a in prometheus["command"])
+    mounted = {}
+    for volume in prometheus["volumes"]:
+        source, target, *_ = volume.split(":")
+        mounted[target] = source
+    config_file = mounted[flags["config.file"]]
+    assert (REPO / config_file).resolve() == PROMETHEUS_CONFIG
+    scraped = {
+        target
+        for job in yaml.safe_load(PROMETHEUS_CONFIG.read_text())["scrape_configs"]
+        if job.get("metrics_path", "/metrics") == "/metrics"
+        for group in job["static_configs"]
+        for target in group["targets"]
+    }
+    assert scraped == served
+    assert prometheus["depends_on"]["master"]["condition"] == "service_healthy"
 
 
 # --- Dockerfile --------------------------------------------------------------------------
@@ -383,6 +414,21 @@ def test_k8s_servers_are_probed_over_grpc_health_on_their_listen_port() -> None:
         assert port in {p["containerPort"] for p in container["ports"]}
         for probe in ("readinessProbe", "livenessProbe"):
             assert container[probe]["grpc"]["port"] == port, (name, probe)
+
+
+def test_k8s_servers_expose_a_metrics_port_with_prometheus_scrape_annotations() -> None:
+    for kind, name in (("Deployment", "reservoir-master"), ("DaemonSet", "reservoir-worker")):
+        workload = k8s_workload(kind, name)
+        container = main_container(workload)
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        host, _, port = env["RESERVOIR_METRICS_LISTEN"].rpartition(":")
+        assert host == "0.0.0.0", name
+        ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+        assert ports["metrics"] == int(port) != ports["grpc"], name
+        annotations = workload["spec"]["template"]["metadata"]["annotations"]
+        assert annotations["prometheus.io/scrape"] == "true", name
+        assert annotations["prometheus.io/port"] == port, name
+        assert annotations["prometheus.io/path"] == "/metrics", name
 
 
 def test_k8s_single_master_until_leader_election_exists() -> None:

@@ -45,9 +45,12 @@ def cmd_local_status(args: argparse.Namespace) -> None:
     status = LocalCluster.load(Path(args.state_dir)).status()
 
     def text() -> str:
-        table = Table("PROCESS", "STATE", "PID", "PORT", "LOG", numeric=("PID", "PORT"))
+        table = Table(
+            "PROCESS", "STATE", "PID", "PORT", "METRICS", "LOG", numeric=("PID", "PORT")
+        )  # fmt: skip
         for name, p in status["processes"].items():
-            table.row(name, "running" if p["alive"] else "DEAD", p["pid"], p["port"], p["log"])
+            state = "running" if p["alive"] else "DEAD"
+            table.row(name, state, p["pid"], p["port"], p.get("metrics", "-"), p["log"])
         return f"master {status['master']}   s3 {status['s3_endpoint']}\n{table.render()}"
 
     emit(args, status, text)
@@ -103,7 +106,9 @@ def register(commands: Subcommands) -> None:
         "(default: a clean cluster, the stopped one's data wiped)",
     )
     local.add("down", "stop the local cluster (its data stays for --resume)", cmd_local_down)
-    local.add("status", "the local cluster's processes, ports and logs", cmd_local_status)
+    local.add(
+        "status", "the local cluster's processes, ports, metrics URLs and logs", cmd_local_status
+    )
     demo = local.add(
         "demo", "write a sample data set to the local S3, mount it, read it twice", cmd_local_demo
     )

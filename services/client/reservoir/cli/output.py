@@ -87,7 +87,11 @@ def message_dict(message: Message) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for field in message.DESCRIPTOR.fields:
         value = getattr(message, field.name)
-        if field.type == FieldDescriptor.TYPE_MESSAGE:
+        entry = field.message_type if field.type == FieldDescriptor.TYPE_MESSAGE else None
+        if entry is not None and entry.GetOptions().map_entry:
+            # A map (e.g. WorkerStats.bytes_served); our maps have scalar values.
+            out[field.name] = dict(sorted(value.items()))
+        elif field.type == FieldDescriptor.TYPE_MESSAGE:
             out[field.name] = (
                 [message_dict(v) for v in value] if field.is_repeated else message_dict(value)
             )

@@ -290,6 +290,7 @@ class LocalCluster:
     def start_master(self) -> None:
         existing = self.processes.get("master")
         port = existing.port if existing else free_port()
+        metrics_port = _metrics_port(existing)
         proc = Process(
             name="master",
             argv=[sys.executable, "-m", "reservoir.master.server"],
@@ -297,9 +298,11 @@ class LocalCluster:
                 **self._server_env(),
                 **self._security_env("master"),
                 "RESERVOIR_MASTER_LISTEN": f"127.0.0.1:{port}",
+                "RESERVOIR_METRICS_LISTEN": f"127.0.0.1:{metrics_port}",
             },
             port=port,
             log=str(self.state_dir / "master.log"),
+            metrics_port=metrics_port,
         )
         self.master_address = f"127.0.0.1:{port}"
         self._spawn(proc)
@@ -309,10 +312,12 @@ class LocalCluster:
         name = f"worker{n}"
         existing = self.processes.get(name)
         port = existing.port if existing else free_port()
+        metrics_port = _metrics_port(existing)
         env = {
             **self._server_env(),
             **self._security_env(name),
             "RESERVOIR_WORKER_LISTEN": f"127.0.0.1:{port}",
+            "RESERVOIR_METRICS_LISTEN": f"127.0.0.1:{metrics_port}",
             "RESERVOIR_WORKER_ID": name,
             "RESERVOIR_MASTER": self.master_address,
             "RESERVOIR_WORKER_CAPACITY": str(self.settings.get("capacity", "1GiB")),
@@ -329,6 +334,7 @@ class LocalCluster:
             env=env,
             port=port,
             log=str(self.state_dir / f"{name}.log"),
+            metrics_port=metrics_port,
         )
         self._spawn(proc)
         self._wait(
@@ -448,9 +454,17 @@ class LocalCluster:
             "metadata_url": self.metadata_url,
             "processes": {
                 name: {"pid": p.pid, "port": p.port, "alive": p.alive(), "log": p.log}
+                | ({"metrics": self.metrics_url(name)} if p.metrics_port else {})
                 for name, p in sorted(self.processes.items())
             },
         }
+
+    def metrics_url(self, name: str) -> str:
+        """Where a server of this cluster serves its Prometheus metrics."""
+        port = self.processes[name].metrics_port
+        if not port:
+            raise ClusterError(f"{name} serves no metrics")
+        return f"http://127.0.0.1:{port}/metrics"
 
     def s3_counts(self) -> dict[str, int]:
         """Requests the managed S3 server has received, by kind (GET, HEAD, LIST, PUT…)."""
@@ -474,6 +488,11 @@ class LocalCluster:
             aws_secret_access_key=DEV_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
             region_name=DEV_CREDENTIALS["AWS_DEFAULT_REGION"],
         )
+
+
+def _metrics_port(existing: Process | None) -> int:
+    """A restarted server keeps its metrics port (Prometheus keeps scraping it)."""
+    return existing.metrics_port if existing and existing.metrics_port else free_port()
 
 
 def _stop_order(name: str) -> tuple[int, str]:

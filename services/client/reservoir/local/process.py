@@ -40,6 +40,8 @@ class Process:
     port: int
     log: str
     pid: int = 0
+    # Where a server serves Prometheus /metrics (127.0.0.1); 0 for etcd and S3.
+    metrics_port: int = 0
 
     def alive(self) -> bool:
         if self.pid <= 0:

@@ -185,6 +185,55 @@ class EtcdSettings:
 
 
 @dataclass(frozen=True)
+class MetricsSettings:
+    """Where a server serves its Prometheus metrics (GET /metrics, plain HTTP)."""
+
+    # host:port; port 0 lets the server choose (logged as `metrics_serving`); empty: off.
+    listen: str = field(default="", metadata=env("RESERVOIR_METRICS_LISTEN"))
+    # A scraper's connection that has not sent its whole request within this is closed.
+    request_timeout_s: float = field(default=10.0, metadata=env("RESERVOIR_METRICS_TIMEOUT"))
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> MetricsSettings:
+        return load(cls, **overrides)
+
+
+# The OpenTelemetry protocols a server exports traces with (OTEL_EXPORTER_OTLP_PROTOCOL).
+OTLP_PROTOCOLS = ("http/protobuf", "grpc")
+
+
+@dataclass(frozen=True)
+class TraceExportSettings:
+    """OpenTelemetry's standard variables: with an endpoint set, servers export their spans
+    over OTLP (the exporter reads the rest of the OTEL_* variables itself); without one,
+    no span is recorded at all."""
+
+    endpoint: str = field(default="", metadata=env("OTEL_EXPORTER_OTLP_ENDPOINT"))
+    traces_endpoint: str = field(default="", metadata=env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
+    protocol: str = field(default="http/protobuf", metadata=env("OTEL_EXPORTER_OTLP_PROTOCOL"))
+    traces_protocol: str = field(default="", metadata=env("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"))
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> TraceExportSettings:
+        return load(cls, **overrides)
+
+    def __post_init__(self) -> None:
+        if self.wire_protocol not in OTLP_PROTOCOLS:
+            raise InvalidArgument(
+                f"OTLP protocol {self.wire_protocol!r} is not supported "
+                f"(OTEL_EXPORTER_OTLP_PROTOCOL: {' or '.join(OTLP_PROTOCOLS)})"
+            )
+
+    @property
+    def exporting(self) -> bool:
+        return bool(self.endpoint or self.traces_endpoint)
+
+    @property
+    def wire_protocol(self) -> str:
+        return self.traces_protocol or self.protocol
+
+
+@dataclass(frozen=True)
 class LogConfig:
     format: str = field(default="console", metadata=env("RESERVOIR_LOG_FORMAT"))  # console|json
     level: str = field(default="info", metadata=env("RESERVOIR_LOG_LEVEL"))
@@ -305,6 +354,8 @@ class MasterConfig:
     # set, the only under-store endpoints allowed (comma-separated).
     allowed_schemes: str = field(default="s3", metadata=env("RESERVOIR_ALLOWED_SCHEMES"))
     allowed_endpoints: str = field(default="", metadata=env("RESERVOIR_ALLOWED_ENDPOINTS"))
+    # Prometheus text at /metrics (RESERVOIR_METRICS_LISTEN, ...).
+    metrics: MetricsSettings = field(default_factory=lambda: load(MetricsSettings))
 
 
 @dataclass(frozen=True)
@@ -413,6 +464,8 @@ class WorkerConfig:
     malloc_trim_threshold: int = field(
         default=16 * MiB, metadata=env("RESERVOIR_WORKER_TRIM_THRESHOLD")
     )
+    # Prometheus text at /metrics (RESERVOIR_METRICS_LISTEN, ...).
+    metrics: MetricsSettings = field(default_factory=lambda: load(MetricsSettings))
 
     def __post_init__(self) -> None:
         if self.disk_dirs and self.disk_capacity_bytes <= 0:

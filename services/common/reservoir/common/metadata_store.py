@@ -47,6 +47,10 @@ class MetadataStore(abc.ABC):
     async def get_prefix(self, prefix: bytes) -> list[tuple[bytes, bytes]]:
         """All pairs under `prefix`, sorted by key."""
 
+    async def count_prefix(self, prefix: bytes) -> int:
+        """How many keys lie under `prefix` (a backend may count them without reading them)."""
+        return len(await self.get_prefix(prefix))
+
     @abc.abstractmethod
     async def put_many(
         self, items: Sequence[tuple[bytes, bytes]], lease: Lease | None = None
@@ -267,6 +271,10 @@ class EtcdMetadataStore(MetadataStore):
         result = await self._call("get_prefix", lambda c: c.get_prefix(prefix))
         return [(bytes(kv.key), bytes(kv.value)) for kv in result]  # type: ignore[attr-defined]
 
+    async def count_prefix(self, prefix: bytes) -> int:
+        """Counted by etcd (a count-only range): no key or value crosses the network."""
+        return int(await self._call("count_prefix", lambda c: _count_prefix(c, prefix)))
+
     async def put_many(
         self, items: Sequence[tuple[bytes, bytes]], lease: Lease | None = None
     ) -> None:
@@ -314,6 +322,26 @@ class EtcdMetadataStore(MetadataStore):
     async def close(self) -> None:
         for client in self._clients:
             await client.close()
+
+
+async def _count_prefix(client: Any, prefix: bytes) -> int:
+    import aetcd.client
+    import aetcd.utils
+
+    # aetcd has no count-only call; this is its get_prefix with count_only set, wrapped
+    # the same way (connect first, gRPC errors mapped to aetcd's).
+    @aetcd.client._handle_errors
+    async def count() -> int:
+        await client.connect()
+        request = client._build_get_range_request(
+            key=prefix, range_end=aetcd.utils.prefix_range_end(prefix), count_only=True
+        )
+        reply = await client.kvstub.Range(
+            request, timeout=client._timeout, metadata=client.metadata
+        )
+        return int(reply.count)
+
+    return await count()
 
 
 def _status(exc: BaseException) -> str:

@@ -1,4 +1,4 @@
-"""Structured logs, OpenTelemetry metrics and trace context carried across gRPC calls."""
+"""Structured logs, trace context carried across gRPC calls, and span export over OTLP."""
 
 from __future__ import annotations
 
@@ -9,33 +9,55 @@ import grpc
 import grpc.aio
 import structlog
 from opentelemetry import context as otel_context
-from opentelemetry import metrics, propagate, trace
+from opentelemetry import propagate, trace
 
 from . import logs
-from .config import LogConfig
+from .config import LogConfig, TraceExportSettings
 from .rpc import with_behaviour
 
+log = logs.get_logger(__name__)
 
-def configure(service: str, config: LogConfig, *, export_metrics: bool = False) -> None:
-    """Sets up logging and OpenTelemetry for a server process. Call once at start."""
-    # The SDK comes with the `server` extra; clients import this module for the API alone.
-    from opentelemetry.sdk.metrics import MeterProvider
-    from opentelemetry.sdk.metrics.export import (
-        ConsoleMetricExporter,
-        PeriodicExportingMetricReader,
-    )
 
+def configure(service: str, config: LogConfig, traces: TraceExportSettings) -> None:
+    """Sets up logging and tracing for a server process. Call once at start.
+
+    Spans are exported over OTLP when OpenTelemetry's standard endpoint variable is set
+    (OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT). Without one there
+    is no SDK tracer provider: the API's no-op tracer still carries the caller's trace
+    context (log lines keep their trace ids) without building a span per call, which cost
+    a busy worker a few % of its CPU.
+    """
     logs.configure_output(config, processors=[_add_trace_ids])
     structlog.contextvars.bind_contextvars(service=service)
-    # No span exporter is configured, so no SDK tracer provider either: the API's no-op
-    # tracer still carries the caller's trace context (log lines keep their trace ids)
-    # without building a span per call, which cost a busy worker a few % of its CPU.
-    readers = []
-    if export_metrics:
-        readers.append(
-            PeriodicExportingMetricReader(ConsoleMetricExporter(), export_interval_millis=60_000)
+    if traces.exporting:
+        trace.set_tracer_provider(otlp_tracer_provider(f"reservoir-{service}", traces))
+        log.info(
+            "traces_exporting",
+            protocol=traces.wire_protocol,
+            endpoint=traces.traces_endpoint or traces.endpoint,
         )
-    metrics.set_meter_provider(MeterProvider(metric_readers=readers))
+
+
+def otlp_tracer_provider(service_name: str, traces: TraceExportSettings) -> Any:
+    """An SDK tracer provider that batches spans to the OTLP endpoint the OTEL_* variables
+    name (the exporter reads them: endpoint, headers, timeout, compression, TLS).
+    OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES name the process when set."""
+    from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    if traces.wire_protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+    else:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # type: ignore[assignment]
+            OTLPSpanExporter,
+        )
+    detected = Resource.create()  # OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES, SDK facts
+    if str(detected.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
+        detected = detected.merge(Resource({SERVICE_NAME: service_name}))
+    provider = TracerProvider(resource=detected)
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    return provider
 
 
 def _add_trace_ids(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
@@ -95,6 +117,3 @@ class TraceServerInterceptor(grpc.aio.ServerInterceptor):
             return run
 
         return with_behaviour(handler, wrap_unary, wrap_stream)
-
-
-meter = metrics.get_meter("reservoir")

@@ -16,6 +16,7 @@ from . import logs
 from .auth import AuthInterceptor, TokenTable
 from .observability import TraceServerInterceptor
 from .rpc import SERVER_OPTIONS, RequestDecodingInterceptor
+from .rpc_metrics import RpcMetrics, RpcMetricsInterceptor
 from .security import Transport
 
 log = logs.get_logger(__name__)
@@ -31,10 +32,14 @@ def run(main: Callable[[], Coroutine[Any, Any, None]]) -> None:
         asyncio.run(main())
 
 
-def new_server(service: str, transport: Transport | None = None) -> grpc.aio.Server:
-    """A server whose calls are authenticated first (when the transport names a tokens
-    file), then decoded safely, then traced."""
+def new_server(
+    service: str, transport: Transport | None = None, rpc_metrics: RpcMetrics | None = None
+) -> grpc.aio.Server:
+    """A server whose calls are timed and counted (with `rpc_metrics`; refused ones too),
+    authenticated (when the transport names a tokens file), decoded safely, then traced."""
     interceptors: list[grpc.aio.ServerInterceptor] = []
+    if rpc_metrics is not None:
+        interceptors.append(RpcMetricsInterceptor(rpc_metrics))
     settings = transport.settings if transport is not None else None
     if settings is not None and settings.auth_tokens_file:
         table = TokenTable.load(settings.auth_tokens_file)

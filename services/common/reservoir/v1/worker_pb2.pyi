@@ -314,6 +314,26 @@ Global___TierStats: _TypeAlias = TierStats  # noqa: Y015
 class WorkerStats(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class BytesServedEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     WORKER_ID_FIELD_NUMBER: _builtins.int
     HITS_FIELD_NUMBER: _builtins.int
     MISSES_FIELD_NUMBER: _builtins.int
@@ -327,6 +347,8 @@ class WorkerStats(_message.Message):
     CORRUPT_BLOCKS_FIELD_NUMBER: _builtins.int
     TIERS_FIELD_NUMBER: _builtins.int
     DISK_WRITES_SKIPPED_FIELD_NUMBER: _builtins.int
+    BYTES_SERVED_FIELD_NUMBER: _builtins.int
+    UFS_ERRORS_FIELD_NUMBER: _builtins.int
     worker_id: _builtins.str
     hits: _builtins.int
     misses: _builtins.int
@@ -341,10 +363,21 @@ class WorkerStats(_message.Message):
     """Blocks whose bytes failed their checksum when read back; each was dropped, never served."""
     disk_writes_skipped: _builtins.int
     """Blocks not written to disk because the write queue was full."""
+    ufs_errors: _builtins.int
+    """Ranged GETs to the under-store that failed (after the store client's own retries);
+    `ufs_gets` counts them all.
+    """
     @_builtins.property
     def tiers(self) -> _containers.RepeatedCompositeFieldContainer[Global___TierStats]:
         """Top tier first. `used_bytes`, `capacity_bytes` and `blocks` above are the top tier's;
         `evictions` above counts blocks that left the worker (no tier holds them).
+        """
+
+    @_builtins.property
+    def bytes_served(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """Bytes sent to readers by where they came from: a tier's name ("mem", "shm", "disk"),
+        or "ufs" for blocks the read fetched from the under-store. Short-circuit reads (a
+        client reading a worker's shm files itself) never reach the worker and are not here.
         """
 
     def __init__(
@@ -363,10 +396,12 @@ class WorkerStats(_message.Message):
         corrupt_blocks: _builtins.int = ...,
         tiers: _abc.Iterable[Global___TierStats] | None = ...,
         disk_writes_skipped: _builtins.int = ...,
+        bytes_served: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        ufs_errors: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["blocks", b"blocks", "bytes_from_cache", b"bytes_from_cache", "bytes_from_ufs", b"bytes_from_ufs", "capacity_bytes", b"capacity_bytes", "corrupt_blocks", b"corrupt_blocks", "disk_writes_skipped", b"disk_writes_skipped", "evictions", b"evictions", "hits", b"hits", "misses", b"misses", "tiers", b"tiers", "ufs_gets", b"ufs_gets", "used_bytes", b"used_bytes", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["blocks", b"blocks", "bytes_from_cache", b"bytes_from_cache", "bytes_from_ufs", b"bytes_from_ufs", "bytes_served", b"bytes_served", "capacity_bytes", b"capacity_bytes", "corrupt_blocks", b"corrupt_blocks", "disk_writes_skipped", b"disk_writes_skipped", "evictions", b"evictions", "hits", b"hits", "misses", b"misses", "tiers", b"tiers", "ufs_errors", b"ufs_errors", "ufs_gets", b"ufs_gets", "used_bytes", b"used_bytes", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -10,8 +10,10 @@ from reservoir.common import config as cfg
 from reservoir.common import logs, observability, serving
 from reservoir.common.malloc_tuning import tune_for_bounded_footprint
 from reservoir.common.metadata_store import open_metadata_store
+from reservoir.common.metrics_endpoint import MetricsEndpoint, server_registry
 from reservoir.common.models import WorkerRecord
 from reservoir.common.rpc import CHANNEL_OPTIONS
+from reservoir.common.rpc_metrics import RpcMetrics
 from reservoir.common.security import SecuritySettings, Transport
 
 from .block_reporter import BlockReporter
@@ -19,6 +21,7 @@ from .cache_rules import CacheRuleTable
 from .eviction import POLICIES
 from .master_link import MasterLink
 from .membership import Membership
+from .metrics import WorkerMetrics
 from .mount_table import MountTable
 from .service import WorkerService
 from .servicer import SERVICE, WorkerServicer
@@ -53,6 +56,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[cfg.WorkerConfig, cfg.Log
     parser.add_argument("--metadata-url", help="etcd://host:port")
     parser.add_argument("--lease-ttl", type=int)
     parser.add_argument("--log-format", choices=["console", "json"])
+    parser.add_argument(
+        "--metrics-listen", help="host:port to serve Prometheus /metrics on (port 0 = choose)"
+    )
     args = parser.parse_args(argv)
     config = cfg.load(
         cfg.WorkerConfig,
@@ -68,6 +74,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[cfg.WorkerConfig, cfg.Log
         master=args.master,
         metadata_url=args.metadata_url,
         lease_ttl_s=args.lease_ttl,
+        metrics=cfg.load(cfg.MetricsSettings, listen=args.metrics_listen),
     )
     return config, cfg.load(cfg.LogConfig, format=args.log_format)
 
@@ -82,7 +89,8 @@ def _advertise(config: cfg.WorkerConfig, port: int) -> str:
 
 
 async def serve(config: cfg.WorkerConfig, transport: Transport) -> None:
-    server = serving.new_server("worker", transport)
+    registry = server_registry()
+    server = serving.new_server("worker", transport, RpcMetrics(registry))
     port = serving.bind(server, config.listen, transport)
     address = _advertise(config, port)
     worker_id = config.worker_id or address
@@ -103,6 +111,8 @@ async def serve(config: cfg.WorkerConfig, transport: Transport) -> None:
         config, mounts, rules, unlisted_shm=bool(transport.settings.auth_tokens_file)
     )
     server.add_generic_rpc_handlers([WorkerServicer(service).handler()])
+    registry.register(WorkerMetrics(service))
+    metrics = MetricsEndpoint(registry, config.metrics)
     await serving.add_health_and_reflection(server, [SERVICE])
     record = WorkerRecord(
         id=worker_id,
@@ -120,6 +130,7 @@ async def serve(config: cfg.WorkerConfig, transport: Transport) -> None:
     # Before the first (full) report: the blocks kept on disk are held again.
     await service.store.start()
     await server.start()
+    await metrics.start()
     await membership.register()
     log.info("worker_started", worker=worker_id, address=address, capacity=config.capacity_bytes)
 
@@ -141,6 +152,7 @@ async def serve(config: cfg.WorkerConfig, transport: Transport) -> None:
     for task in loops:
         task.cancel()
     await server.stop(config.grace_s)
+    await metrics.close()
     try:
         await membership.leave()
     except Exception as exc:
@@ -154,7 +166,7 @@ async def serve(config: cfg.WorkerConfig, transport: Transport) -> None:
 def main(argv: list[str] | None = None) -> None:
     config, log_config = parse_args(argv)
     tune_for_bounded_footprint(config.malloc_mmap_threshold, config.malloc_trim_threshold)
-    observability.configure("worker", log_config)
+    observability.configure("worker", log_config, cfg.load(cfg.TraceExportSettings))
     transport = Transport(SecuritySettings.from_env(), CHANNEL_OPTIONS)
     serving.run(lambda: serve(config, transport))
 

@@ -6,7 +6,7 @@ import asyncio
 import time
 from dataclasses import dataclass
 
-from opentelemetry import metrics
+from opentelemetry import trace
 
 from reservoir.common import logs
 from reservoir.common.block_file import checksum
@@ -17,19 +17,13 @@ from reservoir.common.mounted_stores import MountedStores
 from reservoir.common.under_store import BodyRetry, UnderStore
 
 from .cache_rules import BlockExpiry, CacheRuleTable
+from .counters import UFS, WorkerCounters
 from .memory_tier import BlockData, BlockId
 from .mount_table import MountTable
 from .tiered_store import TieredStore
 
 log = logs.get_logger(__name__)
-_meter = metrics.get_meter("reservoir.worker")
-_hits = _meter.create_counter("reservoir.worker.cache_hits", description="blocks served from cache")
-_misses = _meter.create_counter("reservoir.worker.cache_misses", description="blocks fetched")
-_bytes = _meter.create_counter("reservoir.worker.bytes", unit="By", description="bytes by source")
-_evictions = _meter.create_counter("reservoir.worker.evictions", description="blocks evicted")
-_corrupt = _meter.create_counter(
-    "reservoir.worker.corrupt_blocks", description="blocks dropped because they failed checksum"
-)
+_tracer = trace.get_tracer("reservoir.worker")
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,17 +62,6 @@ class BlockRequest:
         return max(0, min(self.block_size, self.file_size - self.index * self.block_size))
 
 
-@dataclass
-class WorkerStats:
-    hits: int = 0
-    misses: int = 0
-    bytes_from_cache: int = 0
-    bytes_from_ufs: int = 0
-    ufs_gets: int = 0
-    evictions: int = 0
-    corrupt_blocks: int = 0
-
-
 class WorkerService:
     def __init__(
         self,
@@ -92,7 +75,7 @@ class WorkerService:
         authenticated can find them (see ShmTier)."""
         self.config = config
         self.worker_id = config.worker_id
-        self.stats = WorkerStats()
+        self.counters = WorkerCounters()
         self.rules = rules
         self.expiry = BlockExpiry()
         self.store = TieredStore.from_config(config, self, unlisted_shm=unlisted_shm, pins=rules)
@@ -113,8 +96,7 @@ class WorkerService:
 
     def block_gone(self, block: BlockId, size: int, tier: str) -> None:
         """No tier holds `block` any more (BlockEvents)."""
-        self.stats.evictions += 1
-        _evictions.add(1, {"tier": tier})
+        self.counters.evictions += 1
         self.added.discard(block)
         self.removed.add(block)
         log.debug("block_evicted", file_id=block[0], index=block[1], bytes=size, tier=tier)
@@ -131,8 +113,7 @@ class WorkerService:
         mount when the master says the mount was changed meanwhile (a remount the watch
         has not brought yet)."""
         try:
-            async with self._ufs_slots:
-                return await ufs.get_range_async(key, start, length, etag)
+            return await self._ufs_get(ufs, key, start, length, etag)
         except ReservoirError as exc:
             remounted = await self.mounts.recheck(mount)
             if remounted is None or remounted.uri != mount.uri:
@@ -144,39 +125,53 @@ class WorkerService:
                 error=str(exc),
             )
             ufs = self._under_stores.for_mount(remounted)
+            return await self._ufs_get(ufs, key, start, length, etag)
+
+    async def _ufs_get(
+        self, ufs: UnderStore, key: str, start: int, length: int, etag: str
+    ) -> bytes:
+        """One ranged GET, counted (and its failure), in a span of its own."""
+        attributes: dict[str, str | int] = {
+            "reservoir.ufs_uri": ufs.uri_of(key),
+            "reservoir.offset": start,
+        }
+        with _tracer.start_as_current_span("ufs_get", attributes=attributes):
             async with self._ufs_slots:
-                return await ufs.get_range_async(key, start, length, etag)
+                self.counters.ufs_gets += 1
+                try:
+                    return await ufs.get_range_async(key, start, length, etag)
+                except Exception:  # (not a cancellation: the worker is stopping)
+                    self.counters.ufs_errors += 1
+                    raise
 
-    async def block(self, request: BlockRequest) -> tuple[BlockData, int, bool]:
-        """The whole block, its CRC32C, and whether it came from cache.
+    async def block(self, request: BlockRequest) -> tuple[BlockData, int, str]:
+        """The whole block, its CRC32C, and where it came from: the name of the tier that
+        held it, or UFS when this call fetched it.
 
-        A miss is fetched by one task however many callers wait for it; a caller that
-        gives up does not cancel the fetch the others are waiting on. A held block whose
-        bytes fail their checksum is dropped and fetched again, never served; so is one
-        older than its TTL.
+        A miss is fetched by one task however many callers wait for it (each of the others
+        counts a hit from memory: it cost no GET); a caller that gives up does not cancel
+        the fetch the others are waiting on. A held block whose bytes fail their checksum
+        is dropped and fetched again, never served; so is one older than its TTL.
         """
         self._expire_if_stale(request)
         held = await self.store.get(request.block)
         if held is not None:
-            self.stats.hits += 1
-            _hits.add(1)
-            return held[0], held[1], True
+            self.counters.hits += 1
+            return held
         task = self._inflight.get(request.block)
         if task is None:
             task = asyncio.create_task(self._fetch(request))
             self._inflight[request.block] = task
             task.add_done_callback(self._fetch_done)
             data, crc = await asyncio.shield(task)
-            return data, crc, False
-        self.stats.hits += 1
-        _hits.add(1)
+            return data, crc, UFS
+        self.counters.hits += 1
         data, crc = await asyncio.shield(task)
-        return data, crc, True
+        return data, crc, self.store.memory.name
 
     def block_corrupt(self, block: BlockId, tier: str, error: str) -> None:
         """`block` failed its checksum and was dropped from `tier` (BlockEvents)."""
-        self.stats.corrupt_blocks += 1
-        _corrupt.add(1, {"tier": tier})
+        self.counters.corrupt_blocks += 1
         log.warning("block_corrupt", file_id=block[0], index=block[1], tier=tier, error=error)
 
     def _fetch_done(self, task: asyncio.Task[tuple[BlockData, int]]) -> None:
@@ -197,9 +192,7 @@ class WorkerService:
             )
         key = ufs.key_of(request.ufs_uri)
         length = request.block_length
-        self.stats.misses += 1
-        self.stats.ufs_gets += 1
-        _misses.add(1)
+        self.counters.misses += 1
         start = request.index * request.block_size
         data = await self._get_range(mount, ufs, key, start, length, request.etag)
         if len(data) != length:
@@ -208,8 +201,7 @@ class WorkerService:
                 f"expected {length}: the object changed"
             )
         crc = checksum(data)
-        self.stats.bytes_from_ufs += length
-        _bytes.add(length, {"source": "ufs"})
+        self.counters.bytes_from_ufs += length
         if self.store.put(request.block, data, crc, start):
             self.removed.discard(request.block)
             self.added.add(request.block)
@@ -246,10 +238,9 @@ class WorkerService:
         log.info("blocks_freed", files=len(file_ids), blocks=len(gone))
         return gone
 
-    def served(self, nbytes: int, from_cache: bool) -> None:
-        if from_cache:
-            self.stats.bytes_from_cache += nbytes
-            _bytes.add(nbytes, {"source": "cache"})
+    def served(self, nbytes: int, source: str) -> None:
+        """`nbytes` of a block from `source` (see `block`) went to a reader."""
+        self.counters.served(source, nbytes)
 
     def take_report(self) -> tuple[list[BlockId], list[BlockId]]:
         added, removed = sorted(self.added), sorted(self.removed)

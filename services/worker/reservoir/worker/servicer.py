@@ -19,7 +19,9 @@ from reservoir.common.errors import InvalidArgument, ReservoirError, ResourceExh
 from reservoir.common.rpc import translate_errors, translate_stream_errors
 from reservoir.v1 import common_pb2, worker_pb2
 
+from .read_trace import ReadTrace
 from .service import BlockRequest, WorkerService
+from .stats import worker_stats
 
 SERVICE = "reservoir.v1.WorkerService"
 _DATA_TAG = b"\x0a"  # field 1, wire type 2 (length-delimited)
@@ -96,15 +98,16 @@ class WorkerServicer:
         self, request: worker_pb2.ReadBlockRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[bytes]:
         block = _domain(request)
-        data, crc, from_cache = await self._service.block(block)
+        data, crc, source = await self._service.block(block)
         start, end = _window(block, len(data))
         view = memoryview(data)
         crc = _range_crc(view, start, end, crc)
         step = self._service.config.chunk_size
         for pos in range(start, end, step):
             yield encode_chunk(view[pos : min(end, pos + step)])
+        # Counted before the last message: a reader that has it may end the call at once.
+        self._served(end - start, source)
         yield encode_crc(crc)
-        self._service.served(end - start, from_cache)
 
     @translate_errors
     async def ReadSmall(
@@ -117,24 +120,31 @@ class WorkerServicer:
             raise InvalidArgument(
                 f"ReadSmall answers ranges of up to {limit} bytes, not {end - start}: use ReadBlock"
             )
-        data, crc, from_cache = await self._service.block(block)
+        data, crc, source = await self._service.block(block)
         view = memoryview(data)
         reply = encode_payload(view[start:end], _range_crc(view, start, end, crc))
-        self._service.served(end - start, from_cache)
+        self._served(end - start, source)
         return reply
+
+    def _served(self, nbytes: int, source: str) -> None:
+        self._service.served(nbytes, source)
+        ReadTrace(self._service.worker_id).add(source, nbytes)
 
     @translate_stream_errors
     async def ReadBlocks(
         self, request: worker_pb2.ReadBlocksRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[worker_pb2.BlockPayload]:
+        read = ReadTrace(self._service.worker_id)
+
         async def one(position: int, item: worker_pb2.ReadBlockRequest) -> worker_pb2.BlockPayload:
             try:
                 block = _domain(item)
-                data, crc, from_cache = await self._service.block(block)
+                data, crc, source = await self._service.block(block)
                 start, end = _window(block, len(data))
                 view = memoryview(data)
                 crc = _range_crc(view, start, end, crc)
-                self._service.served(end - start, from_cache)
+                self._service.served(end - start, source)
+                read.add(source, end - start)
                 whole = (start, end) == (0, len(data))
                 payload = data if whole else bytes(view[start:end])
                 return worker_pb2.BlockPayload(position=position, data=payload, crc32c=crc)
@@ -184,37 +194,7 @@ class WorkerServicer:
     async def GetStats(
         self, request: worker_pb2.GetStatsRequest, context: grpc.aio.ServicerContext
     ) -> worker_pb2.WorkerStats:
-        s = self._service.stats
-        store = self._service.store
-        tier = store.memory
-        return worker_pb2.WorkerStats(
-            worker_id=self._service.worker_id,
-            hits=s.hits,
-            misses=s.misses,
-            bytes_from_cache=s.bytes_from_cache,
-            bytes_from_ufs=s.bytes_from_ufs,
-            ufs_gets=s.ufs_gets,
-            evictions=s.evictions,
-            used_bytes=tier.used_bytes,
-            capacity_bytes=tier.capacity_bytes,
-            blocks=len(tier),
-            corrupt_blocks=s.corrupt_blocks,
-            tiers=[
-                worker_pb2.TierStats(
-                    name=t.name,
-                    path=t.path,
-                    used_bytes=t.used_bytes,
-                    capacity_bytes=t.capacity_bytes,
-                    blocks=t.blocks,
-                    evictions=t.evictions,
-                    hits=t.hits,
-                    in_service=t.in_service,
-                    pinned_bytes=t.pinned_bytes,
-                )
-                for t in store.usage()
-            ],
-            disk_writes_skipped=store.disk_writes_skipped,
-        )
+        return worker_stats(self._service)
 
     def handler(self) -> grpc.GenericRpcHandler:
         return grpc.method_handlers_generic_handler(

@@ -31,8 +31,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from opentelemetry import metrics
-
 from reservoir.common import logs
 from reservoir.common.config import WorkerConfig
 from reservoir.common.errors import DataLoss
@@ -43,14 +41,6 @@ from .memory_tier import NO_PINS, BlockData, BlockId, MemoryTier, Pins
 from .shm_tier import ShmTier
 
 log = logs.get_logger(__name__)
-_meter = metrics.get_meter("reservoir.worker")
-_tier_hits = _meter.create_counter("reservoir.worker.tier_hits", description="hits by tier")
-_tier_evictions = _meter.create_counter(
-    "reservoir.worker.tier_evictions", description="blocks evicted, by tier"
-)
-_disk_bytes = _meter.create_counter(
-    "reservoir.worker.disk_bytes", unit="By", description="bytes read and written, by op"
-)
 T = TypeVar("T")
 
 
@@ -247,8 +237,9 @@ class TieredStore:
 
     # ---- reads -------------------------------------------------------------------------
 
-    async def get(self, block: BlockId) -> tuple[BlockData, int] | None:
-        """The block's bytes and checksum from the highest tier that holds it, or None."""
+    async def get(self, block: BlockId) -> tuple[BlockData, int, str] | None:
+        """The block's bytes and checksum from the highest tier that holds it, and that
+        tier's name; None when no tier holds it."""
         for tier in self.disks:
             tier.policy.on_access(block)
         try:
@@ -260,15 +251,14 @@ class TieredStore:
                 self._events.block_gone(block, dropped.length, self.memory.name)
             held = None
         if held is not None:
-            _tier_hits.add(1, {"tier": self.memory.name})
             if self.disks and self.pins.pinned(block) and self._on_disk(block) is None:
                 self._pin_down(block, held[0])  # pinned after it landed: keep it on disk too
-            return held
+            return held[0], held[1], self.memory.name
         disk = self._on_disk(block)
         if disk is None:
             return None
         if block in self._writing:
-            return self._writing[block]
+            return (*self._writing[block], disk.name)
         entry = disk.entry(block)
         if entry is None or not entry.written:
             return None
@@ -290,11 +280,9 @@ class TieredStore:
         if disk.entry(block) is entry:
             entry.crc, entry.offset = crc, offset
         disk.hits += 1
-        _tier_hits.add(1, {"tier": disk.name})
-        _disk_bytes.add(len(data), {"op": "read"})
         # Moves up if memory's policy admits it.
         self.memory.put(block, data, crc, offset, entry.landed_s)
-        return data, crc
+        return data, crc, disk.name
 
     def landed(self, block: BlockId) -> float | None:
         """When the block landed in this worker (wall clock), or None when not held."""
@@ -354,7 +342,6 @@ class TieredStore:
         self._write_down(block, data, crc, offset, landed_s)
 
     def _memory_evicted(self, block: BlockId, size: int) -> None:
-        _tier_evictions.add(1, {"tier": self.memory.name})
         if self._on_disk(block) is None:
             self._events.block_gone(block, size, self.memory.name)
 
@@ -410,7 +397,6 @@ class TieredStore:
         finally:
             self._queued_bytes -= len(data)
             self._writing.pop(block, None)
-        _disk_bytes.add(len(data), {"op": "write"})
         if entry is not None and disk.entry(block) is entry:
             disk.committed(block, crc, off)
         elif disk.entry(block) is None:  # dropped while it was being written
@@ -431,7 +417,6 @@ class TieredStore:
         for block in victims:
             entry = disk.forget(block)
             disk.evictions += 1
-            _tier_evictions.add(1, {"tier": disk.name})
             if entry is not None and block not in self.memory:
                 self._events.block_gone(block, entry.length, disk.name)
         self._spawn(self._unlink(disk, victims))

@@ -1,0 +1,85 @@
+"""The master's Prometheus metrics: mounts, known inodes, load jobs by state, live workers.
+
+Inodes, jobs and workers live in etcd; `refresh` reads them there before each scrape (an
+inode count is counted by etcd, none is sent), under the store's deadline. When etcd does
+not answer, the scrape still succeeds: `reservoir_master_metadata_up` is 0 and those
+series are left out rather than shown stale.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from reservoir.common import keyspace, logs
+from reservoir.common.errors import ReservoirError
+from reservoir.common.metadata_store import MetadataStore
+
+from .jobs import TERMINAL
+from .service import MasterService
+
+log = logs.get_logger(__name__)
+
+PREFIX = "reservoir_master_"
+JOB_STATES = ("pending", "running", *TERMINAL)
+
+
+@dataclass(frozen=True, slots=True)
+class _Stored:
+    inodes: int
+    jobs: dict[str, int]
+    workers: int
+    worker_capacity_bytes: int
+
+
+class MasterMetrics(Collector):
+    def __init__(self, service: MasterService, store: MetadataStore) -> None:
+        self._service = service
+        self._store = store
+        self._stored: _Stored | None = None
+
+    async def refresh(self) -> None:
+        try:
+            inodes = await self._store.count_prefix(keyspace.INODES + b"/")
+            jobs = dict.fromkeys(JOB_STATES, 0)
+            for job in await self._service.jobs.all():
+                jobs[job.state] = jobs.get(job.state, 0) + 1
+            workers = await self._service.workers()
+        except ReservoirError as exc:
+            self._stored = None
+            log.warning("metrics_metadata_unavailable", error=str(exc))
+            return
+        self._stored = _Stored(inodes, jobs, len(workers), sum(w.capacity_bytes for w in workers))
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        yield GaugeMetricFamily(
+            PREFIX + "mounts", "Mounts in the mount table.", value=len(self._service.mount_table)
+        )
+        stored = self._stored
+        yield GaugeMetricFamily(
+            PREFIX + "metadata_up",
+            "1 when the metadata store (etcd) answered this scrape's questions.",
+            value=0 if stored is None else 1,
+        )
+        if stored is None:
+            return
+        yield GaugeMetricFamily(
+            PREFIX + "inodes",
+            "Files and directories the master knows (stored in etcd).",
+            value=stored.inodes,
+        )
+        jobs = GaugeMetricFamily(PREFIX + "jobs", "Load jobs by state.", labels=["state"])
+        for state, n in stored.jobs.items():
+            jobs.add_metric([state], n)
+        yield jobs
+        yield GaugeMetricFamily(
+            PREFIX + "workers", "Live workers (their lease runs).", value=stored.workers
+        )
+        yield GaugeMetricFamily(
+            PREFIX + "workers_capacity_bytes",
+            "Memory-tier capacity of the live workers, summed.",
+            value=stored.worker_capacity_bytes,
+        )
