@@ -3,9 +3,11 @@ settings, and usable in forked and spawned children with channels of their own."
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 import pickle
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -70,6 +72,33 @@ def test_a_raw_fork_child_reads_without_hanging(cluster: LocalCluster, mounted: 
                 os._exit(0 if ok else 1)
         _, status = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_a_fork_child_reads_while_closed_channels_wait_in_reference_cycles(
+    cluster: LocalCluster, mounted: str
+) -> None:
+    """grpc.aio keeps its poller thread while any channel object lives, closed or not; a
+    child forked then would wait forever. The fork hook frees what cycles still hold."""
+    with Client(cluster.master_address) as parent:
+        parent.read(f"{mounted}/f1.bin")
+        gc.disable()
+        try:
+            cycle: list[object] = [parent._runtime.client]
+            cycle.append(cycle)
+            del cycle
+            pid = os.fork()
+            if pid == 0:  # the child reports through its exit code; SIGALRM ends a hang
+                ok = False
+                try:
+                    signal.alarm(20)
+                    ok = parent.read(f"{mounted}/f7.bin") == FILES["f7.bin"]
+                finally:
+                    os._exit(0 if ok else 1)
+        finally:
+            gc.enable()
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert parent.read(f"{mounted}/f2.bin") == FILES["f2.bin"]
 
 
 def test_an_unpickled_client_has_the_same_settings_and_reads(

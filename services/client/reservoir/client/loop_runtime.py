@@ -11,6 +11,7 @@ runtime on their next call. A fork costs the parent its connections, not correct
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import threading
 import weakref
@@ -114,14 +115,18 @@ class LoopRuntime:
         if not thread.is_alive():
             loop.close()
 
-    def _park_for_fork(self) -> None:
+    def _park_for_fork(self) -> bool:
+        """Stops the loop and closes the channels; True when there were some."""
         # Taken without blocking: a fork from inside a call on this runtime (a thread holding
         # the lock) must not deadlock; that runtime is then left to the pid check.
-        if self._lock.acquire(blocking=False):
-            try:
-                self._stop_locked()
-            finally:
-                self._lock.release()
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            running = self._client is not None
+            self._stop_locked()
+            return running
+        finally:
+            self._lock.release()
 
 
 async def _make(config: cfg.ClientConfig) -> AsyncClient:
@@ -142,8 +147,15 @@ _live: weakref.WeakSet[LoopRuntime] = weakref.WeakSet()
 
 
 def _before_fork() -> None:
+    parked = False
     for runtime in list(_live):
-        runtime._park_for_fork()
+        parked = runtime._park_for_fork() or parked
+    if parked:
+        # grpc.aio keeps its poller thread while any channel object exists, closed or not
+        # (it counts them in constructors and destructors). A child forked with that count
+        # above zero waits forever on a poller it does not have; closed channels still held
+        # by reference cycles are freed here so the count reaches zero before the fork.
+        gc.collect()
 
 
 os.register_at_fork(before=_before_fork)
