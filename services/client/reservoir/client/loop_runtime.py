@@ -68,11 +68,11 @@ class LoopRuntime:
 
     # ---- internals ------------------------------------------------------------------------
 
-    _owner_pid = -1
+    _owner_process = -1  # the `_process` it was started in
 
     def _running(self) -> tuple[asyncio.AbstractEventLoop, AsyncClient]:
         loop, client = self._loop, self._client
-        if loop is not None and client is not None and self._owner_pid == os.getpid():
+        if loop is not None and client is not None and self._owner_process == _process:
             return loop, client
         return self._start()
 
@@ -81,7 +81,7 @@ class LoopRuntime:
             if self._closed:
                 raise ValueError("operation on a closed Reservoir client")  # as a closed file
             loop, client = self._loop, self._client
-            if loop is not None and client is not None and self._owner_pid == os.getpid():
+            if loop is not None and client is not None and self._owner_process == _process:
                 return loop, client
             # A runtime inherited from a parent that forked without the hook running (it
             # always runs for os.fork; this is the belt to its braces): drop it unused.
@@ -97,13 +97,13 @@ class LoopRuntime:
                 thread.join(_STOP_TIMEOUT_S)
                 raise
             self._loop, self._thread, self._client = loop, thread, client
-            self._owner_pid = os.getpid()
+            self._owner_process = _process
             return loop, client
 
     def _stop_locked(self) -> None:
         loop, thread, client = self._loop, self._thread, self._client
         self._loop = self._thread = self._client = None
-        if loop is None or thread is None or client is None or self._owner_pid != os.getpid():
+        if loop is None or thread is None or client is None or self._owner_process != _process:
             return
         if loop.is_running():
             try:
@@ -118,7 +118,7 @@ class LoopRuntime:
     def _park_for_fork(self) -> bool:
         """Stops the loop and closes the channels; True when there were some."""
         # Taken without blocking: a fork from inside a call on this runtime (a thread holding
-        # the lock) must not deadlock; that runtime is then left to the pid check.
+        # the lock) must not deadlock; that runtime is then left to the `_process` check.
         if not self._lock.acquire(blocking=False):
             return False
         try:
@@ -158,4 +158,14 @@ def _before_fork() -> None:
         gc.collect()
 
 
-os.register_at_fork(before=_before_fork)
+# Which process this is, counted up in every forked child: a module global read on each call
+# (every read goes through it) where os.getpid() would be a system call.
+_process = 0
+
+
+def _after_fork_in_child() -> None:
+    global _process
+    _process += 1
+
+
+os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
