@@ -6,6 +6,8 @@ thread that drove them, which does not exist in the child) hangs or crashes on i
 call, GRPC_ENABLE_FORK_SUPPORT or not. So just before any fork every live runtime closes
 its channels and stops its thread, leaving gRPC idle; parent and child alike start a fresh
 runtime on their next call. A fork costs the parent its connections, not correctness.
+grpc.aio channels a program makes itself, outside any `Client`, are not this hook's to
+close: while one lives, a forked child's gRPC calls still wait forever.
 """
 
 from __future__ import annotations
