@@ -20,6 +20,7 @@ from reservoir.fuse.errnos import FailureLog, errno_for
         (errors.NotADirectory("/d/f: not a directory"), errno.ENOTDIR),
         (errors.PermissionDenied("no"), errno.EACCES),
         (errors.Unauthenticated("no token"), errno.EACCES),
+        (errors.ReadOnly("a write to reservoir://"), errno.EROFS),
         (errors.InvalidArgument("bad path"), errno.EINVAL),
         (errors.Conflict("etag changed"), errno.ESTALE),
         (errors.DeadlineExceeded("slow"), errno.ETIMEDOUT),

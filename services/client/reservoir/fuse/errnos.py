@@ -13,13 +13,14 @@ log = logs.get_logger(__name__)
 
 _FAILURE_LOG_INTERVAL_S = 1.0
 
-# Most specific class first (DeadlineExceeded is an Unavailable, Unauthenticated a
-# PermissionDenied).
+# Most specific class first (DeadlineExceeded is an Unavailable, ReadOnly and
+# Unauthenticated are PermissionDenied).
 _ERRNO_BY_ERROR: tuple[tuple[type[BaseException], int], ...] = (
     (errors.NotFound, errno.ENOENT),
     (errors.IsADirectory, errno.EISDIR),
     (errors.NotADirectory, errno.ENOTDIR),
     (errors.AlreadyExists, errno.EEXIST),
+    (errors.ReadOnly, errno.EROFS),
     (errors.PermissionDenied, errno.EACCES),
     (errors.InvalidArgument, errno.EINVAL),
     (errors.OutOfRange, errno.EINVAL),
