@@ -224,8 +224,25 @@ class ReadBench:
         conc, many = a.concurrency, f"read_many {a.many_threads} threads x {a.batch} paths"
         for run in range(a.runs):
             log(f"warm rows, run {run + 1}/{a.runs}")
+            with (
+                s.client(short_circuit=False, data_port=False) as client,
+                cf.ThreadPoolExecutor(conc) as pool,
+            ):
+                # For comparison: the remote path as it was before data ports.
+                for ds in (self.small, self.large):
+                    client.ls(f"{MOUNT}/{ds.name}")
+                    s.measure(
+                        s.row(
+                            ds.name,
+                            targets.WARM_GRPC_ONLY_READ,
+                            f"read per file, {conc} threads, data port off",
+                        ),
+                        ds,
+                        readers.reservoir_read(client, ds, pool),
+                        cache=WARM,
+                    )
             for short_circuit in (False, True):
-                path = "short-circuit" if short_circuit else "gRPC"
+                path = "short-circuit" if short_circuit else "remote (data port)"
                 with (
                     s.client(short_circuit=short_circuit) as client,
                     cf.ThreadPoolExecutor(conc) as pool,
@@ -233,7 +250,7 @@ class ReadBench:
                 ):
                     for ds in (self.small, self.large):
                         client.ls(f"{MOUNT}/{ds.name}")  # a loader lists its data set first
-                        system = targets.WARM_SC_READ if short_circuit else targets.WARM_GRPC_READ
+                        system = targets.WARM_SC_READ if short_circuit else targets.WARM_REMOTE_READ
                         s.measure(
                             s.row(ds.name, system, f"read per file, {conc} threads, {path}"),
                             ds,

@@ -30,11 +30,13 @@ class Session:
             self.rows.append(self._by_key[key])
         return self._by_key[key]
 
-    def client(self, short_circuit: bool) -> Any:
+    def client(self, short_circuit: bool, data_port: bool = True) -> Any:
         from reservoir.client import Client
         from reservoir.common.config import ClientConfig
 
-        config = ClientConfig(master=self.cluster.master_address, short_circuit=short_circuit)
+        config = ClientConfig(
+            master=self.cluster.master_address, short_circuit=short_circuit, data_port=data_port
+        )
         return Client(config=config)
 
     def worker_stats(self) -> dict[str, int]:

@@ -15,13 +15,15 @@ S3FS = "s3fs direct"
 SIMPLECACHE_1 = "s3fs+simplecache epoch 1"
 SIMPLECACHE_2 = "s3fs+simplecache epoch 2"
 COLD_READ = "reservoir cold, read"
-WARM_GRPC_READ = "reservoir warm, gRPC, read"
+# "remote": a client on no worker's host (short-circuit off): the data port by default.
+WARM_REMOTE_READ = "reservoir warm, remote, read"
+WARM_GRPC_ONLY_READ = "reservoir warm, gRPC only, read"
 WARM_SC_READ = "reservoir warm, short-circuit, read"
 WARM_GRPC_MANY = "reservoir warm, gRPC, read_many"
 WARM_SC_MANY = "reservoir warm, short-circuit, read_many"
 BOTO3_ONE_GET = "boto3 one get_object"
-CKPT_READ = "reservoir warm, gRPC, open().read()"
-CKPT_READINTO = "reservoir warm, gRPC, readinto 16 MiB"
+CKPT_READ = "reservoir warm, remote, open().read()"
+CKPT_READINTO = "reservoir warm, remote, readinto 16 MiB"
 CKPT_SC_READ = "reservoir warm, short-circuit, open().read()"
 CKPT_SC_READINTO = "reservoir warm, short-circuit, readinto 16 MiB"
 CKPT_COLD = "reservoir cold, readinto 16 MiB"
@@ -50,8 +52,8 @@ TARGETS: tuple[Target, ...] = (
     Target("cold small, read / boto3", ("small", COLD_READ), ("small", BOTO3), FILES_S, 0.9),
     Target("cold large, read / boto3", ("large", COLD_READ), ("large", BOTO3), MB_S, 0.8),
     Target(
-        "warm small, gRPC read / simplecache e2",
-        ("small", WARM_GRPC_READ),
+        "warm small, remote read / simplecache e2",
+        ("small", WARM_REMOTE_READ),
         ("small", SIMPLECACHE_2),
         FILES_S,
         1.0,
@@ -64,13 +66,15 @@ TARGETS: tuple[Target, ...] = (
         2.0,
     ),
     Target(
-        "warm large, gRPC / simplecache e2",
-        ("large", WARM_GRPC_READ),
+        "warm large, remote / simplecache e2",
+        ("large", WARM_REMOTE_READ),
         ("large", SIMPLECACHE_2),
         MB_S,
         0.6,
     ),
-    Target("warm large, gRPC / TCP ceiling", ("large", WARM_GRPC_READ), (CEILING, TCP), MB_S, 0.4),
+    Target(
+        "warm large, remote / TCP ceiling", ("large", WARM_REMOTE_READ), (CEILING, TCP), MB_S, 0.4
+    ),
     Target(
         "warm large, short-circuit / simplecache e2",
         ("large", WARM_SC_READ),

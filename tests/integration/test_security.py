@@ -126,6 +126,15 @@ def test_a_plaintext_client_gets_no_answer_from_a_tls_master(secure: LocalCluste
         assert caught.value.code() == grpc.StatusCode.UNAVAILABLE  # no TLS handshake
 
 
+def test_workers_of_a_tls_cluster_open_no_plaintext_data_port(secure: LocalCluster) -> None:
+    with _client(secure, "reader") as c:
+        workers = c.workers()
+        assert workers and not any(w.data_address for w in workers)
+        data = c.read("/sec/a.bin")
+        assert len(data) == 3 * BLOCK + 5
+        assert c.aio.data_port_bytes == 0
+
+
 def test_no_log_line_carries_a_token_key_or_signature_even_at_debug(
     secure: LocalCluster, tmp_path: Path
 ) -> None:

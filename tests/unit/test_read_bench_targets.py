@@ -63,12 +63,12 @@ def test_every_target_met_when_every_ratio_reaches_it() -> None:
 
 
 def test_a_row_that_failed_its_check_makes_the_target_invalid_whatever_the_ratio() -> None:
-    problems = {("small", T.WARM_GRPC_READ): ["not warm: 12 S3 GETs", "not warm: 12 S3 GETs"]}
+    problems = {("small", T.WARM_REMOTE_READ): ["not warm: 12 S3 GETs", "not warm: 12 S3 GETs"]}
     outcomes = T.evaluate(medians(5.0), problems)
-    warm = next(o for o in outcomes if o.target.numerator == ("small", T.WARM_GRPC_READ))
+    warm = next(o for o in outcomes if o.target.numerator == ("small", T.WARM_REMOTE_READ))
     assert warm.verdict == "invalid"
     assert not warm.met
-    assert warm.problems == (f"{T.WARM_GRPC_READ}: not warm: 12 S3 GETs",)
+    assert warm.problems == (f"{T.WARM_REMOTE_READ}: not warm: 12 S3 GETs",)
     assert "! " + warm.problems[0] in T.targets_table(outcomes)
 
 
@@ -79,5 +79,5 @@ def test_a_missing_row_is_not_measured_and_not_met() -> None:
 
 
 def test_warm_large_grpc_has_both_of_its_targets() -> None:
-    names = {t.denominator for t in T.TARGETS if t.numerator == ("large", T.WARM_GRPC_READ)}
+    names = {t.denominator for t in T.TARGETS if t.numerator == ("large", T.WARM_REMOTE_READ)}
     assert names == {("large", T.SIMPLECACHE_2), (T.CEILING, T.TCP)}

@@ -34,7 +34,8 @@ from reservoir.v1 import master_pb2, worker_pb2
 from . import discovery
 from .block_reader import BlockReader
 from .cluster_view import ClusterView
-from .local_reads import LocalReads
+from .data_port import DataPortReader
+from .thread_reads import ThreadReads
 
 log = logs.get_logger(__name__)
 _tracer = trace.get_tracer("reservoir.client")
@@ -66,11 +67,15 @@ class AsyncClient:
         )
         self._reader = BlockReader(self.config, self._view, self._worker_channels, under_stores)
         # For the blocking client: reads its caller threads answer without this loop.
-        self.local_reads = LocalReads(self._view, self._reader, self._reader.short_circuit)
+        self.data_port = DataPortReader(self.config)
+        self.thread_reads = ThreadReads(
+            self._view, self._reader, self._reader.short_circuit, self.data_port
+        )
 
     async def close(self) -> None:
         await self._worker_channels.close()
         await self._view.close()
+        self.data_port.close()
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -82,6 +87,11 @@ class AsyncClient:
     def short_circuit_bytes(self) -> int:
         """Bytes read from same-host workers' files."""
         return self._reader.short_circuit.bytes_read
+
+    @property
+    def data_port_bytes(self) -> int:
+        """Bytes read from workers' data ports (by the blocking client's threads)."""
+        return self.data_port.bytes_read
 
     # ---- namespace (ClusterView) ------------------------------------------------------------
 

@@ -92,13 +92,13 @@ class Client:
     def read(self, path: str, offset: int = 0, length: int = -1) -> bytes:
         if offset >= 0 and length >= -1:
             # Blocks on this host whose file is known: read in this thread, no loop hop.
-            local = self._async.local_reads.read(path, offset, length)
+            local = self._async.thread_reads.read(path, offset, length)
             if local is not None:
                 return local
         return joined(self._run(self._async.read_pieces(path, offset, length)))
 
     def _read_inode(self, inode: Inode, offset: int, length: int) -> list[bytes | memoryview]:
-        local = self._async.local_reads.read_inode(inode, offset, length)
+        local = self._async.thread_reads.read_inode(inode, offset, length)
         if local is not None:
             return local
         return list(self._run(self._async._read_inode_pieces(inode, offset, length)))
@@ -110,7 +110,7 @@ class Client:
         return self._run(self._async.read_ranges(ranges, return_exceptions=return_exceptions))
 
     def _read_inode_bytes(self, inode: Inode, offset: int, length: int) -> bytes:
-        local = self._async.local_reads.read_inode_bytes(inode, offset, length)
+        local = self._async.thread_reads.read_inode_bytes(inode, offset, length)
         if local is not None:
             return local
         return joined(self._run(self._async._read_inode_pieces(inode, offset, length)))

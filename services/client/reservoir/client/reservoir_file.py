@@ -63,19 +63,11 @@ class ReservoirFile(io.RawIOBase):
         block_size = self._inode.block_size
         index = self._pos // block_size
         if want >= block_size:
-            if self._pos % block_size == 0:
-                # Whole blocks: from this host's block files straight into the caller's
-                # buffer when they are there (no intermediate copy at all).
-                whole = (
-                    want
-                    if self._pos + want == self._inode.size
-                    else want // block_size * block_size
-                )
-                if self._client._async.local_reads.read_blocks_into(
-                    self._inode, index, view[:whole]
-                ):
-                    self._pos += whole
-                    return whole
+            # Straight into the caller's buffer when this thread can read every block of
+            # it (this host's block files, workers' data ports): no intermediate copy.
+            if self._client._async.thread_reads.read_into(self._inode, self._pos, view[:want]):
+                self._pos += want
+                return want
             # From the received buffers into the caller's: one copy.
             filled = 0
             for piece in self._client._read_inode(self._inode, self._pos, want):

@@ -1,7 +1,7 @@
 """Short-circuit reads: blocks a worker on this host holds, read straight from its block
 files (pread into this process's memory, checked against the header's checksum) with no
 gRPC call. Plain blocking calls, safe from any thread: the event loop's read path and the
-blocking client's caller-thread path (`LocalReads`) share them."""
+blocking client's caller-thread path (`ThreadReads`) share them."""
 
 from __future__ import annotations
 

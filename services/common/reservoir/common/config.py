@@ -364,6 +364,23 @@ class WorkerConfig:
     # The address clients dial; defaults to the listen address (its host replaced by this
     # machine's name when it listens on all interfaces).
     advertise: str = field(default="", metadata=env("RESERVOIR_WORKER_ADVERTISE"))
+    # The data port (worker/data_port.py): block bytes over plain TCP, read by clients in
+    # their own thread. Off, or in a cluster with TLS (it has no TLS of its own), blocks
+    # go over gRPC only.
+    data_port: bool = field(default=True, metadata=env("RESERVOIR_WORKER_DATA_PORT"))
+    # host:port it listens on; empty: the host of `listen`, any free port. Clients dial
+    # the advertised host with this port.
+    data_listen: str = field(default="", metadata=env("RESERVOIR_WORKER_DATA_LISTEN"))
+    data_idle_timeout_s: float = field(
+        default=300.0, metadata=env("RESERVOIR_WORKER_DATA_IDLE_TIMEOUT")
+    )
+    # A reader that takes no bytes for this long is disconnected.
+    data_write_timeout_s: float = field(
+        default=60.0, metadata=env("RESERVOIR_WORKER_DATA_WRITE_TIMEOUT")
+    )
+    data_max_connections: int = field(
+        default=1024, metadata=env("RESERVOIR_WORKER_DATA_MAX_CONNECTIONS")
+    )
     worker_id: str = field(default="", metadata=env("RESERVOIR_WORKER_ID"))
     host: str = field(default_factory=socket.gethostname, metadata=env("RESERVOIR_HOST"))
     zone: str = field(default="", metadata=env("RESERVOIR_ZONE"))
@@ -516,6 +533,14 @@ class ClientConfig:
     parallelism: int = field(default=8, metadata=env("RESERVOIR_CLIENT_PARALLELISM"))
     # Read blocks held by a worker on this host straight from its shared-memory files.
     short_circuit: bool = field(default=True, metadata=env("RESERVOIR_SHORT_CIRCUIT"))
+    # Read blocks over workers' data ports (plain TCP, in the caller's thread) where they
+    # have one; off: gRPC only.
+    data_port: bool = field(default=True, metadata=env("RESERVOIR_DATA_PORT"))
+    # Idle data-port connections kept per worker for the next read (each reading thread
+    # takes one while it reads).
+    data_port_idle_connections: int = field(
+        default=32, metadata=env("RESERVOIR_DATA_PORT_IDLE_CONNECTIONS")
+    )
     # Check every received block against its CRC32C. Off only to measure what it costs.
     verify_checksums: bool = field(default=True, metadata=env("RESERVOIR_VERIFY_CHECKSUMS"))
     # Raise glibc's mmap/trim thresholds in this process (see common/malloc_tuning.py).

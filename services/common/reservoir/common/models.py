@@ -188,6 +188,7 @@ class WorkerRecord:
     started_ms: int = 0
     lease_id: int = 0  # the etcd lease its registration (and its block locations) live under
     shm_dir: str = ""  # blocks as files a same-host client may read directly
+    data_address: str = ""  # the data port (block_transfer.py); empty: gRPC only
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self)).encode()
@@ -205,6 +206,7 @@ class WorkerRecord:
             capacity_bytes=self.capacity_bytes,
             started_ms=self.started_ms,
             shm_dir=self.shm_dir,
+            data_address=self.data_address,
         )
 
     @classmethod
@@ -217,6 +219,7 @@ class WorkerRecord:
             msg.capacity_bytes,
             msg.started_ms,
             shm_dir=msg.shm_dir,
+            data_address=msg.data_address,
         )
 
 

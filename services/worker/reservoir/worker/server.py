@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import time
 
 from reservoir.common import config as cfg
@@ -18,6 +19,7 @@ from reservoir.common.security import SecuritySettings, Transport
 
 from .block_reporter import BlockReporter
 from .cache_rules import CacheRuleTable
+from .data_port import DataPort
 from .eviction import POLICIES
 from .master_link import MasterLink
 from .membership import Membership
@@ -79,6 +81,13 @@ def parse_args(argv: list[str] | None = None) -> tuple[cfg.WorkerConfig, cfg.Log
     return config, cfg.load(cfg.LogConfig, format=args.log_format)
 
 
+def _data_listen(config: cfg.WorkerConfig) -> tuple[str, int]:
+    if config.data_listen:
+        host, _, port = config.data_listen.rpartition(":")
+        return host.strip("[]"), int(port)
+    return config.listen.rsplit(":", 1)[0].strip("[]"), 0
+
+
 def _advertise(config: cfg.WorkerConfig, port: int) -> str:
     if config.advertise:
         return config.advertise
@@ -111,6 +120,8 @@ async def serve(config: cfg.WorkerConfig, transport: Transport) -> None:
         config, mounts, rules, unlisted_shm=bool(transport.settings.auth_tokens_file)
     )
     server.add_generic_rpc_handlers([WorkerServicer(service).handler()])
+    # The data port has no TLS: a cluster that runs TLS keeps every byte on gRPC.
+    data_port = DataPort(service, config) if config.data_port and not transport.tls_server else None
     registry.register(WorkerMetrics(service))
     metrics = MetricsEndpoint(registry, config.metrics)
     await serving.add_health_and_reflection(server, [SERVICE])
@@ -125,6 +136,10 @@ async def serve(config: cfg.WorkerConfig, transport: Transport) -> None:
         if isinstance(memory := service.store.memory, ShmTier)
         else "",
     )
+    if data_port is not None:
+        data_host, data_port_number = _data_listen(config)
+        bound = await data_port.start(data_host, data_port_number)
+        record = dataclasses.replace(record, data_address=f"{address.rsplit(':', 1)[0]}:{bound}")
     reporter = BlockReporter(config, service, link)
     membership = Membership(store, record, config, reporter)
     # Before the first (full) report: the blocks kept on disk are held again.
@@ -152,6 +167,8 @@ async def serve(config: cfg.WorkerConfig, transport: Transport) -> None:
     for task in loops:
         task.cancel()
     await server.stop(config.grace_s)
+    if data_port is not None:
+        await data_port.close()
     await metrics.close()
     try:
         await membership.leave()

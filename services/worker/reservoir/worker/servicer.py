@@ -14,13 +14,13 @@ from collections.abc import AsyncIterator
 import grpc
 import grpc.aio
 
-from reservoir.common.block_file import checksum
 from reservoir.common.errors import InvalidArgument, ReservoirError, ResourceExhausted, code_value
 from reservoir.common.rpc import translate_errors, translate_stream_errors
 from reservoir.v1 import common_pb2, worker_pb2
 
+from .read_request import domain_request, range_crc, window
 from .read_trace import ReadTrace
-from .service import BlockRequest, WorkerService
+from .service import WorkerService
 from .stats import worker_stats
 
 SERVICE = "reservoir.v1.WorkerService"
@@ -65,30 +65,6 @@ def encode_payload(payload: memoryview, crc: int) -> bytes:
     )
 
 
-def _range_crc(view: memoryview, start: int, end: int, block_crc: int) -> int:
-    return block_crc if (start, end) == (0, len(view)) else checksum(view[start:end])
-
-
-def _domain(request: worker_pb2.ReadBlockRequest) -> BlockRequest:
-    return BlockRequest(
-        file_id=request.file_id,
-        index=request.index,
-        offset=request.offset,
-        length=request.length,
-        ufs_uri=request.ufs_uri,
-        etag=request.etag,
-        file_size=request.file_size,
-        block_size=request.block_size,
-        mount_path=request.mount_path,
-    ).validated()
-
-
-def _window(request: BlockRequest, block_length: int) -> tuple[int, int]:
-    start = min(request.offset, block_length)
-    end = block_length if request.length < 0 else min(block_length, start + request.length)
-    return start, end
-
-
 class WorkerServicer:
     def __init__(self, service: WorkerService) -> None:
         self._service = service
@@ -97,11 +73,11 @@ class WorkerServicer:
     async def ReadBlock(
         self, request: worker_pb2.ReadBlockRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[bytes]:
-        block = _domain(request)
+        block = domain_request(request)
         data, crc, source = await self._service.block(block)
-        start, end = _window(block, len(data))
+        start, end = window(block, len(data))
         view = memoryview(data)
-        crc = _range_crc(view, start, end, crc)
+        crc = range_crc(view, start, end, crc)
         step = self._service.config.chunk_size
         for pos in range(start, end, step):
             yield encode_chunk(view[pos : min(end, pos + step)])
@@ -113,8 +89,8 @@ class WorkerServicer:
     async def ReadSmall(
         self, request: worker_pb2.ReadBlockRequest, context: grpc.aio.ServicerContext
     ) -> bytes:
-        block = _domain(request)
-        start, end = _window(block, block.block_length)
+        block = domain_request(request)
+        start, end = window(block, block.block_length)
         limit = self._service.config.small_read_max_bytes
         if end - start > limit:
             raise InvalidArgument(
@@ -122,7 +98,7 @@ class WorkerServicer:
             )
         data, crc, source = await self._service.block(block)
         view = memoryview(data)
-        reply = encode_payload(view[start:end], _range_crc(view, start, end, crc))
+        reply = encode_payload(view[start:end], range_crc(view, start, end, crc))
         self._served(end - start, source)
         return reply
 
@@ -138,11 +114,11 @@ class WorkerServicer:
 
         async def one(position: int, item: worker_pb2.ReadBlockRequest) -> worker_pb2.BlockPayload:
             try:
-                block = _domain(item)
+                block = domain_request(item)
                 data, crc, source = await self._service.block(block)
-                start, end = _window(block, len(data))
+                start, end = window(block, len(data))
                 view = memoryview(data)
-                crc = _range_crc(view, start, end, crc)
+                crc = range_crc(view, start, end, crc)
                 self._service.served(end - start, source)
                 read.add(source, end - start)
                 whole = (start, end) == (0, len(data))
@@ -167,7 +143,7 @@ class WorkerServicer:
     ) -> worker_pb2.LoadBlocksResponse:
         async def one(position: int, item: worker_pb2.ReadBlockRequest) -> worker_pb2.BlockStatus:
             try:
-                block = _domain(item)
+                block = domain_request(item)
                 data, _, _ = await self._service.block(block)
                 if block.block not in self._service.store:
                     raise ResourceExhausted("block fetched but not kept: the cache is full")

@@ -1,0 +1,187 @@
+"""Block ranges from workers' data ports (`reservoir.common.block_transfer`), read with
+blocking sockets in the caller's own thread, straight into the buffer the read returns.
+
+Each reading thread takes a connection to the worker from a small pool and puts it back
+when its read is done; a connection that failed in any way is closed, never reused. Every
+step has the read deadline (`read_timeout_s`). Anything short of the exact bytes with the
+right checksum answers False: the caller then takes the full path (gRPC, failover to
+other replicas, the under-store), which also decides what error, if any, the reader sees.
+A pooled connection the worker has closed meanwhile is retried once on a new one.
+
+Sockets are not shared across a fork: a child drops the pool it inherited (closing only
+its own copies of the descriptors) and connects afresh.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+
+from reservoir.common import block_transfer as wire
+from reservoir.common import config as cfg
+from reservoir.common import logs
+from reservoir.common.block_file import checksum
+from reservoir.common.models import Inode, WorkerRecord, block_request
+
+log = logs.get_logger(__name__)
+
+_generation = 0  # bumped in every forked child: pools from before the fork are dropped
+
+
+def _after_fork_in_child() -> None:
+    global _generation
+    _generation += 1
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class _Failed(Exception):
+    """This connection cannot answer (closed, timed out, broken frame)."""
+
+
+class DataPortReader:
+    def __init__(self, config: cfg.ClientConfig) -> None:
+        self._config = config
+        self._lock = threading.Lock()
+        self._idle: dict[str, list[socket.socket]] = {}
+        self._generation = _generation
+        self._bytes = 0
+
+    @property
+    def bytes_read(self) -> int:
+        """Bytes received from data ports, checksum checked."""
+        return self._bytes
+
+    def reaches(self, worker: WorkerRecord) -> bool:
+        # A client that speaks TLS never sends block requests in clear.
+        return bool(
+            self._config.data_port and worker.data_address and not self._config.security.tls
+        )
+
+    def read_into(
+        self, worker: WorkerRecord, inode: Inode, index: int, offset: int, out: memoryview
+    ) -> bool:
+        """Bytes [offset, offset+len(out)) of block `index` into `out`: True when `out`
+        holds exactly them, checksum checked; False otherwise (`out` is then undefined)."""
+        if not self.reaches(worker):
+            return False
+        body = block_request(inode, index, offset, len(out)).SerializeToString()
+        deadline = time.monotonic() + self._config.read_timeout_s
+        for attempt in (0, 1):
+            sock, pooled = self._connection(worker.data_address, deadline, fresh=attempt > 0)
+            if sock is None:
+                return False
+            try:
+                ok = self._exchange(sock, body, out, deadline)
+            except _Failed as exc:
+                sock.close()
+                if pooled and attempt == 0:
+                    continue  # most likely closed by the worker while idle: once more
+                log.debug("data_port_read_failed", worker=worker.id, error=str(exc))
+                return False
+            self._release(worker.data_address, sock)
+            if ok:
+                with self._lock:
+                    self._bytes += len(out)
+            return ok
+        return False
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, {}
+        for sockets in idle.values():
+            for sock in sockets:
+                sock.close()
+
+    # ---- internals ------------------------------------------------------------------------
+
+    def _connection(
+        self, address: str, deadline: float, *, fresh: bool
+    ) -> tuple[socket.socket | None, bool]:
+        if not fresh:
+            with self._lock:
+                if self._generation != _generation:
+                    # A forked child: these connections are the parent's too. Closing this
+                    # process's descriptors leaves them open for the parent.
+                    for sockets in self._idle.values():
+                        for sock in sockets:
+                            sock.close()
+                    self._idle = {}
+                    self._generation = _generation
+                idle = self._idle.get(address)
+                if idle:
+                    return idle.pop(), True
+        host, _, port = address.rpartition(":")
+        try:
+            sock = socket.create_connection(
+                (host.strip("[]"), int(port)), timeout=max(0.001, deadline - time.monotonic())
+            )
+        except (OSError, ValueError) as exc:
+            log.debug("data_port_connect_failed", address=address, error=str(exc))
+            return None, False
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock, False
+
+    def _release(self, address: str, sock: socket.socket) -> None:
+        with self._lock:
+            idle = self._idle.setdefault(address, [])
+            if (
+                self._generation == _generation
+                and len(idle) < self._config.data_port_idle_connections
+            ):
+                idle.append(sock)
+                return
+        sock.close()
+
+    def _exchange(self, sock: socket.socket, body: bytes, out: memoryview, deadline: float) -> bool:
+        """One request and its response on `sock`. Raises _Failed when the connection is
+        unusable; returns False on an answer that is not the bytes asked for (the
+        connection stays good when the frame was complete)."""
+        _send(sock, wire.encode_request(body), deadline)
+        header_buffer = bytearray(wire.RESPONSE_HEADER.size)
+        _receive_into(sock, memoryview(header_buffer), deadline)
+        header = wire.ResponseHeader.decode(header_buffer)
+        if header.status != 0:
+            if header.length > wire.MAX_ERROR_MESSAGE:
+                raise _Failed(f"error message of {header.length} bytes")
+            _receive_into(sock, memoryview(bytearray(header.length)), deadline)
+            return False  # the full path asks again and reports the error properly
+        if header.length != len(out):
+            raise _Failed(f"{header.length} bytes announced, {len(out)} asked for")
+        _receive_into(sock, out, deadline)
+        if self._config.verify_checksums and checksum(out) != header.crc32c:
+            log.warning("data_port_checksum_mismatch", bytes=len(out))
+            return False
+        return True
+
+
+def _remaining(deadline: float) -> float:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise _Failed("read deadline passed")
+    return left
+
+
+def _send(sock: socket.socket, data: bytes, deadline: float) -> None:
+    try:
+        sock.settimeout(_remaining(deadline))
+        sock.sendall(data)
+    except OSError as exc:
+        raise _Failed(f"send: {exc}") from exc
+
+
+def _receive_into(sock: socket.socket, out: memoryview, deadline: float) -> None:
+    filled = 0
+    try:
+        while filled < len(out):
+            sock.settimeout(_remaining(deadline))
+            n = sock.recv_into(out[filled:])
+            if n == 0:
+                raise _Failed("connection closed by the worker")
+            filled += n
+    except OSError as exc:
+        raise _Failed(f"receive: {exc}") from exc

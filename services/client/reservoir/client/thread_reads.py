@@ -1,0 +1,150 @@
+"""Reads the blocking client answers in the caller's own thread, with no hop through the
+event loop: the inode and the worker list come from what `ClusterView` already knows (while
+fresh), the bytes from block files of workers on this host (`ShortCircuit`) or from
+workers' data ports (`DataPortReader`), straight into the buffer the read returns. Anything
+else — a cold inode, a worker that cannot answer, a failure — answers None (or False), and
+the caller takes the full path (master, gRPC, failover, under-store) on the event loop.
+
+Many threads call this at once (a DataLoader's workers, a thread pool of readers); what they
+share is read-only here (dict reads under the GIL) except the counters, which lock."""
+
+from __future__ import annotations
+
+import time
+
+from reservoir.common.fresh_bytes import filled_bytes
+from reservoir.common.models import Inode, WorkerRecord
+
+from .block_reader import BlockReader
+from .cluster_view import ClusterView
+from .data_port import DataPortReader
+from .short_circuit import ShortCircuit
+
+_ORDERS_REMEMBERED = 100_000  # blocks whose worker order is kept (then forgotten at once)
+
+
+class ThreadReads:
+    def __init__(
+        self,
+        view: ClusterView,
+        reader: BlockReader,
+        short_circuit: ShortCircuit,
+        data_port: DataPortReader,
+    ) -> None:
+        self._view = view
+        self._reader = reader
+        self._short_circuit = short_circuit
+        self._data_port = data_port
+        self._checked: tuple[list[WorkerRecord], bool] | None = None
+        self._orders: dict[tuple[str, int], list[WorkerRecord]] = {}
+        # Workers whose data port just failed, skipped here until then (the full path has
+        # its own failover and health marks).
+        self._failing: dict[str, float] = {}
+
+    def _reaches(self, worker: WorkerRecord) -> bool:
+        return self._short_circuit.reaches(worker) or self._data_port.reaches(worker)
+
+    def _workers(self) -> list[WorkerRecord] | None:
+        """The fresh worker list when this thread can read from one of them (checked once
+        per list, not per read: the view replaces the list object when it renews it)."""
+        workers = self._view.known_workers()
+        if not workers:
+            return None
+        checked = self._checked
+        if checked is None or checked[0] is not workers:
+            checked = (workers, any(self._reaches(w) for w in workers))
+            self._checked = checked
+            self._orders = {}
+        return workers if checked[1] else None
+
+    def _order(self, inode: Inode, index: int, workers: list[WorkerRecord]) -> list[WorkerRecord]:
+        """The workers to ask for a block, best first: worked out once per block and worker
+        list (rendezvous hashing over every worker costs more than the read of a small
+        block file)."""
+        key = (inode.file_id, index)
+        order = self._orders.get(key)
+        if order is None:
+            if len(self._orders) >= _ORDERS_REMEMBERED:
+                self._orders = {}
+            ranked = self._reader.ordered(inode, index, workers)
+            order = [w for w in ranked if self._reaches(w)]
+            self._orders[key] = order
+        return order
+
+    def read(self, path: str, offset: int, length: int) -> bytes | None:
+        """Bytes [offset, offset+length) of `path`, or None."""
+        inode = self._view.known_inode(path)
+        if inode is None or inode.is_dir:
+            return None
+        return self.read_inode_bytes(inode, offset, length)
+
+    def read_inode_bytes(self, inode: Inode, offset: int, length: int) -> bytes | None:
+        """The range as one `bytes`, each block read straight into it: one copy of each
+        byte (file or socket to the result), where pieces joined afterwards cost two."""
+        end = inode.size if length < 0 else min(inode.size, offset + length)
+        if offset >= end:
+            return b"" if self._workers() is not None else None
+        complete = False
+
+        def fill(out: memoryview) -> None:
+            nonlocal complete
+            complete = self.read_into(inode, offset, out)
+
+        data = filled_bytes(end - offset, fill)
+        return data if complete else None
+
+    def read_inode(self, inode: Inode, offset: int, length: int) -> list[bytes | memoryview] | None:
+        data = self.read_inode_bytes(inode, offset, length)
+        return None if data is None else [data]
+
+    def read_into(self, inode: Inode, offset: int, out: memoryview) -> bool:
+        """Bytes [offset, offset+len(out)) of the file straight into `out` (which must not
+        reach past the end of the file): True when every block of it could be read here,
+        False otherwise (`out` is then undefined)."""
+        workers = self._workers()
+        if workers is None:
+            return False
+        if offset + len(out) > inode.size:
+            raise ValueError("read past the end of the file")
+        if not out:
+            return True
+        block_size = inode.block_size
+        end = offset + len(out)
+        filled = 0
+        for index in range(offset // block_size, (end - 1) // block_size + 1):
+            block_start = index * block_size
+            lo = max(offset, block_start) - block_start
+            hi = min(end, block_start + inode.block_length(index)) - block_start
+            if not self._block_into(inode, index, lo, out[filled : filled + hi - lo], workers):
+                return False
+            filled += hi - lo
+        return True
+
+    def _block_into(
+        self, inode: Inode, index: int, offset: int, out: memoryview, workers: list[WorkerRecord]
+    ) -> bool:
+        whole = offset == 0 and len(out) == inode.block_length(index)
+        for worker in self._order(inode, index, workers):
+            if self._short_circuit.reaches(worker):
+                if whole:
+                    if self._short_circuit.read_into(worker, inode, index, out):
+                        return True
+                    continue
+                piece = self._short_circuit.read(worker, inode, index, offset, len(out))
+                if piece is not None:
+                    out[:] = piece
+                    return True
+            elif self._data_port.reaches(worker) and not self._is_failing(worker):
+                if self._data_port.read_into(worker, inode, index, offset, out):
+                    return True
+                self._failing[worker.id] = time.monotonic() + self._view.config.workers_ttl_s
+        return False
+
+    def _is_failing(self, worker: WorkerRecord) -> bool:
+        until = self._failing.get(worker.id)
+        if until is None:
+            return False
+        if time.monotonic() < until:
+            return True
+        self._failing.pop(worker.id, None)
+        return False

@@ -1,0 +1,164 @@
+"""Workers' data ports: block bytes over plain TCP, read by the blocking client in its own
+thread, and what a worker does with requests that are not right."""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+from collections.abc import Iterator
+
+import pytest
+
+from reservoir.client import Client
+from reservoir.common import block_transfer as wire
+from reservoir.common.block_file import checksum
+from reservoir.common.errors import InvalidArgument, code_value
+from reservoir.common.models import WorkerRecord, block_request
+from reservoir.local.cluster import LocalCluster
+from tests.conftest import SECURE, new_mount_path
+
+pytestmark = pytest.mark.skipif(SECURE, reason="a cluster with TLS has no data port")
+
+BLOCK = 64 * 1024
+DATA = os.urandom(3 * BLOCK + 1234)
+
+
+@pytest.fixture
+def mounted(cluster: LocalCluster, bucket: str) -> Iterator[tuple[Client, str]]:
+    cluster.s3_client().put_object(Bucket=bucket, Key="d/x.bin", Body=DATA)
+    cluster.s3_client().put_object(Bucket=bucket, Key="d/small", Body=b"tiny file")
+    root = new_mount_path()
+    with Client(cluster.master_address) as c:
+        c.mount(root, f"s3://{bucket}/d/", endpoint_url=cluster.s3_endpoint, block_size=BLOCK)
+        assert c.read(f"{root}/x.bin") == DATA  # cold: the full path, the workers fetch
+        yield c, root
+
+
+def _connect(worker: WorkerRecord) -> socket.socket:
+    host, _, port = worker.data_address.rpartition(":")
+    return socket.create_connection((host, int(port)), timeout=10)
+
+
+def _receive(sock: socket.socket, n: int) -> bytes:
+    out = bytearray()
+    while len(out) < n:
+        chunk = sock.recv(n - len(out))
+        if not chunk:
+            raise ConnectionError(f"closed after {len(out)} of {n} bytes")
+        out += chunk
+    return bytes(out)
+
+
+def _response(sock: socket.socket) -> tuple[wire.ResponseHeader, bytes]:
+    header = wire.ResponseHeader.decode(_receive(sock, wire.RESPONSE_HEADER.size))
+    return header, _receive(sock, header.length)
+
+
+def _closed(sock: socket.socket) -> bool:
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+def test_every_worker_advertises_a_data_port(client: Client) -> None:
+    workers = client.workers()
+    assert workers and all(w.data_address for w in workers)
+    assert all(w.data_address != w.address for w in workers)
+
+
+def test_blocking_reads_come_over_the_data_port_byte_exact(mounted: tuple[Client, str]) -> None:
+    c, root = mounted
+    before = c.aio.data_port_bytes
+    assert c.read(f"{root}/x.bin") == DATA
+    assert c.read(f"{root}/x.bin", BLOCK - 7, BLOCK + 20) == DATA[BLOCK - 7 : 2 * BLOCK + 13]
+    assert c.read(f"{root}/small") == b"tiny file"
+    with c.open(f"{root}/x.bin") as f:
+        f.seek(5)
+        buffer = bytearray(2 * BLOCK)
+        assert f.readinto(buffer) == len(buffer)
+        assert bytes(buffer) == DATA[5 : 5 + 2 * BLOCK]
+        assert f.read() == DATA[5 + 2 * BLOCK :]
+    # The whole file, the range, the small file, and the file from offset 5 (the buffered
+    # reader fills its buffer with one raw read).
+    expected = len(DATA) + BLOCK + 20 + len(b"tiny file") + len(DATA) - 5
+    assert c.aio.data_port_bytes - before == expected
+
+
+def test_a_range_is_answered_with_its_own_checksum(mounted: tuple[Client, str]) -> None:
+    c, root = mounted
+    inode = c.stat(f"{root}/x.bin")
+    request = block_request(inode, 1, 100, 5000).SerializeToString()
+    with _connect(c.workers()[0]) as sock:
+        for _ in range(2):  # one connection, request after request
+            sock.sendall(wire.encode_request(request))
+            header, body = _response(sock)
+            assert header.status == 0
+            assert body == DATA[BLOCK + 100 : BLOCK + 5100]
+            assert header.crc32c == checksum(body)
+
+
+def test_a_frame_that_is_not_a_request_gets_invalid_argument_and_the_connection_closes(
+    client: Client,
+) -> None:
+    with _connect(client.workers()[0]) as sock:
+        sock.sendall(b"GET / HTTP/1.1\r\n\r\n")
+        header, body = _response(sock)
+        assert header.status == code_value(InvalidArgument(""))
+        assert b"magic" in body
+        assert _closed(sock)
+
+
+def test_an_oversized_request_is_refused_before_its_body_is_read(client: Client) -> None:
+    with _connect(client.workers()[0]) as sock:
+        sock.sendall(struct.pack("<4sB3xI", wire.MAGIC, wire.VERSION, 1 << 30))
+        header, body = _response(sock)
+        assert header.status == code_value(InvalidArgument(""))
+        assert b"exceeds" in body
+        assert _closed(sock)
+
+
+def test_a_request_the_worker_cannot_serve_gets_its_error_and_the_connection_stays(
+    mounted: tuple[Client, str],
+) -> None:
+    c, root = mounted
+    inode = c.stat(f"{root}/x.bin")
+    with _connect(c.workers()[0]) as sock:
+        sock.sendall(wire.encode_request(b"\xff\xff\xff"))  # not a ReadBlockRequest
+        header, body = _response(sock)
+        assert header.status == code_value(InvalidArgument(""))
+        bad = block_request(inode, 0)
+        bad.block_size = BLOCK + 1  # geometry other than the file's
+        bad.index = 10**6
+        sock.sendall(wire.encode_request(bad.SerializeToString()))
+        header, body = _response(sock)
+        assert header.status != 0 and body
+        sock.sendall(wire.encode_request(block_request(inode, 0).SerializeToString()))
+        header, body = _response(sock)
+        assert header.status == 0 and body == DATA[:BLOCK]
+
+
+def test_a_reader_that_hangs_up_mid_block_leaves_the_worker_serving(
+    mounted: tuple[Client, str],
+) -> None:
+    c, root = mounted
+    inode = c.stat(f"{root}/x.bin")
+    for worker in c.workers():
+        with _connect(worker) as sock:
+            sock.sendall(wire.encode_request(block_request(inode, 0).SerializeToString()))
+            _receive(sock, wire.RESPONSE_HEADER.size + 10)
+    assert c.read(f"{root}/x.bin") == DATA
+
+
+def test_a_client_with_the_data_port_off_reads_over_grpc(
+    cluster: LocalCluster, mounted: tuple[Client, str]
+) -> None:
+    _, root = mounted
+    from reservoir.common import config as cfg
+
+    config = cfg.ClientConfig(master=cluster.master_address, data_port=False)
+    with Client(config=config) as c:
+        c.ls(root)
+        assert c.read(f"{root}/x.bin") == DATA
+        assert c.aio.data_port_bytes == 0
