@@ -18,6 +18,9 @@ import os
 import socket
 import threading
 import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from reservoir.common import block_transfer as wire
 from reservoir.common import config as cfg
@@ -37,6 +40,18 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+@dataclass(slots=True)
+class BlockRead:
+    """Bytes [offset, offset+len(out)) of block `index` of `inode`, from `worker`."""
+
+    worker: WorkerRecord
+    inode: Inode
+    index: int
+    offset: int
+    out: memoryview
+    done: bool = False
 
 
 class _Failed(Exception):
@@ -84,11 +99,67 @@ class DataPortReader:
                 log.debug("data_port_read_failed", worker=worker.id, error=str(exc))
                 return False
             self._release(worker.data_address, sock)
-            if ok:
-                with self._lock:
-                    self._bytes += len(out)
             return ok
         return False
+
+    def read_all_into(self, reads: Sequence[BlockRead]) -> None:
+        """Many block ranges, each into its own `out`; marks those that arrived `done`.
+        Requests to one worker are pipelined on one connection, `data_port_pipeline` ahead
+        of the response being read, so a reader of many blocks waits for one round trip,
+        not one per block, and every worker works on its blocks at once. Whatever is not
+        done is for the caller to read another way."""
+        deadline = time.monotonic() + self._config.read_timeout_s
+        depth = max(1, self._config.data_port_pipeline)
+        unsent: dict[str, deque[BlockRead]] = {}
+        for read in reads:
+            if self.reaches(read.worker):
+                unsent.setdefault(read.worker.data_address, deque()).append(read)
+        connections: dict[str, socket.socket] = {}
+        in_flight: dict[str, int] = {}
+
+        def send_more(address: str) -> None:
+            sock, queue = connections.get(address), unsent[address]
+            batch = []
+            while sock is not None and queue and in_flight[address] < depth:
+                read = queue.popleft()
+                request = block_request(read.inode, read.index, read.offset, len(read.out))
+                batch.append(wire.encode_request(request.SerializeToString()))
+                in_flight[address] += 1
+            if batch:
+                try:
+                    _send(connections[address], b"".join(batch), deadline)
+                except _Failed:
+                    broken(address)
+
+        def broken(address: str) -> None:
+            sock = connections.pop(address, None)
+            if sock is not None:
+                sock.close()
+
+        for address in unsent:
+            sock, _ = self._connection(address, deadline, fresh=False)
+            if sock is not None:
+                connections[address] = sock
+                in_flight[address] = 0
+                send_more(address)
+        for read in reads:
+            address = read.worker.data_address
+            sock = connections.get(address)
+            if sock is None or address not in in_flight:
+                continue
+            try:
+                read.done = self._receive_response(sock, read.out, deadline)
+            except _Failed as exc:
+                log.debug("data_port_read_failed", worker=read.worker.id, error=str(exc))
+                broken(address)
+                continue
+            in_flight[address] -= 1
+            send_more(address)
+        for address, sock in connections.items():
+            if in_flight[address] == 0 and not unsent[address]:
+                self._release(address, sock)
+            else:
+                sock.close()
 
     def close(self) -> None:
         with self._lock:
@@ -138,10 +209,13 @@ class DataPortReader:
         sock.close()
 
     def _exchange(self, sock: socket.socket, body: bytes, out: memoryview, deadline: float) -> bool:
-        """One request and its response on `sock`. Raises _Failed when the connection is
-        unusable; returns False on an answer that is not the bytes asked for (the
-        connection stays good when the frame was complete)."""
         _send(sock, wire.encode_request(body), deadline)
+        return self._receive_response(sock, out, deadline)
+
+    def _receive_response(self, sock: socket.socket, out: memoryview, deadline: float) -> bool:
+        """One response into `out`. Raises _Failed when the connection is unusable;
+        returns False on an answer that is not the bytes asked for (the connection stays
+        good when the frame was complete)."""
         header_buffer = bytearray(wire.RESPONSE_HEADER.size)
         _receive_into(sock, memoryview(header_buffer), deadline)
         header = wire.ResponseHeader.decode(header_buffer)
@@ -156,6 +230,8 @@ class DataPortReader:
         if self._config.verify_checksums and checksum(out) != header.crc32c:
             log.warning("data_port_checksum_mismatch", bytes=len(out))
             return False
+        with self._lock:
+            self._bytes += len(out)
         return True
 
 

@@ -17,7 +17,7 @@ from reservoir.common.models import Inode, WorkerRecord
 
 from .block_reader import BlockReader
 from .cluster_view import ClusterView
-from .data_port import DataPortReader
+from .data_port import BlockRead, DataPortReader
 from .short_circuit import ShortCircuit
 
 _ORDERS_REMEMBERED = 100_000  # blocks whose worker order is kept (then forgotten at once)
@@ -110,15 +110,45 @@ class ThreadReads:
             return True
         block_size = inode.block_size
         end = offset + len(out)
+        parts: list[tuple[int, int, memoryview]] = []
         filled = 0
         for index in range(offset // block_size, (end - 1) // block_size + 1):
             block_start = index * block_size
             lo = max(offset, block_start) - block_start
             hi = min(end, block_start + inode.block_length(index)) - block_start
-            if not self._block_into(inode, index, lo, out[filled : filled + hi - lo], workers):
-                return False
+            parts.append((index, lo, out[filled : filled + hi - lo]))
             filled += hi - lo
-        return True
+        if len(parts) > 1:
+            parts = self._many_over_data_ports(inode, parts, workers)
+        return all(self._block_into(inode, i, lo, target, workers) for i, lo, target in parts)
+
+    def _many_over_data_ports(
+        self, inode: Inode, parts: list[tuple[int, int, memoryview]], workers: list[WorkerRecord]
+    ) -> list[tuple[int, int, memoryview]]:
+        """Reads the parts whose best worker is reached by its data port, pipelined; returns
+        the rest (same-host blocks, failures) for one-by-one reads."""
+        reads: list[BlockRead] = []
+        rest: list[tuple[int, int, memoryview]] = []
+        for index, lo, target in parts:
+            order = self._order(inode, index, workers)
+            first = order[0] if order else None
+            if (
+                first is not None
+                and not self._short_circuit.reaches(first)
+                and self._data_port.reaches(first)
+                and not self._is_failing(first)
+            ):
+                reads.append(BlockRead(first, inode, index, lo, target))
+            else:
+                rest.append((index, lo, target))
+        if not reads:
+            return parts
+        self._data_port.read_all_into(reads)
+        for read in reads:
+            if not read.done:
+                self._failing[read.worker.id] = time.monotonic() + self._view.config.workers_ttl_s
+                rest.append((read.index, read.offset, read.out))
+        return rest
 
     def _block_into(
         self, inode: Inode, index: int, offset: int, out: memoryview, workers: list[WorkerRecord]

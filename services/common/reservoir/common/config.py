@@ -541,6 +541,9 @@ class ClientConfig:
     data_port_idle_connections: int = field(
         default=32, metadata=env("RESERVOIR_DATA_PORT_IDLE_CONNECTIONS")
     )
+    # Requests a reader of many blocks sends to one worker's data port ahead of the
+    # response it is reading (so it waits for one round trip, not one per block).
+    data_port_pipeline: int = field(default=4, metadata=env("RESERVOIR_DATA_PORT_PIPELINE"))
     # Check every received block against its CRC32C. Off only to measure what it costs.
     verify_checksums: bool = field(default=True, metadata=env("RESERVOIR_VERIFY_CHECKSUMS"))
     # Raise glibc's mmap/trim thresholds in this process (see common/malloc_tuning.py).
