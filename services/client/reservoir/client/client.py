@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 from reservoir.common import config as cfg
+from reservoir.common.errors import ReservoirError
 from reservoir.common.models import CacheRule, Inode, Mount, WorkerRecord
 from reservoir.v1 import master_pb2, worker_pb2
 
@@ -15,6 +17,7 @@ from . import discovery
 from .async_client import AsyncClient
 from .loop_runtime import LoopRuntime
 from .reservoir_file import ReservoirFile, joined
+from .thread_reads import ThreadReads
 
 T = TypeVar("T")
 
@@ -89,16 +92,25 @@ class Client:
     def ls(self, path: str, *, with_locations: bool = False) -> list[Inode]:
         return self._run(self._async.ls(path, with_locations=with_locations))
 
+    def _thread_reads(self) -> ThreadReads:
+        """The reads this thread answers itself, once the worker list is known (one hop
+        to fetch it the first time; after that it renews in the background)."""
+        reads = self._async.thread_reads
+        if not reads.knows_workers():
+            with contextlib.suppress(ReservoirError):  # the full path reports it
+                self._run(self._async.workers(fresh=False))
+        return reads
+
     def read(self, path: str, offset: int = 0, length: int = -1) -> bytes:
         if offset >= 0 and length >= -1:
-            # Blocks on this host whose file is known: read in this thread, no loop hop.
-            local = self._async.thread_reads.read(path, offset, length)
+            # A known file: read in this thread (same-host block files, data ports).
+            local = self._thread_reads().read(path, offset, length)
             if local is not None:
                 return local
         return joined(self._run(self._async.read_pieces(path, offset, length)))
 
     def _read_inode(self, inode: Inode, offset: int, length: int) -> list[bytes | memoryview]:
-        local = self._async.thread_reads.read_inode(inode, offset, length)
+        local = self._thread_reads().read_inode(inode, offset, length)
         if local is not None:
             return local
         return list(self._run(self._async._read_inode_pieces(inode, offset, length)))
@@ -110,7 +122,7 @@ class Client:
         return self._run(self._async.read_ranges(ranges, return_exceptions=return_exceptions))
 
     def _read_inode_bytes(self, inode: Inode, offset: int, length: int) -> bytes:
-        local = self._async.thread_reads.read_inode_bytes(inode, offset, length)
+        local = self._thread_reads().read_inode_bytes(inode, offset, length)
         if local is not None:
             return local
         return joined(self._run(self._async._read_inode_pieces(inode, offset, length)))

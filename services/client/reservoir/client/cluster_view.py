@@ -4,6 +4,7 @@ workers, cached, and kept while the master is away so that reads go on without i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -49,6 +50,7 @@ class ClusterView:
         self._infos: dict[str, _Cached] = {}
         self._workers: _Cached | None = None
         self._workers_refresh: asyncio.Future[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop the view lives on
         self._mounts: _Cached | None = None
         self._penalised: dict[str, float] = {}
         self._listed: dict[str, float] = {}  # directory -> until when its listing counts
@@ -119,14 +121,29 @@ class ClusterView:
         return list(known.value)
 
     def known_workers(self) -> list[WorkerRecord] | None:
-        """The worker list while it is fresh, without a call: None when it is older than
-        `workers_ttl_s` (the caller then goes through `workers`, which renews it)."""
+        """The last worker list known, without a call, from any thread: None before the
+        first. Once it is older than `workers_ttl_s` a renewal is started on the event
+        loop (like `workers(fresh=False)`), and the old list serves meanwhile."""
         known = self._workers
-        if known is None or known.expires <= time.monotonic():
+        if known is None:
             return None
+        loop = self._loop
+        if known.expires <= time.monotonic() and self._workers_refresh is None and loop:
+            with contextlib.suppress(RuntimeError):  # the loop is closing
+                loop.call_soon_threadsafe(self._start_refresh)
         return known.value  # type: ignore[no-any-return]
 
+    def _start_refresh(self) -> None:
+        known = self._workers
+        if (
+            self._workers_refresh is None
+            and known is not None
+            and known.expires <= time.monotonic()
+        ):
+            self._workers_refresh = asyncio.ensure_future(self._refresh_workers())
+
     async def _fetch_workers(self) -> list[WorkerRecord]:
+        self._loop = asyncio.get_running_loop()
         response = await self.call("ListWorkers", master_pb2.ListWorkersRequest(), "list workers")
         workers = [WorkerRecord.from_proto(w) for w in response.workers]
         self._workers = _Cached(workers, time.monotonic() + self.config.workers_ttl_s)

@@ -65,7 +65,7 @@ class ReservoirFile(io.RawIOBase):
         if want >= block_size:
             # Straight into the caller's buffer when this thread can read every block of
             # it (this host's block files, workers' data ports): no intermediate copy.
-            if self._client._async.thread_reads.read_into(self._inode, self._pos, view[:want]):
+            if self._client._thread_reads().read_into(self._inode, self._pos, view[:want]):
                 self._pos += want
                 return want
             # From the received buffers into the caller's: one copy.

@@ -44,8 +44,11 @@ class ThreadReads:
     def _reaches(self, worker: WorkerRecord) -> bool:
         return self._short_circuit.reaches(worker) or self._data_port.reaches(worker)
 
+    def knows_workers(self) -> bool:
+        return self._view.known_workers() is not None
+
     def _workers(self) -> list[WorkerRecord] | None:
-        """The fresh worker list when this thread can read from one of them (checked once
+        """The worker list when this thread can read from one of them (checked once
         per list, not per read: the view replaces the list object when it renews it)."""
         workers = self._view.known_workers()
         if not workers:
