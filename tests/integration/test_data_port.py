@@ -13,7 +13,7 @@ import pytest
 from reservoir.client import Client
 from reservoir.common import block_transfer as wire
 from reservoir.common.block_file import checksum
-from reservoir.common.errors import InvalidArgument, code_value
+from reservoir.common.errors import InvalidArgument, IsADirectory, code_value
 from reservoir.common.models import WorkerRecord, block_request
 from reservoir.local.cluster import LocalCluster
 from tests.conftest import SECURE, new_mount_path
@@ -162,3 +162,44 @@ def test_a_client_with_the_data_port_off_reads_over_grpc(
         c.ls(root)
         assert c.read(f"{root}/x.bin") == DATA
         assert c.aio.data_port_bytes == 0
+
+
+def test_pipelined_requests_are_answered_in_order(mounted: tuple[Client, str]) -> None:
+    c, root = mounted
+    inode = c.stat(f"{root}/x.bin")
+    frames = [
+        wire.encode_request(block_request(inode, index, 3, 1000).SerializeToString())
+        for index in (2, 0, 3, 1)
+    ]
+    with _connect(c.workers()[0]) as sock:
+        sock.sendall(b"".join(frames))
+        for index in (2, 0, 3, 1):
+            header, body = _response(sock)
+            assert header.status == 0
+            start = index * BLOCK + 3
+            assert body == DATA[start : start + min(1000, len(DATA) - start)]
+
+
+def test_read_many_reads_small_files_over_data_ports_and_the_rest_the_full_way(
+    cluster: LocalCluster, bucket: str
+) -> None:
+    s3 = cluster.s3_client()
+    files = {f"d/s{i}": os.urandom(100 + i * 37) for i in range(40)}
+    files["d/empty"] = b""
+    files["d/big"] = os.urandom(2 * BLOCK + 3)
+    for key, data in files.items():
+        s3.put_object(Bucket=bucket, Key=key, Body=data)
+    root = new_mount_path()
+    with Client(cluster.master_address) as c:
+        c.mount(root, f"s3://{bucket}/d/", endpoint_url=cluster.s3_endpoint, block_size=BLOCK)
+        names = sorted(files, reverse=True)
+        paths = [f"{root}/{name[2:]}" for name in names]
+        for _ in range(2):  # cold (the workers fetch), then warm
+            before = c.aio.data_port_bytes
+            assert c.read_many(paths) == [files[name] for name in names]
+            small = sum(len(files[n]) for n in names if n.startswith("d/s"))
+            assert c.aio.data_port_bytes - before >= small
+        with pytest.raises(IsADirectory):
+            c.read_many([paths[0], root])
+        with pytest.raises(FileNotFoundError):
+            c.read_many([paths[0], f"{root}/nope"])

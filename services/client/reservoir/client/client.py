@@ -103,10 +103,18 @@ class Client:
 
     def read(self, path: str, offset: int = 0, length: int = -1) -> bytes:
         if offset >= 0 and length >= -1:
-            # A known file: read in this thread (same-host block files, data ports).
-            local = self._thread_reads().read(path, offset, length)
+            # Read in this thread (same-host block files, data ports) once the file is
+            # known; a file not known yet costs one hop to the loop for its info first.
+            reads = self._thread_reads()
+            local = reads.read(path, offset, length)
             if local is not None:
                 return local
+            if reads.can_read() and not reads.knows(path):
+                inode = self._run(self._async.stat(path))
+                if not inode.is_dir:
+                    local = reads.read_inode_bytes(inode, offset, length)
+                    if local is not None:
+                        return local
         return joined(self._run(self._async.read_pieces(path, offset, length)))
 
     def _read_inode(self, inode: Inode, offset: int, length: int) -> list[bytes | memoryview]:
@@ -128,7 +136,19 @@ class Client:
         return joined(self._run(self._async._read_inode_pieces(inode, offset, length)))
 
     def read_many(self, paths: Sequence[str]) -> list[bytes]:
-        return self._run(self._async.read_many(paths))
+        """Whole contents of many files; small ones read in this thread where it can
+        (pipelined to workers' data ports, same-host block files), the rest in batches
+        over gRPC (`AsyncClient.read_many`)."""
+        reads = self._thread_reads()
+        if not reads.can_read() or not paths:
+            return self._run(self._async.read_many(paths))
+        inodes = self._run(self._async.stat_many(paths))
+        results = reads.read_many(inodes)
+        missing = [i for i, data in enumerate(results) if data is None]
+        rest = iter(
+            self._run(self._async.read_many([paths[i] for i in missing])) if missing else []
+        )
+        return [data if data is not None else next(rest) for data in results]
 
     def load_metadata(
         self,

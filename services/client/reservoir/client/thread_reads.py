@@ -11,6 +11,7 @@ share is read-only here (dict reads under the GIL) except the counters, which lo
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 from reservoir.common.fresh_bytes import filled_bytes
 from reservoir.common.models import Inode, WorkerRecord
@@ -20,6 +21,8 @@ from .cluster_view import ClusterView
 from .data_port import BlockRead, DataPortReader
 from .short_circuit import ShortCircuit
 
+# A range of one block to read into a buffer: (inode, block index, offset in the block, out).
+_Part = tuple[Inode, int, int, memoryview]
 _ORDERS_REMEMBERED = 100_000  # blocks whose worker order is kept (then forgotten at once)
 
 
@@ -46,6 +49,13 @@ class ThreadReads:
 
     def knows_workers(self) -> bool:
         return self._view.known_workers() is not None
+
+    def can_read(self) -> bool:
+        """Whether reads here are possible at all (a worker this thread reaches)."""
+        return self._workers() is not None
+
+    def knows(self, path: str) -> bool:
+        return self._view.known_inode(path) is not None
 
     def _workers(self) -> list[WorkerRecord] | None:
         """The worker list when this thread can read from one of them (checked once
@@ -113,26 +123,54 @@ class ThreadReads:
             return True
         block_size = inode.block_size
         end = offset + len(out)
-        parts: list[tuple[int, int, memoryview]] = []
+        parts: list[_Part] = []
         filled = 0
         for index in range(offset // block_size, (end - 1) // block_size + 1):
             block_start = index * block_size
             lo = max(offset, block_start) - block_start
             hi = min(end, block_start + inode.block_length(index)) - block_start
-            parts.append((index, lo, out[filled : filled + hi - lo]))
+            parts.append((inode, index, lo, out[filled : filled + hi - lo]))
             filled += hi - lo
-        if len(parts) > 1:
-            parts = self._many_over_data_ports(inode, parts, workers)
-        return all(self._block_into(inode, i, lo, target, workers) for i, lo, target in parts)
+        left = self._many_over_data_ports(parts, workers) if len(parts) > 1 else [0]
+        return all(self._block_into(*parts[i], workers) for i in left)
 
-    def _many_over_data_ports(
-        self, inode: Inode, parts: list[tuple[int, int, memoryview]], workers: list[WorkerRecord]
-    ) -> list[tuple[int, int, memoryview]]:
+    def read_many(self, inodes: Sequence[Inode]) -> list[bytes | None]:
+        """Whole contents of many files of one block each (the small files of a batch),
+        read here: requests pipelined to each worker's data port, same-host files read
+        directly. None for a file not read (a larger one, a directory, a failure): the
+        caller reads those the full way."""
+        results: list[bytes | None] = [None] * len(inodes)
+        workers = self._workers()
+        if workers is None:
+            return results
+        positions: list[int] = []
+        buffers: list[bytearray] = []
+        parts: list[_Part] = []
+        for position, inode in enumerate(inodes):
+            if inode.is_dir or inode.size > inode.block_size:
+                continue
+            if inode.size == 0:
+                results[position] = b""
+                continue
+            buffer = bytearray(inode.size)
+            positions.append(position)
+            buffers.append(buffer)
+            parts.append((inode, 0, 0, memoryview(buffer)))
+        left = self._many_over_data_ports(parts, workers)
+        failed = {i for i in left if not self._block_into(*parts[i], workers)}
+        for i, position in enumerate(positions):
+            if i not in failed:
+                results[position] = bytes(buffers[i])
+        return results
+
+    def _many_over_data_ports(self, parts: list[_Part], workers: list[WorkerRecord]) -> list[int]:
         """Reads the parts whose best worker is reached by its data port, pipelined; returns
-        the rest (same-host blocks, failures) for one-by-one reads."""
+        where in `parts` the rest are (same-host blocks, failures), for one-by-one reads."""
         reads: list[BlockRead] = []
-        rest: list[tuple[int, int, memoryview]] = []
-        for index, lo, target in parts:
+        at: list[int] = []
+        rest: list[int] = []
+        for i, part in enumerate(parts):
+            inode, index = part[0], part[1]
             order = self._order(inode, index, workers)
             first = order[0] if order else None
             if (
@@ -141,17 +179,17 @@ class ThreadReads:
                 and self._data_port.reaches(first)
                 and not self._is_failing(first)
             ):
-                reads.append(BlockRead(first, inode, index, lo, target))
+                reads.append(BlockRead(first, *part))
+                at.append(i)
             else:
-                rest.append((index, lo, target))
-        if not reads:
-            return parts
-        self._data_port.read_all_into(reads)
-        for read in reads:
+                rest.append(i)
+        if reads:
+            self._data_port.read_all_into(reads)
+        for i, read in zip(at, reads, strict=True):
             if not read.done:
                 self._failing[read.worker.id] = time.monotonic() + self._view.config.workers_ttl_s
-                rest.append((read.index, read.offset, read.out))
-        return rest
+                rest.append(i)
+        return sorted(rest)
 
     def _block_into(
         self, inode: Inode, index: int, offset: int, out: memoryview, workers: list[WorkerRecord]

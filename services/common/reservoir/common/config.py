@@ -381,6 +381,9 @@ class WorkerConfig:
     data_max_connections: int = field(
         default=1024, metadata=env("RESERVOIR_WORKER_DATA_MAX_CONNECTIONS")
     )
+    # Requests of one connection read ahead of the response being sent (their blocks
+    # looked up or fetched meanwhile).
+    data_pipeline: int = field(default=16, metadata=env("RESERVOIR_WORKER_DATA_PIPELINE"))
     worker_id: str = field(default="", metadata=env("RESERVOIR_WORKER_ID"))
     host: str = field(default_factory=socket.gethostname, metadata=env("RESERVOIR_HOST"))
     zone: str = field(default="", metadata=env("RESERVOIR_ZONE"))
@@ -543,7 +546,7 @@ class ClientConfig:
     )
     # Requests a reader of many blocks sends to one worker's data port ahead of the
     # response it is reading (so it waits for one round trip, not one per block).
-    data_port_pipeline: int = field(default=4, metadata=env("RESERVOIR_DATA_PORT_PIPELINE"))
+    data_port_pipeline: int = field(default=8, metadata=env("RESERVOIR_DATA_PORT_PIPELINE"))
     # Check every received block against its CRC32C. Off only to measure what it costs.
     verify_checksums: bool = field(default=True, metadata=env("RESERVOIR_VERIFY_CHECKSUMS"))
     # Raise glibc's mmap/trim thresholds in this process (see common/malloc_tuning.py).

@@ -4,9 +4,12 @@
 Like the servicer it only translates: a framed `ReadBlockRequest` in, `WorkerService.block`
 asked, the range and its CRC32C out. Plain non-blocking sockets on the event loop, so the
 held block is sent from where it lies (`sock_sendall` of a view: no copy in Python, none
-into a transport buffer). A bad request gets an error response with the error table's
-code; a malformed frame, a connection idle past `data_idle_timeout_s`, or a reader that
-takes no bytes for `data_write_timeout_s` is closed.
+into a transport buffer). A reader may pipeline requests: they are read as they come (up
+to `data_pipeline` ahead of the response being sent), the blocks they ask for are looked
+up or fetched at once (misses from the under-store in parallel), and the responses go out
+in request order. A bad request gets an error response with the error table's code; a
+malformed frame, a connection idle past `data_idle_timeout_s`, or a reader that takes no
+bytes for `data_write_timeout_s` is closed.
 """
 
 from __future__ import annotations
@@ -14,6 +17,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from typing import Any
 
 from google.protobuf.message import DecodeError
 
@@ -23,14 +29,34 @@ from reservoir.common import logs
 from reservoir.common.errors import InvalidArgument, ReservoirError, code_value
 from reservoir.v1 import worker_pb2
 
+from .memory_tier import BlockData
 from .read_request import domain_request, range_crc, window
-from .service import WorkerService
+from .service import BlockRequest, WorkerService
 
 log = logs.get_logger(__name__)
+
+_Answer = tuple[BlockData, int, str]  # what WorkerService.block returns
 
 
 class _Closed(Exception):
     """The reader closed the connection between requests."""
+
+
+@dataclass(slots=True)
+class _Pending:
+    """One request's answer to come, in the order requests arrived."""
+
+    block: BlockRequest | None = None
+    # Not started yet (the only request in hand), or started at once behind others.
+    work: Coroutine[Any, Any, _Answer] | asyncio.Future[_Answer] | None = None
+    error: ReservoirError | None = None
+    close_after: bool = False
+
+    def drop(self) -> None:
+        if isinstance(self.work, asyncio.Future):
+            self.work.cancel()
+        elif self.work is not None:
+            self.work.close()
 
 
 class DataPort:
@@ -81,56 +107,104 @@ class DataPort:
                 continue
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            task = asyncio.create_task(self._serve(sock))
+            task = asyncio.create_task(_Connection(sock, self._service, self._config).serve())
             self._connections.add(task)
             task.add_done_callback(self._connections.discard)
 
-    async def _serve(self, sock: socket.socket) -> None:
+
+class _Connection:
+    def __init__(self, sock: socket.socket, service: WorkerService, config: cfg.WorkerConfig):
+        self._sock = sock
+        self._service = service
+        self._config = config
+        self._queue: asyncio.Queue[_Pending | None] = asyncio.Queue(max(1, config.data_pipeline))
+        self._outstanding = 0  # requests read whose response is not sent yet
+
+    async def serve(self) -> None:
+        reader = asyncio.create_task(self._read_requests())
         try:
-            while await self._answer_one(sock):
-                pass
-        except (_Closed, ConnectionError, TimeoutError):
-            pass  # the reader went away or stalled: nothing to answer
+            await self._write_responses()
+        except (ConnectionError, TimeoutError):
+            pass  # the reader went away or stalled: nothing more to answer
         except OSError as exc:
             log.debug("data_port_connection_failed", error=str(exc))
         finally:
-            sock.close()
+            reader.cancel()
+            with contextlib.suppress(BaseException):
+                await reader
+            while not self._queue.empty():
+                item = self._queue.get_nowait()
+                if item is not None:
+                    item.drop()
+            self._sock.close()
 
-    async def _answer_one(self, sock: socket.socket) -> bool:
-        """Serves one request; False when the connection is to be closed."""
-        header = await self._receive(sock, wire.REQUEST_HEADER.size, between_requests=True)
+    async def _read_requests(self) -> None:
+        try:
+            while True:
+                item = await self._next_request()
+                await self._queue.put(item)
+                if item.close_after:
+                    return
+        except (_Closed, ConnectionError, TimeoutError, OSError):
+            pass  # no more requests: the ones in hand are still answered
+        await self._queue.put(None)
+
+    async def _next_request(self) -> _Pending:
+        header = await self._receive(wire.REQUEST_HEADER.size, between_requests=True)
         try:
             length = wire.request_body_length(header)
         except InvalidArgument as exc:
-            await self._send_error(sock, exc)
-            return False
-        body = await self._receive(sock, length, between_requests=False)
+            return _Pending(error=exc, close_after=True)
+        body = await self._receive(length, between_requests=False)
         try:
             try:
                 request = worker_pb2.ReadBlockRequest.FromString(body)
             except DecodeError as exc:
                 raise InvalidArgument("malformed ReadBlockRequest") from exc
             block = domain_request(request)
-            data, crc, source = await self._service.block(block)
         except ReservoirError as exc:
-            await self._send_error(sock, exc)
-            return True
-        start, end = window(block, len(data))
+            return _Pending(error=exc)
+        work: Coroutine[Any, Any, _Answer] | asyncio.Future[_Answer] = self._service.block(block)
+        if self._outstanding:
+            # Behind other responses: look it up (or fetch it) now, not when its turn comes.
+            work = asyncio.ensure_future(work)
+        self._outstanding += 1
+        return _Pending(block=block, work=work)
+
+    async def _write_responses(self) -> None:
+        while (item := await self._queue.get()) is not None:
+            try:
+                await self._answer(item)
+            finally:
+                if item.work is not None:
+                    self._outstanding -= 1
+            if item.close_after:
+                return
+
+    async def _answer(self, item: _Pending) -> None:
+        if item.error is not None or item.work is None or item.block is None:
+            await self._send_error(item.error or InvalidArgument("no request"))
+            return
+        try:
+            data, crc, source = await item.work
+        except ReservoirError as exc:
+            await self._send_error(exc)
+            return
+        start, end = window(item.block, len(data))
         view = memoryview(data)
         crc = range_crc(view, start, end, crc)
-        await self._send(sock, wire.ResponseHeader(0, crc, end - start).encode())
-        await self._send(sock, view[start:end])
+        await self._send(wire.ResponseHeader(0, crc, end - start).encode())
+        await self._send(view[start:end])
         self._service.served(end - start, source)
-        return True
 
-    async def _receive(self, sock: socket.socket, n: int, *, between_requests: bool) -> bytes:
+    async def _receive(self, n: int, *, between_requests: bool) -> bytes:
         loop = asyncio.get_running_loop()
         buffer = bytearray(n)
         view = memoryview(buffer)
         filled = 0
         while filled < n:
             got = await asyncio.wait_for(
-                loop.sock_recv_into(sock, view[filled:]), self._config.data_idle_timeout_s
+                loop.sock_recv_into(self._sock, view[filled:]), self._config.data_idle_timeout_s
             )
             if got == 0:
                 if between_requests and filled == 0:
@@ -139,12 +213,13 @@ class DataPort:
             filled += got
         return bytes(buffer)
 
-    async def _send(self, sock: socket.socket, data: bytes | memoryview) -> None:
+    async def _send(self, data: bytes | memoryview) -> None:
         loop = asyncio.get_running_loop()
-        await asyncio.wait_for(loop.sock_sendall(sock, data), self._config.data_write_timeout_s)
-
-    async def _send_error(self, sock: socket.socket, error: ReservoirError) -> None:
-        message = (str(error) or type(error).__name__).encode()[: wire.MAX_ERROR_MESSAGE]
-        await self._send(
-            sock, wire.ResponseHeader(code_value(error), 0, len(message)).encode() + message
+        await asyncio.wait_for(
+            loop.sock_sendall(self._sock, data), self._config.data_write_timeout_s
         )
+
+    async def _send_error(self, error: ReservoirError) -> None:
+        message = (str(error) or type(error).__name__).encode()[: wire.MAX_ERROR_MESSAGE]
+        header = wire.ResponseHeader(code_value(error), 0, len(message)).encode()
+        await self._send(header + message)
