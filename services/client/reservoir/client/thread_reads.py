@@ -131,8 +131,8 @@ class ThreadReads:
             hi = min(end, block_start + inode.block_length(index)) - block_start
             parts.append((inode, index, lo, out[filled : filled + hi - lo]))
             filled += hi - lo
-        left = self._many_over_data_ports(parts, workers) if len(parts) > 1 else [0]
-        return all(self._block_into(*parts[i], workers) for i in left)
+        left, failed = self._many_over_data_ports(parts, workers) if len(parts) > 1 else ([0], [])
+        return not failed and all(self._block_into(*parts[i], workers) for i in left)
 
     def read_many(self, inodes: Sequence[Inode]) -> list[bytes | None]:
         """Whole contents of many files of one block each (the small files of a batch),
@@ -156,19 +156,25 @@ class ThreadReads:
             positions.append(position)
             buffers.append(buffer)
             parts.append((inode, 0, 0, memoryview(buffer)))
-        left = self._many_over_data_ports(parts, workers)
+        left, failed_here = self._many_over_data_ports(parts, workers)
         failed = {i for i in left if not self._block_into(*parts[i], workers)}
+        failed.update(failed_here)
         for i, position in enumerate(positions):
             if i not in failed:
                 results[position] = bytes(buffers[i])
         return results
 
-    def _many_over_data_ports(self, parts: list[_Part], workers: list[WorkerRecord]) -> list[int]:
-        """Reads the parts whose best worker is reached by its data port, pipelined; returns
-        where in `parts` the rest are (same-host blocks, failures), for one-by-one reads."""
+    def _many_over_data_ports(
+        self, parts: list[_Part], workers: list[WorkerRecord]
+    ) -> tuple[list[int], list[int]]:
+        """Reads the parts whose best worker is reached by its data port, pipelined.
+        Returns where in `parts` the rest are (for one-by-one reads: same-host blocks,
+        blocks whose best worker is failing) and where the failed ones are (for the full
+        path)."""
         reads: list[BlockRead] = []
         at: list[int] = []
         rest: list[int] = []
+        failed: list[int] = []
         for i, part in enumerate(parts):
             inode, index = part[0], part[1]
             order = self._order(inode, index, workers)
@@ -188,12 +194,16 @@ class ThreadReads:
         for i, read in zip(at, reads, strict=True):
             if not read.done:
                 self._failing[read.worker.id] = time.monotonic() + self._view.config.workers_ttl_s
-                rest.append(i)
-        return sorted(rest)
+                failed.append(i)
+        return sorted(rest), failed
 
     def _block_into(
         self, inode: Inode, index: int, offset: int, out: memoryview, workers: list[WorkerRecord]
     ) -> bool:
+        """One block range into `out`: from a same-host worker's file, else from one data
+        port (the best worker not failing). A data port that cannot answer leaves the block
+        to the full path, whose failover and repair (a worker drops a block that fails its
+        checksum and fetches it again) know more than this thread does."""
         whole = offset == 0 and len(out) == inode.block_length(index)
         for worker in self._order(inode, index, workers):
             if self._short_circuit.reaches(worker):
@@ -209,6 +219,7 @@ class ThreadReads:
                 if self._data_port.read_into(worker, inode, index, offset, out):
                     return True
                 self._failing[worker.id] = time.monotonic() + self._view.config.workers_ttl_s
+                return False
         return False
 
     def _is_failing(self, worker: WorkerRecord) -> bool:

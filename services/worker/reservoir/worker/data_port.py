@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import socket
 from collections.abc import Coroutine
 from dataclasses import dataclass
@@ -29,13 +30,18 @@ from reservoir.common import logs
 from reservoir.common.errors import InvalidArgument, ReservoirError, code_value
 from reservoir.v1 import worker_pb2
 
-from .memory_tier import BlockData
+from .memory_tier import BlockData, BlockFileRef
 from .read_request import domain_request, range_crc, window
 from .service import BlockRequest, WorkerService
 
 log = logs.get_logger(__name__)
 
 _Answer = tuple[BlockData, int, str]  # what WorkerService.block returns
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 class _Closed(Exception):
@@ -51,6 +57,8 @@ class _Pending:
     work: Coroutine[Any, Any, _Answer] | asyncio.Future[_Answer] | None = None
     error: ReservoirError | None = None
     close_after: bool = False
+    # The whole block as a file of the shared-memory tier: sent by sendfile.
+    file: tuple[BlockFileRef, str] | None = None
 
     def drop(self) -> None:
         if isinstance(self.work, asyncio.Future):
@@ -164,6 +172,11 @@ class _Connection:
             block = domain_request(request)
         except ReservoirError as exc:
             return _Pending(error=exc)
+        if block.offset == 0 and (block.length < 0 or block.length >= block.block_length):
+            file = self._service.block_file(block)
+            if file is not None:
+                self._outstanding += 1
+                return _Pending(block=block, file=file)
         work: Coroutine[Any, Any, _Answer] | asyncio.Future[_Answer] = self._service.block(block)
         if self._outstanding:
             # Behind other responses: look it up (or fetch it) now, not when its turn comes.
@@ -176,12 +189,18 @@ class _Connection:
             try:
                 await self._answer(item)
             finally:
-                if item.work is not None:
+                if item.block is not None:
                     self._outstanding -= 1
             if item.close_after:
                 return
 
     async def _answer(self, item: _Pending) -> None:
+        if item.file is not None and item.block is not None:
+            if await self._send_file(*item.file):
+                return
+            # Evicted between the lookup and now: the usual way (from a lower tier, or
+            # fetched again).
+            item.work = self._service.block(item.block)
         if item.error is not None or item.work is None or item.block is None:
             await self._send_error(item.error or InvalidArgument("no request"))
             return
@@ -196,6 +215,43 @@ class _Connection:
         await self._send(wire.ResponseHeader(0, crc, end - start).encode())
         await self._send(view[start:end])
         self._service.served(end - start, source)
+
+    async def _send_file(self, ref: BlockFileRef, source: str) -> bool:
+        """The block file's bytes, by sendfile (no copy through this process); False when
+        the file is gone (evicted) before it could be opened."""
+        try:
+            fd = os.open(ref.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return False
+        try:
+            # Opened: an eviction now unlinks the name, not these bytes.
+            await self._send(wire.ResponseHeader(0, ref.crc, ref.length).encode())
+            await self._sendfile(fd, ref.offset, ref.length)
+        finally:
+            os.close(fd)
+        self._service.served(ref.length, source)
+        return True
+
+    async def _sendfile(self, fd: int, offset: int, count: int) -> None:
+        loop = asyncio.get_running_loop()
+        out = self._sock.fileno()
+        while count > 0:
+            try:
+                sent = os.sendfile(out, fd, offset, count)
+            except BlockingIOError:
+                sent = -1
+            if sent == 0:
+                raise ConnectionError("block file shorter than its entry")
+            if sent > 0:
+                offset += sent
+                count -= sent
+                continue
+            writable: asyncio.Future[None] = loop.create_future()
+            loop.add_writer(out, _resolve, writable)
+            try:
+                await asyncio.wait_for(writable, self._config.data_write_timeout_s)
+            finally:
+                loop.remove_writer(out)
 
     async def _receive(self, n: int, *, between_requests: bool) -> bytes:
         loop = asyncio.get_running_loop()

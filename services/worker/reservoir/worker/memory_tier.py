@@ -16,6 +16,17 @@ BlockId = tuple[str, int]  # (file_id, index); the file_id pins the block size t
 BlockData = bytes  # what a tier hands out: immutable block bytes, private to this process
 
 
+@dataclass(frozen=True, slots=True)
+class BlockFileRef:
+    """A held block's bytes in a file: `length` bytes at `offset` of `path`, with the
+    checksum taken when the block landed (the reader's end-to-end check)."""
+
+    path: str
+    offset: int
+    length: int
+    crc: int
+
+
 @dataclass(slots=True)
 class HeldBlock:
     length: int
@@ -101,6 +112,12 @@ class MemoryTier:
         data = self._load(block, entry)
         self.hits += 1
         return data, entry.crc
+
+    def file_of(self, block: BlockId) -> BlockFileRef | None:
+        """Where the block's bytes lie in a file, for a reader that sends them without
+        loading them (counted as a `get`); None when this tier keeps no files or does not
+        hold the block."""
+        return None
 
     def record(self, block: BlockId) -> None:
         """A request for `block` reached the worker (served by this tier or not)."""

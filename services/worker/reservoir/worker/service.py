@@ -18,7 +18,7 @@ from reservoir.common.under_store import BodyRetry, UnderStore
 
 from .cache_rules import BlockExpiry, CacheRuleTable
 from .counters import UFS, WorkerCounters
-from .memory_tier import BlockData, BlockId
+from .memory_tier import BlockData, BlockFileRef, BlockId
 from .mount_table import MountTable
 from .tiered_store import TieredStore
 
@@ -168,6 +168,17 @@ class WorkerService:
         self.counters.hits += 1
         data, crc = await asyncio.shield(task)
         return data, crc, self.store.memory.name
+
+    def block_file(self, request: BlockRequest) -> tuple[BlockFileRef, str] | None:
+        """The whole block as a file, and the tier it is in, when it is held as one (the
+        shared-memory tier): for a reader that sends it without loading it. None: use
+        `block`. The bytes are not checked here; the reader checks them against the
+        checksum that comes with them."""
+        self._expire_if_stale(request)
+        found = self.store.file_of(request.block)
+        if found is not None:
+            self.counters.hits += 1
+        return found
 
     def block_corrupt(self, block: BlockId, tier: str, error: str) -> None:
         """`block` failed its checksum and was dropped from `tier` (BlockEvents)."""

@@ -22,12 +22,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from reservoir.common.block_file import read_block_file, write_block_file
+from reservoir.common.block_file import HEADER_SIZE, read_block_file, write_block_file
 from reservoir.common.errors import DataLoss
 from reservoir.common.models import shm_block_name
 
 from .eviction import EvictionPolicy
-from .memory_tier import BlockData, BlockId, HeldBlock, MemoryTier
+from .memory_tier import BlockData, BlockFileRef, BlockId, HeldBlock, MemoryTier
 
 
 class ShmTier(MemoryTier):
@@ -68,6 +68,14 @@ class ShmTier(MemoryTier):
         if crc != entry.crc:
             raise DataLoss(f"block file of {block[0]}:{block[1]} was rewritten")
         return data
+
+    def file_of(self, block: BlockId) -> BlockFileRef | None:
+        entry = self._blocks.get(block)
+        if entry is None:
+            return None
+        self.policy.on_access(block)
+        self.hits += 1
+        return BlockFileRef(self._path(block), HEADER_SIZE, entry.length, entry.crc)
 
     def _release(self, block: BlockId) -> None:
         Path(self._path(block)).unlink(missing_ok=True)

@@ -37,7 +37,7 @@ from reservoir.common.errors import DataLoss
 
 from .disk_tier import DiskBlock, DiskTier
 from .eviction import new_policy
-from .memory_tier import NO_PINS, BlockData, BlockId, MemoryTier, Pins
+from .memory_tier import NO_PINS, BlockData, BlockFileRef, BlockId, MemoryTier, Pins
 from .shm_tier import ShmTier
 
 log = logs.get_logger(__name__)
@@ -283,6 +283,18 @@ class TieredStore:
         # Moves up if memory's policy admits it.
         self.memory.put(block, data, crc, offset, entry.landed_s)
         return data, crc, disk.name
+
+    def file_of(self, block: BlockId) -> tuple[BlockFileRef, str] | None:
+        """The block as a file of the memory tier (shared memory) and the tier's name,
+        counted as a read; None when it is not held that way."""
+        if self.disks and self.pins.pinned(block) and self._on_disk(block) is None:
+            return None  # `get` also writes it down to disk: let it
+        ref = self.memory.file_of(block)
+        if ref is None:
+            return None
+        for tier in self.disks:
+            tier.policy.on_access(block)
+        return ref, self.memory.name
 
     def landed(self, block: BlockId) -> float | None:
         """When the block landed in this worker (wall clock), or None when not held."""
