@@ -7,9 +7,9 @@
 Starts a local cluster (etcd, the S3 server with 20 ms first-byte latency, the master and
 --workers workers with /dev/shm block files), uploads the data sets with nothing timed,
 then measures the S3 reference rows, the cold Reservoir rows (fresh never-listed prefix,
-restarted workers, no ls first), the warm rows (gRPC and short-circuit; read per file,
-read_many, the checkpoint, several processes) and the machine's ceilings (TCP loopback,
-page-cache readinto). Prints the target table (ratios of medians, target, met or not)
+restarted workers, no ls first), the warm rows (remote, i.e. through workers' data ports,
+and gRPC only for comparison; short-circuit; read per file, read_many, the checkpoint,
+several processes) and the machine's ceilings (TCP loopback, page-cache readinto). Prints the target table (ratios of medians, target, met or not)
 and every row; writes --json and --png. See bench/README.md.
 """
 
@@ -257,7 +257,7 @@ class ReadBench:
                             readers.reservoir_read(client, ds, pool),
                             cache=WARM,
                         )
-                    system = targets.WARM_SC_MANY if short_circuit else targets.WARM_GRPC_MANY
+                    system = targets.WARM_SC_MANY if short_circuit else targets.WARM_REMOTE_MANY
                     s.measure(
                         s.row("small", system, f"{many}, {path}"),
                         self.small,
@@ -283,7 +283,7 @@ class ReadBench:
                         )
             for n, system in ((1, targets.PROCS_1), (a.processes, targets.PROCS_N)):
                 s.measure(
-                    s.row("small", system, f"{n} x ({many}), gRPC; aggregate"),
+                    s.row("small", system, f"{n} x ({many}), remote; aggregate"),
                     self.small,
                     readers.reservoir_processes(
                         s.cluster.master_address, self.small, n, a.many_threads, a.batch, False
