@@ -196,7 +196,8 @@ class ClusterView:
     def known_inode(self, path: str) -> Inode | None:
         """A cached inode while it is fresh, without a call; None otherwise. Safe from any
         thread: a dict read under the GIL."""
-        hit = self._infos.get(paths.normalize(path))
+        # Keys are normalized paths: most callers pass one, and skip normalizing it.
+        hit = self._infos.get(path) or self._infos.get(paths.normalize(path))
         if hit is None or hit.expires <= time.monotonic():
             return None
         return hit.value  # type: ignore[no-any-return]

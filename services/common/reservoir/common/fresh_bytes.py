@@ -22,6 +22,12 @@ if _IN_PLACE:
     _bytes_buffer = ctypes.pythonapi.PyBytes_AsString
     _bytes_buffer.restype = ctypes.c_void_p
     _bytes_buffer.argtypes = [ctypes.py_object]
+    # A writable view of that memory in one call (a ctypes array type per length would
+    # cost more than reading a small file).
+    _memory_view = ctypes.pythonapi.PyMemoryView_FromMemory
+    _memory_view.restype = ctypes.py_object
+    _memory_view.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int]
+    _PYBUF_WRITE = 0x200
 
 
 def filled_bytes(length: int, fill: Callable[[memoryview], None]) -> bytes:
@@ -35,7 +41,7 @@ def filled_bytes(length: int, fill: Callable[[memoryview], None]) -> bytes:
         fill(memoryview(buffer))
         return bytes(buffer)
     result: bytes = _new_bytes(None, length)
-    view = memoryview((ctypes.c_char * length).from_address(_bytes_buffer(result))).cast("B")
+    view: memoryview = _memory_view(_bytes_buffer(result), length, _PYBUF_WRITE)
     try:
         fill(view)
     finally:

@@ -249,7 +249,8 @@ class _Connection:
             writable: asyncio.Future[None] = loop.create_future()
             loop.add_writer(out, _resolve, writable)
             try:
-                await asyncio.wait_for(writable, self._config.data_write_timeout_s)
+                async with asyncio.timeout(self._config.data_write_timeout_s):
+                    await writable
             finally:
                 loop.remove_writer(out)
 
@@ -259,9 +260,9 @@ class _Connection:
         view = memoryview(buffer)
         filled = 0
         while filled < n:
-            got = await asyncio.wait_for(
-                loop.sock_recv_into(self._sock, view[filled:]), self._config.data_idle_timeout_s
-            )
+            # asyncio.timeout, not wait_for: no task (and loop turn) per receive.
+            async with asyncio.timeout(self._config.data_idle_timeout_s):
+                got = await loop.sock_recv_into(self._sock, view[filled:])
             if got == 0:
                 if between_requests and filled == 0:
                     raise _Closed
@@ -271,9 +272,8 @@ class _Connection:
 
     async def _send(self, data: bytes | memoryview) -> None:
         loop = asyncio.get_running_loop()
-        await asyncio.wait_for(
-            loop.sock_sendall(self._sock, data), self._config.data_write_timeout_s
-        )
+        async with asyncio.timeout(self._config.data_write_timeout_s):
+            await loop.sock_sendall(self._sock, data)
 
     async def _send_error(self, error: ReservoirError) -> None:
         message = (str(error) or type(error).__name__).encode()[: wire.MAX_ERROR_MESSAGE]
