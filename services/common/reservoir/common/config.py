@@ -484,6 +484,16 @@ class WorkerConfig:
     malloc_trim_threshold: int = field(
         default=16 * MiB, metadata=env("RESERVOIR_WORKER_TRIM_THRESHOLD")
     )
+    # The same with RESERVOIR_WORKER_SHM_DIR: blocks then live in files, and the heap holds
+    # only blocks in flight (fetched, then written out and sent), which higher thresholds
+    # let it reuse instead of faulting in fresh pages for each (measured: a cold read of
+    # 8 x 32 MiB cost the workers 0.71 s of CPU with the thresholds above, 0.36 s with these).
+    malloc_shm_mmap_threshold: int = field(
+        default=64 * MiB, metadata=env("RESERVOIR_WORKER_SHM_MMAP_THRESHOLD")
+    )
+    malloc_shm_trim_threshold: int = field(
+        default=256 * MiB, metadata=env("RESERVOIR_WORKER_SHM_TRIM_THRESHOLD")
+    )
     # Prometheus text at /metrics (RESERVOIR_METRICS_LISTEN, ...).
     metrics: MetricsSettings = field(default_factory=lambda: load(MetricsSettings))
 

@@ -182,7 +182,12 @@ async def serve(config: cfg.WorkerConfig, transport: Transport) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     config, log_config = parse_args(argv)
-    tune_for_bounded_footprint(config.malloc_mmap_threshold, config.malloc_trim_threshold)
+    if config.shm_dir:
+        tune_for_bounded_footprint(
+            config.malloc_shm_mmap_threshold, config.malloc_shm_trim_threshold
+        )
+    else:
+        tune_for_bounded_footprint(config.malloc_mmap_threshold, config.malloc_trim_threshold)
     observability.configure("worker", log_config, cfg.load(cfg.TraceExportSettings))
     transport = Transport(SecuritySettings.from_env(), CHANNEL_OPTIONS)
     serving.run(lambda: serve(config, transport))
