@@ -226,11 +226,15 @@ def test_worker_counters_follow_reads_by_hit_miss_and_source(observed: Observed)
     assert delta(before, warm, "reservoir_worker_tier_blocks", tier="mem", path="") == blocks
 
     def read_calls(scraped: dict[Any, float]) -> float:
+        """Timed read requests, over gRPC or the data port."""
         return sum(
             v
             for (name, labels), v in scraped.items()
-            if name == "grpc_server_handling_seconds_count"
-            and dict(labels).get("grpc_method", "").startswith("Read")
+            if (
+                name == "grpc_server_handling_seconds_count"
+                and dict(labels).get("grpc_method", "").startswith("Read")
+            )
+            or name == "reservoir_worker_data_port_request_seconds_count"
         )
 
     # A call is timed when its handler returns, which can be just after the client has

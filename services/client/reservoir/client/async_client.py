@@ -67,7 +67,7 @@ class AsyncClient:
         )
         self._reader = BlockReader(self.config, self._view, self._worker_channels, under_stores)
         # For the blocking client: reads its caller threads answer without this loop.
-        self.data_port = DataPortReader(self.config)
+        self.data_port = DataPortReader(self.config, self._view)
         self.thread_reads = ThreadReads(
             self._view, self._reader, self._reader.short_circuit, self.data_port
         )

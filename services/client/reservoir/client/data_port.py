@@ -21,11 +21,15 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
+
+from opentelemetry import propagate, trace
 
 from reservoir.common import block_transfer as wire
 from reservoir.common import config as cfg
 from reservoir.common import logs
 from reservoir.common.block_file import checksum
+from reservoir.common.errors import ReservoirError, Unavailable
 from reservoir.common.models import Inode, WorkerRecord, block_request
 
 log = logs.get_logger(__name__)
@@ -54,13 +58,20 @@ class BlockRead:
     done: bool = False
 
 
+class WorkerHealth(Protocol):
+    """Who hears of a worker that cannot be reached (`ClusterView`: routes around it)."""
+
+    def worker_failed(self, worker: WorkerRecord, error: ReservoirError) -> None: ...
+
+
 class _Failed(Exception):
     """This connection cannot answer (closed, timed out, broken frame)."""
 
 
 class DataPortReader:
-    def __init__(self, config: cfg.ClientConfig) -> None:
+    def __init__(self, config: cfg.ClientConfig, health: WorkerHealth) -> None:
         self._config = config
+        self._health = health
         self._lock = threading.Lock()
         self._idle: dict[str, list[socket.socket]] = {}
         self._generation = _generation
@@ -84,10 +95,10 @@ class DataPortReader:
         holds exactly them, checksum checked; False otherwise (`out` is then undefined)."""
         if not self.reaches(worker):
             return False
-        body = block_request(inode, index, offset, len(out)).SerializeToString()
+        body = _request(inode, index, offset, len(out))
         deadline = time.monotonic() + self._config.read_timeout_s
         for attempt in (0, 1):
-            sock, pooled = self._connection(worker.data_address, deadline, fresh=attempt > 0)
+            sock, pooled = self._connection(worker, deadline, fresh=attempt > 0)
             if sock is None:
                 return False
             try:
@@ -111,9 +122,11 @@ class DataPortReader:
         deadline = time.monotonic() + self._config.read_timeout_s
         depth = max(1, self._config.data_port_pipeline)
         unsent: dict[str, deque[BlockRead]] = {}
+        workers: dict[str, WorkerRecord] = {}
         for read in reads:
             if self.reaches(read.worker):
                 unsent.setdefault(read.worker.data_address, deque()).append(read)
+                workers[read.worker.data_address] = read.worker
         connections: dict[str, socket.socket] = {}
         in_flight: dict[str, int] = {}
 
@@ -122,8 +135,8 @@ class DataPortReader:
             batch = []
             while sock is not None and queue and in_flight[address] < depth:
                 read = queue.popleft()
-                request = block_request(read.inode, read.index, read.offset, len(read.out))
-                batch.append(wire.encode_request(request.SerializeToString()))
+                body = _request(read.inode, read.index, read.offset, len(read.out))
+                batch.append(wire.encode_request(body))
                 in_flight[address] += 1
             if batch:
                 try:
@@ -137,7 +150,7 @@ class DataPortReader:
                 sock.close()
 
         for address in unsent:
-            sock, _ = self._connection(address, deadline, fresh=False)
+            sock, _ = self._connection(workers[address], deadline, fresh=False)
             if sock is not None:
                 connections[address] = sock
                 in_flight[address] = 0
@@ -171,8 +184,9 @@ class DataPortReader:
     # ---- internals ------------------------------------------------------------------------
 
     def _connection(
-        self, address: str, deadline: float, *, fresh: bool
+        self, worker: WorkerRecord, deadline: float, *, fresh: bool
     ) -> tuple[socket.socket | None, bool]:
+        address = worker.data_address
         if not fresh:
             with self._lock:
                 if self._generation != _generation:
@@ -192,7 +206,11 @@ class DataPortReader:
                 (host.strip("[]"), int(port)), timeout=max(0.001, deadline - time.monotonic())
             )
         except (OSError, ValueError) as exc:
-            log.debug("data_port_connect_failed", address=address, error=str(exc))
+            # Nobody answers there: the worker is down (or leaving). Failures after a
+            # connection are the full path's to judge, as it reads the block again.
+            self._health.worker_failed(
+                worker, Unavailable(f"data port {address} of worker {worker.id}: {exc}")
+            )
             return None, False
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return sock, False
@@ -233,6 +251,14 @@ class DataPortReader:
         with self._lock:
             self._bytes += len(out)
         return True
+
+
+def _request(inode: Inode, index: int, offset: int, length: int) -> bytes:
+    request = block_request(inode, index, offset, length)
+    if trace.get_current_span().get_span_context().is_valid:
+        # The caller's trace goes on into the worker's span (gRPC carries it as metadata).
+        propagate.inject(request.trace_context)
+    return request.SerializeToString()
 
 
 def _remaining(deadline: float) -> float:

@@ -115,6 +115,26 @@ Global___LoadBlocksResponse: _TypeAlias = LoadBlocksResponse  # noqa: Y015
 class ReadBlockRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class TraceContextEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     FILE_ID_FIELD_NUMBER: _builtins.int
     INDEX_FIELD_NUMBER: _builtins.int
     OFFSET_FIELD_NUMBER: _builtins.int
@@ -124,6 +144,7 @@ class ReadBlockRequest(_message.Message):
     FILE_SIZE_FIELD_NUMBER: _builtins.int
     BLOCK_SIZE_FIELD_NUMBER: _builtins.int
     MOUNT_PATH_FIELD_NUMBER: _builtins.int
+    TRACE_CONTEXT_FIELD_NUMBER: _builtins.int
     file_id: _builtins.str
     index: _builtins.int
     offset: _builtins.int
@@ -136,6 +157,12 @@ class ReadBlockRequest(_message.Message):
     file_size: _builtins.int
     block_size: _builtins.int
     mount_path: _builtins.str
+    @_builtins.property
+    def trace_context(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """W3C trace context of the reader's span, on the data port (which has no metadata);
+        over gRPC it travels as call metadata instead.
+        """
+
     def __init__(
         self,
         *,
@@ -148,10 +175,11 @@ class ReadBlockRequest(_message.Message):
         file_size: _builtins.int = ...,
         block_size: _builtins.int = ...,
         mount_path: _builtins.str = ...,
+        trace_context: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["block_size", b"block_size", "etag", b"etag", "file_id", b"file_id", "file_size", b"file_size", "index", b"index", "length", b"length", "mount_path", b"mount_path", "offset", b"offset", "ufs_uri", b"ufs_uri"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["block_size", b"block_size", "etag", b"etag", "file_id", b"file_id", "file_size", b"file_size", "index", b"index", "length", b"length", "mount_path", b"mount_path", "offset", b"offset", "trace_context", b"trace_context", "ufs_uri", b"ufs_uri"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -18,23 +18,30 @@ import asyncio
 import contextlib
 import os
 import socket
+import time
 from collections.abc import Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from google.protobuf.message import DecodeError
+from opentelemetry import propagate, trace
 
 from reservoir.common import block_transfer as wire
 from reservoir.common import config as cfg
 from reservoir.common import logs
-from reservoir.common.errors import InvalidArgument, ReservoirError, code_value
+from reservoir.common.errors import InvalidArgument, ReservoirError, code_value, status_for
 from reservoir.v1 import worker_pb2
 
+from .data_port_metrics import DataPortMetrics
 from .memory_tier import BlockData, BlockFileRef
 from .read_request import domain_request, range_crc, window
+from .read_trace import ReadTrace
 from .service import BlockRequest, WorkerService
 
 log = logs.get_logger(__name__)
+_tracer = trace.get_tracer("reservoir.worker")
+# The operation is WorkerService's ReadBlock whichever way it came; the span says which.
+_SPAN_NAME = "/reservoir.v1.WorkerService/ReadBlock"
 
 _Answer = tuple[BlockData, int, str]  # what WorkerService.block returns
 
@@ -59,6 +66,8 @@ class _Pending:
     close_after: bool = False
     # The whole block as a file of the shared-memory tier: sent by sendfile.
     file: tuple[BlockFileRef, str] | None = None
+    trace_context: dict[str, str] = field(default_factory=dict)
+    received: float = field(default_factory=time.monotonic)
 
     def drop(self) -> None:
         if isinstance(self.work, asyncio.Future):
@@ -68,9 +77,12 @@ class _Pending:
 
 
 class DataPort:
-    def __init__(self, service: WorkerService, config: cfg.WorkerConfig) -> None:
+    def __init__(
+        self, service: WorkerService, config: cfg.WorkerConfig, metrics: DataPortMetrics
+    ) -> None:
         self._service = service
         self._config = config
+        self._metrics = metrics
         self._listener: socket.socket | None = None
         self._accepting: asyncio.Task[None] | None = None
         self._connections: set[asyncio.Task[None]] = set()
@@ -115,16 +127,25 @@ class DataPort:
                 continue
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            task = asyncio.create_task(_Connection(sock, self._service, self._config).serve())
+            task = asyncio.create_task(
+                _Connection(sock, self._service, self._config, self._metrics).serve()
+            )
             self._connections.add(task)
             task.add_done_callback(self._connections.discard)
 
 
 class _Connection:
-    def __init__(self, sock: socket.socket, service: WorkerService, config: cfg.WorkerConfig):
+    def __init__(
+        self,
+        sock: socket.socket,
+        service: WorkerService,
+        config: cfg.WorkerConfig,
+        metrics: DataPortMetrics,
+    ) -> None:
         self._sock = sock
         self._service = service
         self._config = config
+        self._metrics = metrics
         self._queue: asyncio.Queue[_Pending | None] = asyncio.Queue(max(1, config.data_pipeline))
         self._outstanding = 0  # requests read whose response is not sent yet
 
@@ -172,49 +193,65 @@ class _Connection:
             block = domain_request(request)
         except ReservoirError as exc:
             return _Pending(error=exc)
+        context = dict(request.trace_context)
         if block.offset == 0 and (block.length < 0 or block.length >= block.block_length):
             file = self._service.block_file(block)
             if file is not None:
                 self._outstanding += 1
-                return _Pending(block=block, file=file)
+                return _Pending(block=block, file=file, trace_context=context)
         work: Coroutine[Any, Any, _Answer] | asyncio.Future[_Answer] = self._service.block(block)
         if self._outstanding:
             # Behind other responses: look it up (or fetch it) now, not when its turn comes.
             work = asyncio.ensure_future(work)
         self._outstanding += 1
-        return _Pending(block=block, work=work)
+        return _Pending(block=block, work=work, trace_context=context)
 
     async def _write_responses(self) -> None:
         while (item := await self._queue.get()) is not None:
             try:
-                await self._answer(item)
+                await self._respond(item)
             finally:
                 if item.block is not None:
                     self._outstanding -= 1
             if item.close_after:
                 return
 
-    async def _answer(self, item: _Pending) -> None:
+    async def _respond(self, item: _Pending) -> None:
+        parent = propagate.extract(item.trace_context) if item.trace_context else None
+        with _tracer.start_as_current_span(
+            _SPAN_NAME,
+            context=parent,
+            kind=trace.SpanKind.SERVER,
+            attributes={"reservoir.transport": "data_port"},
+        ):
+            code = await self._answer(item)
+        self._metrics.answered(code, time.monotonic() - item.received)
+
+    async def _answer(self, item: _Pending) -> str:
+        """Sends the response; returns its status code's name."""
         if item.file is not None and item.block is not None:
             if await self._send_file(*item.file):
-                return
+                return "OK"
             # Evicted between the lookup and now: the usual way (from a lower tier, or
             # fetched again).
             item.work = self._service.block(item.block)
         if item.error is not None or item.work is None or item.block is None:
-            await self._send_error(item.error or InvalidArgument("no request"))
-            return
+            return await self._send_error(item.error or InvalidArgument("no request"))
         try:
             data, crc, source = await item.work
         except ReservoirError as exc:
-            await self._send_error(exc)
-            return
+            return await self._send_error(exc)
         start, end = window(item.block, len(data))
         view = memoryview(data)
         crc = range_crc(view, start, end, crc)
         await self._send(wire.ResponseHeader(0, crc, end - start).encode())
         await self._send(view[start:end])
-        self._service.served(end - start, source)
+        self._served(end - start, source)
+        return "OK"
+
+    def _served(self, nbytes: int, source: str) -> None:
+        self._service.served(nbytes, source)
+        ReadTrace(self._service.worker_id).add(source, nbytes)
 
     async def _send_file(self, ref: BlockFileRef, source: str) -> bool:
         """The block file's bytes, by sendfile (no copy through this process); False when
@@ -229,7 +266,7 @@ class _Connection:
             await self._sendfile(fd, ref.offset, ref.length)
         finally:
             os.close(fd)
-        self._service.served(ref.length, source)
+        self._served(ref.length, source)
         return True
 
     async def _sendfile(self, fd: int, offset: int, count: int) -> None:
@@ -275,7 +312,8 @@ class _Connection:
         async with asyncio.timeout(self._config.data_write_timeout_s):
             await loop.sock_sendall(self._sock, data)
 
-    async def _send_error(self, error: ReservoirError) -> None:
+    async def _send_error(self, error: ReservoirError) -> str:
         message = (str(error) or type(error).__name__).encode()[: wire.MAX_ERROR_MESSAGE]
         header = wire.ResponseHeader(code_value(error), 0, len(message)).encode()
         await self._send(header + message)
+        return str(status_for(error).name)

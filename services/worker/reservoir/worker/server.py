@@ -20,6 +20,7 @@ from reservoir.common.security import SecuritySettings, Transport
 from .block_reporter import BlockReporter
 from .cache_rules import CacheRuleTable
 from .data_port import DataPort
+from .data_port_metrics import DataPortMetrics
 from .eviction import POLICIES
 from .master_link import MasterLink
 from .membership import Membership
@@ -121,7 +122,11 @@ async def serve(config: cfg.WorkerConfig, transport: Transport) -> None:
     )
     server.add_generic_rpc_handlers([WorkerServicer(service).handler()])
     # The data port has no TLS: a cluster that runs TLS keeps every byte on gRPC.
-    data_port = DataPort(service, config) if config.data_port and not transport.tls_server else None
+    data_port = (
+        DataPort(service, config, DataPortMetrics(registry))
+        if config.data_port and not transport.tls_server
+        else None
+    )
     registry.register(WorkerMetrics(service))
     metrics = MetricsEndpoint(registry, config.metrics)
     await serving.add_health_and_reflection(server, [SERVICE])
