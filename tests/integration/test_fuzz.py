@@ -86,6 +86,13 @@ def _message(cls: type[Message], depth: int = 0) -> st.SearchStrategy[Message]:
         return st.just(cls())
     fields = {}
     for field in cls.DESCRIPTOR.fields:
+        entry = field.message_type
+        if entry is not None and entry.GetOptions().map_entry:
+            key, item = entry.fields_by_name["key"], entry.fields_by_name["value"]
+            fields[field.name] = st.one_of(
+                st.none(), st.dictionaries(_value(key, depth), _value(item, depth), max_size=3)
+            )
+            continue
         value = _value(field, depth)
         if field.is_repeated:
             value = st.lists(value, max_size=3)  # type: ignore[assignment]
@@ -106,6 +113,8 @@ def _message(cls: type[Message], depth: int = 0) -> st.SearchStrategy[Message]:
                             target.add().CopyFrom(item)
                     else:
                         target.extend(value)
+                elif isinstance(value, dict):
+                    target.update(value)
                 elif isinstance(value, Message):
                     target.CopyFrom(value)
                 else:
