@@ -14,6 +14,7 @@ its own copies of the descriptors) and connects afresh.
 
 from __future__ import annotations
 
+import enum
 import os
 import socket
 import threading
@@ -46,6 +47,16 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+class Outcome(enum.Enum):
+    """How one block read over a data port ended."""
+
+    READ = "read"  # the bytes are in `out`, checksum checked
+    # The worker answered, but not with the bytes (an error, a checksum mismatch): the
+    # full path asks again, where the worker repairs or reports it. Its port is fine.
+    DECLINED = "declined"
+    UNREACHABLE = "unreachable"  # no connection, or it broke: leave this port be a while
+
+
 @dataclass(slots=True)
 class BlockRead:
     """Bytes [offset, offset+len(out)) of block `index` of `inode`, from `worker`."""
@@ -55,7 +66,11 @@ class BlockRead:
     index: int
     offset: int
     out: memoryview
-    done: bool = False
+    outcome: Outcome = Outcome.UNREACHABLE
+
+    @property
+    def done(self) -> bool:
+        return self.outcome is Outcome.READ
 
 
 class WorkerHealth(Protocol):
@@ -90,28 +105,28 @@ class DataPortReader:
 
     def read_into(
         self, worker: WorkerRecord, inode: Inode, index: int, offset: int, out: memoryview
-    ) -> bool:
-        """Bytes [offset, offset+len(out)) of block `index` into `out`: True when `out`
-        holds exactly them, checksum checked; False otherwise (`out` is then undefined)."""
+    ) -> Outcome:
+        """Bytes [offset, offset+len(out)) of block `index` into `out` (READ: `out` holds
+        exactly them, checksum checked; otherwise `out` is undefined)."""
         if not self.reaches(worker):
-            return False
+            return Outcome.UNREACHABLE
         body = _request(inode, index, offset, len(out))
         deadline = time.monotonic() + self._config.read_timeout_s
         for attempt in (0, 1):
             sock, pooled = self._connection(worker, deadline, fresh=attempt > 0)
             if sock is None:
-                return False
+                return Outcome.UNREACHABLE
             try:
-                ok = self._exchange(sock, body, out, deadline)
+                outcome = self._exchange(sock, body, out, deadline)
             except _Failed as exc:
                 sock.close()
                 if pooled and attempt == 0:
                     continue  # most likely closed by the worker while idle: once more
                 log.debug("data_port_read_failed", worker=worker.id, error=str(exc))
-                return False
+                return Outcome.UNREACHABLE
             self._release(worker.data_address, sock)
-            return ok
-        return False
+            return outcome
+        return Outcome.UNREACHABLE
 
     def read_all_into(self, reads: Sequence[BlockRead]) -> None:
         """Many block ranges, each into its own `out`; marks those that arrived `done`.
@@ -161,7 +176,7 @@ class DataPortReader:
             if sock is None or address not in in_flight:
                 continue
             try:
-                read.done = self._receive_response(sock, read.out, deadline)
+                read.outcome = self._receive_response(sock, read.out, deadline)
             except _Failed as exc:
                 log.debug("data_port_read_failed", worker=read.worker.id, error=str(exc))
                 broken(address)
@@ -226,11 +241,13 @@ class DataPortReader:
                 return
         sock.close()
 
-    def _exchange(self, sock: socket.socket, body: bytes, out: memoryview, deadline: float) -> bool:
+    def _exchange(
+        self, sock: socket.socket, body: bytes, out: memoryview, deadline: float
+    ) -> Outcome:
         _send(sock, wire.encode_request(body), deadline)
         return self._receive_response(sock, out, deadline)
 
-    def _receive_response(self, sock: socket.socket, out: memoryview, deadline: float) -> bool:
+    def _receive_response(self, sock: socket.socket, out: memoryview, deadline: float) -> Outcome:
         """One response into `out`. Raises _Failed when the connection is unusable;
         returns False on an answer that is not the bytes asked for (the connection stays
         good when the frame was complete)."""
@@ -241,16 +258,16 @@ class DataPortReader:
             if header.length > wire.MAX_ERROR_MESSAGE:
                 raise _Failed(f"error message of {header.length} bytes")
             _receive_into(sock, memoryview(bytearray(header.length)), deadline)
-            return False  # the full path asks again and reports the error properly
+            return Outcome.DECLINED  # the full path asks again and reports the error properly
         if header.length != len(out):
             raise _Failed(f"{header.length} bytes announced, {len(out)} asked for")
         _receive_into(sock, out, deadline)
         if self._config.verify_checksums and checksum(out) != header.crc32c:
             log.warning("data_port_checksum_mismatch", bytes=len(out))
-            return False
+            return Outcome.DECLINED
         with self._lock:
             self._bytes += len(out)
-        return True
+        return Outcome.READ
 
 
 def _request(inode: Inode, index: int, offset: int, length: int) -> bytes:

@@ -18,7 +18,7 @@ from reservoir.common.models import Inode, WorkerRecord
 
 from .block_reader import BlockReader
 from .cluster_view import ClusterView
-from .data_port import BlockRead, DataPortReader
+from .data_port import BlockRead, DataPortReader, Outcome
 from .short_circuit import ShortCircuit
 
 # A range of one block to read into a buffer: (inode, block index, offset in the block, out).
@@ -193,7 +193,8 @@ class ThreadReads:
             self._data_port.read_all_into(reads)
         for i, read in zip(at, reads, strict=True):
             if not read.done:
-                self._failing[read.worker.id] = time.monotonic() + self._view.config.workers_ttl_s
+                if read.outcome is Outcome.UNREACHABLE:
+                    self._leave_be(read.worker)
                 failed.append(i)
         return sorted(rest), failed
 
@@ -215,12 +216,19 @@ class ThreadReads:
                 if piece is not None:
                     out[:] = piece
                     return True
-            elif self._data_port.reaches(worker) and not self._is_failing(worker):
-                if self._data_port.read_into(worker, inode, index, offset, out):
-                    return True
-                self._failing[worker.id] = time.monotonic() + self._view.config.workers_ttl_s
-                return False
+            elif self._data_port.reaches(worker):
+                # Only the best worker's port: the next one may not hold the block, and
+                # choosing another replica is the full path's to do.
+                if self._is_failing(worker):
+                    return False
+                outcome = self._data_port.read_into(worker, inode, index, offset, out)
+                if outcome is Outcome.UNREACHABLE:
+                    self._leave_be(worker)
+                return outcome is Outcome.READ
         return False
+
+    def _leave_be(self, worker: WorkerRecord) -> None:
+        self._failing[worker.id] = time.monotonic() + self._view.config.workers_ttl_s
 
     def _is_failing(self, worker: WorkerRecord) -> bool:
         until = self._failing.get(worker.id)
