@@ -211,7 +211,7 @@ class BlockReader:
         mount = next((m for m in mounts if m.path == inode.mount_path), None)
         if mount is None:
             raise NotFound(f"{inode.mount_path} is no longer mounted")
-        ufs = self._under_stores.for_mount(mount)
+        ufs = await self._under_stores.open(mount)
         log.info("read_from_under_store", path=inode.path, block=index)
         start = index * inode.block_size + min(offset, inode.block_length(index))
         want = range_length(inode, index, offset, length)

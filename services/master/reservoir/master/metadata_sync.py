@@ -113,8 +113,8 @@ class NamespaceSync:
         """A blocking under-store call, on the pool that bounds them."""
         return await asyncio.get_running_loop().run_in_executor(self._pool, call, *args)
 
-    def under_store(self, mount: Mount) -> UnderStore:
-        return self._under_stores.for_mount(mount)
+    async def under_store(self, mount: Mount) -> UnderStore:
+        return await self._under_stores.open(mount)
 
     def ttl_ms(self, mount: Mount) -> int | None:
         return mount.options.sync_ttl_ms(int(self._config.metadata_ttl_s * 1000))
@@ -258,7 +258,7 @@ class NamespaceSync:
     async def sync_inode(self, mount: Mount, path: str) -> Inode:
         """One path checked against the under-store with a HEAD (a LIST when it is not an
         object: a directory, or nothing) and stored."""
-        ufs = self.under_store(mount)
+        ufs = await self.under_store(mount)
         key = path[len(mount.path) + 1 :]
         try:
             obj = await self.ufs(ufs.head, key)
@@ -302,7 +302,7 @@ class NamespaceSync:
     ) -> tuple[list[Inode], bool]:
         """The children the under-store lists below `path`, sorted; and whether that is
         all of them."""
-        ufs = self.under_store(mount)
+        ufs = await self.under_store(mount)
         prefix = "" if path == mount.path else path[len(mount.path) + 1 :] + "/"
         started = time.perf_counter()
         listing = await self.ufs(ufs.list, prefix, limit)

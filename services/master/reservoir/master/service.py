@@ -84,6 +84,8 @@ class MasterService:
 
     async def start(self) -> None:
         await self.mount_table.load()
+        for mount in self.mount_table.mounts():
+            self._under_stores.prepare(mount)  # before the first stat needs it
         await self.locations.load()
         await self.refresh_workers()
         await self.jobs.resume()
@@ -112,12 +114,15 @@ class MasterService:
         # Refused before anything is contacted: a refused under-store gets no request.
         path, options = self.mount_table.admit(path, uri, options)
         # Fail fast at mount time: one attempt, so a wrong endpoint is reported in seconds.
-        probe = open_under_store(uri, self._under_stores.settings(options, retries=1))
+        probe = await self.sync.ufs(
+            open_under_store, uri, self._under_stores.settings(options, retries=1)
+        )
         async with self.mount_table.lock:
             old = self.mount_table.check_place(path, replace)
             await self.sync.ufs(probe.check)
             mount = Mount(path=path, uri=probe.uri, options=options, created_ms=now_ms())
             await self.mount_table.put(mount)
+            self._under_stores.prepare(mount)
             if old is not None:
                 # Inodes (ETags, sizes, block sizes) and listing marks came from the old store.
                 await self._store.delete(keyspace.inode_key(path))

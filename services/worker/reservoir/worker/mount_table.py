@@ -27,6 +27,14 @@ class MountSource(Protocol):
     async def mounts(self) -> list[Mount]: ...
 
 
+class MountListener(Protocol):
+    """Told of every mount the table gains, changes or loses (e.g. to open its store)."""
+
+    def mount_changed(self, mount: Mount) -> None: ...
+
+    def mount_removed(self, mount_path: str) -> None: ...
+
+
 class MountTable:
     def __init__(
         self,
@@ -48,6 +56,12 @@ class MountTable:
         self._recheck_interval_s = recheck_interval_s
         self._rechecked: dict[str, float] = {}
         self._mounts: dict[str, Mount] = {}
+        self._listeners: list[MountListener] = []
+
+    def subscribe(self, listener: MountListener) -> None:
+        self._listeners.append(listener)
+        for mount in self._mounts.values():
+            listener.mount_changed(mount)
 
     async def get(self, mount_path: str, ufs_uri: str) -> Mount:
         """The mount as it is now. Looked up again at the master when it is unknown, when
@@ -95,6 +109,8 @@ class MountTable:
     def _remove(self, path: str, source: str) -> None:
         if self._mounts.pop(path, None) is not None:
             log.info("mount_removed", mount=path, source=source)
+            for listener in self._listeners:
+                listener.mount_removed(path)
 
     def _set(self, mount: Mount, source: str) -> None:
         path = mount.path
@@ -110,6 +126,8 @@ class MountTable:
                 was_endpoint=old.options.endpoint_url if old else None,
                 source=source,  # watch, store (reloaded after a watch broke) or master
             )
+            for listener in self._listeners:
+                listener.mount_changed(mount)
 
     # ---- PrefixMirror: the store's mounts prefix ------------------------------------------
 

@@ -88,6 +88,8 @@ class WorkerService:
                 config.ufs_body_retries, config.ufs_retry_backoff_s, config.ufs_retry_backoff_max_s
             ),
         )
+        # Each mount's store opens as soon as the mount is known, not at its first miss.
+        mounts.subscribe(self._under_stores)
         self._inflight: dict[BlockId, asyncio.Task[tuple[BlockData, int]]] = {}
         # Bounds the GETs this worker has in flight to the under-store at once.
         self._ufs_slots = asyncio.Semaphore(config.ufs_concurrency)
@@ -104,7 +106,7 @@ class WorkerService:
     async def _under_store(self, mount_path: str, ufs_uri: str) -> tuple[Mount, UnderStore]:
         # The mount as it is now (remounts arrive by watch), its store reopened if it changed.
         mount = await self.mounts.get(mount_path, ufs_uri)
-        return mount, self._under_stores.for_mount(mount)
+        return mount, await self._under_stores.open(mount)
 
     async def _get_range(
         self, mount: Mount, ufs: UnderStore, key: str, start: int, length: int, etag: str
@@ -124,7 +126,7 @@ class WorkerService:
                 endpoint=remounted.options.endpoint_url,
                 error=str(exc),
             )
-            ufs = self._under_stores.for_mount(remounted)
+            ufs = await self._under_stores.open(remounted)
             return await self._ufs_get(ufs, key, start, length, etag)
 
     async def _ufs_get(
