@@ -384,6 +384,9 @@ class WorkerConfig:
     # Requests of one connection read ahead of the response being sent (their blocks
     # looked up or fetched meanwhile).
     data_pipeline: int = field(default=16, metadata=env("RESERVOIR_WORKER_DATA_PIPELINE"))
+    # At start, before joining, how long a worker waits for its mounts' under-store clients
+    # to be built (~0.3 s of CPU each), so its first misses do not wait for them.
+    store_open_wait_s: float = field(default=5.0, metadata=env("RESERVOIR_WORKER_STORE_OPEN_WAIT"))
     worker_id: str = field(default="", metadata=env("RESERVOIR_WORKER_ID"))
     host: str = field(default_factory=socket.gethostname, metadata=env("RESERVOIR_HOST"))
     zone: str = field(default="", metadata=env("RESERVOIR_ZONE"))

@@ -9,6 +9,7 @@ way it did before watching; a cache hit never looks here at all.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Protocol
 
@@ -57,6 +58,7 @@ class MountTable:
         self._rechecked: dict[str, float] = {}
         self._mounts: dict[str, Mount] = {}
         self._listeners: list[MountListener] = []
+        self.loaded = asyncio.Event()  # set once the table was read from the store
 
     def subscribe(self, listener: MountListener) -> None:
         self._listeners.append(listener)
@@ -133,6 +135,7 @@ class MountTable:
 
     def replace_all(self, pairs: list[tuple[bytes, bytes]]) -> None:
         self._replace([Mount.from_json(v) for _, v in pairs], source="store")
+        self.loaded.set()
 
     def apply(self, key: bytes, value: bytes | None) -> None:
         """One change seen by the watch."""
@@ -140,6 +143,10 @@ class MountTable:
             self._remove(key[len(keyspace.MOUNTS) :].decode(), "watch")
         else:
             self._set(Mount.from_json(value), "watch")
+
+    def known(self) -> list[Mount]:
+        """The mounts as the table has them now."""
+        return list(self._mounts.values())
 
     @property
     def following(self) -> bool:

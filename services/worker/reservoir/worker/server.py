@@ -151,6 +151,9 @@ async def serve(config: cfg.WorkerConfig, transport: Transport) -> None:
     await service.store.start()
     await server.start()
     await metrics.start()
+    follow_mounts = asyncio.create_task(mounts.follow())
+    # Clients read from a worker once it has joined: by then its S3 clients are built.
+    await service.open_stores(config.store_open_wait_s)
     await membership.register()
     log.info("worker_started", worker=worker_id, address=address, capacity=config.capacity_bytes)
 
@@ -161,7 +164,7 @@ async def serve(config: cfg.WorkerConfig, transport: Transport) -> None:
         asyncio.create_task(
             serving.every(config.report_interval_s, "block_report", reporter.report)
         ),
-        asyncio.create_task(mounts.follow()),
+        follow_mounts,
         asyncio.create_task(rules.follow()),
         asyncio.create_task(
             serving.every(config.ttl_sweep_interval_s, "ttl_sweep", service.expire_due)

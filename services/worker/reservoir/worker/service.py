@@ -103,6 +103,17 @@ class WorkerService:
         self.removed.add(block)
         log.debug("block_evicted", file_id=block[0], index=block[1], bytes=size, tier=tier)
 
+    async def open_stores(self, wait_s: float) -> None:
+        """Waits (at most `wait_s`) until the mount table is loaded and the store of every
+        mount in it is open. A store that fails to open is left to fail its first read."""
+        try:
+            async with asyncio.timeout(wait_s):
+                await self.mounts.loaded.wait()
+                opening = [self._under_stores.open(m) for m in self.mounts.known()]
+                await asyncio.gather(*opening, return_exceptions=True)
+        except TimeoutError:
+            log.info("under_stores_still_opening", waited_s=wait_s)
+
     async def _under_store(self, mount_path: str, ufs_uri: str) -> tuple[Mount, UnderStore]:
         # The mount as it is now (remounts arrive by watch), its store reopened if it changed.
         mount = await self.mounts.get(mount_path, ufs_uri)
