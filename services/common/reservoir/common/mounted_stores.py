@@ -16,7 +16,7 @@ log = logs.get_logger(__name__)
 
 
 class MountedStores:
-    """One open under-store per mount, opened on first use and reopened whenever the mount
+    """One open under-store per mount, opened on first use (or ahead of it) and reopened whenever the mount
     changed (remounted: a new URI, endpoint, region, credential source or block size).
     Credentials are resolved here, in this process, never stored.
 
@@ -49,14 +49,6 @@ class MountedStores:
             max_connections=self._max_connections,
             body_retry=self._body_retry,
         )
-
-    def for_mount(self, mount: Mount) -> UnderStore:
-        opened = self._open.get(mount.path)
-        if opened is not None and opened[0] == mount:
-            return opened[1]
-        ufs = open_under_store(mount.uri, self.settings(mount.options))
-        self._open[mount.path] = (mount, ufs)
-        return ufs
 
     async def open(self, mount: Mount) -> UnderStore:
         """The mount's store, opened on a thread when it is not open yet (or the mount
