@@ -249,8 +249,8 @@ class DataPortReader:
 
     def _receive_response(self, sock: socket.socket, out: memoryview, deadline: float) -> Outcome:
         """One response into `out`. Raises _Failed when the connection is unusable;
-        returns False on an answer that is not the bytes asked for (the connection stays
-        good when the frame was complete)."""
+        DECLINED for an answer that is not the bytes asked for (the connection stays good
+        when the frame was complete)."""
         header_buffer = bytearray(wire.RESPONSE_HEADER.size)
         _receive_into(sock, memoryview(header_buffer), deadline)
         header = wire.ResponseHeader.decode(header_buffer)

@@ -221,20 +221,21 @@ class _Connection:
                 return
 
     async def _respond(self, item: _Pending) -> None:
-        if not item.trace_context and not self._recording:
-            # No trace to continue and no span to record: a no-op span costs ~10 us.
+        with self._span(item.trace_context):
             code = await self._answer(item)
-            self._metrics.answered(code, time.monotonic() - item.received)
-            return
-        parent = propagate.extract(item.trace_context) if item.trace_context else None
-        with _tracer.start_as_current_span(
+        self._metrics.answered(code, time.monotonic() - item.received)
+
+    def _span(self, trace_context: dict[str, str]) -> contextlib.AbstractContextManager[Any]:
+        if not trace_context and not self._recording:
+            # No trace to continue and no span to record: a no-op span costs ~10 us.
+            return contextlib.nullcontext()
+        parent = propagate.extract(trace_context) if trace_context else None
+        return _tracer.start_as_current_span(
             _SPAN_NAME,
             context=parent,
             kind=trace.SpanKind.SERVER,
             attributes={"reservoir.transport": "data_port"},
-        ):
-            code = await self._answer(item)
-        self._metrics.answered(code, time.monotonic() - item.received)
+        )
 
     async def _answer(self, item: _Pending) -> str:
         """Sends the response; returns its status code's name."""
