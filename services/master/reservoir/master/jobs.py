@@ -202,7 +202,10 @@ class LoadJobs:
             if job != last:
                 last = copy.deepcopy(job)  # a snapshot: the running job keeps changing
                 yield last
-            if job.state in TERMINAL:
+            # The snapshot decides, not the live job: it may end while the caller holds
+            # the yielded snapshot, and a watch that stopped then would hand its caller a
+            # job still "running" as the last word (`load --wait` returning too early).
+            if last.state in TERMINAL:
                 return
             await asyncio.sleep(poll_s)
 

@@ -1,0 +1,69 @@
+"""Load jobs on the master, in process: what a watcher of a job sees."""
+
+from __future__ import annotations
+
+import asyncio
+
+from reservoir.common.config import MasterConfig
+from reservoir.common.errors import ReservoirError
+from reservoir.common.metadata_store import MemoryMetadataStore
+from reservoir.common.models import Inode, WorkerRecord
+from reservoir.master.jobs import TERMINAL, LoadJobs
+from reservoir.master.locations import BlockLocationTable
+
+_FILE = Inode("/d/f", is_dir=False, size=10, block_size=4, file_id="f1", mount_path="/d")
+_DIR = Inode("/d", is_dir=True, mount_path="/d")
+
+
+class _Namespace:
+    async def load_all_metadata(self, path: str) -> None:
+        return None
+
+    async def file_info(self, path: str, with_locations: bool = False) -> Inode:
+        return _DIR if path == "/d" else _FILE
+
+    async def file_infos(
+        self, many: list[str], with_locations: bool = False
+    ) -> list[Inode | ReservoirError]:
+        return [_FILE for _ in many]
+
+    async def subtree(self, path: str) -> list[Inode]:
+        return [_DIR, _FILE]
+
+    async def workers(self) -> list[WorkerRecord]:
+        return [WorkerRecord("w1", "127.0.0.1:1")]
+
+
+class _GatedLoader:
+    """Holds every batch until the test opens the gate."""
+
+    def __init__(self) -> None:
+        self.gate = asyncio.Event()
+
+    async def load_blocks(
+        self, worker: WorkerRecord, blocks: list[tuple[Inode, int]]
+    ) -> list[ReservoirError | None]:
+        await self.gate.wait()
+        return [None] * len(blocks)
+
+
+def test_a_watch_ends_with_the_finished_job_even_when_it_finishes_between_two_yields() -> None:
+    asyncio.run(_job_finishing_while_its_watcher_holds_a_snapshot())
+
+
+async def _job_finishing_while_its_watcher_holds_a_snapshot() -> None:
+    store = MemoryMetadataStore()
+    loader = _GatedLoader()
+    jobs = LoadJobs(store, MasterConfig(), _Namespace(), loader, BlockLocationTable(store))
+    job = await jobs.submit("/d", replicas=1, priority_paths=[], metadata_only=False)
+    watch = jobs.watch(job.id, poll_s=0.01)
+    first = await anext(watch)
+    assert first.state not in TERMINAL
+    # The job ends while the watcher still holds its first snapshot.
+    loader.gate.set()
+    await asyncio.wait_for(jobs._tasks[job.id], timeout=10)
+    assert (await jobs.get(job.id)).state in TERMINAL
+    seen = [snapshot async for snapshot in watch]
+    assert seen, "the watch ended without showing the job's end"
+    assert seen[-1].state == "completed"
+    assert seen[-1].done_blocks == 3
