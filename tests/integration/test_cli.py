@@ -314,7 +314,7 @@ def test_version_and_help_for_every_subcommand_and_option() -> None:
     done = _bare("--version")
     assert done.returncode == 0 and done.stdout.decode().split() == [
         "reservoir",
-        metadata.version("reservoir"),
+        metadata.version("reservoir-cache"),
     ]
     missing = []
 

@@ -12,8 +12,8 @@ import sys
 from collections.abc import Callable
 from importlib import metadata
 
+from reservoir.common import DISTRIBUTION, logs
 from reservoir.common import config as cfg
-from reservoir.common import logs
 from reservoir.common.errors import ReservoirError, Unavailable
 from reservoir.fuse import command as fuse_command
 
@@ -45,7 +45,7 @@ REGISTRATIONS: tuple[Callable[[Subcommands], None], ...] = (
 
 def version() -> str:
     try:
-        return metadata.version("reservoir")
+        return metadata.version(DISTRIBUTION)
     except metadata.PackageNotFoundError:  # run from a source tree that is not installed
         return "unknown"
 

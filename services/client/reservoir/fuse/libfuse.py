@@ -16,7 +16,9 @@ def load_mfusepy() -> ModuleType:
     try:
         import mfusepy
     except ImportError as exc:
-        raise SetupError("`reservoir fuse` needs mfusepy: pip install 'reservoir[fuse]'") from exc
+        raise SetupError(
+            "`reservoir fuse` needs mfusepy: pip install 'reservoir-cache[fuse]'"
+        ) from exc
     except (OSError, AttributeError) as exc:  # no libfuse, or one mfusepy cannot use
         raise SetupError(f"libfuse 3 is needed (apt-get install fuse3): {exc}") from exc
     return mfusepy

