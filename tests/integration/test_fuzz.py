@@ -28,7 +28,7 @@ BAD = {grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL}
 MASTER = master_pb2.DESCRIPTOR.services_by_name["MasterService"]
 WORKER = worker_pb2.DESCRIPTOR.services_by_name["WorkerService"]
 # Examples per RPC; the fuzzed calls run against this module's own cluster.
-EXAMPLES = int(os.environ.get("RESERVOIR_FUZZ_EXAMPLES", "100"))
+EXAMPLES = int(os.environ.get("RESERVOIR_TEST_FUZZ_EXAMPLES", "100"))
 
 
 @pytest.fixture(scope="module")

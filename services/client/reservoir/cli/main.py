@@ -20,6 +20,7 @@ from reservoir.fuse import command as fuse_command
 from . import (
     cache_rule_commands,
     cluster_commands,
+    config_commands,
     credential_commands,
     job_commands,
     local_commands,
@@ -39,6 +40,7 @@ REGISTRATIONS: tuple[Callable[[Subcommands], None], ...] = (
     cache_rule_commands.register,
     cluster_commands.register,
     credential_commands.register,
+    config_commands.register,
     fuse_command.register,
 )
 

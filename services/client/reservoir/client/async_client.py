@@ -28,7 +28,6 @@ from reservoir.common.models import CacheRule, Inode, Mount, MountOptions, Worke
 from reservoir.common.mounted_stores import MountedStores
 from reservoir.common.rpc import CHANNEL_OPTIONS, ChannelPool, error_from_rpc
 from reservoir.common.security import Transport
-from reservoir.common.under_store import BodyRetry
 from reservoir.v1 import master_pb2, worker_pb2
 
 from . import discovery
@@ -57,14 +56,7 @@ class AsyncClient:
         transport = Transport(self.config.security, CHANNEL_OPTIONS)
         self._worker_channels = ChannelPool(transport)
         self._view = ClusterView(self.config, transport)
-        under_stores = MountedStores(
-            self.config.ufs_timeout_s,
-            body_retry=BodyRetry(
-                self.config.ufs_body_retries,
-                self.config.ufs_retry_backoff_s,
-                self.config.ufs_retry_backoff_max_s,
-            ),
-        )
+        under_stores = MountedStores.from_settings(self.config.ufs)
         self._reader = BlockReader(self.config, self._view, self._worker_channels, under_stores)
         # For the blocking client: reads its caller threads answer without this loop.
         self.data_port = DataPortReader(self.config, self._view)

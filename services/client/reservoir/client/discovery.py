@@ -20,10 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from reservoir.common import config as cfg
+from reservoir.common import logs
 from reservoir.common.config import ClientConfig, SecuritySettings
 
 MASTER_ENV = "RESERVOIR_MASTER"
-STATE_DIR_ENV = "RESERVOIR_STATE_DIR"
+STATE_DIR_ENV = cfg.STATE_DIR_ENV
+
+log = logs.get_logger(__name__)
 
 
 def default_state_dir(environ: Mapping[str, str] | None = None) -> Path:
@@ -69,7 +72,8 @@ def client_config(
     """The client settings from the environment, with the master found as the module
     docstring says."""
     environ = os.environ if environ is None else environ
-    config = cfg.load(ClientConfig, environ, security=cfg.load(SecuritySettings, environ))
+    cfg.warn_unknown_names(log, environ)
+    config = cfg.load(ClientConfig, environ)
     local = LocalClusterAddress.read(state_dir or default_state_dir(environ))
     if master:
         config = dataclasses.replace(config, master=master)

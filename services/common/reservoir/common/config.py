@@ -8,9 +8,11 @@ Every timeout is a setting.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
 import re
 import socket
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,24 +65,55 @@ def env(name: str) -> Any:
     return {"env": name}
 
 
-def _convert(raw: str, kind: Any, name: str) -> Any:
+def _convert(raw: str, kind: Any, attribute: str, name: str) -> Any:
+    """`raw` as the field's type. A field named `*_s` is a duration: `30s`, `5m`, `500ms`
+    or plain seconds, whatever its type."""
     try:
-        if kind in (int, "int"):
+        if attribute.endswith("_s") and kind in (int, float):
+            seconds = parse_duration(raw)
+            return seconds if kind is float else round(seconds)
+        if kind is int:
             return parse_size(raw)
-        if kind in (float, "float"):
+        if kind is float:
             return float(raw)
-        if kind in (bool, "bool"):
+        if kind is bool:
             if raw.lower() in ("1", "true", "yes", "on"):
                 return True
             if raw.lower() in ("0", "false", "no", "off"):
                 return False
             raise ValueError(raw)
-    except ValueError as exc:
-        raise InvalidArgument(f"setting {name}: cannot parse {raw!r}") from exc
+    except (ValueError, InvalidArgument) as exc:
+        raise InvalidArgument(
+            f"setting {name}: cannot parse {raw!r} ({_expected(kind, attribute)})"
+        ) from exc
     return raw
 
 
+def _expected(kind: Any, attribute: str) -> str:
+    if attribute.endswith("_s"):
+        return "a duration: 30s, 5m, 500ms or seconds"
+    if kind is int:
+        return "a number or a size: 4096, 4MiB, 1g"
+    if kind is bool:
+        return "true or false"
+    return "a number"
+
+
 T = TypeVar("T")
+
+# Where a setting's value came from (`reservoir config` shows it).
+DEFAULT, ENVIRONMENT, GIVEN = "default", "environment", "given"
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One effective setting: its variable, the value in use and where it came from."""
+
+    name: str  # the environment variable, e.g. RESERVOIR_RPC_TIMEOUT
+    attribute: str  # where it sits in the settings, e.g. ufs.timeout_s
+    value: Any
+    source: str  # DEFAULT, ENVIRONMENT or GIVEN (an argument, a flag, discovery)
+    secret: bool = False
 
 
 def load(
@@ -90,15 +123,100 @@ def load(
     **overrides: Any,
 ) -> T:
     """Builds `cls` from defaults (the class's, then `defaults`), then the environment,
-    then explicit overrides."""
+    then explicit overrides. Nested settings (`etcd`, `ufs`, ...) read the same
+    environment."""
     environ = os.environ if environ is None else environ
     values: dict[str, Any] = dict(defaults or {})
+    hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        kind = hints[f.name]
+        if isinstance(kind, type) and dataclasses.is_dataclass(kind):
+            if overrides.get(f.name) is None:
+                values[f.name] = load(kind, environ)
+            continue
         name = f.metadata.get("env")
-        if name and name in environ and environ[name] != "":
-            values[f.name] = _convert(environ[name], f.type, name)
+        if name and environ.get(name, "") != "":
+            values[f.name] = _convert(environ[name], kind, f.name, name)
     values.update({k: v for k, v in overrides.items() if v is not None})
     return cls(**values)
+
+
+def explain(
+    settings: Any, environ: Mapping[str, str] | None = None, prefix: str = ""
+) -> list[Setting]:
+    """Every setting of a loaded settings object with where its value came from: the
+    environment when it names the variable and the value is what it says, the default
+    when the value is the class's, else given (an argument, a flag, discovery)."""
+    environ = os.environ if environ is None else environ
+    cls = type(settings)
+    hints = typing.get_type_hints(cls)
+    defaults = cls()
+    found: list[Setting] = []
+    for f in dataclasses.fields(cls):
+        value = getattr(settings, f.name)
+        if dataclasses.is_dataclass(hints[f.name]):
+            found.extend(explain(value, environ, f"{prefix}{f.name}."))
+            continue
+        name = f.metadata.get("env")
+        if not name:
+            continue
+        if (
+            environ.get(name, "") != ""
+            and _convert(environ[name], hints[f.name], f.name, name) == value
+        ):
+            source = ENVIRONMENT
+        elif value == getattr(defaults, f.name):
+            source = DEFAULT
+        else:
+            source = GIVEN
+        found.append(Setting(name, prefix + f.name, value, source, secret=not f.repr))
+    return found
+
+
+# Variables of ours that are not settings of a class here: where the CLI and `Client()`
+# find a local cluster; RESERVOIR_TEST_* belong to the test harness.
+STATE_DIR_ENV = "RESERVOIR_STATE_DIR"
+OTHER_NAMES = frozenset({STATE_DIR_ENV})
+_HARNESS_PREFIX = "RESERVOIR_TEST_"
+
+
+def known_names() -> frozenset[str]:
+    """Every RESERVOIR_* variable some process reads."""
+    names: set[str] = set(OTHER_NAMES)
+    for settings in ALL_SETTINGS:
+        names.update(
+            f.metadata["env"]
+            for f in dataclasses.fields(settings)
+            if f.metadata.get("env", "").startswith("RESERVOIR_")
+        )
+    return frozenset(names)
+
+
+def unknown_names(environ: Mapping[str, str] | None = None) -> dict[str, str | None]:
+    """RESERVOIR_* variables set in `environ` that nothing reads (typos, most likely),
+    each with the closest known name, if one is close."""
+    environ = os.environ if environ is None else environ
+    known = known_names()
+    return {
+        name: next(iter(difflib.get_close_matches(name, known, n=1, cutoff=0.75)), None)
+        for name in sorted(environ)
+        if name.startswith("RESERVOIR_")
+        and name not in known
+        and not name.startswith(_HARNESS_PREFIX)
+    }
+
+
+_warned: set[str] = set()
+
+
+def warn_unknown_names(log: Any, environ: Mapping[str, str] | None = None) -> None:
+    """Logs each unknown RESERVOIR_* variable once per process (a warning: the process
+    still starts, as it would without the variable)."""
+    for name, closest in unknown_names(environ).items():
+        if name in _warned:
+            continue
+        _warned.add(name)
+        log.warning("unknown_setting", name=name, did_you_mean=closest or "-")
 
 
 def read_secret_file(path: str, what: str) -> str:
@@ -303,6 +421,31 @@ class FuseConfig:
 
 
 @dataclass(frozen=True)
+class UnderStoreCalls:
+    """How a process (master, worker, or a client reading S3 itself) calls the under-store."""
+
+    timeout_s: float = field(default=10.0, metadata=env("RESERVOIR_UFS_TIMEOUT"))
+    # Attempts of a request that fails before any byte (botocore's own retries).
+    retries: int = field(default=3, metadata=env("RESERVOIR_UFS_RETRIES"))
+    # Requests in flight to the under-store at once (and its connection pool).
+    concurrency: int = field(default=16, metadata=env("RESERVOIR_UFS_CONCURRENCY"))
+    # A ranged GET whose body breaks off (truncated, reset) is read again at most this
+    # many times, with jittered exponential backoff from `retry_backoff_s`.
+    body_retries: int = field(default=3, metadata=env("RESERVOIR_UFS_BODY_RETRIES"))
+    retry_backoff_s: float = field(default=0.05, metadata=env("RESERVOIR_UFS_RETRY_BACKOFF"))
+    retry_backoff_max_s: float = field(default=1.0, metadata=env("RESERVOIR_UFS_RETRY_BACKOFF_MAX"))
+
+
+def _rpc_timeout() -> Any:
+    """The deadline of a unary gRPC call, declared once for every process that makes them."""
+    return field(default=10.0, metadata=env("RESERVOIR_RPC_TIMEOUT"))
+
+
+def _under_store() -> Any:
+    return field(default_factory=lambda: load(UnderStoreCalls))
+
+
+@dataclass(frozen=True)
 class MasterConfig:
     listen: str = field(default="127.0.0.1:19998", metadata=env("RESERVOIR_MASTER_LISTEN"))
     metadata_url: str = field(
@@ -314,16 +457,7 @@ class MasterConfig:
     metadata_timeout_s: float = field(default=5.0, metadata=env("RESERVOIR_METADATA_TIMEOUT"))
     # TLS, client certificate and user for etcd (RESERVOIR_ETCD_CA, ...).
     etcd: EtcdSettings = field(default_factory=lambda: load(EtcdSettings))
-    ufs_timeout_s: float = field(default=10.0, metadata=env("RESERVOIR_UFS_TIMEOUT"))
-    ufs_retries: int = field(default=3, metadata=env("RESERVOIR_UFS_RETRIES"))
-    ufs_concurrency: int = field(default=16, metadata=env("RESERVOIR_UFS_CONCURRENCY"))
-    # A ranged GET whose body breaks off (truncated, reset) is read again at most this
-    # many times, with jittered exponential backoff from `ufs_retry_backoff_s`.
-    ufs_body_retries: int = field(default=3, metadata=env("RESERVOIR_UFS_BODY_RETRIES"))
-    ufs_retry_backoff_s: float = field(default=0.05, metadata=env("RESERVOIR_UFS_RETRY_BACKOFF"))
-    ufs_retry_backoff_max_s: float = field(
-        default=1.0, metadata=env("RESERVOIR_UFS_RETRY_BACKOFF_MAX")
-    )
+    ufs: UnderStoreCalls = _under_store()
     location_flush_interval_s: float = field(
         default=0.5, metadata=env("RESERVOIR_LOCATION_FLUSH_INTERVAL")
     )
@@ -341,7 +475,7 @@ class MasterConfig:
     metadata_list_max_entries: int = field(
         default=10_000, metadata=env("RESERVOIR_METADATA_LIST_MAX_ENTRIES")
     )
-    rpc_timeout_s: float = field(default=10.0, metadata=env("RESERVOIR_RPC_TIMEOUT"))
+    rpc_timeout_s: float = _rpc_timeout()
     # Load jobs: blocks per worker call and calls in flight per worker.
     load_batch_blocks: int = field(default=8, metadata=env("RESERVOIR_LOAD_BATCH_BLOCKS"))
     load_calls_per_worker: int = field(default=2, metadata=env("RESERVOIR_LOAD_CALLS_PER_WORKER"))
@@ -446,17 +580,8 @@ class WorkerConfig:
     master_check_interval_s: float = field(
         default=1.0, metadata=env("RESERVOIR_MASTER_CHECK_INTERVAL")
     )
-    rpc_timeout_s: float = field(default=5.0, metadata=env("RESERVOIR_RPC_TIMEOUT"))
-    ufs_timeout_s: float = field(default=10.0, metadata=env("RESERVOIR_UFS_TIMEOUT"))
-    ufs_retries: int = field(default=3, metadata=env("RESERVOIR_UFS_RETRIES"))
-    ufs_concurrency: int = field(default=16, metadata=env("RESERVOIR_UFS_CONCURRENCY"))
-    # A ranged GET whose body breaks off (truncated, reset) is read again at most this
-    # many times, with jittered exponential backoff from `ufs_retry_backoff_s`.
-    ufs_body_retries: int = field(default=3, metadata=env("RESERVOIR_UFS_BODY_RETRIES"))
-    ufs_retry_backoff_s: float = field(default=0.05, metadata=env("RESERVOIR_UFS_RETRY_BACKOFF"))
-    ufs_retry_backoff_max_s: float = field(
-        default=1.0, metadata=env("RESERVOIR_UFS_RETRY_BACKOFF_MAX")
-    )
+    rpc_timeout_s: float = _rpc_timeout()
+    ufs: UnderStoreCalls = _under_store()
     chunk_size: int = field(default=1 * MiB, metadata=env("RESERVOIR_CHUNK_SIZE"))
     # The largest range ReadSmall answers in one message (above it, clients stream).
     small_read_max_bytes: int = field(
@@ -520,7 +645,7 @@ class WorkerConfig:
 @dataclass(frozen=True)
 class ClientConfig:
     master: str = field(default="127.0.0.1:19998", metadata=env("RESERVOIR_MASTER"))
-    rpc_timeout_s: float = field(default=10.0, metadata=env("RESERVOIR_RPC_TIMEOUT"))
+    rpc_timeout_s: float = _rpc_timeout()
     read_timeout_s: float = field(default=60.0, metadata=env("RESERVOIR_READ_TIMEOUT"))
     # Deadline of streams that follow a long operation (metadata load, watching a job).
     job_timeout_s: float = field(default=6 * 3600.0, metadata=env("RESERVOIR_JOB_TIMEOUT"))
@@ -533,14 +658,7 @@ class ClientConfig:
     workers_ttl_s: float = field(default=5.0, metadata=env("RESERVOIR_WORKERS_TTL"))
     # When no worker can serve a block, read it from the under-store directly.
     ufs_fallback: bool = field(default=True, metadata=env("RESERVOIR_UFS_FALLBACK"))
-    ufs_timeout_s: float = field(default=10.0, metadata=env("RESERVOIR_UFS_TIMEOUT"))
-    # A ranged GET whose body breaks off (truncated, reset) is read again at most this
-    # many times, with jittered exponential backoff from `ufs_retry_backoff_s`.
-    ufs_body_retries: int = field(default=3, metadata=env("RESERVOIR_UFS_BODY_RETRIES"))
-    ufs_retry_backoff_s: float = field(default=0.05, metadata=env("RESERVOIR_UFS_RETRY_BACKOFF"))
-    ufs_retry_backoff_max_s: float = field(
-        default=1.0, metadata=env("RESERVOIR_UFS_RETRY_BACKOFF_MAX")
-    )
+    ufs: UnderStoreCalls = _under_store()
     host: str = field(default_factory=socket.gethostname, metadata=env("RESERVOIR_HOST"))
     zone: str = field(default="", metadata=env("RESERVOIR_ZONE"))
     # Files up to this size are read in batches of `batch_files` per worker call.
@@ -566,3 +684,18 @@ class ClientConfig:
     tune_malloc: bool = field(default=True, metadata=env("RESERVOIR_TUNE_MALLOC"))
     # TLS and the token this client presents (RESERVOIR_TLS_CA, RESERVOIR_TOKEN_FILE, ...).
     security: SecuritySettings = field(default_factory=lambda: load(SecuritySettings))
+
+
+# Every settings class; their variables are the names `warn_unknown_names` knows.
+ALL_SETTINGS: tuple[type, ...] = (
+    SecuritySettings,
+    EtcdSettings,
+    MetricsSettings,
+    TraceExportSettings,
+    LogConfig,
+    FuseConfig,
+    UnderStoreCalls,
+    MasterConfig,
+    WorkerConfig,
+    ClientConfig,
+)

@@ -22,7 +22,7 @@ from typing import Any
 
 import structlog
 
-from .config import LogConfig
+from .config import LogConfig, warn_unknown_names
 
 ROOT = "reservoir"
 # Libraries whose debug logs carry request headers (Authorization) and bodies: kept at
@@ -62,6 +62,9 @@ def get_logger(name: str) -> Any:
         wrapper_class=structlog.stdlib.BoundLogger,
         cache_logger_on_first_use=True,
     )
+    # Every process comes through here once: a misspelt variable is named where its
+    # operator looks, instead of being ignored.
+    warn_unknown_names(get_logger(__name__))
 
 
 def configure_output(config: LogConfig, processors: list[Any] | None = None) -> None:
@@ -107,3 +110,6 @@ def configure_output(config: LogConfig, processors: list[Any] | None = None) -> 
         wrapper_class=structlog.stdlib.BoundLogger,
         cache_logger_on_first_use=True,
     )
+    # Every process comes through here once: a misspelt variable is named where its
+    # operator looks, instead of being ignored.
+    warn_unknown_names(get_logger(__name__))

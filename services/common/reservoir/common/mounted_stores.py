@@ -6,6 +6,7 @@ import asyncio
 from urllib.parse import urlsplit
 
 from . import logs
+from .config import UnderStoreCalls
 from .errors import InvalidArgument
 from .local_under_store import LocalUnderStore
 from .models import Mount, MountOptions
@@ -38,6 +39,15 @@ class MountedStores:
         self._open: dict[str, tuple[Mount, UnderStore]] = {}
         self._opening: dict[str, tuple[Mount, asyncio.Future[UnderStore]]] = {}
         self._preparing: set[asyncio.Task[UnderStore]] = set()
+
+    @classmethod
+    def from_settings(cls, calls: UnderStoreCalls) -> MountedStores:
+        return cls(
+            calls.timeout_s,
+            calls.retries,
+            calls.concurrency,
+            BodyRetry(calls.body_retries, calls.retry_backoff_s, calls.retry_backoff_max_s),
+        )
 
     def settings(self, options: MountOptions, retries: int | None = None) -> UnderStoreSettings:
         return UnderStoreSettings(

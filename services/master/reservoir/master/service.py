@@ -25,7 +25,6 @@ from reservoir.common.metadata_store import Lease, MetadataStore
 from reservoir.common.models import Inode, Mount, MountOptions, WorkerRecord
 from reservoir.common.mounted_stores import MountedStores, open_under_store
 from reservoir.common.rpc import ChannelOpener
-from reservoir.common.under_store import BodyRetry
 from reservoir.common.worker_registry import WorkerRegistry
 
 from .cache_rules import CacheRules
@@ -50,14 +49,7 @@ class MasterService:
             MountPolicy(config.allowed_schemes, config.allowed_endpoints),
             config.default_block_size,
         )
-        self._under_stores = MountedStores(
-            config.ufs_timeout_s,
-            config.ufs_retries,
-            config.ufs_concurrency,
-            BodyRetry(
-                config.ufs_body_retries, config.ufs_retry_backoff_s, config.ufs_retry_backoff_max_s
-            ),
-        )
+        self._under_stores = MountedStores.from_settings(config.ufs)
         self._registry = WorkerRegistry(store)
         self.locations = BlockLocationTable(store)
         # Returned with every block report: a worker that sees a new one re-sends its
@@ -67,7 +59,7 @@ class MasterService:
         self._worker_link = WorkerLink(config.load_timeout_s, opener, config.rpc_timeout_s)
         # boto3 blocks: under-store calls run on a pool of their own, sized by a setting
         # (asyncio's default pool is small on small machines).
-        self._pool = ThreadPoolExecutor(config.ufs_concurrency, thread_name_prefix="ufs")
+        self._pool = ThreadPoolExecutor(config.ufs.concurrency, thread_name_prefix="ufs")
         self.sync = NamespaceSync(store, config, self.mount_table, self._under_stores, self._pool)
         self.jobs = LoadJobs(
             store, config, namespace=self, loader=self._worker_link, locations=self.locations

@@ -14,7 +14,7 @@ from reservoir.common.config import WorkerConfig
 from reservoir.common.errors import InvalidArgument, OutOfRange, ReservoirError
 from reservoir.common.models import MAX_BLOCK_SIZE, Mount, file_id_for
 from reservoir.common.mounted_stores import MountedStores
-from reservoir.common.under_store import BodyRetry, UnderStore
+from reservoir.common.under_store import UnderStore
 
 from .cache_rules import BlockExpiry, CacheRuleTable
 from .counters import UFS, WorkerCounters
@@ -80,19 +80,12 @@ class WorkerService:
         self.expiry = BlockExpiry()
         self.store = TieredStore.from_config(config, self, unlisted_shm=unlisted_shm, pins=rules)
         self.mounts = mounts
-        self._under_stores = MountedStores(
-            config.ufs_timeout_s,
-            config.ufs_retries,
-            config.ufs_concurrency,
-            BodyRetry(
-                config.ufs_body_retries, config.ufs_retry_backoff_s, config.ufs_retry_backoff_max_s
-            ),
-        )
+        self._under_stores = MountedStores.from_settings(config.ufs)
         # Each mount's store opens as soon as the mount is known, not at its first miss.
         mounts.subscribe(self._under_stores)
         self._inflight: dict[BlockId, asyncio.Task[tuple[BlockData, int]]] = {}
         # Bounds the GETs this worker has in flight to the under-store at once.
-        self._ufs_slots = asyncio.Semaphore(config.ufs_concurrency)
+        self._ufs_slots = asyncio.Semaphore(config.ufs.concurrency)
         self.added: set[BlockId] = set()
         self.removed: set[BlockId] = set()
 
