@@ -50,6 +50,18 @@ if SECURE:
     _secure_everything()
 
 
+# Every test under these starts real processes (etcd, an S3 server, master, workers), so
+# `pytest -m "not integration"` is the fast tier: unit tests only, no sockets to servers.
+_PROCESS_TESTS = ("integration", "contract")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if item.path.relative_to(here).parts[0] in _PROCESS_TESTS:
+            item.add_marker(pytest.mark.integration)
+
+
 def own_cluster_env() -> dict[str, str]:
     """The environment for a CLI that starts and uses a cluster of its own state dir: it
     finds the master and, for a --secure one, the CA and token in cluster.json."""
