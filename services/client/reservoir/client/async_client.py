@@ -113,7 +113,7 @@ class AsyncClient:
         return await self._view.mounts()
 
     async def workers(self, *, fresh: bool = True) -> list[WorkerRecord]:
-        return await self._view.workers(fresh=fresh)
+        return list(await self._view.workers(fresh=fresh))
 
     async def stat(self, path: str, *, with_locations: bool = False, fresh: bool = False) -> Inode:
         return await self._view.stat(path, with_locations=with_locations, fresh=fresh)

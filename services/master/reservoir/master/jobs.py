@@ -24,7 +24,7 @@ from reservoir.common.config import MasterConfig
 from reservoir.common.errors import InvalidArgument, NotFound, ReservoirError
 from reservoir.common.metadata_store import MetadataStore
 from reservoir.common.models import Inode, WorkerRecord
-from reservoir.common.placement import Candidate, block_key, rank
+from reservoir.common.placement import Candidate, block_key, placement
 
 from .locations import BlockLocationTable
 
@@ -310,7 +310,7 @@ class LoadJobs:
         if len(workers) < job.replicas:
             raise InvalidArgument(f"{job.replicas} replicas asked, {len(workers)} workers live")
         by_id = {w.id: w for w in workers}
-        weights = [Candidate(w.id, float(w.capacity_bytes or 1)) for w in workers]
+        table = placement([Candidate(w.id, float(w.capacity_bytes or 1)) for w in workers])
 
         def priority(inode: Inode) -> int:
             return 0 if any(paths.is_within(inode.path, p) for p in job.priority_paths) else 1
@@ -319,8 +319,7 @@ class LoadJobs:
         # Stable: the files' own order (by path, or as a reader named them) within each.
         for inode in sorted(files, key=priority):
             for index in range(inode.block_count):
-                homes = rank(block_key(inode.file_id, index), weights)[: job.replicas]
-                for worker_id in homes:
+                for worker_id in table.homes(block_key(inode.file_id, index), job.replicas):
                     queues[worker_id].append((inode, index))
 
         async def drain(worker_id: str) -> None:
