@@ -84,6 +84,23 @@ def test_report_right_after_load_wait_counts_every_block_cached(
     assert report["cached_bytes"] == report["bytes"]
 
 
+PROGRESS = re.compile(
+    r"(pending|running) +\d+%  \S+ of \S+, ETA (-|\d+ s|\d+ min|\d+\.\d h)  \(.*\)"
+    r"|completed 100%  (\S+) of \3 in \d+ (s|min)  \(\d+/\d+ blocks, 0 failed, \d+ files.*\)"
+)
+
+
+def test_load_wait_shows_the_share_of_bytes_and_the_time_in_one_unit_on_stderr(
+    mounted: Mounted,
+) -> None:
+    load = _cli(mounted.cluster, "load", mounted.root, "--wait")
+    assert load.returncode == 0, load.stderr
+    assert re.fullmatch(r"job \S+: completed\n", load.stdout)
+    lines = load.stderr.splitlines()
+    assert lines and lines[-1].startswith("completed 100%"), load.stderr
+    assert all(PROGRESS.fullmatch(line) for line in lines), load.stderr
+
+
 def test_errors_are_one_line_with_nonzero_exit(cluster: LocalCluster) -> None:
     done = _cli(cluster, "cat", "/not/mounted")
     assert done.returncode == 1

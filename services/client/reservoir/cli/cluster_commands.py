@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from typing import Any
 
 from .connection import open_client
-from .output import EXIT_ERROR, Table, emit, human, iso_time_or_none, message_dict
+from .output import EXIT_ERROR, Table, emit, human, iso_time_or_none
 from .subcommands import Subcommands
 
 
@@ -30,7 +31,7 @@ def cmd_workers(args: argparse.Namespace) -> None:
             "started": iso_time_or_none(w.started_ms),
         }
         if w.id in stats:
-            counters = message_dict(stats[w.id])
+            counters = dataclasses.asdict(stats[w.id])
             del counters["worker_id"]
             item["reachable"] = True
             item.update(counters)
@@ -104,24 +105,14 @@ def cmd_report(args: argparse.Namespace) -> None:
             total["blocks"] += t.blocks
             total["evictions"] += t.evictions
             total["pinned_bytes"] += t.pinned_bytes
-    data = {
-        "path": args.path,
-        "files": r.files,
-        "bytes": r.bytes,
-        "blocks": r.blocks,
-        "cached_blocks": r.cached_blocks,
-        "cached_bytes": r.cached_bytes,
-        "cached_ratio": r.cached_bytes / r.bytes if r.bytes else 1.0,
+    data = dataclasses.asdict(r) | {
+        "cached_ratio": r.cached_fraction,
         "tiers": tiers,
         "unreachable_workers": unreachable,
     }
 
     def text() -> str:
-        lines = [
-            f"{args.path}: {r.files} files, {human(r.bytes)}; cached {human(r.cached_bytes)}"
-            f" ({100 * data['cached_ratio']:.1f}%), {r.cached_blocks}/{r.blocks} blocks",
-            "",
-        ]
+        lines = [str(r), ""]
         table = Table(
             "TIER", "USED", "CAPACITY", "BLOCKS", "PINNED", "EVICTIONS",
             numeric=("USED", "CAPACITY", "BLOCKS", "PINNED", "EVICTIONS"),
