@@ -26,6 +26,7 @@ from reservoir.common.metadata_store import MetadataStore
 from reservoir.common.models import Inode, WorkerRecord
 from reservoir.common.placement import Candidate, block_key, placement
 
+from .job_counters import FAILED, LOADED, LoadJobCounters
 from .locations import BlockLocationTable
 
 log = logs.get_logger(__name__)
@@ -103,12 +104,14 @@ class LoadJobs:
         namespace: Namespace,
         loader: BlockLoader,
         locations: BlockLocationTable,
+        counters: LoadJobCounters,
     ) -> None:
         self._store = store
         self._config = config
         self._namespace = namespace
         self._loader = loader
         self._locations = locations
+        self._counters = counters
         self._jobs: dict[str, Job] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
 
@@ -332,15 +335,18 @@ class LoadJobs:
                 except ReservoirError as exc:
                     outcomes = [exc] * len(batch)
                 for (inode, index), outcome in zip(batch, outcomes, strict=True):
+                    length = inode.block_length(index)
                     if outcome is None:
                         # Recorded now, not when the worker's report arrives: a job
                         # that ends has its blocks in the table (`load --wait`, then
                         # `report`, is exact).
                         self._locations.record(worker_id, inode.file_id, index)
                         job.done_blocks += 1
-                        job.done_bytes += inode.block_length(index)
+                        job.done_bytes += length
+                        self._counters.count(LOADED, length)
                     else:
                         job.fail(f"{inode.path} block {index} on {worker_id}: {outcome}")
+                        self._counters.count(FAILED, length)
 
         await asyncio.gather(
             *(

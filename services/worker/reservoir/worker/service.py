@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass
 
 from opentelemetry import trace
+from prometheus_client import CollectorRegistry
 
 from reservoir.common import logs
 from reservoir.common.block_file import checksum
@@ -15,6 +16,7 @@ from reservoir.common.errors import InvalidArgument, OutOfRange, ReservoirError
 from reservoir.common.models import MAX_BLOCK_SIZE, Mount, file_id_for
 from reservoir.common.mounted_stores import MountedStores
 from reservoir.common.under_store import UnderStore
+from reservoir.common.under_store_metrics import UnderStoreMetrics
 
 from .cache_rules import BlockExpiry, CacheRuleTable
 from .counters import UFS, WorkerCounters
@@ -70,9 +72,12 @@ class WorkerService:
         rules: CacheRuleTable,
         *,
         unlisted_shm: bool = False,
+        registry: CollectorRegistry | None = None,
     ) -> None:
         """`unlisted_shm`: keep shared-memory blocks where only callers the master has
-        authenticated can find them (see ShmTier)."""
+        authenticated can find them (see ShmTier). `registry`: where the under-store
+        request histogram goes (the one /metrics serves); by default one no one reads."""
+        registry = CollectorRegistry() if registry is None else registry
         self.config = config
         self.worker_id = config.worker_id
         self.counters = WorkerCounters()
@@ -80,7 +85,9 @@ class WorkerService:
         self.expiry = BlockExpiry()
         self.store = TieredStore.from_config(config, self, unlisted_shm=unlisted_shm, pins=rules)
         self.mounts = mounts
-        self._under_stores = MountedStores.from_settings(config.ufs)
+        self._under_stores = MountedStores.from_settings(
+            config.ufs, UnderStoreMetrics(registry, "reservoir_worker_")
+        )
         # Each mount's store opens as soon as the mount is known, not at its first miss.
         mounts.subscribe(self._under_stores)
         self._inflight: dict[BlockId, asyncio.Task[tuple[BlockData, int]]] = {}
