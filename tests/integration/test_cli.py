@@ -110,6 +110,46 @@ def test_errors_are_one_line_with_nonzero_exit(cluster: LocalCluster) -> None:
     assert bad.returncode == 1 and ".." in bad.stderr
 
 
+def test_usage_errors_are_one_line_with_exit_1_and_help_still_exits_0() -> None:
+    for argv in (
+        ("local", "up", "--bogus"),
+        ("local",),
+        ("mount", "/only-a-path"),
+        ("local", "up", "--workers", "many"),
+        (),
+    ):
+        done = _bare(*argv)
+        stderr = done.stderr.decode()
+        assert done.returncode == 1 and done.stdout == b"", argv
+        assert stderr.count("\n") == 1 and "error:" in stderr and "--help" in stderr, argv
+    for argv in (("--help",), ("local", "up", "--help"), ("mount", "--help")):
+        done = _bare(*argv)
+        assert done.returncode == 0 and b"usage:" in done.stdout, argv
+
+
+def test_mounting_the_same_mount_twice_is_a_no_op_and_another_uri_there_is_refused(
+    cluster: LocalCluster, bucket: str
+) -> None:
+    cluster.s3_client().put_object(Bucket=bucket, Key="twice/a.txt", Body=b"a")
+    root = new_mount_path()
+    mount = ("mount", root, f"s3://{bucket}/twice", "--endpoint-url", cluster.s3_endpoint)
+    first = _cli(cluster, "--json", *mount)
+    assert first.returncode == 0, first.stderr
+    assert _cli(cluster, "cat", f"{root}/a.txt").stdout == "a"
+    again = _cli(cluster, "--json", *mount)
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout) == json.loads(first.stdout)  # the mount as it was
+    mounts = json.loads(_cli(cluster, "--json", "mounts").stdout)
+    assert [m["path"] for m in mounts].count(root) == 1
+    other = _cli(cluster, "mount", root, f"s3://{bucket}/other", "--endpoint-url",
+                 cluster.s3_endpoint)  # fmt: skip
+    assert other.returncode == 1 and other.stderr.count("\n") == 1
+    assert "already mounted" in other.stderr and f"s3://{bucket}/twice/" in other.stderr
+    assert "--replace" in other.stderr
+    smaller_blocks = _cli(cluster, *mount, "--block-size", "64KiB")
+    assert smaller_blocks.returncode == 1 and "already mounted" in smaller_blocks.stderr
+
+
 @pytest.mark.parametrize("secure", [False, True], ids=["plain", "secure"])
 def test_local_cluster_up_status_down_from_the_command_line(tmp_path: Path, secure: bool) -> None:
     state = str(tmp_path / "state")

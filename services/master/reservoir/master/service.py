@@ -117,15 +117,20 @@ class MasterService:
     async def mount(
         self, path: str, uri: str, options: MountOptions, *, replace: bool = False
     ) -> Mount:
-        """Mounts `uri` at `path`. `replace` swaps out a mount already there: the new store
-        is checked first (a failing one leaves the old mount alone), then the namespace
-        below `path` is dropped, to be read again from the new store. Workers follow the
-        mounts in etcd, so their next request uses the new mount."""
+        """Mounts `uri` at `path`. The very same mount again (same URI and options) is a
+        no-op that returns the mount as it is, unless `replace`. `replace` swaps out a mount
+        already there: the new store is checked first (a failing one leaves the old mount
+        alone), then the namespace below `path` is dropped, to be read again from the new
+        store. Workers follow the mounts in etcd, so their next request uses the new mount."""
         # Refused before anything is contacted: a refused under-store gets no request.
         path, options = self.mount_table.admit(path, uri, options)
         # Fail fast at mount time: one attempt, so a wrong endpoint is reported in seconds.
         probe = await self.sync.ufs(self._under_stores.probe, uri, options)
         async with self.mount_table.lock:
+            same = None if replace else self.mount_table.already(path, probe.uri, options)
+            if same is not None:
+                log.info("already mounted", path=path, uri=same.uri)
+                return same
             old = self.mount_table.check_place(path, replace)
             await self.sync.ufs(probe.check)
             mount = Mount(path=path, uri=probe.uri, options=options, created_ms=now_ms())
