@@ -11,6 +11,7 @@ from .subcommands import Subcommands
 
 def cmd_local_up(args: argparse.Namespace) -> None:
     from reservoir.local.cluster import LocalCluster
+    from reservoir.local.next_steps import next_steps, s3_env
 
     cluster = LocalCluster.up(
         Path(args.state_dir),
@@ -24,9 +25,9 @@ def cmd_local_up(args: argparse.Namespace) -> None:
         keep_s3_data=True,
         resume=args.resume,
     )
-    emit(args, cluster.status(), lambda: cluster.master_address)
+    emit(args, cluster.status() | {"s3_env": s3_env(cluster)}, lambda: cluster.master_address)
     if not args.json:
-        note(f"# S3 endpoint: {cluster.s3_endpoint}   state: {cluster.state_dir}")
+        note(next_steps(cluster))
 
 
 def cmd_local_down(args: argparse.Namespace) -> None:
@@ -41,8 +42,10 @@ def cmd_local_down(args: argparse.Namespace) -> None:
 
 def cmd_local_status(args: argparse.Namespace) -> None:
     from reservoir.local.cluster import LocalCluster
+    from reservoir.local.next_steps import exports, s3_env
 
-    status = LocalCluster.load(Path(args.state_dir)).status()
+    cluster = LocalCluster.load(Path(args.state_dir))
+    status = cluster.status() | {"s3_env": s3_env(cluster)}
 
     def text() -> str:
         table = Table(
@@ -54,6 +57,8 @@ def cmd_local_status(args: argparse.Namespace) -> None:
         return f"master {status['master']}   s3 {status['s3_endpoint']}\n{table.render()}"
 
     emit(args, status, text)
+    if not args.json:
+        note(f"# for boto3 and the aws CLI:\n{exports(cluster)}")
 
 
 def cmd_local_demo(args: argparse.Namespace) -> None:
