@@ -33,7 +33,7 @@ def next_steps(cluster: LocalCluster) -> str:
             exports(cluster),
             "# Put a file in it (boto3 comes with reservoir) and mount it:",
             """python -c 'import boto3; boto3.client("s3").create_bucket(Bucket="my-bucket")'""",
-            "python -c 'import boto3; boto3.client(\"s3\").upload_file("
+            'python -c \'import boto3; boto3.client("s3").upload_file('
             '"data.bin", "my-bucket", "my-data/data.bin")\'',
             f"reservoir mount /datasets/my-data s3://my-bucket/my-data --endpoint-url {endpoint}",
             "reservoir ls /datasets/my-data",
