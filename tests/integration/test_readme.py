@@ -128,7 +128,7 @@ def user(tmp_path: Path) -> Iterator[User]:
             )
 
 
-def test_every_readme_snippet_not_run_says_why_and_the_rest_start_a_cluster() -> None:
+def test_readme_shell_and_python_snippets_are_sh_or_python_and_each_one_not_run_says_why() -> None:
     found = snippets(README.read_text())
     shell_or_python = [s for s in found if s.language in {"sh", "python", "bash", "shell", "py"}]
     assert all(s.language in RUNNABLE for s in shell_or_python), (
