@@ -8,7 +8,8 @@ Which snippets run (the rule is in README.md's source, where a reader sees it):
 
 How they run, in README order, from one scratch directory (the user's cwd) with one state
 directory ($RESERVOIR_STATE_DIR, the user's ~/.reservoir) and the environment of a user
-(`own_cluster_env`: no master or credentials of the test run's own):
+(no master, TLS, token or AWS_* settings of the test run's own: the cluster is a default
+one even in a RESERVOIR_TEST_SECURE=1 run):
 - `sh`: bash with `set -e -o pipefail` (every command's exit code counts, in pipes too)
   and the venv's bin first on PATH;
 - `python`: a file of its own in a fresh interpreter (DataLoader workers can import it);
@@ -31,6 +32,7 @@ from pathlib import Path
 
 import pytest
 
+from reservoir.local.cluster import DEV_CREDENTIALS
 from tests.conftest import own_cluster_env
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -38,6 +40,7 @@ RUNNABLE = {"sh", "python"}
 NOT_RUN = re.compile(r"<!-- not run: (?P<reason>.*\S.*) -->")
 EXPORT = re.compile(r"^export (?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>\S+)$", re.M)
 SNIPPET_TIMEOUT_S = 180
+AWS_OWN = {*DEV_CREDENTIALS, "AWS_ENDPOINT_URL", "AWS_PROFILE"}
 
 
 @dataclass(frozen=True)
@@ -110,7 +113,10 @@ class User:
 def user(tmp_path: Path) -> Iterator[User]:
     venv_bin = str(Path(sys.executable).parent)
     u = User(home=tmp_path)
-    u.env = own_cluster_env() | {
+    # No AWS_* of the test run's own (conftest sets the dev credentials): a user has only
+    # what `local up` printed and they pasted.
+    env = {k: v for k, v in own_cluster_env().items() if k not in AWS_OWN}
+    u.env = env | {
         "PATH": f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}",
         "RESERVOIR_STATE_DIR": str(u.state_dir),
         # Hugging Face's cache: this run's own (a user's is in $HOME).
