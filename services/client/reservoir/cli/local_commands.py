@@ -13,6 +13,7 @@ from .subcommands import Subcommands
 
 def cmd_local_up(args: argparse.Namespace) -> None:
     from reservoir.local.cluster import LocalCluster
+    from reservoir.local.next_steps import next_steps, s3_env
 
     # A flag left out is None: the default for a new cluster, the recorded value on resume.
     cluster = LocalCluster.up(
@@ -27,9 +28,9 @@ def cmd_local_up(args: argparse.Namespace) -> None:
         keep_s3_data=True,
         resume=args.resume,
     )
-    emit(args, cluster.status(), lambda: cluster.master_address)
+    emit(args, cluster.status() | {"s3_env": s3_env(cluster)}, lambda: cluster.master_address)
     if not args.json:
-        note(f"# S3 endpoint: {cluster.s3_endpoint}   state: {cluster.state_dir}")
+        note(next_steps(cluster))
 
 
 def cmd_local_down(args: argparse.Namespace) -> None:
@@ -44,8 +45,10 @@ def cmd_local_down(args: argparse.Namespace) -> None:
 
 def cmd_local_status(args: argparse.Namespace) -> None:
     from reservoir.local.cluster import LocalCluster
+    from reservoir.local.next_steps import exports, s3_env
 
-    status = LocalCluster.load(Path(args.state_dir)).status()
+    cluster = LocalCluster.load(Path(args.state_dir))
+    status = cluster.status() | {"s3_env": s3_env(cluster)}
 
     def text() -> str:
         table = Table(
@@ -57,6 +60,8 @@ def cmd_local_status(args: argparse.Namespace) -> None:
         return f"master {status['master']}   s3 {status['s3_endpoint']}\n{table.render()}"
 
     emit(args, status, text)
+    if not args.json:
+        note(f"# for boto3 and the aws CLI:\n{exports(cluster)}")
     dead = [name for name, p in status["processes"].items() if not p["alive"]]
     if dead:
         # The table is printed either way; the exit code is what a script or probe checks.
