@@ -18,7 +18,7 @@ import pytest
 from reservoir.cli.main import build_parser
 from reservoir.client import Client
 from reservoir.local.cluster import LocalCluster
-from tests.conftest import new_mount_path, own_cluster_env
+from tests.conftest import SECURE, new_mount_path, own_cluster_env
 
 
 def _cli(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
@@ -56,6 +56,12 @@ def test_mount_ls_stat_cat_cp_round_trip(
     assert target.read_bytes() == payload
     workers = json.loads(_cli(cluster, "--json", "workers").stdout)
     assert len(workers) == 3
+    # Each worker's data port, for the operator to see and firewall (none with TLS).
+    for worker in workers:
+        if SECURE:
+            assert worker["data_address"] is None
+        else:
+            assert re.fullmatch(r"[\w.-]+:\d+", worker["data_address"])
 
 
 def test_report_right_after_load_wait_counts_every_block_cached(
@@ -280,9 +286,9 @@ def test_tables_have_header_rows_human_units_iso_times_and_no_python_reprs(
         assert done.returncode == 0, done.stderr
         outputs[argv] = done.stdout
     workers = _table(outputs[("workers",)])
-    assert workers[0] == ["ID", "ADDRESS", "HOST", "ZONE", "CAPACITY", "STARTED"]
+    assert workers[0] == ["ID", "ADDRESS", "DATA PORT", "HOST", "ZONE", "CAPACITY", "STARTED"]
     assert sorted(r[0] for r in workers[1:]) == ["worker1", "worker2", "worker3"]
-    assert all(r[4].endswith("GiB") and ISO_UTC.fullmatch(r[5]) for r in workers[1:])
+    assert all(r[5].endswith("GiB") and ISO_UTC.fullmatch(r[6]) for r in workers[1:])
     long_rows = _table(outputs[("workers", "-l")].split("\n\n")[0])
     assert long_rows[0][:5] == ["ID", "ADDRESS", "STATE", "USED", "CAPACITY"]
     assert "HIT RATIO" in long_rows[0] and len(long_rows) == 4

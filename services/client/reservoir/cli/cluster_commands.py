@@ -25,6 +25,8 @@ def cmd_workers(args: argparse.Namespace) -> None:
         item: dict[str, Any] = {
             "id": w.id,
             "address": w.address,
+            # Block bytes leave a worker here (and by gRPC): what an operator firewalls.
+            "data_address": w.data_address or None,
             "host": w.host,
             "zone": w.zone,
             "capacity_bytes": w.capacity_bytes,
@@ -44,12 +46,13 @@ def cmd_workers(args: argparse.Namespace) -> None:
             return "(no live workers)"
         if not args.long:
             table = Table(
-                "ID", "ADDRESS", "HOST", "ZONE", "CAPACITY", "STARTED", numeric=("CAPACITY",)
-            )
+                "ID", "ADDRESS", "DATA PORT", "HOST", "ZONE", "CAPACITY", "STARTED",
+                numeric=("CAPACITY",),
+            )  # fmt: skip
             for i in data:
                 table.row(
-                    i["id"], i["address"], i["host"], i["zone"], human(i["capacity_bytes"]),
-                    i["started"],
+                    i["id"], i["address"], i["data_address"], i["host"], i["zone"],
+                    human(i["capacity_bytes"]), i["started"],
                 )  # fmt: skip
             return table.render()
         table = Table(

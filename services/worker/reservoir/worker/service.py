@@ -15,6 +15,7 @@ from reservoir.common.config import WorkerConfig
 from reservoir.common.errors import InvalidArgument, OutOfRange, ReservoirError
 from reservoir.common.models import MAX_BLOCK_SIZE, Mount, file_id_for
 from reservoir.common.mounted_stores import MountedStores
+from reservoir.common.paths import shown
 from reservoir.common.under_store import UnderStore
 from reservoir.common.under_store_metrics import UnderStoreMetrics
 
@@ -51,6 +52,7 @@ class BlockRequest:
             raise InvalidArgument("block_size must be positive; file_size and index not negative")
         if self.block_size > MAX_BLOCK_SIZE:
             raise InvalidArgument(f"block_size must be at most {MAX_BLOCK_SIZE} bytes")
+        _check_object_uri(self.ufs_uri)
         if self.file_id != file_id_for(self.ufs_uri, self.etag, self.file_size, self.block_size):
             raise InvalidArgument("file_id does not match (ufs_uri, etag, file_size, block_size)")
         if self.index > 0 and self.index * self.block_size >= self.file_size:
@@ -62,6 +64,20 @@ class BlockRequest:
     @property
     def block_length(self) -> int:
         return max(0, min(self.block_size, self.file_size - self.index * self.block_size))
+
+
+def _check_object_uri(uri: str) -> None:
+    """An object's URI names it as a Reservoir path would: no '.', '..' or empty segment
+    after the bucket. An S3 client or HTTP layer may resolve '..', so
+    `s3://bucket/mount/../../other` would read outside its mount; refused before any fetch."""
+    scheme, sep, rest = uri.partition("://")
+    if not sep or not scheme:
+        raise InvalidArgument(f"ufs_uri is not a URI: {shown(uri)}")
+    _, _, key = rest.partition("/")  # after the bucket (or the empty host of file:///)
+    if "\x00" in key or any(part in ("", ".", "..") for part in key.split("/")):
+        raise InvalidArgument(
+            f"ufs_uri must name an object without '.', '..' or '//': {shown(uri)}"
+        )
 
 
 class WorkerService:
@@ -117,6 +133,8 @@ class WorkerService:
     async def _under_store(self, mount_path: str, ufs_uri: str) -> tuple[Mount, UnderStore]:
         # The mount as it is now (remounts arrive by watch), its store reopened if it changed.
         mount = await self.mounts.get(mount_path, ufs_uri)
+        if not ufs_uri.startswith(mount.uri):
+            raise InvalidArgument(f"ufs_uri is not under the mount {mount_path}: {shown(ufs_uri)}")
         return mount, await self._under_stores.open(mount)
 
     async def _get_range(
