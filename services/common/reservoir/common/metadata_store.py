@@ -367,7 +367,9 @@ def _check_limit(limit: int) -> None:
         raise InvalidArgument(f"a range read needs a limit above 0, not {limit}")
 
 
-async def _get_range(client: Any, start: bytes, end: bytes, limit: int) -> list[tuple[bytes, bytes]]:
+async def _get_range(
+    client: Any, start: bytes, end: bytes, limit: int
+) -> list[tuple[bytes, bytes]]:
     import aetcd.client
 
     # aetcd's get_range has no limit (its request builder leaves it out): the same call,
