@@ -441,6 +441,12 @@ def _rpc_timeout() -> Any:
     return field(default=10.0, metadata=env("RESERVOIR_RPC_TIMEOUT"))
 
 
+def _list_page_size() -> Any:
+    """Entries per page of a directory listing: what a client asks for, and what the master
+    answers a request that names no size with."""
+    return field(default=1000, metadata=env("RESERVOIR_LIST_PAGE_SIZE"))
+
+
 def _under_store() -> Any:
     return field(default_factory=lambda: load(UnderStoreCalls))
 
@@ -478,7 +484,7 @@ class MasterConfig:
     rpc_timeout_s: float = _rpc_timeout()
     # A directory listing is answered a page at a time: entries per page when a request
     # names no size, and the most a request may ask for (beyond it: INVALID_ARGUMENT).
-    list_page_size: int = field(default=1000, metadata=env("RESERVOIR_LIST_PAGE_SIZE"))
+    list_page_size: int = _list_page_size()
     list_max_page_size: int = field(default=10_000, metadata=env("RESERVOIR_LIST_MAX_PAGE_SIZE"))
     # Load jobs: blocks per worker call and calls in flight per worker.
     load_batch_blocks: int = field(default=8, metadata=env("RESERVOIR_LOAD_BATCH_BLOCKS"))
@@ -667,7 +673,7 @@ class ClientConfig:
     )
     # Entries per master call when listing a directory (`ls`, fsspec, FUSE): what a client
     # holds of a listing at a time, however big the directory.
-    list_page_size: int = field(default=1000, metadata=env("RESERVOIR_LIST_PAGE_SIZE"))
+    list_page_size: int = _list_page_size()
     workers_ttl_s: float = field(default=5.0, metadata=env("RESERVOIR_WORKERS_TTL"))
     # A block no worker is known to hold is asked of at most this many of its homes, in
     # placement order, before the client reads it from the under-store itself.
