@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from reservoir.common.config import EtcdSettings
-from reservoir.common.errors import NotFound
+from reservoir.common.errors import InvalidArgument, NotFound
 from reservoir.common.metadata_store import MAX_TXN_OPS, MetadataStore, open_metadata_store
 
 from .etcd_servers import EtcdServer
@@ -88,6 +88,32 @@ def test_count_prefix_counts_only_the_keys_under_the_prefix(backend: Backend) ->
         assert await s.count_prefix(b"/contract/") == 3
         await s.delete(b"/contract/c/a")
         assert await s.count_prefix(b"/contract/c/") == 1
+
+    run(backend, scenario)
+
+
+def test_get_range_reads_one_page_in_key_order_and_resumes_after_a_key(backend: Backend) -> None:
+    async def scenario(s: MetadataStore) -> None:
+        names = [f"{i:03d}".encode() for i in range(25)]
+        await s.put_many([(b"/contract/r/" + n, n) for n in reversed(names)])
+        await s.put_many([(b"/contract/q", b"before"), (b"/contract/s", b"after")])
+        start, end = b"/contract/r/", b"/contract/r0"  # the prefix's range: "/" + 1 is "0"
+        seen: list[bytes] = []
+        while True:
+            page = await s.get_range(start, end, 10)
+            assert len(page) <= 10
+            seen.extend(v for _, v in page)
+            if len(page) < 10:
+                break
+            start = page[-1][0] + b"\0"  # the first key after the last one read
+        assert seen == names
+        assert await s.get_range(b"/contract/r/024\0", end, 10) == []
+        assert await s.get_range(b"/contract/r/", b"/contract/r/002", 10) == [
+            (b"/contract/r/000", b"000"),
+            (b"/contract/r/001", b"001"),
+        ]
+        with pytest.raises(InvalidArgument):  # etcd would read a limit of 0 as "all"
+            await s.get_range(b"/contract/r/", end, 0)
 
     run(backend, scenario)
 

@@ -31,6 +31,7 @@ from reservoir.local.cluster import LocalCluster
 from tests.conftest import LEASE_TTL_S
 
 BLOCK = 64 * 1024
+LIST_PAGE = 7
 HEAL_BOUND_S = 5.0  # issue #11: new opens work again within 5 s of the serving process dying
 
 
@@ -111,6 +112,8 @@ def mounted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mounted]:
         "RESERVOIR_FUSE_RUN_DIR": str(run_dir),
         # Chunks smaller than the large file, so reads cross them and fetch ahead.
         "RESERVOIR_FUSE_READAHEAD_CHUNK": str(4 * BLOCK),
+        # Pages smaller than set/small (25 entries): every listing crosses pages.
+        "RESERVOIR_LIST_PAGE_SIZE": str(LIST_PAGE),
     }
     try:
         files = _dataset()
@@ -167,6 +170,17 @@ def test_walking_the_mount_shows_the_namespace_with_its_sizes_and_mtimes(
     assert {p for p, is_dir, _ in seen if not is_dir} == set(mounted.files)
     listing = subprocess.run(["ls", "-R", str(mounted.root)], capture_output=True, text=True)
     assert listing.returncode == 0 and "x.txt" in listing.stdout
+
+
+def test_readdir_of_a_directory_larger_than_a_page_gives_every_name_once_in_order(
+    mounted: Mounted,
+) -> None:
+    small = sorted(n.split("/")[-1] for n in mounted.files if n.startswith("set/small/"))
+    assert len(small) > 3 * LIST_PAGE
+    assert os.listdir(mounted.root / "set/small") == small  # readdir order: name order
+    with os.scandir(mounted.root / "set/small") as entries:
+        seen = [(e.name, e.is_file()) for e in entries]
+    assert seen == [(n, True) for n in small]
 
 
 def test_writes_fail_read_only_and_missing_names_fail_not_found(mounted: Mounted) -> None:

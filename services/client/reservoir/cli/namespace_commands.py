@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import itertools
+from collections.abc import Iterator
 from typing import Any
 
 from reservoir.common.config import parse_size
 from reservoir.common.models import Inode, Mount
 
 from .connection import open_client
-from .output import Table, emit, fields, human, iso_time, iso_time_or_none
+from .output import Table, emit, fields, human, iso_time, iso_time_or_none, print_json_array
 from .subcommands import Subcommands
 
 
@@ -91,19 +93,36 @@ def cmd_mounts(args: argparse.Namespace) -> None:
 
 
 def cmd_ls(args: argparse.Namespace) -> None:
+    """Prints each page of the listing as it arrives (as `kubectl get --chunk-size`): the
+    first lines show after one master call, and nothing holds the whole directory. A
+    failure between pages leaves what was printed and exits 1."""
     with open_client(args) as rs:
-        entries = rs.ls(args.path)
+        page = rs.config.list_page_size
+        entries = rs.iter_ls(args.path, page_size=page)
+        if args.json:
+            print_json_array((inode_dict(e) for e in entries), flush_every=page)
+            return
+        for number, chunk in enumerate(_chunks(entries, page)):
+            if not args.long:
+                print("\n".join(_name(e) for e in chunk), flush=True)
+                continue
+            # Fixed widths but for the name: every page's rows line up under one header.
+            table = Table("TYPE", "SIZE", "MODIFIED", "NAME", numeric=("SIZE",), widths=_LONG)
+            for e in chunk:
+                size = "-" if e.is_dir else human(e.size)
+                table.row("dir" if e.is_dir else "file", size, iso_time(e.mtime_ms), _name(e))
+            print(table.render(header=number == 0), flush=True)
 
-    def text() -> str:
-        if not args.long:
-            return "\n".join(_name(e) for e in entries)
-        table = Table("TYPE", "SIZE", "MODIFIED", "NAME", numeric=("SIZE",))
-        for e in entries:
-            size = "-" if e.is_dir else human(e.size)
-            table.row("dir" if e.is_dir else "file", size, iso_time(e.mtime_ms), _name(e))
-        return table.render(empty="")
 
-    emit(args, [inode_dict(e) for e in entries], text)
+# TYPE ("file"), SIZE (up to "1023.9KiB"), MODIFIED (ISO 8601 with its UTC offset).
+_LONG = (4, 9, len("2000-01-01T00:00:00+00:00"))
+
+
+def _chunks(entries: Iterator[Inode], size: int) -> Iterator[list[Inode]]:
+    """Runs of `size` entries: iter_ls fetches a page as the one before runs out, so each
+    run is one page."""
+    while chunk := list(itertools.islice(entries, size)):
+        yield chunk
 
 
 def cmd_stat(args: argparse.Namespace) -> None:

@@ -7,7 +7,8 @@ import argparse
 import datetime
 import json
 import sys
-from collections.abc import Callable, Sequence
+import textwrap
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from reservoir.common.config import format_size
@@ -62,9 +63,14 @@ def iso_time_or_none(ms: int) -> str | None:
 class Table:
     """Columns under a header row, like `kubectl get`: text left-aligned, numbers right."""
 
-    def __init__(self, *columns: str, numeric: Sequence[str] = ()) -> None:
+    def __init__(
+        self, *columns: str, numeric: Sequence[str] = (), widths: Sequence[int] = ()
+    ) -> None:
+        """`widths`: the least width of each column, so tables printed one after another
+        (the pages of a listing, printed as they arrive) line up."""
         self._columns = columns
         self._numeric = set(numeric)
+        self._widths = list(widths) + [0] * (len(columns) - len(widths))
         self._rows: list[list[str]] = []
 
     def row(self, *cells: object) -> None:
@@ -72,19 +78,32 @@ class Table:
             raise ValueError(f"{len(cells)} cells for {len(self._columns)} columns")
         self._rows.append(["-" if c is None or c == "" else str(c) for c in cells])
 
-    def render(self, empty: str = "") -> str:
+    def render(self, empty: str = "", *, header: bool = True) -> str:
         if not self._rows and empty:
             return empty
         rows = [list(self._columns), *self._rows]
-        widths = [max(len(r[i]) for r in rows) for i in range(len(self._columns))]
+        widths = [max(least, *(len(r[i]) for r in rows)) for i, least in enumerate(self._widths)]
         lines = []
-        for r in rows:
+        for r in rows if header else self._rows:
             cells = [
                 cell.rjust(w) if name in self._numeric else cell.ljust(w)
                 for name, cell, w in zip(self._columns, r, widths, strict=True)
             ]
             lines.append("  ".join(cells).rstrip())
         return "\n".join(lines)
+
+
+def print_json_array(items: Iterable[Any], flush_every: int = 1000) -> None:
+    """What `print(json.dumps(list(items), indent=2))` prints, element by element as they
+    come, without holding the list; flushed every `flush_every` elements."""
+    out, count = sys.stdout, 0
+    for item in items:
+        out.write("[\n" if count == 0 else ",\n")
+        out.write(textwrap.indent(json.dumps(item, indent=2), "  "))
+        count += 1
+        if count % flush_every == 0:
+            out.flush()
+    out.write("[]\n" if count == 0 else "\n]\n")
 
 
 def fields(pairs: Sequence[tuple[str, object]]) -> str:

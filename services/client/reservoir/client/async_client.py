@@ -132,8 +132,28 @@ class AsyncClient:
         return await self._view.stat_many(many, with_locations=with_locations)
 
     async def ls(self, path: str, *, with_locations: bool = False) -> list[Inode]:
-        """The entries of a directory (NotADirectoryError for a file)."""
+        """The entries of a directory in name order (NotADirectoryError for a file), all
+        pages of them; remembered, so reads of them need no master call."""
         return await self._view.ls(path, with_locations=with_locations)
+
+    async def iter_ls(
+        self, path: str, *, page_size: int | None = None, with_locations: bool = False
+    ) -> AsyncIterator[Inode]:
+        """The entries of a directory in name order, as the master sends them a page at a
+        time (`page_size` entries per call; default RESERVOIR_LIST_PAGE_SIZE): the first
+        arrive after one call, and the client holds one page, however big the directory.
+        Errors raise where they happen, also between pages."""
+        async for page in self._view.ls_pages(
+            path, page_size=page_size, with_locations=with_locations
+        ):
+            for entry in page:
+                yield entry
+
+    async def _ls_page(
+        self, path: str, page_size: int | None, token: str, with_locations: bool
+    ) -> tuple[list[Inode], str]:
+        """One page and the next page's token (for the blocking client's `iter_ls`)."""
+        return await self._view.ls_page(path, page_size, token, with_locations)
 
     def forget(self, path: str) -> None:
         """Drops what this client remembers of `path`: the next use asks the master."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import io
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from typing import Any, TypeVar
 
 from reservoir.common import config as cfg
@@ -128,8 +128,21 @@ class Client:
         return self._run(self._async.refresh(path))
 
     def ls(self, path: str, *, with_locations: bool = False) -> list[Inode]:
-        """The entries of a directory (NotADirectoryError for a file)."""
+        """The entries of a directory in name order (NotADirectoryError for a file), all
+        pages of them; remembered, so reads of them need no master call."""
         return self._run(self._async.ls(path, with_locations=with_locations))
+
+    def iter_ls(
+        self, path: str, *, page_size: int | None = None, with_locations: bool = False
+    ) -> Iterator[Inode]:
+        """The entries of a directory in name order, fetched a page at a time as the loop
+        reaches them (see `AsyncClient.iter_ls`): the client holds one page."""
+        token = ""
+        while True:
+            page, token = self._run(self._async._ls_page(path, page_size, token, with_locations))
+            yield from page
+            if not token:
+                return
 
     def _thread_reads(self) -> ThreadReads:
         """The reads this thread answers itself, once the worker list is known (one hop

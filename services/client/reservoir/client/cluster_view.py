@@ -18,6 +18,7 @@ from reservoir.common import config as cfg
 from reservoir.common import logs, paths
 from reservoir.common.errors import (
     DeadlineExceeded,
+    InvalidArgument,
     ReservoirError,
     Unavailable,
     error_for_code_value,
@@ -240,18 +241,19 @@ class ClusterView:
         if len(self._listed) > _LISTED_MEMORY:
             now = time.monotonic()
             self._listed = {p: t for p, t in self._listed.items() if t > now}
-        try:
-            response = await self.call(
-                "ListDirectory",
-                master_pb2.ListDirectoryRequest(path=path, limit=limit),
-                f"ls {path}",
-            )
-        except ReservoirError as exc:
-            # Not a directory, gone, master away: the stat that follows says what it is.
-            log.debug("list_on_miss_failed", path=path, error=str(exc))
-            return
-        for entry in response.entries:
-            self.remember(Inode.from_proto(entry))
+        size, token, remembered = min(limit, self.config.list_page_size), "", 0
+        while remembered < limit:
+            try:
+                entries, token = await self.ls_page(path, min(size, limit - remembered), token)
+            except ReservoirError as exc:
+                # Not a directory, gone, master away: the stat that follows says what it is.
+                log.debug("list_on_miss_failed", path=path, error=str(exc))
+                return
+            for entry in entries:
+                self.remember(entry)
+            remembered += len(entries)
+            if not token:
+                return
 
     async def stat_many(self, many: Sequence[str], *, with_locations: bool = False) -> list[Inode]:
         """Stats of many paths in one master call (those not already cached).
@@ -296,16 +298,44 @@ class ClusterView:
         return found
 
     async def ls(self, path: str, *, with_locations: bool = False) -> list[Inode]:
-        path = paths.normalize(path)
-        response = await self.call(
-            "ListDirectory",
-            master_pb2.ListDirectoryRequest(path=path, with_locations=with_locations),
-            f"ls {path}",
-        )
-        entries = [Inode.from_proto(e) for e in response.entries]
-        for entry in entries:
-            self.remember(entry)  # a read that follows needs no master call
+        """Every entry, page by page; remembered, so a read that follows needs no master call."""
+        entries: list[Inode] = []
+        async for page in self.ls_pages(path, with_locations=with_locations):
+            for entry in page:
+                self.remember(entry)
+            entries.extend(page)
         return entries
+
+    async def ls_pages(
+        self, path: str, *, page_size: int | None = None, with_locations: bool = False
+    ) -> AsyncIterator[list[Inode]]:
+        """A directory's entries in name order, a page (one master call) at a time; not
+        remembered, so what the client holds of a listing is one page."""
+        token = ""
+        while True:
+            entries, token = await self.ls_page(path, page_size, token, with_locations)
+            yield entries
+            if not token:
+                return
+
+    async def ls_page(
+        self,
+        path: str,
+        page_size: int | None = None,
+        token: str = "",
+        with_locations: bool = False,
+    ) -> tuple[list[Inode], str]:
+        """One page of a listing and the token of the next ("" after the last); `page_size`
+        None is RESERVOIR_LIST_PAGE_SIZE."""
+        path = paths.normalize(path)
+        size = self.config.list_page_size if page_size is None else page_size
+        if size < 1:
+            raise InvalidArgument(f"page_size must be at least 1, not {size}")
+        request = master_pb2.ListDirectoryRequest(
+            path=path, with_locations=with_locations, page_size=size, page_token=token
+        )
+        response = await self.call("ListDirectory", request, f"ls {path}")
+        return [Inode.from_proto(e) for e in response.entries], response.next_page_token
 
     def remember(self, inode: Inode) -> None:
         # Locations age fast; the cache keeps the stable part only.

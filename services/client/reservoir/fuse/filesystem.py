@@ -2,7 +2,7 @@
 
 libfuse's high-level API (through mfusepy) hands each call a path below the mount point;
 it becomes the Reservoir path below `root`. Names, sizes and times come from the
-client's `stat` and `ls` (cached by the client, and by the kernel for
+client's `stat` and `iter_ls` (cached by the client, and by the kernel for
 `FuseConfig.attr_timeout_s`); file contents from `read`, through a `ReadAhead` per open
 file. Every call that would change something fails with EROFS, and every Reservoir error
 becomes the errno a program expects (`errnos.errno_for`).
@@ -17,7 +17,7 @@ import os
 import stat
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar, cast
 
@@ -25,6 +25,7 @@ from reservoir.common import paths
 from reservoir.common.config import FuseConfig
 from reservoir.common.models import Inode
 
+from .directory_cursor import DirectoryCursor
 from .errnos import FailureLog, errno_for, is_expected
 from .inode_cache import InodeCache
 from .libfuse import load_mfusepy
@@ -35,6 +36,9 @@ mfusepy: Any = load_mfusepy()
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
 _DIR_MODE = stat.S_IFDIR | 0o555
 _FILE_MODE = stat.S_IFREG | 0o444
+# Entries offered to libfuse per readdir call: more than one kernel buffer (4 KiB to
+# 128 KiB of names) takes, few enough that building the rest is cheap.
+_READDIR_RUN = 256
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -44,7 +48,7 @@ class Namespace(Protocol):
 
     def stat(self, path: str, *, with_locations: bool = False) -> Inode: ...
 
-    def ls(self, path: str, *, with_locations: bool = False) -> list[Inode]: ...
+    def iter_ls(self, path: str) -> Iterator[Inode]: ...
 
     def read(self, path: str, offset: int = 0, length: int = -1) -> bytes: ...
 
@@ -90,6 +94,7 @@ class ReservoirFS(mfusepy.Operations):  # type: ignore[misc]
         self._budget = ReadAheadBudget(config.readahead_memory_bytes)
         self._inodes = InodeCache(config.attr_timeout_s, config.inode_cache_entries)
         self._files: dict[int, ReadAhead] = {}
+        self._directories: dict[int, DirectoryCursor] = {}
         self._handles = itertools.count(1)
         self._lock = threading.Lock()
         self.started = False  # libfuse called init: the mount is up
@@ -135,15 +140,39 @@ class ReservoirFS(mfusepy.Operations):  # type: ignore[misc]
     def getattr(self, path: str, fh: Any = None) -> dict[str, Any]:
         return self.attributes(self._stat(path))
 
+    def opendir(self, path: str) -> int:
+        reservoir_path = self.reservoir_path(path)
+        # The client fetches RESERVOIR_LIST_PAGE_SIZE entries per master call as the
+        # cursor reaches them; the cursor hands libfuse a smaller run at a time.
+        cursor = DirectoryCursor(lambda: self._client.iter_ls(reservoir_path), _READDIR_RUN)
+        with self._lock:
+            handle = next(self._handles)
+            self._directories[handle] = cursor
+        return handle
+
     @_errno_of_failures
-    def readdir(self, path: str, fh: int) -> list[Any]:
-        entries = self._client.ls(self.reservoir_path(path))
-        listing: list[Any] = [".", ".."]
-        for entry in entries:
+    def readdir_with_offset(self, path: str, offset: int, fh: int) -> list[Any]:
+        """What follows `offset` in the listing: a page of it at most, so a directory of
+        millions is read a page at a time (libfuse asks again from the last offset the
+        kernel took; an empty answer ends the directory)."""
+        cursor = self._directories.get(fh)
+        if cursor is None:
+            raise mfusepy.FuseOSError(errno.EBADF)
+        listing: list[Any] = []
+        if offset < 1:
+            listing.append((".", {"st_mode": _DIR_MODE}, 1))
+        if offset < 2:
+            listing.append(("..", {"st_mode": _DIR_MODE}, 2))
+        for position, entry in cursor.after(offset):
             self._inodes.put(entry)  # the lookups of `ls -l` and the opens that follow
             mode = _DIR_MODE if entry.is_dir else _FILE_MODE
-            listing.append((entry.path.rsplit("/", 1)[-1], {"st_mode": mode}, 0))
+            listing.append((entry.path.rsplit("/", 1)[-1], {"st_mode": mode}, position))
         return listing
+
+    def releasedir(self, path: str, fh: int) -> int:
+        with self._lock:
+            self._directories.pop(fh, None)
+        return 0
 
     @_errno_of_failures
     def access(self, path: str, amode: int) -> int:

@@ -441,6 +441,12 @@ def _rpc_timeout() -> Any:
     return field(default=10.0, metadata=env("RESERVOIR_RPC_TIMEOUT"))
 
 
+def _list_page_size() -> Any:
+    """Entries per page of a directory listing: what a client asks for, and what the master
+    answers a request that names no size with."""
+    return field(default=1000, metadata=env("RESERVOIR_LIST_PAGE_SIZE"))
+
+
 def _under_store() -> Any:
     return field(default_factory=lambda: load(UnderStoreCalls))
 
@@ -476,6 +482,10 @@ class MasterConfig:
         default=10_000, metadata=env("RESERVOIR_METADATA_LIST_MAX_ENTRIES")
     )
     rpc_timeout_s: float = _rpc_timeout()
+    # A directory listing is answered a page at a time: entries per page when a request
+    # names no size, and the most a request may ask for (beyond it: INVALID_ARGUMENT).
+    list_page_size: int = _list_page_size()
+    list_max_page_size: int = field(default=10_000, metadata=env("RESERVOIR_LIST_MAX_PAGE_SIZE"))
     # Load jobs: blocks per worker call and calls in flight per worker.
     load_batch_blocks: int = field(default=8, metadata=env("RESERVOIR_LOAD_BATCH_BLOCKS"))
     load_calls_per_worker: int = field(default=2, metadata=env("RESERVOIR_LOAD_CALLS_PER_WORKER"))
@@ -490,6 +500,12 @@ class MasterConfig:
     allowed_endpoints: str = field(default="", metadata=env("RESERVOIR_ALLOWED_ENDPOINTS"))
     # Prometheus text at /metrics (RESERVOIR_METRICS_LISTEN, ...).
     metrics: MetricsSettings = field(default_factory=lambda: load(MetricsSettings))
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.list_page_size <= self.list_max_page_size:
+            raise InvalidArgument(
+                "RESERVOIR_LIST_PAGE_SIZE must be >= 1 and at most RESERVOIR_LIST_MAX_PAGE_SIZE"
+            )
 
 
 @dataclass(frozen=True)
@@ -655,6 +671,9 @@ class ClientConfig:
     list_on_miss_max_entries: int = field(
         default=10_000, metadata=env("RESERVOIR_LIST_ON_MISS_MAX_ENTRIES")
     )
+    # Entries per master call when listing a directory (`ls`, fsspec, FUSE): what a client
+    # holds of a listing at a time, however big the directory.
+    list_page_size: int = _list_page_size()
     workers_ttl_s: float = field(default=5.0, metadata=env("RESERVOIR_WORKERS_TTL"))
     # A block no worker is known to hold is asked of at most this many of its homes, in
     # placement order, before the client reads it from the under-store itself.
@@ -687,6 +706,10 @@ class ClientConfig:
     tune_malloc: bool = field(default=True, metadata=env("RESERVOIR_TUNE_MALLOC"))
     # TLS and the token this client presents (RESERVOIR_TLS_CA, RESERVOIR_TOKEN_FILE, ...).
     security: SecuritySettings = field(default_factory=lambda: load(SecuritySettings))
+
+    def __post_init__(self) -> None:
+        if self.list_page_size < 1:
+            raise InvalidArgument("RESERVOIR_LIST_PAGE_SIZE must be >= 1")
 
 
 # Every settings class; their variables are the names `warn_unknown_names` knows.

@@ -12,6 +12,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import functools
+import heapq
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -50,6 +51,11 @@ class MetadataStore(abc.ABC):
     async def count_prefix(self, prefix: bytes) -> int:
         """How many keys lie under `prefix` (a backend may count them without reading them)."""
         return len(await self.get_prefix(prefix))
+
+    @abc.abstractmethod
+    async def get_range(self, start: bytes, end: bytes, limit: int) -> list[tuple[bytes, bytes]]:
+        """The first `limit` (> 0) pairs with `start <= key < end`, sorted by key: one page
+        of a range, read without the rest of it (`key + b"\\0"` starts after `key`)."""
 
     @abc.abstractmethod
     async def put_many(
@@ -128,6 +134,12 @@ class MemoryMetadataStore(MetadataStore):
     async def get_prefix(self, prefix: bytes) -> list[tuple[bytes, bytes]]:
         self._expire()
         return sorted((k, v[0]) for k, v in self._data.items() if k.startswith(prefix))
+
+    async def get_range(self, start: bytes, end: bytes, limit: int) -> list[tuple[bytes, bytes]]:
+        _check_limit(limit)
+        self._expire()
+        inside = ((k, v[0]) for k, v in self._data.items() if start <= k < end)
+        return heapq.nsmallest(limit, inside)
 
     async def put_many(
         self, items: Sequence[tuple[bytes, bytes]], lease: Lease | None = None
@@ -271,6 +283,12 @@ class EtcdMetadataStore(MetadataStore):
         result = await self._call("get_prefix", lambda c: c.get_prefix(prefix))
         return [(bytes(kv.key), bytes(kv.value)) for kv in result]  # type: ignore[attr-defined]
 
+    async def get_range(self, start: bytes, end: bytes, limit: int) -> list[tuple[bytes, bytes]]:
+        """One etcd range request with a limit: etcd reads and sends that many keys only."""
+        _check_limit(limit)  # etcd takes a limit of 0 for "no limit"
+        pairs = await self._call("get_range", lambda c: _get_range(c, start, end, limit))
+        return pairs  # type: ignore[no-any-return]
+
     async def count_prefix(self, prefix: bytes) -> int:
         """Counted by etcd (a count-only range): no key or value crosses the network."""
         return int(await self._call("count_prefix", lambda c: _count_prefix(c, prefix)))
@@ -342,6 +360,31 @@ async def _count_prefix(client: Any, prefix: bytes) -> int:
         return int(reply.count)
 
     return await count()
+
+
+def _check_limit(limit: int) -> None:
+    if limit <= 0:
+        raise InvalidArgument(f"a range read needs a limit above 0, not {limit}")
+
+
+async def _get_range(
+    client: Any, start: bytes, end: bytes, limit: int
+) -> list[tuple[bytes, bytes]]:
+    import aetcd.client
+
+    # aetcd's get_range has no limit (its request builder leaves it out): the same call,
+    # with the limit set on the request.
+    @aetcd.client._handle_errors
+    async def read() -> list[tuple[bytes, bytes]]:
+        await client.connect()
+        request = client._build_get_range_request(key=start, range_end=end)
+        request.limit = limit
+        reply = await client.kvstub.Range(
+            request, timeout=client._timeout, metadata=client.metadata
+        )
+        return [(bytes(kv.key), bytes(kv.value)) for kv in reply.kvs]
+
+    return await read()
 
 
 def _status(exc: BaseException) -> str:

@@ -688,25 +688,39 @@ Global___GetFileInfosResponse: _TypeAlias = GetFileInfosResponse  # noqa: Y015
 
 @_typing.final
 class ListDirectoryRequest(_message.Message):
+    """A directory is listed one page at a time, in name order: the first request has no
+    page_token; each response carries the token of the page after it, empty on the last.
+    An entry added between pages shows up if its name sorts after the page already read;
+    none already sent is sent again, none present throughout is skipped.
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
     PATH_FIELD_NUMBER: _builtins.int
     WITH_LOCATIONS_FIELD_NUMBER: _builtins.int
-    LIMIT_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
     path: _builtins.str
     with_locations: _builtins.bool
-    limit: _builtins.int
-    """At most this many entries (in name order); 0 = all."""
+    page_size: _builtins.int
+    """Entries per page; 0 = the master's RESERVOIR_LIST_PAGE_SIZE. Above the master's
+    RESERVOIR_LIST_MAX_PAGE_SIZE: INVALID_ARGUMENT.
+    """
+    page_token: _builtins.str
+    """From the previous response of a listing of this same path (INVALID_ARGUMENT for a
+    token of another path, or one the master did not make). Opaque: do not parse it.
+    """
     def __init__(
         self,
         *,
         path: _builtins.str = ...,
         with_locations: _builtins.bool = ...,
-        limit: _builtins.int = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["limit", b"limit", "path", b"path", "with_locations", b"with_locations"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["page_size", b"page_size", "page_token", b"page_token", "path", b"path", "with_locations", b"with_locations"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -717,20 +731,20 @@ class ListDirectoryResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     ENTRIES_FIELD_NUMBER: _builtins.int
-    TRUNCATED_FIELD_NUMBER: _builtins.int
-    truncated: _builtins.bool
-    """`limit` cut the listing short"""
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """empty: this was the last page"""
     @_builtins.property
     def entries(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.FileInfo]: ...
     def __init__(
         self,
         *,
         entries: _abc.Iterable[_common_pb2.FileInfo] | None = ...,
-        truncated: _builtins.bool = ...,
+        next_page_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["entries", b"entries", "truncated", b"truncated"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entries", b"entries", "next_page_token", b"next_page_token"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

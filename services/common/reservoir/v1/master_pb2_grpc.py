@@ -179,7 +179,8 @@ class MasterServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListDirectory(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """One page of a directory's entries (see ListDirectoryRequest).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')

@@ -41,6 +41,7 @@ class MasterServiceStub:
     GetFileInfos: _grpc.UnaryUnaryMultiCallable[_master_pb2.GetFileInfosRequest, _master_pb2.GetFileInfosResponse]
     """Many stats in one call: a reader of many small files pays one round trip, not one each."""
     ListDirectory: _grpc.UnaryUnaryMultiCallable[_master_pb2.ListDirectoryRequest, _master_pb2.ListDirectoryResponse]
+    """One page of a directory's entries (see ListDirectoryRequest)."""
     ListWorkers: _grpc.UnaryUnaryMultiCallable[_master_pb2.ListWorkersRequest, _master_pb2.ListWorkersResponse]
     ReportBlocks: _grpc.UnaryUnaryMultiCallable[_master_pb2.ReportBlocksRequest, _master_pb2.ReportBlocksResponse]
     """Workers report the blocks they add and drop, in batches."""
@@ -80,6 +81,7 @@ class MasterServiceAsyncStub(MasterServiceStub):
     GetFileInfos: _aio.UnaryUnaryMultiCallable[_master_pb2.GetFileInfosRequest, _master_pb2.GetFileInfosResponse]  # type: ignore[assignment]
     """Many stats in one call: a reader of many small files pays one round trip, not one each."""
     ListDirectory: _aio.UnaryUnaryMultiCallable[_master_pb2.ListDirectoryRequest, _master_pb2.ListDirectoryResponse]  # type: ignore[assignment]
+    """One page of a directory's entries (see ListDirectoryRequest)."""
     ListWorkers: _aio.UnaryUnaryMultiCallable[_master_pb2.ListWorkersRequest, _master_pb2.ListWorkersResponse]  # type: ignore[assignment]
     ReportBlocks: _aio.UnaryUnaryMultiCallable[_master_pb2.ReportBlocksRequest, _master_pb2.ReportBlocksResponse]  # type: ignore[assignment]
     """Workers report the blocks they add and drop, in batches."""
@@ -151,7 +153,8 @@ class MasterServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _master_pb2.ListDirectoryRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_master_pb2.ListDirectoryResponse, _abc.Awaitable[_master_pb2.ListDirectoryResponse]]: ...
+    ) -> _typing.Union[_master_pb2.ListDirectoryResponse, _abc.Awaitable[_master_pb2.ListDirectoryResponse]]:
+        """One page of a directory's entries (see ListDirectoryRequest)."""
 
     @_abc_1.abstractmethod
     def ListWorkers(

@@ -19,7 +19,6 @@ from reservoir.common.config import MasterConfig
 from reservoir.common.errors import (
     Internal,
     InvalidArgument,
-    NotADirectory,
     NotFound,
     ReservoirError,
 )
@@ -31,6 +30,7 @@ from reservoir.common.under_store_metrics import UnderStoreMetrics
 from reservoir.common.worker_registry import WorkerRegistry
 
 from .cache_rules import CacheRules
+from .directory_pages import DirectoryPages
 from .job_counters import LoadJobCounters
 from .jobs import LoadJobs
 from .locations import BlockLocationTable
@@ -74,6 +74,9 @@ class MasterService:
         # (asyncio's default pool is small on small machines).
         self._pool = ThreadPoolExecutor(config.ufs.concurrency, thread_name_prefix="ufs")
         self.sync = NamespaceSync(store, config, self.mount_table, self._under_stores, self._pool)
+        self.directories = DirectoryPages(
+            store, config, self.mount_table, self.sync, self.file_info, self._with_locations
+        )
         self.jobs = LoadJobs(
             store,
             config,
@@ -275,40 +278,9 @@ class MasterService:
         return [r if r is not None else Internal("stat lost") for r in results]
 
     async def list_directory(self, path: str, with_locations: bool = False) -> list[Inode]:
-        path = paths.normalize(path)
-        mount = self.mount_table.mount_for(path)
-        stored = None
-        if mount is not None and path != mount.path:
-            stored = await self._store.get(keyspace.inode_key(path))
-            if stored is None:
-                # Never seen: its own listing says it is a directory (one LIST), where a
-                # stat first would list its parent too. Empty: a file, or nothing.
-                listed = (await self.sync.sync_directory(mount, path)).children
-                if listed:
-                    return self._listed(path, listed, with_locations)
-        info = await self.file_info(path)
-        if not info.is_dir:
-            raise NotADirectory(f"{info.path}: not a directory")
-        children: list[Inode] = []
-        if mount is not None:
-            if stored is None:
-                stored = await self._store.get(keyspace.inode_key(path))
-            if stored is not None and self.sync.fresh(mount, Inode.from_json(stored).listed_ms):
-                children = await self.sync.stored_children(path)
-            else:
-                children = (await self.sync.sync_directory(mount, path)).children
-        return self._listed(path, children, with_locations)
-
-    def _listed(self, path: str, children: list[Inode], with_locations: bool) -> list[Inode]:
-        """A directory's entries in name order: its children in the under-store and the
-        mount points below it."""
-        entries = {c.path.rsplit("/", 1)[1]: c for c in children}
-        for name in self.mount_table.children_of(path):
-            entries.setdefault(name, dir_inode(paths.join(path, name), None))
-        result = [entries[name] for name in sorted(entries)]
-        if with_locations:
-            result = [self._with_locations(i) for i in result]
-        return result
+        """Every entry of a directory, in name order (all its pages: for callers that
+        want them all; the RPC answers a page at a time, `directories.page`)."""
+        return [e async for e in self.directories.entries(path, with_locations)]
 
     async def subtree(self, path: str) -> list[Inode]:
         """Every stored inode below `path`, level by level."""

@@ -8,7 +8,7 @@ from dataclasses import asdict
 
 import grpc.aio
 
-from reservoir.common.errors import InvalidArgument, ReservoirError, code_value
+from reservoir.common.errors import ReservoirError, code_value
 from reservoir.common.models import Inode, Mount, MountOptions
 from reservoir.common.rpc import translate_errors, translate_stream_errors
 from reservoir.v1 import common_pb2, master_pb2, master_pb2_grpc
@@ -73,14 +73,11 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
     async def ListDirectory(
         self, request: master_pb2.ListDirectoryRequest, context: grpc.aio.ServicerContext
     ) -> master_pb2.ListDirectoryResponse:
-        if request.limit < 0:
-            raise InvalidArgument("limit must not be negative")
-        entries = await self._service.list_directory(request.path, request.with_locations)
-        truncated = 0 < request.limit < len(entries)
-        if truncated:
-            entries = entries[: request.limit]
+        page = await self._service.directories.page(
+            request.path, request.page_size, request.page_token, request.with_locations
+        )
         return master_pb2.ListDirectoryResponse(
-            entries=[e.to_proto() for e in entries], truncated=truncated
+            entries=[e.to_proto() for e in page.entries], next_page_token=page.next_token
         )
 
     @translate_errors
