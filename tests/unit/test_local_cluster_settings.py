@@ -56,3 +56,9 @@ def test_an_old_record_without_a_setting_resumes_with_its_default() -> None:
     assert resolve(LEFT_OUT, recorded)["s3_latency_ms"] == 0.0
     with pytest.raises(ClusterError, match="--s3-latency-ms 0.0"):
         resolve(dict(LEFT_OUT, s3_latency_ms=50), recorded)
+
+
+def test_a_new_clusters_settings_share_nothing_with_the_next_ones() -> None:
+    first = resolve({}, None)
+    first["env"]["RESERVOIR_ALLOWED_ENDPOINTS"] = "http://127.0.0.1:1"  # as test_fuzz does
+    assert resolve({}, None)["env"] == {}

@@ -9,6 +9,7 @@ a different cluster under the old mounts; quietly dropping it (what `--resume` o
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -58,7 +59,9 @@ def resolve(given: Mapping[str, Any], recorded: Mapping[str, Any] | None) -> dic
     for setting in SETTINGS:
         value = given.get(setting.key)
         if recorded is None:
-            settings[setting.key] = setting.default if value is None else value
+            # A copy: a cluster that changes its settings (its env) must not change the
+            # default every later cluster of this process starts from.
+            settings[setting.key] = copy.deepcopy(setting.default) if value is None else value
             continue
         was = recorded.get(setting.key, setting.default)
         if value is not None and _normal(value) != _normal(was):
