@@ -455,6 +455,9 @@ class MasterConfig:
     # How long an inode fetched from the under-store is trusted before it is checked again.
     metadata_ttl_s: float = field(default=300.0, metadata=env("RESERVOIR_METADATA_TTL"))
     metadata_timeout_s: float = field(default=5.0, metadata=env("RESERVOIR_METADATA_TIMEOUT"))
+    # Keys per etcd range read: a prefix of any size is read page by page (one etcd
+    # answer must stay under 4 MiB; a page of larger values is split further on its own).
+    metadata_page_keys: int = field(default=1000, metadata=env("RESERVOIR_METADATA_PAGE_KEYS"))
     # TLS, client certificate and user for etcd (RESERVOIR_ETCD_CA, ...).
     etcd: EtcdSettings = field(default_factory=lambda: load(EtcdSettings))
     ufs: UnderStoreCalls = _under_store()
@@ -566,6 +569,9 @@ class WorkerConfig:
         default="etcd://127.0.0.1:2379", metadata=env("RESERVOIR_METADATA_URL")
     )
     metadata_timeout_s: float = field(default=5.0, metadata=env("RESERVOIR_METADATA_TIMEOUT"))
+    # Keys per etcd range read: a prefix of any size is read page by page (one etcd
+    # answer must stay under 4 MiB; a page of larger values is split further on its own).
+    metadata_page_keys: int = field(default=1000, metadata=env("RESERVOIR_METADATA_PAGE_KEYS"))
     # TLS, client certificate and user for etcd (RESERVOIR_ETCD_CA, ...).
     etcd: EtcdSettings = field(default_factory=lambda: load(EtcdSettings))
     lease_ttl_s: int = field(default=10, metadata=env("RESERVOIR_WORKER_LEASE_TTL"))
