@@ -334,17 +334,25 @@ class EtcdMetadataStore(MetadataStore):
         return values
 
     async def get_range(self, start: bytes, end: bytes, limit: int) -> list[tuple[bytes, bytes]]:
-        while True:
-            page: list[tuple[bytes, bytes]] | None = await self._call(
-                "get_range", functools.partial(_range, start=start, end=end, limit=limit)
+        found: list[tuple[bytes, bytes]] = []
+        ask = limit
+        while len(found) < limit:
+            part: list[tuple[bytes, bytes]] | None = await self._call(
+                "get_range", functools.partial(_range, start=start, end=end, limit=ask)
             )
-            if page is not None:
-                return page
-            if limit == 1:
-                raise Unavailable(f"etcd get_range: one value at {start!r} exceeds a message")
-            # Values larger than the page size assumed: the same page in smaller parts.
-            limit = max(1, limit // 4)
-            log.debug("etcd_page_too_large", start=start, retry_limit=limit)
+            if part is None:
+                if ask == 1:
+                    raise Unavailable(f"etcd get_range: the value at {start!r} exceeds a message")
+                # Values larger than a page of them can carry: the page in smaller parts.
+                ask = max(1, ask // 4)
+                log.debug("etcd_page_too_large", start=start, retry_limit=ask)
+                continue
+            found.extend(part)
+            if len(part) < ask:
+                break
+            start = part[-1][0] + b"\x00"
+            ask = min(ask, limit - len(found))
+        return found
 
     async def first_in_ranges(
         self, ranges: Sequence[tuple[bytes, bytes]]
