@@ -26,7 +26,7 @@ from reservoir.common.errors import InvalidArgument
 from reservoir.common.inode_codec import (
     ChunkPlace,
     RawEntry,
-    decode_entry,
+    decode_chunk,
     encode_chunk,
     entry,
     find_in_chunk,
@@ -39,7 +39,9 @@ from .mount_table import MountTable
 
 log = logs.get_logger(__name__)
 
-CHUNK_ENTRIES = 64
+CHUNK_ENTRIES = 128
+# Chunks per page of a listing: ~5 KB each, so a page stays well under etcd's 4 MiB.
+PAGE_CHUNKS = 200
 
 
 @dataclass
@@ -57,7 +59,9 @@ class NamespaceStore:
     ) -> None:
         self._store = store
         self._mounts = mounts
-        self._chunk_entries = chunk_entries
+        # Entries per chunk at most: a stat reads one chunk, a change rewrites one.
+        self.chunk_entries = chunk_entries
+        self._page_chunks = min(store.page_keys, PAGE_CHUNKS)
         self._locks: dict[bytes, asyncio.Lock] = {}
         self._lock_users: dict[bytes, int] = defaultdict(int)
 
@@ -106,8 +110,8 @@ class NamespaceStore:
         if where is None:
             return
         group, place = where
-        async for page in self._store.scan_prefix(group):
-            yield [decode_entry(e, place) for _, raw in page for e in iter_chunk(raw)]
+        async for page in self._store.scan_prefix(group, self._page_chunks):
+            yield [inode for _, raw in page for inode in decode_chunk(raw, place)]
 
     async def children(self, directory: str) -> list[Inode]:
         return [i async for page in self.children_pages(directory) for i in page]
@@ -224,9 +228,9 @@ class NamespaceStore:
         names = sorted(change.upserts.keys() | change.deletes)
         end = prefix_end(group)
         loaded: dict[bytes, bytes] = {}
-        if len(names) > self._chunk_entries:
+        if len(names) > self.chunk_entries:
             # Many names: reading the whole directory costs less than a read each.
-            async for page in self._store.scan_prefix(group):
+            async for page in self._store.scan_prefix(group, self._page_chunks):
                 loaded.update(page)
         else:
             found = await self._store.first_in_ranges([(group + n.encode(), end) for n in names])
@@ -256,7 +260,7 @@ class NamespaceStore:
                 removed.append(key)
                 continue
             ordered = [entries[n] for n in sorted(entries)]
-            pieces = -(-len(ordered) // self._chunk_entries)
+            pieces = -(-len(ordered) // self.chunk_entries)
             size = -(-len(ordered) // pieces)
             for start in range(0, len(ordered), size):
                 piece = ordered[start : start + size]
