@@ -188,19 +188,20 @@ def decode_body(body: bytes, path: str, place: ChunkPlace, synced_base_ms: int) 
     mount_path = place.mount_path
     if flags & _MOUNT:
         mount_path, pos = _read_text(body, pos)
+    # Positional: measurably faster than keywords at millions of inodes.
     return Inode(
-        path=path,
-        is_dir=is_dir,
-        size=size,
-        mtime_ms=mtime,
-        etag=etag,
-        block_size=block_size,
-        file_id=file_id,
-        ufs_uri=uri,
-        mount_path=mount_path,
-        synced_ms=synced_base_ms - age,
-        listed_ms=listed,
-        tree_listed_ms=tree_listed,
+        path,
+        is_dir,
+        size,
+        mtime,
+        etag,
+        block_size,
+        file_id,
+        uri,
+        mount_path,
+        synced_base_ms - age,
+        listed,
+        tree_listed,
     )
 
 
