@@ -441,6 +441,13 @@ def _rpc_timeout() -> Any:
     return field(default=10.0, metadata=env("RESERVOIR_RPC_TIMEOUT"))
 
 
+def _metadata_page_keys() -> Any:
+    """Keys per etcd range read, for the master and workers: a prefix of any size is read
+    page by page (one etcd answer must stay under 4 MiB; a page of larger values is split
+    further on its own)."""
+    return field(default=1000, metadata=env("RESERVOIR_METADATA_PAGE_KEYS"))
+
+
 def _under_store() -> Any:
     return field(default_factory=lambda: load(UnderStoreCalls))
 
@@ -455,9 +462,7 @@ class MasterConfig:
     # How long an inode fetched from the under-store is trusted before it is checked again.
     metadata_ttl_s: float = field(default=300.0, metadata=env("RESERVOIR_METADATA_TTL"))
     metadata_timeout_s: float = field(default=5.0, metadata=env("RESERVOIR_METADATA_TIMEOUT"))
-    # Keys per etcd range read: a prefix of any size is read page by page (one etcd
-    # answer must stay under 4 MiB; a page of larger values is split further on its own).
-    metadata_page_keys: int = field(default=1000, metadata=env("RESERVOIR_METADATA_PAGE_KEYS"))
+    metadata_page_keys: int = _metadata_page_keys()
     # TLS, client certificate and user for etcd (RESERVOIR_ETCD_CA, ...).
     etcd: EtcdSettings = field(default_factory=lambda: load(EtcdSettings))
     ufs: UnderStoreCalls = _under_store()
@@ -569,9 +574,7 @@ class WorkerConfig:
         default="etcd://127.0.0.1:2379", metadata=env("RESERVOIR_METADATA_URL")
     )
     metadata_timeout_s: float = field(default=5.0, metadata=env("RESERVOIR_METADATA_TIMEOUT"))
-    # Keys per etcd range read: a prefix of any size is read page by page (one etcd
-    # answer must stay under 4 MiB; a page of larger values is split further on its own).
-    metadata_page_keys: int = field(default=1000, metadata=env("RESERVOIR_METADATA_PAGE_KEYS"))
+    metadata_page_keys: int = _metadata_page_keys()
     # TLS, client certificate and user for etcd (RESERVOIR_ETCD_CA, ...).
     etcd: EtcdSettings = field(default_factory=lambda: load(EtcdSettings))
     lease_ttl_s: int = field(default=10, metadata=env("RESERVOIR_WORKER_LEASE_TTL"))
