@@ -74,18 +74,28 @@ class MetadataStore(abc.ABC):
         self, prefix: bytes, page_keys: int | None = None
     ) -> AsyncIterator[list[tuple[bytes, bytes]]]:
         """The pairs under `prefix` in key order, one page (at most `page_keys`, by
-        default the store's `page_keys`) at a time: memory stays bounded by a page
-        however large the prefix. Each page is read when the previous one is consumed,
-        so a key written meanwhile may or may not be seen (as with any listing)."""
+        default the store's `page_keys`) at a time: memory stays bounded by two pages
+        however large the prefix. Pages are read one after another, so a key written
+        meanwhile may or may not be seen (as with any listing)."""
         limit = page_keys or self.page_keys
-        start, end = prefix, prefix_end(prefix)
-        while True:
-            page = await self.get_range(start, end, limit)
-            if page:
-                yield page
-            if len(page) < limit:
-                return
-            start = page[-1][0] + b"\x00"
+        end = prefix_end(prefix)
+        # The next page is asked for before this one is handed over: the store works on
+        # it while the caller works on this one (two pages in memory at most).
+        ahead: asyncio.Task[list[tuple[bytes, bytes]]] | None = asyncio.ensure_future(
+            self.get_range(prefix, end, limit)
+        )
+        try:
+            while ahead is not None:
+                page = await ahead
+                ahead = None
+                if len(page) == limit:
+                    ahead = asyncio.ensure_future(self.get_range(page[-1][0] + b"\x00", end, limit))
+                if page:
+                    yield page
+        finally:
+            if ahead is not None:
+                ahead.cancel()
+                await asyncio.gather(ahead, return_exceptions=True)
 
     async def get_prefix(self, prefix: bytes) -> list[tuple[bytes, bytes]]:
         """All pairs under `prefix`, sorted by key (read page by page; for a table whose
