@@ -7,6 +7,7 @@ from reservoir.common.inode_codec import (
     decode_chunk,
     encode_chunk,
     entry,
+    file_facts,
     find_in_chunk,
     iter_chunk,
 )
@@ -99,3 +100,22 @@ def test_a_typical_s3_file_costs_under_40_bytes_in_a_chunk() -> None:
     assert per_file <= 40, per_file
     # What the JSON form spent on the same inodes.
     assert sum(len(i.to_json()) for i in inodes) / len(inodes) > 10 * per_file
+
+
+def test_a_reports_facts_of_a_chunk_agree_with_its_decoded_inodes() -> None:
+    inodes = [
+        _file("a-multipart.bin", etag="0123456789abcdef0123456789abcdef-17"),
+        _file("b-odd-etag.bin", etag="W/not-an-md5"),
+        _file("c-odd-block.bin", block_size=5_000_000, size=12_000_000),
+        _file("d-own-uri.bin", ufs_uri="s3://elsewhere/x", file_id="f" * 32),
+        _file("e-own-id.bin", file_id="e" * 32),
+        _file("f-empty.bin", size=0),
+        Inode(path=f"{PLACE.directory}/g-dir", is_dir=True, mount_path="/data"),
+        *(_file(f"img-{i:06d}.jpg", etag=f"{i:032x}", size=i * 1000) for i in range(50)),
+    ]
+    raw = encode_chunk([entry(i, PLACE) for i in inodes], PLACE)
+    decoded = decode_chunk(raw, PLACE)
+    files, directories = file_facts(raw, PLACE, with_ids=True)
+    assert files == [(i.size, i.block_size, i.file_id) for i in decoded if not i.is_dir]
+    assert directories == ["g-dir"]
+    assert file_facts(raw, PLACE, with_ids=False)[0] == [(s, b, "") for s, b, _ in files]

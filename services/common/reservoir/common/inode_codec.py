@@ -340,6 +340,74 @@ def decode_chunk(raw: bytes, place: ChunkPlace) -> list[Inode]:
     return found
 
 
+def file_facts(
+    raw: bytes, place: ChunkPlace, with_ids: bool
+) -> tuple[list[tuple[int, int, str]], list[str]]:
+    """What a report adds up, without building inodes: (size, block size, file_id) of
+    each file of a chunk (file_id '' unless `with_ids`: deriving it is most of the cost),
+    and the names of its directories (for the walk to go on)."""
+    if not raw or raw[0] != VERSION:
+        raise DataLoss(f"not a namespace chunk (version byte {raw[:1]!r})")
+    base, pos = _read_varint(raw, 1)
+    count, pos = _read_varint(raw, pos)
+    files: list[tuple[int, int, str]] = []
+    directories: list[str] = []
+    uri_base = place.uri_of(place.path_of("-"))[:-1]  # a file's URI is this + its name
+    previous = b""
+    for _ in range(count):
+        shared = raw[pos]
+        if shared < 0x80:
+            pos += 1
+        else:
+            shared, pos = _read_varint(raw, pos)
+        length = raw[pos]
+        if length < 0x80:
+            pos += 1
+        else:
+            length, pos = _read_varint(raw, pos)
+        name = previous[:shared] + raw[pos : pos + length]
+        pos += length
+        size = raw[pos]
+        if size < 0x80:
+            pos += 1
+        else:
+            size, pos = _read_varint(raw, pos)
+        body = raw[pos : pos + size]
+        pos += size
+        previous = name
+        flags = body[0]
+        if flags & _DIR:
+            directories.append(name.decode())
+            continue
+        if flags & 0x80 or flags & _URI or not flags & _BLOCK_LOG2 or not flags & _ETAG_MD5:
+            # Anything unusual: the full decoding.
+            inode = decode_body(body, place.path_of(name.decode()), place, base)
+            files.append((inode.size, inode.block_size, inode.file_id if with_ids else ""))
+            continue
+        file_size = shift = 0
+        at = 1
+        while True:
+            byte = body[at]
+            at += 1
+            file_size |= (byte & 0x7F) << shift
+            if byte < 0x80:
+                break
+            shift += 7
+        while body[at] & 0x80:  # mtime
+            at += 1
+        etag = body[at + 1 : at + 17].hex()
+        at += 17
+        if flags & _ETAG_PARTS:
+            parts, at = _read_varint(body, at)
+            etag += f"-{parts}"
+        block_size = 1 << body[at]
+        file_id = ""
+        if with_ids:
+            file_id = file_id_for(uri_base + name.decode(), etag, file_size, block_size)
+        files.append((file_size, block_size, file_id))
+    return files, directories
+
+
 def find_in_chunk(raw: bytes, name: str, place: ChunkPlace) -> Inode | None:
     """The entry `name` of a chunk, decoding only that one."""
     if not raw or raw[0] != VERSION:

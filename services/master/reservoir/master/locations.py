@@ -106,9 +106,14 @@ class BlockLocationTable:
             log.info("worker_locations_dropped", worker=worker_id)
             self.forget_worker(worker_id)
 
+    def holds_any(self) -> bool:
+        """Whether any worker holds any block."""
+        return bool(self._by_file)
+
     def indices(self, file_id: str) -> list[int]:
         """The block indices of a file that some worker holds."""
-        return [i for i, ids in self._by_file.get(file_id, {}).items() if ids]
+        held = self._by_file.get(file_id)
+        return [i for i, ids in held.items() if ids] if held else []
 
     def holders(self, file_id: str) -> dict[int, list[str]]:
         return {i: sorted(ids) for i, ids in self._by_file.get(file_id, {}).items() if ids}

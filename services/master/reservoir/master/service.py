@@ -343,26 +343,37 @@ class MasterService:
     async def report(self, path: str) -> dict[str, int]:
         """Files, bytes and how much of them the workers hold, for a path."""
         info = await self.file_info(path)
-        totals = {"files": 0, "bytes": 0, "blocks": 0, "cached_blocks": 0, "cached_bytes": 0}
-
-        def count(inode: Inode) -> None:
-            totals["files"] += 1
-            totals["bytes"] += inode.size
-            totals["blocks"] += inode.block_count
-            for index in self.locations.indices(inode.file_id):
-                if index < inode.block_count:
-                    totals["cached_blocks"] += 1
-                    totals["cached_bytes"] += inode.block_length(index)
-
         if not info.is_dir:
-            count(info)
-            return totals
-        # Page by page: a data set of millions of files is never in memory at once.
-        async for page in self.subtree(info.path):
-            for inode in page:
-                if not inode.is_dir:
-                    count(inode)
+            return self._totals([(info.size, info.block_size, info.file_id)], with_ids=True)
+        totals = dict.fromkeys(("files", "bytes", "blocks", "cached_blocks", "cached_bytes"), 0)
+        # Page by page, without building inodes: a data set of millions of files is never
+        # in memory at once. A file's id is derived only when some block is cached at all.
+        with_ids = self.locations.holds_any()
+        async for page in self.namespace.walk_files(info.path, with_ids):
+            for key, value in self._totals(page, with_ids).items():
+                totals[key] += value
         return totals
+
+    def _totals(self, files: list[tuple[int, int, str]], with_ids: bool) -> dict[str, int]:
+        count = size_sum = blocks = cached_blocks = cached_bytes = 0
+        indices = self.locations.indices
+        for size, block_size, file_id in files:
+            count += 1
+            size_sum += size
+            n = -(-size // block_size)
+            blocks += n
+            if with_ids:
+                for index in indices(file_id):
+                    if index < n:
+                        cached_blocks += 1
+                        cached_bytes += min(block_size, size - index * block_size)
+        return {
+            "files": count,
+            "bytes": size_sum,
+            "blocks": blocks,
+            "cached_blocks": cached_blocks,
+            "cached_bytes": cached_bytes,
+        }
 
     def _with_locations(self, inode: Inode) -> Inode:
         if inode.is_dir or not inode.file_id:
