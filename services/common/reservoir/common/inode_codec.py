@@ -213,14 +213,13 @@ class RawEntry:
     name: str
     body: bytes
     synced_ms: int
-    is_dir: bool
 
 
 def entry(inode: Inode, place: ChunkPlace) -> RawEntry:
     name = inode.path.rsplit("/", 1)[1]
     # Bodies are stored relative to the chunk's latest synced_ms; a fresh entry is its
     # own base until the chunk is encoded.
-    return RawEntry(name, encode_body(inode, place, inode.synced_ms), inode.synced_ms, inode.is_dir)
+    return RawEntry(name, encode_body(inode, place, inode.synced_ms), inode.synced_ms)
 
 
 def encode_chunk(entries: Sequence[RawEntry], place: ChunkPlace) -> bytes:
@@ -292,19 +291,11 @@ def iter_chunk(raw: bytes) -> Iterator[RawEntry]:
         pos += size
         previous = name
         synced = base - _age(body)
-        yield RawEntry(name.decode(), _rebase(body, synced, synced), synced, _is_dir(body))
-
-
-def _is_dir(body: bytes) -> bool:
-    return bool(body[0] & _DIR)
+        yield RawEntry(name.decode(), _rebase(body, synced, synced), synced)
 
 
 def _age(body: bytes) -> int:
     return _read_varint(body, _age_span(body)[0])[0]
-
-
-def decode_entry(item: RawEntry, place: ChunkPlace) -> Inode:
-    return decode_body(item.body, place.path_of(item.name), place, item.synced_ms)
 
 
 def decode_chunk(raw: bytes, place: ChunkPlace) -> list[Inode]:

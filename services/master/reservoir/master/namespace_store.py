@@ -127,13 +127,6 @@ class NamespaceStore:
     async def children(self, directory: str) -> list[Inode]:
         return [i async for page in self.children_pages(directory) for i in page]
 
-    async def has_children(self, directory: str) -> bool:
-        where = self._directory(directory)
-        if where is None:
-            return False
-        group = where[0]
-        return bool(await self._store.get_range(group, prefix_end(group), 1))
-
     async def walk(self, top: str) -> AsyncIterator[list[Inode]]:
         """Every stored inode below `top` (reachable through stored directories), a page
         at a time: memory holds a page and the directories still to visit."""
