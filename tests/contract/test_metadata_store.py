@@ -103,6 +103,18 @@ def test_a_prefix_larger_than_a_page_is_read_whole_in_pages_of_the_page_size(
     run(backend, scenario, page_keys=64)
 
 
+def test_a_scan_abandoned_after_its_first_page_leaves_no_read_running(backend: Backend) -> None:
+    async def scenario(s: MetadataStore) -> None:
+        await s.put_many([(f"/contract/ab/{i:03d}".encode(), b"v") for i in range(30)])
+        pages = s.scan_prefix(b"/contract/ab/", page_keys=10)
+        first = await anext(pages)
+        assert len(first) == 10
+        await pages.aclose()  # the next page was already asked for
+        assert asyncio.all_tasks() == {asyncio.current_task()}
+
+    run(backend, scenario)
+
+
 def test_a_range_read_stops_at_its_limit_and_its_end(backend: Backend) -> None:
     async def scenario(s: MetadataStore) -> None:
         await s.put_many([(f"/contract/r/{c}".encode(), c.encode()) for c in "abcdef"])
