@@ -12,4 +12,4 @@ export PATH="$("$PY" -c 'import os, sys; print(os.path.dirname(sys.executable))'
   --python_out="$out" --grpc_python_out="$out" \
   --mypy_out="$out" --mypy_grpc_out="$out" \
   protos/reservoir/v1/*.proto
-touch "$out/reservoir/v1/__init__.py"
+touch "$out/reservoir/v1/__init__.py" "$out/reservoir/v1/py.typed"

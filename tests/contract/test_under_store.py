@@ -10,10 +10,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from reservoir.common.errors import Conflict, NotFound
 from reservoir.common.mounted_stores import open_under_store
 from reservoir.common.under_store import UnderStore, UnderStoreSettings
+from reservoir.common.under_store_metrics import MeasuredUnderStore, UnderStoreMetrics
 from reservoir.local.cluster import DEV_CREDENTIALS, LocalCluster
 
 
@@ -27,18 +29,23 @@ def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         cluster.down()
 
 
-@pytest.fixture(params=["file", "s3"])
+@pytest.fixture(params=["file", "s3", "file-measured", "s3-measured"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> UnderStore:
-    if request.param == "file":
+    """Each backend as it is opened, and as a server opens it: every request timed (the
+    timing must change no answer and no error)."""
+    kind, _, measured = request.param.partition("-")
+    metrics = UnderStoreMetrics(CollectorRegistry(), "contract_") if measured else None
+    if kind == "file":
         root = tmp_path / "ufs"
         root.mkdir()
-        return open_under_store(f"file://{root}/", UnderStoreSettings())
+        return open_under_store(f"file://{root}/", UnderStoreSettings(), metrics)
     endpoint = request.getfixturevalue("s3_endpoint")
     os.environ.update(DEV_CREDENTIALS)
     bucket = f"c-{uuid.uuid4().hex[:10]}"
     settings = UnderStoreSettings(endpoint_url=endpoint, credentials="env", timeout_s=5)
-    ufs = open_under_store(f"s3://{bucket}/root", settings)
-    ufs._s3.create_bucket(Bucket=bucket)  # type: ignore[attr-defined]
+    ufs = open_under_store(f"s3://{bucket}/root", settings, metrics)
+    s3 = ufs.inner if isinstance(ufs, MeasuredUnderStore) else ufs
+    s3._s3.create_bucket(Bucket=bucket)  # type: ignore[attr-defined]
     return ufs
 
 

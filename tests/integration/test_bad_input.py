@@ -222,3 +222,39 @@ def test_huge_paths_are_invalid_argument_with_a_short_message(
             assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
             message = caught.value.details() or ""
         assert len(message) < 500
+
+
+@pytest.mark.parametrize(
+    ("method", "reply"),
+    [("ReadBlock", worker_pb2.BlockChunk), ("ReadSmall", worker_pb2.BlockPayload)],
+)
+def test_a_block_uri_that_climbs_out_of_its_mount_is_invalid_argument_before_any_fetch(
+    cluster: LocalCluster, bucket: str, client: Client, method: str, reply: type
+) -> None:
+    mount = new_mount_path()
+    client.mount(mount, f"s3://{bucket}/inside/", endpoint_url=cluster.s3_endpoint)
+    escaping = f"s3://{bucket}/inside/../outside/secret"  # S3 would resolve '..'
+    request = worker_pb2.ReadBlockRequest(
+        file_id=file_id_for(escaping, "e", 10, 4096),
+        index=0,
+        offset=0,
+        length=-1,
+        ufs_uri=escaping,
+        etag="e",
+        file_size=10,
+        block_size=4096,
+        mount_path=mount,
+    )
+    before = sum(s.misses for s in client.worker_stats())
+    worker = client.workers()[0]
+    with channel(worker.address) as ch:
+        call = getattr(ch, "unary_stream" if method == "ReadBlock" else "unary_unary")(
+            f"/reservoir.v1.WorkerService/{method}",
+            request_serializer=worker_pb2.ReadBlockRequest.SerializeToString,
+            response_deserializer=reply.FromString,
+        )
+        with pytest.raises(grpc.RpcError) as caught:
+            answer = call(request, timeout=5)
+            list(answer) if method == "ReadBlock" else answer
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert sum(s.misses for s in client.worker_stats()) == before  # nothing fetched

@@ -18,7 +18,7 @@ import pytest
 from reservoir.cli.main import build_parser
 from reservoir.client import Client
 from reservoir.local.cluster import LocalCluster
-from tests.conftest import new_mount_path, own_cluster_env
+from tests.conftest import SECURE, new_mount_path, own_cluster_env
 
 
 def _cli(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
@@ -56,6 +56,12 @@ def test_mount_ls_stat_cat_cp_round_trip(
     assert target.read_bytes() == payload
     workers = json.loads(_cli(cluster, "--json", "workers").stdout)
     assert len(workers) == 3
+    # Each worker's data port, for the operator to see and firewall (none with TLS).
+    for worker in workers:
+        if SECURE:
+            assert worker["data_address"] is None
+        else:
+            assert re.fullmatch(r"[\w.-]+:\d+", worker["data_address"])
 
 
 def test_report_right_after_load_wait_counts_every_block_cached(
@@ -84,6 +90,23 @@ def test_report_right_after_load_wait_counts_every_block_cached(
     assert report["cached_bytes"] == report["bytes"]
 
 
+PROGRESS = re.compile(
+    r"(pending|running) +\d+%  \S+ of \S+, ETA (-|\d+ s|\d+ min|\d+\.\d h)  \(.*\)"
+    r"|completed 100%  (\S+) of \3 in \d+ (s|min)  \(\d+/\d+ blocks, 0 failed, \d+ files.*\)"
+)
+
+
+def test_load_wait_shows_the_share_of_bytes_and_the_time_in_one_unit_on_stderr(
+    mounted: Mounted,
+) -> None:
+    load = _cli(mounted.cluster, "load", mounted.root, "--wait")
+    assert load.returncode == 0, load.stderr
+    assert re.fullmatch(r"job \S+: completed\n", load.stdout)
+    lines = load.stderr.splitlines()
+    assert lines and lines[-1].startswith("completed 100%"), load.stderr
+    assert all(PROGRESS.fullmatch(line) for line in lines), load.stderr
+
+
 def test_errors_are_one_line_with_nonzero_exit(cluster: LocalCluster) -> None:
     done = _cli(cluster, "cat", "/not/mounted")
     assert done.returncode == 1
@@ -91,6 +114,46 @@ def test_errors_are_one_line_with_nonzero_exit(cluster: LocalCluster) -> None:
     assert "no such file" in done.stderr
     bad = _cli(cluster, "ls", "/a/../b")
     assert bad.returncode == 1 and ".." in bad.stderr
+
+
+def test_usage_errors_are_one_line_with_exit_1_and_help_still_exits_0() -> None:
+    for argv in (
+        ("local", "up", "--bogus"),
+        ("local",),
+        ("mount", "/only-a-path"),
+        ("local", "up", "--workers", "many"),
+        (),
+    ):
+        done = _bare(*argv)
+        stderr = done.stderr.decode()
+        assert done.returncode == 1 and done.stdout == b"", argv
+        assert stderr.count("\n") == 1 and "error:" in stderr and "--help" in stderr, argv
+    for argv in (("--help",), ("local", "up", "--help"), ("mount", "--help")):
+        done = _bare(*argv)
+        assert done.returncode == 0 and b"usage:" in done.stdout, argv
+
+
+def test_mounting_the_same_mount_twice_is_a_no_op_and_another_uri_there_is_refused(
+    cluster: LocalCluster, bucket: str
+) -> None:
+    cluster.s3_client().put_object(Bucket=bucket, Key="twice/a.txt", Body=b"a")
+    root = new_mount_path()
+    mount = ("mount", root, f"s3://{bucket}/twice", "--endpoint-url", cluster.s3_endpoint)
+    first = _cli(cluster, "--json", *mount)
+    assert first.returncode == 0, first.stderr
+    assert _cli(cluster, "cat", f"{root}/a.txt").stdout == "a"
+    again = _cli(cluster, "--json", *mount)
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout) == json.loads(first.stdout)  # the mount as it was
+    mounts = json.loads(_cli(cluster, "--json", "mounts").stdout)
+    assert [m["path"] for m in mounts].count(root) == 1
+    other = _cli(cluster, "mount", root, f"s3://{bucket}/other", "--endpoint-url",
+                 cluster.s3_endpoint)  # fmt: skip
+    assert other.returncode == 1 and other.stderr.count("\n") == 1
+    assert "already mounted" in other.stderr and f"s3://{bucket}/twice/" in other.stderr
+    assert "--replace" in other.stderr
+    smaller_blocks = _cli(cluster, *mount, "--block-size", "64KiB")
+    assert smaller_blocks.returncode == 1 and "already mounted" in smaller_blocks.stderr
 
 
 @pytest.mark.parametrize("secure", [False, True], ids=["plain", "secure"])
@@ -223,9 +286,9 @@ def test_tables_have_header_rows_human_units_iso_times_and_no_python_reprs(
         assert done.returncode == 0, done.stderr
         outputs[argv] = done.stdout
     workers = _table(outputs[("workers",)])
-    assert workers[0] == ["ID", "ADDRESS", "HOST", "ZONE", "CAPACITY", "STARTED"]
+    assert workers[0] == ["ID", "ADDRESS", "DATA PORT", "HOST", "ZONE", "CAPACITY", "STARTED"]
     assert sorted(r[0] for r in workers[1:]) == ["worker1", "worker2", "worker3"]
-    assert all(r[4].endswith("GiB") and ISO_UTC.fullmatch(r[5]) for r in workers[1:])
+    assert all(r[5].endswith("GiB") and ISO_UTC.fullmatch(r[6]) for r in workers[1:])
     long_rows = _table(outputs[("workers", "-l")].split("\n\n")[0])
     assert long_rows[0][:5] == ["ID", "ADDRESS", "STATE", "USED", "CAPACITY"]
     assert "HIT RATIO" in long_rows[0] and len(long_rows) == 4

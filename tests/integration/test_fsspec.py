@@ -311,3 +311,38 @@ def test_sdk_client_and_filesystem_share_the_namespace(
     with Client(mounted.fs.client.config.master) as rs:
         path = f"{_base(tree)}/sub/c.bin"
         assert rs.read(path) == mounted.fs.cat_file(f"reservoir://{path}")
+
+
+# ---- an error is not an absence ----------------------------------------------------------
+
+
+def test_with_the_master_killed_find_and_exists_raise_where_a_missing_path_was_false(
+    own_cluster: LocalCluster,
+) -> None:
+    m = Mounted(own_cluster)
+    try:
+        fs = m.fs
+        missing = _fresh_dir(m)
+        assert fs.exists(missing) is False  # as s3fs: only "not found" reads as absence
+        assert fs.isdir(missing) is False
+        assert fs.find(missing) == []
+        assert fs.glob(f"{missing}/*") == []
+        # Put in S3 only: the cache has never been asked about them, so nothing the client
+        # cached can answer for the master.
+        base = _fresh_dir(m)
+        m.put(f"{base}/a.bin", b"a")
+        m.put(f"{base}/sub/b.bin", b"b")
+        own_cluster.kill("master")
+        for call in (
+            lambda: fs.find(base),
+            lambda: fs.exists(f"{base}/a.bin"),
+            lambda: fs.isfile(f"{base}/a.bin"),
+            lambda: fs.isdir(f"{base}/sub"),
+            lambda: fs.glob(f"{base}/**/*.bin"),
+            lambda: fs.du(base),
+            lambda: list(fs.walk(base)),
+        ):
+            with pytest.raises(ConnectionError):
+                call()
+    finally:
+        m.fs.client.close()

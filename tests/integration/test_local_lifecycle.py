@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from reservoir.client import Client
 from reservoir.local.cluster import LocalCluster, free_port
-from tests.conftest import SECURE, own_cluster_env
+from reservoir.local.process import port_is_free
+from tests.conftest import SECURE, block_files, own_cluster_env
 
 
 class Cli:
@@ -122,3 +126,148 @@ def test_resume_refuses_when_the_stopped_clusters_external_s3_is_gone(
 def test_resume_refuses_when_there_is_no_stopped_cluster(cli: Cli) -> None:
     done = cli("local", "up", "--workers", "1", "--resume")
     assert done.returncode == 1 and "no stopped local cluster" in done.stderr
+
+
+def test_a_port_whose_old_connections_wait_in_time_wait_counts_as_free() -> None:
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as every server here
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+    with socket.create_connection(("127.0.0.1", port)) as client:
+        served, _ = listener.accept()
+        assert not port_is_free(port)  # listened on
+        served.close()  # the server closes first: its end of the connection is in TIME_WAIT
+        assert client.recv(1) == b""
+    listener.close()
+    assert not _binds_without_reuse(port)  # how the check once saw it: "in use" for a minute
+    assert port_is_free(port)
+
+
+# ---- a --secure --shm cluster stopped and resumed, then one process restarted -------------
+
+
+@dataclass
+class Resumed:
+    cli: Cli
+    content: bytes
+    refused: dict[str, subprocess.CompletedProcess[str]]  # flag -> `up --resume FLAG`
+    resumed: subprocess.CompletedProcess[str]  # `up --resume`, right after `down`
+    # After `down`, the old S3 port had a connection in TIME_WAIT (so a bind without
+    # SO_REUSEADDR failed): the state in which resume was once refused for a minute.
+    s3_port_lingering: bool
+
+    def cluster(self) -> LocalCluster:
+        return LocalCluster.load(self.cli.state_dir)
+
+    def read(self) -> bytes:
+        with Client(config=self.cluster().client_config()) as c:
+            return c.read("/life/a.bin")
+
+
+def _a_connection_the_server_closes(port: int) -> None:
+    """What the S3 server does to idle keep-alive connections (of the workers, say): it
+    closes them first, so they wait in TIME_WAIT on its port for a minute. An HTTP/1.0
+    request makes that happen now, not after the server's idle timeout."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+        conn.sendall(b"GET /_reservoir/stats HTTP/1.0\r\n\r\n")
+        while conn.recv(65536):  # to the server's close
+            pass
+
+
+def _binds_without_reuse(port: int) -> bool:
+    with socket.socket() as plain:
+        try:
+            plain.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+@pytest.fixture(scope="module")
+def resumed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Resumed]:
+    """One cluster for the resume tests (CI time): started `--secure --shm` with a mount,
+    stopped, resumed with contradicting flags (refused), then resumed with none."""
+    cli = Cli(tmp_path_factory.mktemp("resume") / "state")
+    up = cli("local", "up", "--workers", "1", "--secure", "--shm")
+    assert up.returncode == 0, up.stderr
+    try:
+        content = os.urandom(200_000)
+        _mount_with_data(cli, content)
+        s3_port = LocalCluster.load(cli.state_dir).processes["s3"].port
+        _a_connection_the_server_closes(s3_port)
+        down = cli("local", "down")
+        assert down.returncode == 0, down.stderr
+        lingering = not _binds_without_reuse(s3_port)
+        refused = {}
+        for flag in ("--no-secure", "--no-shm", "--workers 2"):
+            refused[flag] = cli("local", "up", "--resume", *flag.split())
+            if refused[flag].returncode == 0:  # not refused: the other tests still need theirs
+                cli("local", "down")
+        again = cli("local", "up", "--resume")
+        yield Resumed(cli, content, refused, again, lingering)
+    finally:
+        if (cli.state_dir / "cluster.json").exists():
+            cli("local", "down")
+
+
+def test_resume_right_after_down_brings_back_the_secure_shm_cluster_as_it_was(
+    resumed: Resumed, tmp_path: Path
+) -> None:
+    assert resumed.s3_port_lingering
+    assert resumed.resumed.returncode == 0, resumed.resumed.stderr  # no "port … in use"
+    recorded: dict[str, Any] = json.loads((resumed.cli.state_dir / "cluster.json").read_text())
+    assert recorded["settings"]["secure"] and recorded["settings"]["shm"]
+    assert recorded["settings"]["workers"] == 1 and "tls_ca" in recorded
+    cluster = resumed.cluster()
+    assert resumed.read() == resumed.content  # with the cluster's CA and admin token
+    assert block_files(cluster, "worker1")  # the blocks are in /dev/shm again
+    # A user without the CA, or with it but without a token, reads nothing.
+    nowhere = str(tmp_path / "no-cluster")
+    ca = {"RESERVOIR_TLS_CA": recorded["tls_ca"]}
+    for extra in ({}, ca):
+        bare = subprocess.run(
+            [sys.executable, "-m", "reservoir.cli.main", "--master", cluster.master_address,
+             "--state-dir", nowhere, "cat", "/life/a.bin"],
+            capture_output=True,
+            timeout=60,
+            env={**own_cluster_env(), **extra},
+        )  # fmt: skip
+        assert bare.returncode == 1 and bare.stdout == b"", extra
+        assert bare.stderr.decode().count("\n") == 1
+
+
+def test_resume_refuses_a_flag_that_contradicts_the_stopped_cluster_in_one_line(
+    resumed: Resumed,
+) -> None:
+    for flag, done in resumed.refused.items():
+        assert done.returncode == 1, (flag, done.stderr)
+        assert done.stderr.count("\n") == 1 and f"cannot resume with {flag}" in done.stderr
+    assert "a resumed cluster keeps its security" in resumed.refused["--no-secure"].stderr
+    assert "started with --workers 1" in resumed.refused["--workers 2"].stderr
+
+
+def test_status_exits_1_while_a_process_is_dead_and_restart_starts_that_one_alone(
+    resumed: Resumed,
+) -> None:
+    cli, before = resumed.cli, resumed.cluster()
+    before.kill("worker1")
+    status = cli("local", "status")
+    assert status.returncode == 1
+    rows = [line.split()[:2] for line in status.stdout.splitlines()[2:]]  # the table too
+    assert ["worker1", "DEAD"] in rows and ["master", "running"] in rows
+    errors = [line for line in status.stderr.splitlines() if line.startswith("reservoir: error")]
+    assert len(errors) == 1 and "worker1" in errors[0]  # one line, besides the S3 exports
+    for name in ("worker1", "master"):  # a dead one; a live one (stopped, then started)
+        done = cli("local", "restart", name)
+        assert done.returncode == 0, done.stderr
+    after = json.loads(cli("--json", "local", "status").stdout)
+    assert all(p["alive"] for p in after["processes"].values())
+    for name, p in after["processes"].items():
+        assert p["port"] == before.processes[name].port
+        assert (p["pid"] == before.processes[name].pid) == (name not in ("worker1", "master"))
+    assert cli("local", "status").returncode == 0
+    assert resumed.read() == resumed.content
+    unknown = cli("local", "restart", "worker9")
+    assert unknown.returncode == 1 and unknown.stderr.count("\n") == 1
+    assert "worker1" in unknown.stderr

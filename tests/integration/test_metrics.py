@@ -23,6 +23,9 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
+from prometheus_client.openmetrics.parser import (
+    text_string_to_metric_families as openmetrics_families,
+)
 from prometheus_client.parser import text_string_to_metric_families
 
 from reservoir.client import Client
@@ -152,16 +155,30 @@ def observed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Observed]:
         collector.server.shutdown()
 
 
+# What Prometheus 3 asks for when it scrapes.
+OPENMETRICS = "application/openmetrics-text;version=1.0.0;q=0.6,text/plain;version=0.0.4;q=0.3"
+
+
 def scrape(
-    cluster: LocalCluster, name: str
+    cluster: LocalCluster, name: str, *, openmetrics: bool = False
 ) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """Every sample of a server's /metrics, parsed as Prometheus text."""
-    with urllib.request.urlopen(cluster.metrics_url(name), timeout=10) as reply:
+    """Every sample of a server's /metrics, parsed as Prometheus text (or, asked for as
+    Prometheus asks, as gzip-compressed OpenMetrics)."""
+    headers = {"Accept": OPENMETRICS, "Accept-Encoding": "gzip"} if openmetrics else {}
+    request = urllib.request.Request(cluster.metrics_url(name), headers=headers)
+    with urllib.request.urlopen(request, timeout=10) as reply:
         assert reply.status == 200
-        text = reply.read().decode()
+        body = reply.read()
+        kind, encoding = reply.headers["Content-Type"], reply.headers.get("Content-Encoding")
+    if openmetrics:
+        assert kind.startswith("application/openmetrics-text") and encoding == "gzip"
+        families = openmetrics_families(gzip.decompress(body).decode())
+    else:
+        assert kind.startswith("text/plain") and encoding is None
+        families = text_string_to_metric_families(body.decode())
     return {
         (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(text)
+        for family in families
         for s in family.samples
     }
 
@@ -197,6 +214,10 @@ def test_master_and_worker_serve_prometheus_text_on_the_ports_cluster_json_recor
     assert value(worker, "reservoir_worker_info", worker_id="worker1") == 1
     assert value(worker, "reservoir_worker_tier_capacity_bytes", tier="mem", path="") == 1 << 30
     assert value(worker, "process_resident_memory_bytes") > 0
+    # Asked for as Prometheus asks: the same series, as gzip-compressed OpenMetrics.
+    for name, plain in (("master", master), ("worker1", worker)):
+        negotiated = scrape(cluster, name, openmetrics=True)
+        assert {k for k in plain if k[0].startswith("reservoir_")} <= set(negotiated), name
 
 
 def test_worker_counters_follow_reads_by_hit_miss_and_source(observed: Observed) -> None:
@@ -223,6 +244,11 @@ def test_worker_counters_follow_reads_by_hit_miss_and_source(observed: Observed)
     assert delta(cold, warm, "reservoir_worker_misses_total") == 0
     assert delta(cold, warm, "reservoir_worker_served_bytes_total", source="mem") == len(data)
     assert delta(cold, warm, "reservoir_worker_ufs_requests_total") == 0
+    # Each GET of the cold read timed, none of the warm one.
+    gets = {"operation": "get", "scheme": "s3", "outcome": "ok"}
+    assert delta(before, cold, "reservoir_worker_ufs_request_seconds_count", **gets) == blocks
+    assert delta(before, cold, "reservoir_worker_ufs_request_seconds_sum", **gets) > 0
+    assert delta(cold, warm, "reservoir_worker_ufs_request_seconds_count", **gets) == 0
     assert delta(before, warm, "reservoir_worker_tier_blocks", tier="mem", path="") == blocks
 
     def read_calls(scraped: dict[Any, float]) -> float:
@@ -265,6 +291,20 @@ def test_failed_s3_gets_count_as_under_store_errors(observed: Observed) -> None:
         before, "reservoir_worker_ufs_requests_total"
     )
     assert errors >= 1 and requests == errors
+    failed_gets = value(
+        after,
+        "reservoir_worker_ufs_request_seconds_count",
+        operation="get",
+        scheme="s3",
+        outcome="unavailable",
+    ) - value(
+        before,
+        "reservoir_worker_ufs_request_seconds_count",
+        operation="get",
+        scheme="s3",
+        outcome="unavailable",
+    )
+    assert failed_gets == errors
     assert value(after, "reservoir_worker_served_bytes_total", source="ufs") == value(
         before, "reservoir_worker_served_bytes_total", source="ufs"
     )
@@ -307,11 +347,28 @@ def test_workers_l_and_metrics_read_the_same_counters(observed: Observed) -> Non
 
 def test_master_metrics_count_namespace_chunks_and_load_jobs(observed: Observed) -> None:
     cluster = observed.cluster
+    before = scrape(cluster, "master")
     with Client(cluster.master_address) as c:
+        c.refresh("/obs/sub/b.bin")  # a HEAD of the object, whatever the master knew
         c.load_metadata("/obs")
         final = c.watch_job(c.submit_load("/obs").id)
         assert final.state == "completed", final.errors
     master = scrape(cluster, "master")
+
+    def delta(name: str, **labels: str) -> float:
+        return value(master, name, **labels) - value(before, name, **labels)
+
+    # The master's own requests to S3, timed: HEADs and LISTs (the mount's check too).
+    timed = "reservoir_master_ufs_request_seconds_count"
+    assert delta(timed, operation="head", scheme="s3", outcome="ok") >= 1
+    assert value(master, timed, operation="list", scheme="s3", outcome="ok") >= 1
+    assert value(master, timed, operation="check", scheme="s3", outcome="ok") == 1
+    # What the job moved: every block of every file, once (one replica).
+    sizes = [len(data) for data in observed.files.values()]
+    assert delta("reservoir_master_load_job_bytes_total", outcome="loaded") == sum(sizes)
+    blocks = sum(-(-size // BLOCK) for size in sizes)
+    assert delta("reservoir_master_load_job_blocks_total", outcome="loaded") == blocks
+    assert delta("reservoir_master_load_job_blocks_total", outcome="failed") == 0
     # The mount point's entry, and its children (its two files and the directory
     # between them): two directories, so two chunks at least.
     assert value(master, "reservoir_master_namespace_chunks") >= 2

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from reservoir.client import Client
+from reservoir.client import Client, JobState, LoadJob
 from reservoir.local.cluster import LocalCluster
 
 BLOCK = 64 * 1024
@@ -151,11 +151,13 @@ def test_job_progress_is_monotonic_and_ends_at_the_totals(
 ) -> None:
     data = _make(cluster, client, 80)
     job = client.submit_load(data.mount, replicas=2, priority_paths=[f"{data.mount}/d3"])
-    seen = []
+    seen: list[LoadJob] = []
     final = client.watch_job(job.id, progress=seen.append)
     done = [j.done_blocks for j in seen]
     assert done == sorted(done)
-    assert final.state == "completed"
+    assert all(isinstance(j, LoadJob) for j in seen) and seen[-1] == final
+    assert final.state is JobState.COMPLETED and final.finished and final.fraction_done == 1.0
+    assert str(final).startswith(f"load job {job.id} {data.mount}: completed 100%")
     assert final.done_blocks == final.total_blocks > 0
     assert final.done_bytes == final.total_bytes == 2 * sum(len(v) for v in data.files.values())
     assert client.job(job.id).state == "completed"

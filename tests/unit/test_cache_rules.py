@@ -7,12 +7,14 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from reservoir.common.config import MasterConfig
 from reservoir.common.errors import InvalidArgument, NotFound, ReservoirError, ResourceExhausted
 from reservoir.common.metadata_store import MemoryMetadataStore
 from reservoir.common.models import Inode, Mount, WorkerRecord, file_id_for
 from reservoir.master.cache_rules import CacheRules
+from reservoir.master.job_counters import LoadJobCounters
 from reservoir.master.jobs import LoadJobs
 from reservoir.master.locations import BlockLocationTable
 from reservoir.master.mount_policy import MountPolicy
@@ -95,7 +97,14 @@ async def _rules(store: MemoryMetadataStore) -> tuple[CacheRules, Workers]:
     await mounts.put(Mount("/m", URI))
     namespace, workers = Namespace(), Workers()
     locations = BlockLocationTable(store)
-    jobs = LoadJobs(store, config, namespace=namespace, loader=workers, locations=locations)
+    jobs = LoadJobs(
+        store,
+        config,
+        namespace=namespace,
+        loader=workers,
+        locations=locations,
+        counters=LoadJobCounters(CollectorRegistry()),
+    )
     rules = CacheRules(
         store,
         config,

@@ -5,10 +5,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
+from prometheus_client import CollectorRegistry
+
 from reservoir.common.config import MasterConfig
-from reservoir.common.errors import ReservoirError
+from reservoir.common.errors import ReservoirError, Unavailable
 from reservoir.common.metadata_store import MemoryMetadataStore
 from reservoir.common.models import Inode, WorkerRecord
+from reservoir.master.job_counters import LoadJobCounters
 from reservoir.master.jobs import TERMINAL, LoadJobs
 from reservoir.master.locations import BlockLocationTable
 
@@ -56,7 +59,14 @@ def test_a_watch_ends_with_the_finished_job_even_when_it_finishes_between_two_yi
 async def _job_finishing_while_its_watcher_holds_a_snapshot() -> None:
     store = MemoryMetadataStore()
     loader = _GatedLoader()
-    jobs = LoadJobs(store, MasterConfig(), _Namespace(), loader, BlockLocationTable(store))
+    jobs = LoadJobs(
+        store,
+        MasterConfig(),
+        _Namespace(),
+        loader,
+        BlockLocationTable(store),
+        LoadJobCounters(CollectorRegistry()),
+    )
     job = await jobs.submit("/d", replicas=1, priority_paths=[], metadata_only=False)
     watch = jobs.watch(job.id, poll_s=0.01)
     first = await anext(watch)
@@ -69,3 +79,42 @@ async def _job_finishing_while_its_watcher_holds_a_snapshot() -> None:
     assert seen, "the watch ended without showing the job's end"
     assert seen[-1].state == "completed"
     assert seen[-1].done_blocks == 3
+
+
+class _LastBlockFails:
+    """Every block of a batch lands but the file's last one (index 2, 2 bytes)."""
+
+    async def load_blocks(
+        self, worker: WorkerRecord, blocks: list[tuple[Inode, int]]
+    ) -> list[ReservoirError | None]:
+        return [Unavailable("S3 said 503") if index == 2 else None for _, index in blocks]
+
+
+def test_load_job_counters_add_up_the_blocks_and_bytes_loaded_and_failed() -> None:
+    registry = CollectorRegistry()
+
+    async def run() -> None:
+        store = MemoryMetadataStore()
+        jobs = LoadJobs(
+            store,
+            MasterConfig(),
+            _Namespace(),
+            _LastBlockFails(),
+            BlockLocationTable(store),
+            LoadJobCounters(registry),
+        )
+        for _ in range(2):  # counters add up over jobs; a job's record starts from 0
+            job = await jobs.submit("/d", replicas=1, priority_paths=[], metadata_only=False)
+            await asyncio.wait_for(jobs._tasks[job.id], timeout=10)
+            assert (await jobs.get(job.id)).state == "failed"
+
+    asyncio.run(run())
+
+    def value(name: str, outcome: str) -> float | None:
+        return registry.get_sample_value(name, {"outcome": outcome})
+
+    # _FILE: 10 bytes in blocks of 4, 4 and 2.
+    assert value("reservoir_master_load_job_blocks_total", "loaded") == 2 * 2
+    assert value("reservoir_master_load_job_bytes_total", "loaded") == 2 * 8
+    assert value("reservoir_master_load_job_blocks_total", "failed") == 2 * 1
+    assert value("reservoir_master_load_job_bytes_total", "failed") == 2 * 2

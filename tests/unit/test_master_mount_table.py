@@ -48,6 +48,34 @@ def test_overlapping_and_repeated_mounts_are_refused_unless_replacing() -> None:
     asyncio.run(scenario())
 
 
+def test_the_same_mount_again_is_found_as_already_there_and_anything_else_is_not() -> None:
+    async def scenario() -> None:
+        store = MemoryMetadataStore()
+        table = _table(store)
+        path, options = table.admit("/a/", "s3://b/a/", MountOptions(endpoint_url="http://s3"))
+        await table.put(Mount(path, "s3://b/a/", options, created_ms=1))
+        reloaded = _table(store)  # as a restarted master sees it: read back from the store
+        await reloaded.load()
+        for t in (table, reloaded):
+            # Asked the same way: the block size left to the default, the path unnormalised.
+            at, same_options = t.admit("/a", "s3://b/a/", MountOptions(endpoint_url="http://s3"))
+            same = t.already(at, "s3://b/a/", same_options)
+            assert same is not None and same.created_ms == 1
+            assert t.already("/a", "s3://b/other/", same_options) is None
+            assert t.already("/b", "s3://b/a/", same_options) is None
+            for different in (
+                MountOptions(endpoint_url="http://elsewhere"),
+                MountOptions(endpoint_url="http://s3", block_size=MiB),
+                MountOptions(endpoint_url="http://s3", metadata_sync="never"),
+            ):
+                _, options = t.admit("/a", "s3://b/a/", different)
+                assert t.already("/a", "s3://b/a/", options) is None
+            with pytest.raises(AlreadyExists, match="replace"):
+                t.check_place("/a", replace=False)
+
+    asyncio.run(scenario())
+
+
 def test_a_path_belongs_to_its_deepest_mount_and_mounts_appear_as_directories() -> None:
     async def scenario() -> None:
         table = _table()

@@ -55,6 +55,26 @@ def test_refresh_rereads_one_overwritten_file_despite_a_long_sync_interval(
     asyncio.run(scenario())
 
 
+def test_mounting_the_same_mount_again_is_a_no_op_that_keeps_its_namespace(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        uri = _dir(tmp_path, "a", {"f.bin": b"f"})
+        master = _master()
+        first = await master.mount("/m", uri, HOUR)
+        assert [i.path for i in await master.list_directory("/m")] == ["/m/f.bin"]
+        (tmp_path / "a" / "g.bin").write_bytes(b"g")
+        # The same URI (here without its slash) and options: the mount as it was...
+        assert await master.mount("/m/", uri.rstrip("/"), HOUR) == first
+        assert master.mounts() == [first]
+        # ...its namespace untouched (a remount would have dropped it and listed g.bin).
+        assert [i.path for i in await master.list_directory("/m")] == ["/m/f.bin"]
+        await master.mount("/m", uri, HOUR, replace=True)
+        assert [i.path for i in await master.list_directory("/m")] == ["/m/f.bin", "/m/g.bin"]
+
+    asyncio.run(scenario())
+
+
 def test_replace_swaps_the_mount_and_reads_its_namespace_afresh(tmp_path: Path) -> None:
     async def scenario() -> None:
         first = _dir(tmp_path, "a", {"same.bin": b"from a", "only_a.bin": b"a"})

@@ -4,6 +4,7 @@ gRPC server, the output parsed the way Prometheus's own client library parses it
 from __future__ import annotations
 
 import asyncio
+import gzip
 import os
 import subprocess
 import sys
@@ -14,6 +15,9 @@ import grpc
 import grpc.aio
 import pytest
 from prometheus_client import CollectorRegistry, Counter
+from prometheus_client.openmetrics.parser import (
+    text_string_to_metric_families as openmetrics_families,
+)
 from prometheus_client.parser import text_string_to_metric_families
 
 from reservoir.common.config import MetricsSettings, TraceExportSettings
@@ -73,6 +77,66 @@ def test_get_metrics_returns_prometheus_text_and_other_requests_get_clear_refusa
             # Still serving after all of that.
             status, _, _ = await _exchange(port, b"GET /metrics?x=1 HTTP/1.0\r\n\r\n")
             assert status == "HTTP/1.1 200 OK"
+        finally:
+            await endpoint.close()
+
+    asyncio.run(main())
+
+
+# What Prometheus 3 sends when it scrapes (its default scrape protocols, in order).
+PROMETHEUS_ACCEPT = (
+    "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,"
+    "application/openmetrics-text;version=0.0.1;q=0.5,"
+    "text/plain;version=1.0.0;escaping=allow-utf-8;q=0.4,"
+    "text/plain;version=0.0.4;q=0.3,*/*;q=0.2"
+)
+
+
+def _get(accept: str = "", encoding: str = "", method: str = "GET") -> bytes:
+    lines = [f"{method} /metrics HTTP/1.1", "Host: x"]
+    lines += [f"Accept: {accept}"] if accept else []
+    lines += [f"Accept-Encoding: {encoding}"] if encoding else []
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+def test_metrics_answer_openmetrics_and_gzip_when_the_scraper_asks_and_text_otherwise() -> None:
+    async def main() -> None:
+        endpoint = MetricsEndpoint(_registry(), MetricsSettings(listen="127.0.0.1:0"))
+        port = await endpoint.start()
+        try:
+            status, headers, body = await _exchange(port, _get(PROMETHEUS_ACCEPT))
+            assert status == "HTTP/1.1 200 OK"
+            assert headers["content-type"].startswith("application/openmetrics-text; version=1")
+            assert "content-encoding" not in headers and body.endswith(b"# EOF\n")
+            (family,) = openmetrics_families(body.decode())
+            assert family.name == "demo_reads" and family.type == "counter"
+            (sample,) = [s for s in family.samples if s.name == "demo_reads_total"]
+            assert sample.labels == {"source": "mem"} and sample.value == 3
+
+            status, headers, packed = await _exchange(port, _get(encoding="gzip, deflate, br"))
+            assert headers["content-encoding"] == "gzip"
+            assert headers["content-type"].startswith("text/plain; version=")
+            assert int(headers["content-length"]) == len(packed)
+            text = gzip.decompress(packed).decode()
+            assert "demo_reads_total" in text and "# EOF" not in text
+
+            # Both at once, the header names in another case, as a proxy may send them.
+            request = _get(PROMETHEUS_ACCEPT, "gzip").replace(b"Accept", b"accept")
+            _, headers, packed = await _exchange(port, request)
+            assert headers["content-encoding"] == "gzip"
+            assert gzip.decompress(packed).endswith(b"# EOF\n")
+
+            _, headers, plain = await _exchange(port, _get("text/plain", "identity"))
+            assert headers["content-type"].startswith("text/plain; version=")
+            assert (
+                "content-encoding" not in headers and b'demo_reads_total{source="mem"} 3.0' in plain
+            )
+            assert "Accept-Encoding" in headers["vary"] and "Accept" in headers["vary"]
+
+            # HEAD tells the length the same GET would have.
+            _, headers, none = await _exchange(port, _get(PROMETHEUS_ACCEPT, "gzip", "HEAD"))
+            assert none == b"" and headers["content-encoding"] == "gzip"
+            assert int(headers["content-length"]) > 0
         finally:
             await endpoint.close()
 

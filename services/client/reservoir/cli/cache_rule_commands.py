@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from typing import Any
+
+from reservoir.common.models import CacheRule
 
 from .connection import open_client
 from .job_commands import job_dict
@@ -12,7 +15,7 @@ from .output import EXIT_ERROR, Table, emit, human, iso_time_or_none
 from .subcommands import Subcommands
 
 
-def rule_dict(rule: Any) -> dict[str, Any]:
+def rule_dict(rule: CacheRule) -> dict[str, Any]:
     return {
         "path": rule.path,
         "mount_path": rule.mount_path,
@@ -36,20 +39,20 @@ def _rule_summary(r: dict[str, Any]) -> str:
 
 def cmd_pin(args: argparse.Namespace) -> None:
     with open_client(args) as rs:
-        reply = rs.pin(args.path)
-        job = rs.watch_job(reply.load_job_id) if args.wait else None
-    data = rule_dict(reply.rule) | {"load_job_id": reply.load_job_id}
+        pinned = rs.pin(args.path)
+        job = rs.watch_job(pinned.load_job_id) if args.wait else None
+    data = rule_dict(pinned.rule) | {"load_job_id": pinned.load_job_id}
     if job is not None:
         data["load_job"] = job_dict(job)
 
     def text() -> str:
-        line = f"{_rule_summary(data)}; loading in job {reply.load_job_id}"
+        line = f"{_rule_summary(data)}; loading in job {pinned.load_job_id}"
         if job is not None:
             line += f" ({job.state}: {job.done_blocks}/{job.total_blocks} blocks)"
         return line
 
     emit(args, data, text)
-    if job is not None and job.state != "completed":
+    if job is not None and not job.succeeded:
         sys.exit(EXIT_ERROR)
 
 
@@ -96,20 +99,9 @@ def cmd_rules(args: argparse.Namespace) -> None:
 
 def cmd_free(args: argparse.Namespace) -> None:
     with open_client(args) as rs:
-        r = rs.free(args.path)
-    data = {
-        "path": args.path,
-        "files": r.files,
-        "freed_blocks": r.freed_blocks,
-        "freed_bytes": r.freed_bytes,
-        "pinned_files": r.pinned_files,
-    }
-    kept = f"; {r.pinned_files} pinned files kept (unpin first)" if r.pinned_files else ""
-    emit(
-        args,
-        data,
-        lambda: f"freed {human(r.freed_bytes)} ({r.freed_blocks} blocks) of {args.path}{kept}",
-    )
+        freed = rs.free(args.path)
+    kept = " (unpin first)" if freed.pinned_files else ""
+    emit(args, dataclasses.asdict(freed), lambda: f"{freed}{kept}")
 
 
 def register(commands: Subcommands) -> None:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from typing import Any
 
 from .connection import open_client
-from .output import EXIT_ERROR, Table, emit, human, iso_time_or_none, message_dict
+from .output import EXIT_ERROR, Table, emit, human, iso_time_or_none
 from .subcommands import Subcommands
 
 
@@ -24,13 +25,15 @@ def cmd_workers(args: argparse.Namespace) -> None:
         item: dict[str, Any] = {
             "id": w.id,
             "address": w.address,
+            # Block bytes leave a worker here (and by gRPC): what an operator firewalls.
+            "data_address": w.data_address or None,
             "host": w.host,
             "zone": w.zone,
             "capacity_bytes": w.capacity_bytes,
             "started": iso_time_or_none(w.started_ms),
         }
         if w.id in stats:
-            counters = message_dict(stats[w.id])
+            counters = dataclasses.asdict(stats[w.id])
             del counters["worker_id"]
             item["reachable"] = True
             item.update(counters)
@@ -43,12 +46,13 @@ def cmd_workers(args: argparse.Namespace) -> None:
             return "(no live workers)"
         if not args.long:
             table = Table(
-                "ID", "ADDRESS", "HOST", "ZONE", "CAPACITY", "STARTED", numeric=("CAPACITY",)
-            )
+                "ID", "ADDRESS", "DATA PORT", "HOST", "ZONE", "CAPACITY", "STARTED",
+                numeric=("CAPACITY",),
+            )  # fmt: skip
             for i in data:
                 table.row(
-                    i["id"], i["address"], i["host"], i["zone"], human(i["capacity_bytes"]),
-                    i["started"],
+                    i["id"], i["address"], i["data_address"], i["host"], i["zone"],
+                    human(i["capacity_bytes"]), i["started"],
                 )  # fmt: skip
             return table.render()
         table = Table(
@@ -104,24 +108,14 @@ def cmd_report(args: argparse.Namespace) -> None:
             total["blocks"] += t.blocks
             total["evictions"] += t.evictions
             total["pinned_bytes"] += t.pinned_bytes
-    data = {
-        "path": args.path,
-        "files": r.files,
-        "bytes": r.bytes,
-        "blocks": r.blocks,
-        "cached_blocks": r.cached_blocks,
-        "cached_bytes": r.cached_bytes,
-        "cached_ratio": r.cached_bytes / r.bytes if r.bytes else 1.0,
+    data = dataclasses.asdict(r) | {
+        "cached_ratio": r.cached_fraction,
         "tiers": tiers,
         "unreachable_workers": unreachable,
     }
 
     def text() -> str:
-        lines = [
-            f"{args.path}: {r.files} files, {human(r.bytes)}; cached {human(r.cached_bytes)}"
-            f" ({100 * data['cached_ratio']:.1f}%), {r.cached_blocks}/{r.blocks} blocks",
-            "",
-        ]
+        lines = [str(r), ""]
         table = Table(
             "TIER", "USED", "CAPACITY", "BLOCKS", "PINNED", "EVICTIONS",
             numeric=("USED", "CAPACITY", "BLOCKS", "PINNED", "EVICTIONS"),

@@ -3,19 +3,34 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import math
 import sys
 import time
 from typing import Any
 
+from reservoir.client.load_jobs import LoadJob, MetadataLoadProgress
+
 from .connection import open_client
-from .output import EXIT_ERROR, Table, emit, fields, human, iso_time, iso_time_or_none, message_dict
+from .output import (
+    EXIT_ERROR,
+    Table,
+    duration_text,
+    emit,
+    fields,
+    human,
+    iso_time,
+    iso_time_or_none,
+)
 from .subcommands import Subcommands
 
-_FINAL_STATES = ("completed", "failed", "cancelled")
 
-
-def job_dict(job: Any) -> dict[str, Any]:
-    data = message_dict(job)
+def job_dict(job: LoadJob) -> dict[str, Any]:
+    """A job as `--json` prints it: every field, and its times in ISO 8601 as well."""
+    data = dataclasses.asdict(job)
+    data["state"] = job.state.value
+    data["priority_paths"] = list(job.priority_paths)
+    data["errors"] = list(job.errors)
     data["created"] = iso_time_or_none(job.created_ms)
     data["updated"] = iso_time_or_none(job.updated_ms)
     return data
@@ -25,33 +40,35 @@ def _percent(done: int, total: int) -> str:
     return f"{100.0 * done / total:.1f}%" if total else "-"
 
 
+def progress_line(job: LoadJob) -> str:
+    """One line of `load --wait` progress: the share of bytes cached, and the time left
+    at the byte rate since the job started (or, once it ended, the time it took)."""
+    percent = f"{math.floor(100 * job.fraction_done)}%"
+    line = f"{job.state.value:9} {percent:>4}  {human(job.done_bytes)} of {human(job.total_bytes)}"
+    if job.finished:
+        line += f" in {duration_text(job.elapsed_s)}"
+    else:
+        eta = job.eta_s
+        line += f", ETA {duration_text(eta) if eta is not None else '-'}"
+    rate = job.bytes_per_second
+    return (
+        f"{line}  ({job.done_blocks}/{job.total_blocks} blocks, {job.failed_blocks} failed,"
+        f" {job.total_files} files{f', {human(rate)}/s' if rate else ''})"
+    )
+
+
 class Progress:
     """A live line on a terminal's stderr; plain lines (at most one a second) otherwise."""
 
     def __init__(self) -> None:
         self._tty = sys.stderr.isatty()
-        self._start = time.monotonic()
         self._last = 0.0
 
-    def job(self, job: Any) -> None:
-        elapsed = max(time.monotonic() - self._start, 1e-6)
-        rate = job.done_bytes / elapsed
-        left = max(job.total_bytes - job.done_bytes, 0)
-        eta = f"{left / rate:.0f}s" if rate > 0 and left else "-"
-        line = (
-            f"{job.state:9} {_percent(job.done_blocks, job.total_blocks):>6}"
-            f"  blocks {job.done_blocks}/{job.total_blocks}"
-            f" ({job.failed_blocks} failed)  files {job.total_files}"
-            f"  {human(job.done_bytes)}/{human(job.total_bytes)}  {human(rate)}/s  eta {eta}"
-        )
-        self._show(line, final=job.state in _FINAL_STATES)
+    def job(self, job: LoadJob) -> None:
+        self._show(progress_line(job), final=job.finished)
 
-    def metadata(self, p: Any) -> None:
-        self._show(
-            f"metadata: listed {p.listed}  written {p.written}  removed {p.removed}"
-            f"  {p.elapsed_ms / 1000:.1f}s",
-            final=p.done,
-        )
+    def metadata(self, p: MetadataLoadProgress) -> None:
+        self._show(str(p), final=p.done)
 
     def _show(self, line: str, final: bool) -> None:
         now = time.monotonic()
@@ -63,7 +80,7 @@ class Progress:
             self._last = now
 
 
-def job_text(job: Any) -> str:
+def job_text(job: LoadJob) -> str:
     lines = fields(
         [
             ("id", job.id),
@@ -93,7 +110,7 @@ def cmd_load(args: argparse.Namespace) -> None:
         job = rs.submit_load(
             args.path,
             replicas=args.replicas,
-            priority_paths=args.priority or [],
+            priority_paths=args.priority or (),
             metadata_only=args.metadata_only,
         )
         if not args.wait:
@@ -102,7 +119,7 @@ def cmd_load(args: argparse.Namespace) -> None:
         progress = Progress()
         final = rs.watch_job(job.id, progress=None if args.json else progress.job)
     emit(args, job_dict(final), lambda: f"job {final.id}: {final.state}")
-    if final.state != "completed":
+    if not final.succeeded:
         for error in final.errors:
             print(f"  {error}", file=sys.stderr)
         sys.exit(EXIT_ERROR)
@@ -147,7 +164,7 @@ def cmd_load_metadata(args: argparse.Namespace) -> None:
         )
     emit(
         args,
-        message_dict(last),
+        dataclasses.asdict(last),
         lambda: f"{args.path}: {last.listed} entries in {last.elapsed_ms / 1000:.1f}s",
     )
 

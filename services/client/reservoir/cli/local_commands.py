@@ -5,13 +5,17 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from reservoir.local.process import ClusterError
+
 from .output import Table, emit, note
 from .subcommands import Subcommands
 
 
 def cmd_local_up(args: argparse.Namespace) -> None:
     from reservoir.local.cluster import LocalCluster
+    from reservoir.local.next_steps import next_steps, s3_env
 
+    # A flag left out is None: the default for a new cluster, the recorded value on resume.
     cluster = LocalCluster.up(
         Path(args.state_dir),
         workers=args.workers,
@@ -19,14 +23,14 @@ def cmd_local_up(args: argparse.Namespace) -> None:
         s3_latency_ms=args.s3_latency_ms,
         capacity=args.capacity,
         shm=args.shm,
-        disk_capacity=args.disk_capacity or "",
+        disk_capacity=args.disk_capacity,
         secure=args.secure,
         keep_s3_data=True,
         resume=args.resume,
     )
-    emit(args, cluster.status(), lambda: cluster.master_address)
+    emit(args, cluster.status() | {"s3_env": s3_env(cluster)}, lambda: cluster.master_address)
     if not args.json:
-        note(f"# S3 endpoint: {cluster.s3_endpoint}   state: {cluster.state_dir}")
+        note(next_steps(cluster))
 
 
 def cmd_local_down(args: argparse.Namespace) -> None:
@@ -41,8 +45,10 @@ def cmd_local_down(args: argparse.Namespace) -> None:
 
 def cmd_local_status(args: argparse.Namespace) -> None:
     from reservoir.local.cluster import LocalCluster
+    from reservoir.local.next_steps import exports, s3_env
 
-    status = LocalCluster.load(Path(args.state_dir)).status()
+    cluster = LocalCluster.load(Path(args.state_dir))
+    status = cluster.status() | {"s3_env": s3_env(cluster)}
 
     def text() -> str:
         table = Table(
@@ -54,6 +60,24 @@ def cmd_local_status(args: argparse.Namespace) -> None:
         return f"master {status['master']}   s3 {status['s3_endpoint']}\n{table.render()}"
 
     emit(args, status, text)
+    if not args.json:
+        note(f"# for boto3 and the aws CLI:\n{exports(cluster)}")
+    dead = [name for name, p in status["processes"].items() if not p["alive"]]
+    if dead:
+        # The table is printed either way; the exit code is what a script or probe checks.
+        raise ClusterError(
+            f"not running: {', '.join(dead)} (`reservoir local restart NAME` starts one "
+            "again; its log says why it stopped)"
+        )
+
+
+def cmd_local_restart(args: argparse.Namespace) -> None:
+    from reservoir.local.cluster import LocalCluster
+
+    cluster = LocalCluster.load(Path(args.state_dir))
+    cluster.restart(args.name)
+    proc = cluster.processes[args.name]
+    note(f"restarted {args.name} (pid {proc.pid}, port {proc.port})")
 
 
 def cmd_local_demo(args: argparse.Namespace) -> None:
@@ -65,20 +89,18 @@ def cmd_local_demo(args: argparse.Namespace) -> None:
 def register(commands: Subcommands) -> None:
     local = commands.group("local", "a whole cluster on this machine (etcd, S3, master, workers)")
     up = local.add("up", "start etcd, S3 (unless given), the master and workers", cmd_local_up)
-    up.add_argument("--workers", type=int, default=2, help="how many workers (default 2)")
+    up.add_argument("--workers", type=int, metavar="N", help="how many workers (default 2)")
     up.add_argument(
         "--s3-endpoint", metavar="URL", help="use this S3 endpoint instead of starting one"
     )
     up.add_argument(
         "--s3-latency-ms",
         type=float,
-        default=0.0,
         metavar="MS",
         help="first-byte latency the local S3 server adds to every GET (default 0)",
     )
     up.add_argument(
         "--capacity",
-        default="1GiB",
         metavar="SIZE",
         help="cache capacity per worker (default 1GiB)",
     )
@@ -90,24 +112,36 @@ def register(commands: Subcommands) -> None:
     )
     up.add_argument(
         "--shm",
-        action="store_true",
-        help="workers keep blocks in /dev/shm: same-host short-circuit reads",
+        action=argparse.BooleanOptionalAction,
+        help="workers keep blocks in /dev/shm: same-host short-circuit reads (default: no)",
     )
     up.add_argument(
         "--secure",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
         help="TLS on every hop and tokens with roles: a local CA, certificates and one token "
-        "per role in the state dir (recorded in cluster.json)",
+        "per role in the state dir, recorded in cluster.json (default: no)",
     )
     up.add_argument(
         "--resume",
         action="store_true",
-        help="start the stopped cluster of --state-dir again, with its mounts and S3 data "
-        "(default: a clean cluster, the stopped one's data wiped)",
+        help="start the stopped cluster of --state-dir again, with its mounts, S3 data and "
+        "settings: a flag left out is as the stopped cluster had it, one that differs is "
+        "refused (default: a clean cluster, the stopped one's data wiped)",
     )
     local.add("down", "stop the local cluster (its data stays for --resume)", cmd_local_down)
     local.add(
-        "status", "the local cluster's processes, ports, metrics URLs and logs", cmd_local_status
+        "status",
+        "the local cluster's processes, ports, metrics URLs and logs (exit 1 if one is dead)",
+        cmd_local_status,
+    )
+    restart = local.add(
+        "restart",
+        "start one process of the local cluster again (stopped first if it runs), with the "
+        "same ports, settings and data",
+        cmd_local_restart,
+    )
+    restart.add_argument(
+        "name", metavar="NAME", help="the process, as `local status` names it: worker2, master…"
     )
     demo = local.add(
         "demo", "write a sample data set to the local S3, mount it, read it twice", cmd_local_demo

@@ -10,9 +10,6 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from google.protobuf.descriptor import FieldDescriptor
-from google.protobuf.message import Message
-
 from reservoir.common.config import format_size
 
 EXIT_ERROR = 1
@@ -31,6 +28,23 @@ def note(message: str) -> None:
 
 def human(n: float) -> str:
     return format_size(n)
+
+
+def duration_text(seconds: float) -> str:
+    """A duration in the one unit that reads best: '35 s' below two minutes, '12 min'
+    below two hours, '5.5 h' below two days, then '3.2 d'."""
+    if seconds < 0:
+        raise ValueError("a duration is never negative")
+    whole = round(seconds)
+    if whole < 120:
+        return f"{max(whole, 1) if seconds > 0 else 0} s"
+    minutes = round(seconds / 60)
+    if minutes < 120:
+        return f"{minutes} min"
+    hours = seconds / 3600
+    if hours < 47.95:  # what would print as 48.0 h reads as 2.0 d
+        return f"{hours:.1f} h"
+    return f"{seconds / 86400:.1f} d"
 
 
 def iso_time(ms: int) -> str:
@@ -79,22 +93,3 @@ def fields(pairs: Sequence[tuple[str, object]]) -> str:
     return "\n".join(
         f"{name + ':':{width + 1}} {'-' if v in (None, '') else v}" for name, v in pairs
     )
-
-
-def message_dict(message: Message) -> dict[str, Any]:
-    """Every field of a protobuf message as plain JSON values: int64 stays a number (as
-    json_format would not keep it), unset fields have their defaults."""
-    out: dict[str, Any] = {}
-    for field in message.DESCRIPTOR.fields:
-        value = getattr(message, field.name)
-        entry = field.message_type if field.type == FieldDescriptor.TYPE_MESSAGE else None
-        if entry is not None and entry.GetOptions().map_entry:
-            # A map (e.g. WorkerStats.bytes_served); our maps have scalar values.
-            out[field.name] = dict(sorted(value.items()))
-        elif field.type == FieldDescriptor.TYPE_MESSAGE:
-            out[field.name] = (
-                [message_dict(v) for v in value] if field.is_repeated else message_dict(value)
-            )
-        else:
-            out[field.name] = list(value) if field.is_repeated else value
-    return out

@@ -11,9 +11,11 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from reservoir.client.discovery import default_state_dir
+
+from .output import EXIT_ERROR
 
 Handler = Callable[[argparse.Namespace], None]
 
@@ -45,8 +47,17 @@ def _global_options(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
     )
 
 
+class CommandParser(argparse.ArgumentParser):
+    """A parser whose usage errors are like every other error of the CLI: one line on
+    stderr, exit code 1 (argparse's own print the whole usage first and exit with 2).
+    Subcommand parsers are made of the same class, so `reservoir local up --bad` is too."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_ERROR, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
 def top_parser(prog: str, description: str, version: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser = CommandParser(prog=prog, description=description)
     parser.add_argument(
         "--version", action="version", version=f"{prog} {version}", help="print the version"
     )

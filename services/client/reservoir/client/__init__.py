@@ -1,8 +1,29 @@
-"""Reservoir client SDK: `Client` (blocking) and `AsyncClient` (asyncio)."""
+"""Reservoir client SDK: `Client` (blocking) and `AsyncClient` (asyncio), and the types
+their calls return."""
 
 from reservoir.common.errors import ReservoirError
+from reservoir.common.models import CacheRule, Inode, Mount, WorkerRecord
 
 from .async_client import AsyncClient
+from .cache_state import CacheReport, FreeResult, PinResult, TierStats, WorkerStats
 from .client import Client, ReservoirFile
+from .load_jobs import JobState, LoadJob, MetadataLoadProgress
 
-__all__ = ["AsyncClient", "Client", "ReservoirError", "ReservoirFile"]
+__all__ = [
+    "AsyncClient",
+    "CacheReport",
+    "CacheRule",
+    "Client",
+    "FreeResult",
+    "Inode",
+    "JobState",
+    "LoadJob",
+    "MetadataLoadProgress",
+    "Mount",
+    "PinResult",
+    "ReservoirError",
+    "ReservoirFile",
+    "TierStats",
+    "WorkerRecord",
+    "WorkerStats",
+]

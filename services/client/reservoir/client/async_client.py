@@ -32,8 +32,10 @@ from reservoir.v1 import master_pb2, worker_pb2
 
 from . import discovery
 from .block_reader import BlockReader
+from .cache_state import CacheReport, FreeResult, PinResult, WorkerStats
 from .cluster_view import ClusterView
 from .data_port import DataPortReader
+from .load_jobs import LoadJob, MetadataLoadProgress
 from .thread_reads import ThreadReads
 
 log = logs.get_logger(__name__)
@@ -65,6 +67,7 @@ class AsyncClient:
         )
 
     async def close(self) -> None:
+        """Closes its channels and sockets; the client is not used after this."""
         await self._worker_channels.close()
         await self._view.close()
         self.data_port.close()
@@ -107,15 +110,20 @@ class AsyncClient:
         return await self._view.mount(path, uri, options, replace=replace)
 
     async def unmount(self, path: str) -> None:
+        """Removes the mount at `path` (the under-store keeps its objects)."""
         await self._view.unmount(path)
 
     async def mounts(self) -> list[Mount]:
+        """Every mount, by path."""
         return await self._view.mounts()
 
     async def workers(self, *, fresh: bool = True) -> list[WorkerRecord]:
-        return await self._view.workers(fresh=fresh)
+        """The live workers; `fresh=False` may answer from the list this client last saw."""
+        return list(await self._view.workers(fresh=fresh))
 
     async def stat(self, path: str, *, with_locations: bool = False, fresh: bool = False) -> Inode:
+        """A file's or directory's inode (cached by this client; `fresh` asks the master
+        again); `with_locations` adds the workers that hold each block."""
         return await self._view.stat(path, with_locations=with_locations, fresh=fresh)
 
     async def stat_many(self, many: Sequence[str], *, with_locations: bool = False) -> list[Inode]:
@@ -124,12 +132,15 @@ class AsyncClient:
         return await self._view.stat_many(many, with_locations=with_locations)
 
     async def ls(self, path: str, *, with_locations: bool = False) -> list[Inode]:
+        """The entries of a directory (NotADirectoryError for a file)."""
         return await self._view.ls(path, with_locations=with_locations)
 
     def forget(self, path: str) -> None:
+        """Drops what this client remembers of `path`: the next use asks the master."""
         self._view.forget(path)
 
     async def refresh(self, path: str) -> Inode:
+        """A file's inode as the under-store has it now, whatever the sync interval."""
         return await self._view.refresh(path)
 
     # ---- reads --------------------------------------------------------------------------
@@ -222,19 +233,20 @@ class AsyncClient:
 
     async def load_metadata(
         self, path: str, recursive: bool = True
-    ) -> AsyncIterator[master_pb2.LoadMetadataProgress]:
-        """Syncs the namespace below `path` from the under-store into etcd, with progress."""
+    ) -> AsyncIterator[MetadataLoadProgress]:
+        """Syncs the namespace below `path` (only its own level unless `recursive`) from
+        the under-store into etcd now, yielding progress; the last one has `done` set."""
         request = master_pb2.LoadMetadataRequest(path=path, recursive=recursive)
         async for progress in self._view.stream("LoadMetadata", request, f"load metadata {path}"):
-            yield progress
+            yield MetadataLoadProgress.from_proto(progress)
         self._view.forget_all()
 
-    async def report(self, path: str) -> master_pb2.ReportResponse:
-        """Files, bytes and how much of them is cached."""
-        response: master_pb2.ReportResponse = await self._view.call(
+    async def report(self, path: str) -> CacheReport:
+        """The files and bytes below `path`, and how much of them is cached."""
+        response = await self._view.call(
             "Report", master_pb2.ReportRequest(path=path), f"report {path}"
         )
-        return response
+        return CacheReport.from_proto(path, response)
 
     async def submit_load(
         self,
@@ -244,9 +256,12 @@ class AsyncClient:
         priority_paths: Sequence[str] = (),
         metadata_only: bool = False,
         files: Sequence[str] = (),
-    ) -> master_pb2.Job:
-        """Loads every file below `path` into the cache, or with `files` only those (each
-        at or below `path`, in that order; at most the master's RESERVOIR_LOAD_MAX_FILES)."""
+    ) -> LoadJob:
+        """Starts a load job that caches every file below `path` on `replicas` workers
+        each, the files below `priority_paths` first; `metadata_only` syncs the namespace
+        and caches no data; `files` loads only those (each at or below `path`, in that
+        order; at most the master's RESERVOIR_LOAD_MAX_FILES). Returns the job as
+        submitted: follow it with `watch_job(job.id)`."""
         request = master_pb2.SubmitLoadRequest(
             path=path,
             replicas=replicas,
@@ -254,37 +269,40 @@ class AsyncClient:
             metadata_only=metadata_only,
             files=list(files),
         )
-        job: master_pb2.Job = await self._view.call("SubmitLoad", request, f"load {path}")
-        return job
+        return LoadJob.from_proto(await self._view.call("SubmitLoad", request, f"load {path}"))
 
-    async def job(self, job_id: str) -> master_pb2.Job:
-        job: master_pb2.Job = await self._view.call(
+    async def job(self, job_id: str) -> LoadJob:
+        """A load job as the master has it now. NotFound (a FileNotFoundError) for an unknown id."""
+        reply = await self._view.call(
             "GetJob", master_pb2.GetJobRequest(id=job_id), f"job {job_id}"
         )
-        return job
+        return LoadJob.from_proto(reply)
 
-    async def watch_job(self, job_id: str) -> AsyncIterator[master_pb2.Job]:
-        """The job's record each time it changes, until it ends."""
+    async def watch_job(self, job_id: str) -> AsyncIterator[LoadJob]:
+        """The job each time it changes, until it ends: the last one yielded is finished."""
         request = master_pb2.GetJobRequest(id=job_id)
         async for job in self._view.stream("WatchJob", request, f"watch job {job_id}"):
-            yield job
+            yield LoadJob.from_proto(job)
 
-    async def cancel_job(self, job_id: str) -> master_pb2.Job:
-        job: master_pb2.Job = await self._view.call(
+    async def cancel_job(self, job_id: str) -> LoadJob:
+        """Stops a load job (what it cached stays cached); a finished job is returned as
+        it is."""
+        reply = await self._view.call(
             "CancelJob", master_pb2.GetJobRequest(id=job_id), f"cancel job {job_id}"
         )
-        return job
+        return LoadJob.from_proto(reply)
 
-    async def jobs(self) -> list[master_pb2.Job]:
+    async def jobs(self) -> list[LoadJob]:
+        """Every load job the cluster remembers, oldest first."""
         response = await self._view.call("ListJobs", master_pb2.ListJobsRequest(), "list jobs")
-        return list(response.jobs)
+        return [LoadJob.from_proto(j) for j in response.jobs]
 
-    async def worker_stats(self, *, reachable_only: bool = False) -> list[worker_pb2.WorkerStats]:
+    async def worker_stats(self, *, reachable_only: bool = False) -> list[WorkerStats]:
         """Every live worker's counters, asked concurrently. A worker that does not answer
         fails the call, or with `reachable_only` is left out (an operator's view of a
         degraded cluster: `workers -l`, `report`)."""
 
-        async def one(worker: WorkerRecord) -> worker_pb2.WorkerStats | None:
+        async def one(worker: WorkerRecord) -> WorkerStats | None:
             call = self._worker_channels.get(worker.address).unary_unary(
                 _GET_STATS,
                 request_serializer=worker_pb2.GetStatsRequest.SerializeToString,
@@ -300,22 +318,22 @@ class AsyncClient:
                     log.info("worker_unreachable", worker=worker.id, error=str(error))
                     return None
                 raise error from None
-            return stats
+            return WorkerStats.from_proto(stats)
 
         answers = await asyncio.gather(*(one(w) for w in await self._view.workers()))
         return [a for a in answers if a is not None]
 
     # ---- cache rules: pin, TTL, free (master/cache_rules.py) -----------------------------
 
-    async def pin(self, path: str) -> master_pb2.PinResponse:
+    async def pin(self, path: str) -> PinResult:
         """Keeps the files below `path` in the cache, never evicted, and starts loading
         them (`load_job_id`; see `watch_job`). ResourceExhausted when they do not fit."""
-        reply: master_pb2.PinResponse = await self._view.call(
-            "Pin", master_pb2.PathRequest(path=path), f"pin {path}"
-        )
-        return reply
+        reply = await self._view.call("Pin", master_pb2.PathRequest(path=path), f"pin {path}")
+        return PinResult.from_proto(reply)
 
     async def unpin(self, path: str) -> CacheRule:
+        """Lets the files below `path` be evicted again; returns what rule is left there
+        (a TTL, if one was set)."""
         reply = await self._view.call("Unpin", master_pb2.PathRequest(path=path), f"unpin {path}")
         return CacheRule.from_proto(reply)
 
@@ -330,6 +348,7 @@ class AsyncClient:
         return CacheRule.from_proto(await self._view.call("SetTtl", request, f"ttl {path}"))
 
     async def clear_ttl(self, path: str) -> CacheRule:
+        """Removes the TTL on `path`; returns what rule is left there (a pin, if any)."""
         reply = await self._view.call(
             "ClearTtl", master_pb2.PathRequest(path=path), f"clear ttl {path}"
         )
@@ -342,9 +361,7 @@ class AsyncClient:
         )
         return [CacheRule.from_proto(r) for r in reply.rules]
 
-    async def free(self, path: str) -> master_pb2.FreeResponse:
+    async def free(self, path: str) -> FreeResult:
         """Evicts the blocks below `path` from every worker now (pinned files are kept)."""
-        reply: master_pb2.FreeResponse = await self._view.call(
-            "Free", master_pb2.PathRequest(path=path), f"free {path}"
-        )
-        return reply
+        reply = await self._view.call("Free", master_pb2.PathRequest(path=path), f"free {path}")
+        return FreeResult.from_proto(path, reply)

@@ -131,6 +131,8 @@ class BlockReader:
             inode.locations.get(index, ()),
             self.config.host,
             self.config.zone,
+            self._view.placement(workers),
+            self.config.failover_workers,
         )
         return self._view.healthy_first(order)
 

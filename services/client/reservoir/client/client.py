@@ -11,10 +11,11 @@ from typing import Any, TypeVar
 from reservoir.common import config as cfg
 from reservoir.common.errors import ReservoirError
 from reservoir.common.models import CacheRule, Inode, Mount, WorkerRecord
-from reservoir.v1 import master_pb2, worker_pb2
 
 from . import discovery
 from .async_client import AsyncClient
+from .cache_state import CacheReport, FreeResult, PinResult, WorkerStats
+from .load_jobs import LoadJob, MetadataLoadProgress
 from .loop_runtime import LoopRuntime
 from .reservoir_file import ReservoirFile, joined
 from .thread_reads import ThreadReads
@@ -46,6 +47,7 @@ class Client:
         return self._runtime.run(coro)
 
     def close(self) -> None:
+        """Closes its channels and stops its event loop thread."""
         self._runtime.close()
 
     def __enter__(self) -> Client:
@@ -61,24 +63,60 @@ class Client:
 
     @property
     def aio(self) -> AsyncClient:
+        """The asyncio client this one runs (for code that has an event loop of its own
+        to hand work to: its coroutines run on this client's loop thread only)."""
         return self._async
 
-    def mount(self, path: str, uri: str, **options: Any) -> Mount:
-        return self._run(self._async.mount(path, uri, **options))
+    def mount(
+        self,
+        path: str,
+        uri: str,
+        *,
+        endpoint_url: str = "",
+        region: str = "",
+        block_size: int = 0,
+        credentials: str = "",
+        metadata_ttl_ms: int = 0,
+        metadata_sync: str = "",
+        replace: bool = False,
+    ) -> Mount:
+        """Mounts the under-store `uri` (e.g. "s3://bucket/prefix/") at `path`, with
+        the options `reservoir mount` documents; `replace` swaps out a mount already
+        at `path`."""
+        return self._run(
+            self._async.mount(
+                path,
+                uri,
+                endpoint_url=endpoint_url,
+                region=region,
+                block_size=block_size,
+                credentials=credentials,
+                metadata_ttl_ms=metadata_ttl_ms,
+                metadata_sync=metadata_sync,
+                replace=replace,
+            )
+        )
 
     def unmount(self, path: str) -> None:
+        """Removes the mount at `path` (the under-store keeps its objects)."""
         self._run(self._async.unmount(path))
 
     def mounts(self) -> list[Mount]:
+        """Every mount, by path."""
         return self._run(self._async.mounts())
 
     def workers(self) -> list[WorkerRecord]:
+        """The live workers."""
         return self._run(self._async.workers())
 
-    def worker_stats(self, *, reachable_only: bool = False) -> list[worker_pb2.WorkerStats]:
+    def worker_stats(self, *, reachable_only: bool = False) -> list[WorkerStats]:
+        """Every live worker's counters; a worker that does not answer fails the call,
+        or with `reachable_only` is left out."""
         return self._run(self._async.worker_stats(reachable_only=reachable_only))
 
     def stat(self, path: str, *, with_locations: bool = False) -> Inode:
+        """A file's or directory's inode; `with_locations` adds the workers that hold
+        each block. FileNotFoundError when there is nothing at `path`."""
         return self._run(self._async.stat(path, with_locations=with_locations))
 
     def stat_many(self, paths: Sequence[str], *, with_locations: bool = False) -> list[Inode]:
@@ -90,6 +128,7 @@ class Client:
         return self._run(self._async.refresh(path))
 
     def ls(self, path: str, *, with_locations: bool = False) -> list[Inode]:
+        """The entries of a directory (NotADirectoryError for a file)."""
         return self._run(self._async.ls(path, with_locations=with_locations))
 
     def _thread_reads(self) -> ThreadReads:
@@ -102,6 +141,7 @@ class Client:
         return reads
 
     def read(self, path: str, offset: int = 0, length: int = -1) -> bytes:
+        """Bytes [offset, offset+length) of a file; length -1 reads to the end."""
         if offset >= 0 and length >= -1:
             # Read in this thread (same-host block files, data ports) once the file is
             # known; a file not known yet costs one hop to the loop for its info first.
@@ -154,12 +194,13 @@ class Client:
         self,
         path: str,
         recursive: bool = True,
-        progress: Callable[[master_pb2.LoadMetadataProgress], None] | None = None,
-    ) -> master_pb2.LoadMetadataProgress:
-        """Syncs the namespace below `path` into etcd; returns the final progress."""
+        progress: Callable[[MetadataLoadProgress], None] | None = None,
+    ) -> MetadataLoadProgress:
+        """Syncs the namespace below `path` from the under-store into etcd now, calling
+        `progress` with each update; returns the last (its `done` is set)."""
 
-        async def run() -> master_pb2.LoadMetadataProgress:
-            last = master_pb2.LoadMetadataProgress()
+        async def run() -> MetadataLoadProgress:
+            last = MetadataLoadProgress()
             async for last in self._async.load_metadata(path, recursive):
                 if progress is not None:
                     progress(last)
@@ -167,33 +208,59 @@ class Client:
 
         return self._run(run())
 
-    def report(self, path: str) -> master_pb2.ReportResponse:
+    def report(self, path: str) -> CacheReport:
+        """The files and bytes below `path`, and how much of them is cached."""
         return self._run(self._async.report(path))
 
-    def submit_load(self, path: str, **options: Any) -> master_pb2.Job:
-        return self._run(self._async.submit_load(path, **options))
+    def submit_load(
+        self,
+        path: str,
+        *,
+        replicas: int = 1,
+        priority_paths: Sequence[str] = (),
+        metadata_only: bool = False,
+        files: Sequence[str] = (),
+    ) -> LoadJob:
+        """Starts a load job that caches every file below `path` on `replicas` workers
+        each, the files below `priority_paths` first; `metadata_only` syncs the namespace
+        and caches no data; `files` loads only those (each at or below `path`, in that
+        order). Returns the job as submitted: follow it with `watch_job(job.id)`."""
+        return self._run(
+            self._async.submit_load(
+                path,
+                replicas=replicas,
+                priority_paths=priority_paths,
+                metadata_only=metadata_only,
+                files=files,
+            )
+        )
 
-    def job(self, job_id: str) -> master_pb2.Job:
+    def job(self, job_id: str) -> LoadJob:
+        """A load job as the master has it now. NotFound (a FileNotFoundError) for an unknown id."""
         return self._run(self._async.job(job_id))
 
-    def watch_job(
-        self, job_id: str, progress: Callable[[master_pb2.Job], None] | None = None
-    ) -> master_pb2.Job:
-        """Waits for the job to end, calling `progress` with each change; returns it."""
+    def watch_job(self, job_id: str, progress: Callable[[LoadJob], None] | None = None) -> LoadJob:
+        """Waits for the job to end, calling `progress` with the job each time it changes
+        (`progress=print` prints a line a person reads); returns the finished job."""
 
-        async def run() -> master_pb2.Job:
-            last = master_pb2.Job()
+        async def run() -> LoadJob:
+            last: LoadJob | None = None
             async for last in self._async.watch_job(job_id):
                 if progress is not None:
                     progress(last)
-            return last
+            # The master's watch always sends the job at least once; should a stream end
+            # without a word, the job as it is now is the honest answer.
+            return last if last is not None else await self._async.job(job_id)
 
         return self._run(run())
 
-    def cancel_job(self, job_id: str) -> master_pb2.Job:
+    def cancel_job(self, job_id: str) -> LoadJob:
+        """Stops a load job (what it cached stays cached); a finished job is returned as
+        it is."""
         return self._run(self._async.cancel_job(job_id))
 
-    def jobs(self) -> list[master_pb2.Job]:
+    def jobs(self) -> list[LoadJob]:
+        """Every load job the cluster remembers, oldest first."""
         return self._run(self._async.jobs())
 
     def open(self, path: str, mode: str = "rb", buffering: int = -1) -> io.BufferedReader:
@@ -205,22 +272,31 @@ class Client:
 
     # ---- cache rules: pin, TTL, free (see AsyncClient) -----------------------------------
 
-    def pin(self, path: str) -> master_pb2.PinResponse:
+    def pin(self, path: str) -> PinResult:
+        """Keeps the files below `path` in the cache, never evicted, and starts loading
+        them (`watch_job(result.load_job_id)` waits for that). ResourceExhausted when
+        they do not fit."""
         return self._run(self._async.pin(path))
 
     def unpin(self, path: str) -> CacheRule:
+        """Lets the files below `path` be evicted again; returns the rule left there."""
         return self._run(self._async.unpin(path))
 
     def set_ttl(self, path: str, ttl: float | str) -> CacheRule:
+        """Blocks below `path` expire `ttl` (seconds, or "30s", "6h", "7d") after they
+        landed: read again from the under-store, and evicted first."""
         return self._run(self._async.set_ttl(path, ttl))
 
     def clear_ttl(self, path: str) -> CacheRule:
+        """Removes the TTL on `path`; returns the rule left there."""
         return self._run(self._async.clear_ttl(path))
 
     def cache_rules(self) -> list[CacheRule]:
+        """Every pin and TTL."""
         return self._run(self._async.cache_rules())
 
-    def free(self, path: str) -> master_pb2.FreeResponse:
+    def free(self, path: str) -> FreeResult:
+        """Evicts the blocks below `path` from every worker now (pinned files are kept)."""
         return self._run(self._async.free(path))
 
 

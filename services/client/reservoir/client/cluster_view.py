@@ -24,8 +24,11 @@ from reservoir.common.errors import (
 )
 from reservoir.common.models import Inode, Mount, MountOptions, WorkerRecord
 from reservoir.common.observability import inject_metadata
+from reservoir.common.placement import Placement
 from reservoir.common.rpc import ChannelOpener, error_from_rpc, is_transport_failure
 from reservoir.v1 import master_pb2, master_pb2_grpc
+
+from .routing import placement_of
 
 log = logs.get_logger(__name__)
 
@@ -49,6 +52,7 @@ class ClusterView:
         self._master = master_pb2_grpc.MasterServiceStub(self._channel)
         self._infos: dict[str, _Cached] = {}
         self._workers: _Cached | None = None
+        self._placement: tuple[list[WorkerRecord], Placement] = ([], placement_of([]))
         self._workers_refresh: asyncio.Future[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop the view lives on
         self._mounts: _Cached | None = None
@@ -118,7 +122,7 @@ class ClusterView:
             return await self._fetch_workers()
         if known.expires <= time.monotonic() and self._workers_refresh is None:
             self._workers_refresh = asyncio.ensure_future(self._refresh_workers())
-        return list(known.value)
+        return known.value  # type: ignore[no-any-return]  # the read path's, not to change
 
     def known_workers(self) -> list[WorkerRecord] | None:
         """The last worker list known, without a call, from any thread: None before the
@@ -146,8 +150,17 @@ class ClusterView:
         self._loop = asyncio.get_running_loop()
         response = await self.call("ListWorkers", master_pb2.ListWorkersRequest(), "list workers")
         workers = [WorkerRecord.from_proto(w) for w in response.workers]
+        # Built here, once per list (and by `placement` once per membership), so a block
+        # read finds its homes with one hash.
+        self._placement = (workers, placement_of(workers))
         self._workers = _Cached(workers, time.monotonic() + self.config.workers_ttl_s)
         return workers
+
+    def placement(self, workers: list[WorkerRecord]) -> Placement:
+        """The placement of `workers`: the one built with the last list fetched when they
+        are that list (what `workers` and `known_workers` return), else built for them."""
+        known, table = self._placement
+        return table if workers is known else placement_of(workers)
 
     async def _refresh_workers(self) -> None:
         try:

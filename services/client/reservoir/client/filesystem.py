@@ -8,13 +8,19 @@ from the `master` storage option or the usual resolution (`client/discovery.py`)
 Reads go through one `Client` per filesystem instance: `cat` of many paths is one
 `read_many` (small files batched per worker), `cat_ranges` runs its reads concurrently,
 and files opened for reading fetch ahead. Everything that would write is refused.
+
+Only "not found" reads as absence: `exists`, `isdir`, `isfile` answer False and `walk`
+(so `find`, `glob`, `du`) leaves a path out only when it is missing. Any other failure
+(the master unreachable, a deadline, a refusal) raises, as with s3fs and gcsfs; fsspec's
+own defaults would turn it into False, [] or 0.
 """
 
 from __future__ import annotations
 
 import datetime
 import threading
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 from fsspec.spec import AbstractBufferedFile, AbstractFileSystem
 from fsspec.utils import stringify_path
@@ -28,6 +34,11 @@ PROTOCOL = "reservoir"
 # A sequential reader fetches this far ahead: several blocks of a 4 MiB block size in one
 # read, few enough bytes that a random reader wastes little.
 DEFAULT_READ_AHEAD = 8 * 1024 * 1024
+# What says a path is not there (a path below a file is not there either); nothing else
+# may be taken for an answer of "no".
+MISSING = (FileNotFoundError, NotADirectoryError)
+
+T = TypeVar("T")
 
 
 class ReservoirFileSystem(AbstractFileSystem):  # type: ignore[misc]
@@ -89,6 +100,34 @@ class ReservoirFileSystem(AbstractFileSystem):  # type: ignore[misc]
                 entries = [self.info(path)]
         entries.sort(key=lambda e: e["name"])
         return entries if detail else [e["name"] for e in entries]
+
+    # ---- probes: fsspec's defaults catch OSError (exists: everything); ours only MISSING ---
+
+    def exists(self, path: str, **kwargs: Any) -> bool:
+        return _unless_missing(lambda: bool(self.info(path)), False)
+
+    def isdir(self, path: str) -> bool:
+        return _unless_missing(lambda: self.info(path)["type"] == "directory", False)
+
+    def isfile(self, path: str) -> bool:
+        return _unless_missing(lambda: self.info(path)["type"] == "file", False)
+
+    def walk(
+        self,
+        path: str,
+        maxdepth: int | None = None,
+        topdown: bool = True,
+        on_error: Any = "omit",
+        **kwargs: Any,
+    ) -> Iterator[tuple[str, Any, Any]]:
+        """fsspec's walk, whose "omit" (the default, and what its `find`, `glob` and `du`
+        use) leaves out only a directory that is missing; any other error raises.
+        "raise" and a callable behave as in fsspec."""
+        if on_error == "omit":
+            on_error = _omit_only_missing
+        return super().walk(  # type: ignore[no-any-return]
+            path, maxdepth=maxdepth, topdown=topdown, on_error=on_error, **kwargs
+        )
 
     def modified(self, path: str) -> datetime.datetime:
         mtime = self.info(path)["mtime"]
@@ -233,6 +272,20 @@ class ReservoirBufferedFile(AbstractBufferedFile):  # type: ignore[misc]
         if end <= start:
             return b""
         return self.fs.client.read(self.path, start, end - start)  # type: ignore[no-any-return]
+
+
+def _unless_missing(probe: Callable[[], T], missing: T) -> T:
+    """The probe's answer; `missing` when the path is not there."""
+    try:
+        return probe()
+    except MISSING:
+        return missing
+
+
+def _omit_only_missing(error: OSError) -> None:
+    """walk's on_error: a missing directory is left out, any other error raised."""
+    if not isinstance(error, MISSING):
+        raise error
 
 
 def _info(inode: Inode) -> dict[str, Any]:

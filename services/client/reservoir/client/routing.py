@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from reservoir.common.models import WorkerRecord
-from reservoir.common.placement import Candidate, block_key, rank
+from reservoir.common.placement import Candidate, Placement, block_key, placement
 
 
 def locality(worker: WorkerRecord, host: str, zone: str) -> int:
@@ -17,6 +17,12 @@ def locality(worker: WorkerRecord, host: str, zone: str) -> int:
     return 2
 
 
+def placement_of(workers: Sequence[WorkerRecord]) -> Placement:
+    """The placement every client, worker and the master compute for these workers
+    (weighted by capacity)."""
+    return placement([Candidate(w.id, float(w.capacity_bytes or 1)) for w in workers])
+
+
 def candidates(
     file_id: str,
     index: int,
@@ -24,16 +30,17 @@ def candidates(
     holders: Sequence[str],
     host: str,
     zone: str,
+    table: Placement,
+    homes: int,
 ) -> list[WorkerRecord]:
-    """Replicas that hold the block (nearest first), then the block's homes in hash order.
+    """Replicas that hold the block (nearest first), then its first `homes` homes in
+    placement order (`table`: the placement of `workers`).
 
     A block nobody holds goes to its first home, so the cache-aside fetch lands where
     every other client will look for it.
     """
     by_id = {w.id: w for w in workers}
     held = sorted((by_id[h] for h in holders if h in by_id), key=lambda w: locality(w, host, zone))
-    homes = rank(
-        block_key(file_id, index), [Candidate(w.id, float(w.capacity_bytes or 1)) for w in workers]
-    )
     seen = {w.id for w in held}
-    return held + [by_id[h] for h in homes if h not in seen]
+    ranked = table.homes(block_key(file_id, index), homes + len(seen))
+    return held + [by_id[h] for h in ranked if h not in seen and h in by_id][:homes]

@@ -72,7 +72,7 @@ class ThreadReads:
 
     def _order(self, inode: Inode, index: int, workers: list[WorkerRecord]) -> list[WorkerRecord]:
         """The workers to ask for a block, best first: worked out once per block and worker
-        list (rendezvous hashing over every worker costs more than the read of a small
+        list (ordering and filtering the candidates costs more than the read of a small
         block file)."""
         key = (inode.file_id, index)
         order = self._orders.get(key)

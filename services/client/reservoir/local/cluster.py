@@ -26,7 +26,7 @@ from reservoir.common.config import ClientConfig, EtcdSettings, SecuritySettings
 from reservoir.common.rpc import CHANNEL_OPTIONS
 from reservoir.common.security import Transport
 
-from . import pki
+from . import cluster_settings, pki
 from .pki import LocalCredentials
 from .process import ClusterError, Process, Supervisor, free_port
 from .state_dir import StateDir
@@ -118,9 +118,37 @@ class LocalCluster:
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
         self._supervisor.kill(self.processes[name], sig)
 
-    def stop(self, name: str, timeout_s: float = 10.0) -> None:
+    def stop(self, name: str, timeout_s: float | None = None) -> None:
         """SIGTERM, then SIGKILL if it does not exit in time."""
+        if timeout_s is None:
+            # The S3 server writes its objects out when it keeps them.
+            timeout_s = S3_STOP_TIMEOUT_S if name == "s3" else 10.0
         self._supervisor.stop(self.processes[name], timeout_s)
+
+    def restart(self, name: str) -> None:
+        """Starts one process of the cluster again as it was recorded (same command, ports,
+        settings and data), stopping it first if it runs; returns once it serves."""
+        if name not in self.processes:
+            raise ClusterError(
+                f"no process {name!r} in the local cluster of {self.state_dir} "
+                f"(it has {', '.join(sorted(self.processes))})"
+            )
+        self.stop(name)
+        proc = self.processes[name]
+        self._spawn(proc)
+        self._wait(proc, self._ready(proc))
+
+    def _ready(self, proc: Process) -> Callable[[], bool]:
+        """Whether `proc` serves: etcd healthy, S3 answering, the master's gRPC serving, a
+        worker's serving and registered with the master."""
+        if proc.name == "etcd":
+            return lambda: self._etcd_healthy(proc.port)
+        if proc.name == "s3":
+            return lambda: _http_ok(f"http://127.0.0.1:{proc.port}/_reservoir/stats")
+        address = f"127.0.0.1:{proc.port}"
+        if proc.name == "master":
+            return lambda: _grpc_serving(address, self._transport())
+        return lambda: _grpc_serving(address, self._transport()) and self._registered(proc.name)
 
     # ---- components ----------------------------------------------------------------------
 
@@ -174,13 +202,11 @@ class LocalCluster:
         )
         self.metadata_url = f"etcd://127.0.0.1:{port}"
         self._spawn(proc)
-        self._wait(proc, lambda: self._etcd_healthy(port))
+        self._wait(proc, self._ready(proc))
 
     def restart_etcd(self) -> None:
         """Starts etcd again on the same ports, data and TLS (after kill/stop)."""
-        proc = self.processes["etcd"]
-        self._spawn(proc)
-        self._wait(proc, lambda: self._etcd_healthy(proc.port))
+        self.restart("etcd")
 
     def _etcd_healthy(self, port: int) -> bool:
         creds = self.credentials
@@ -215,7 +241,7 @@ class LocalCluster:
         self.s3_endpoint = f"http://127.0.0.1:{port}"
         self.s3_managed = True
         self._spawn(proc)
-        self._wait(proc, lambda: _http_ok(f"{self.s3_endpoint}/_reservoir/stats"))
+        self._wait(proc, self._ready(proc))
 
     # ---- security (`up --secure`) ---------------------------------------------------------
 
@@ -306,7 +332,7 @@ class LocalCluster:
         )
         self.master_address = f"127.0.0.1:{port}"
         self._spawn(proc)
-        self._wait(proc, lambda: _grpc_serving(self.master_address, self._transport()))
+        self._wait(proc, self._ready(proc))
 
     def start_worker(self, n: int) -> str:
         name = f"worker{n}"
@@ -337,12 +363,7 @@ class LocalCluster:
             metrics_port=metrics_port,
         )
         self._spawn(proc)
-        self._wait(
-            proc,
-            lambda: (
-                _grpc_serving(f"127.0.0.1:{port}", self._transport()) and self._registered(name)
-            ),
-        )
+        self._wait(proc, self._ready(proc))
         return name
 
     def _registered(self, worker_id: str) -> bool:
@@ -375,28 +396,44 @@ class LocalCluster:
     def up(
         cls,
         state_dir: Path,
-        workers: int = 2,
+        workers: int | None = None,
         s3_endpoint: str = "",
-        s3_latency_ms: float = 0.0,
-        capacity: str = "1GiB",
-        lease_ttl: int = 10,
+        s3_latency_ms: float | None = None,
+        capacity: str | None = None,
+        lease_ttl: int | None = None,
         env: dict[str, str] | None = None,
-        shm: bool = False,
-        disk_capacity: str = "",
+        shm: bool | None = None,
+        disk_capacity: str | None = None,
         keep_s3_data: bool = False,
         resume: bool = False,
-        secure: bool = False,
+        secure: bool | None = None,
         credentials: Path | None = None,
     ) -> LocalCluster:
         """Starts a cluster in `state_dir`: a clean one, wiping what a stopped cluster left
-        there, or with `resume` that stopped cluster again (see state_dir.py). `secure`: TLS
-        and tokens, with credentials made for it in the state dir, or the ones already in
-        `credentials` (made by `pki.create`; the clusters of one test run can share them).
+        there, or with `resume` that stopped cluster again (see state_dir.py), with the
+        settings it was started with: a setting left out (None) is the recorded one, one
+        that differs is refused (see cluster_settings.py). `secure`: TLS and tokens, with
+        credentials made for it in the state dir, or the ones already in `credentials`
+        (made by `pki.create`; the clusters of one test run can share them).
         `disk_capacity`: each worker also keeps blocks on disk, up to this size, in
         `<state dir>/<worker>/disk`."""
         state = StateDir(Path(state_dir))
         state.path.mkdir(parents=True, exist_ok=True)
         state.ensure_not_running()
+        settings = cluster_settings.resolve(
+            {
+                "workers": workers,
+                "capacity": capacity,
+                "disk_capacity": disk_capacity,
+                "shm": shm,
+                "secure": secure,
+                "s3_latency_ms": s3_latency_ms,
+                "lease_ttl": lease_ttl,
+                "env": env,
+                "credentials": None if credentials is None else str(credentials),
+            },
+            state.resumable().settings if resume else None,
+        )
         s3_port = 0  # the resumed managed S3 keeps its port: the mounts name it
         if resume:
             s3 = state.resumable_s3(s3_endpoint)
@@ -407,28 +444,20 @@ class LocalCluster:
             state.wipe()
             for disk in state.path.glob("worker*/disk"):  # the previous cluster's blocks
                 shutil.rmtree(disk, ignore_errors=True)
-        cluster = cls(
-            state_dir=state.path,
-            settings={
-                "capacity": capacity,
-                "lease_ttl": lease_ttl,
-                "env": env or {},
-                "shm": shm,
-                "disk_capacity": disk_capacity,
-                "secure": secure,
-                "credentials": str(credentials or state.path / "tls"),
-            },
-        )
+        own = state.path / "tls"
+        settings["credentials"] = settings["credentials"] or str(own)
+        cluster = cls(state_dir=state.path, settings=settings)
         shutil.rmtree(cluster.shm_root, ignore_errors=True)  # a crashed cluster's block files
+        workers = settings["workers"]
         try:
-            kept = resume and (state.path / "tls" / "ca.pem").exists()
-            if secure and credentials is None and not kept:
-                pki.create(state.path / "tls", [f"worker{n}" for n in range(1, workers + 1)])
+            kept = resume and (own / "ca.pem").exists()  # its clients hold that CA and tokens
+            if settings["secure"] and Path(settings["credentials"]) == own and not kept:
+                pki.create(own, [f"worker{n}" for n in range(1, workers + 1)])
             cluster.start_etcd()
             if s3_endpoint:
                 cluster.s3_endpoint = s3_endpoint
             else:
-                cluster.start_s3(s3_latency_ms, port=s3_port, keep_data=keep_s3_data)
+                cluster.start_s3(settings["s3_latency_ms"], port=s3_port, keep_data=keep_s3_data)
             cluster.start_master()
             for n in range(1, workers + 1):
                 cluster.start_worker(n)
@@ -441,8 +470,7 @@ class LocalCluster:
         """Stops every process; the state directory then holds a stopped cluster."""
         for name in sorted(self.processes, key=_stop_order):
             with contextlib.suppress(ProcessLookupError):
-                # The S3 server writes its objects out when it keeps them.
-                self.stop(name, timeout_s=S3_STOP_TIMEOUT_S if name == "s3" else 10.0)
+                self.stop(name)
         if self.settings.get("shm"):
             shutil.rmtree(self.shm_root, ignore_errors=True)
         StateDir(self.state_dir).mark_stopped()

@@ -24,7 +24,11 @@ def free_port() -> int:
 
 
 def port_is_free(port: int) -> bool:
+    """Whether a server could listen on `port` now. Servers set SO_REUSEADDR, so the port's
+    old connections in TIME_WAIT (for a minute after a server stops, e.g. the S3 server of
+    a cluster just stopped) do not keep them from it; nor may they keep this check from it."""
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:

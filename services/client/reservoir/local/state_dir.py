@@ -31,6 +31,7 @@ class StoppedCluster:
     s3_endpoint: str
     s3_managed: bool
     s3_port: int
+    settings: dict[str, Any]  # what it was started with (see cluster_settings)
 
 
 @dataclass(frozen=True)
@@ -85,11 +86,15 @@ class StateDir:
         data = self._read(self.cluster_file) or self._read(self.stopped_file)
         if data is None:
             return None
-        s3 = data.get("processes", {}).get("s3")
+        processes = data.get("processes", {})
+        s3 = processes.get("s3")
+        # Recorded since settings were resumable; before that, the processes tell.
+        workers = sum(1 for name in processes if name.startswith("worker"))
         return StoppedCluster(
             s3_endpoint=data["s3_endpoint"],
             s3_managed=bool(data["s3_managed"]),
             s3_port=int(s3["port"]) if s3 else 0,
+            settings={"workers": workers, **data.get("settings", {})},
         )
 
     def mark_stopped(self) -> None:
@@ -103,11 +108,16 @@ class StateDir:
         for file in (self.cluster_file, self.stopped_file):
             file.unlink(missing_ok=True)
 
-    def resumable_s3(self, s3_endpoint: str) -> ResumedS3:
-        """The S3 to resume the stopped cluster with, or a clear refusal."""
+    def resumable(self) -> StoppedCluster:
+        """The stopped cluster `local up --resume` would start again, or a clear refusal."""
         previous = self.stopped()
         if previous is None or not self.etcd_data.exists():
             raise ClusterError(f"no stopped local cluster to resume in {self.path}")
+        return previous
+
+    def resumable_s3(self, s3_endpoint: str) -> ResumedS3:
+        """The S3 to resume the stopped cluster with, or a clear refusal."""
+        previous = self.resumable()
         if s3_endpoint and s3_endpoint != previous.s3_endpoint:
             raise ClusterError(
                 f"cannot resume with S3 {s3_endpoint}: the stopped cluster's mounts point at "

@@ -665,6 +665,9 @@ class ClientConfig:
         default=10_000, metadata=env("RESERVOIR_LIST_ON_MISS_MAX_ENTRIES")
     )
     workers_ttl_s: float = field(default=5.0, metadata=env("RESERVOIR_WORKERS_TTL"))
+    # A block no worker is known to hold is asked of at most this many of its homes, in
+    # placement order, before the client reads it from the under-store itself.
+    failover_workers: int = field(default=3, metadata=env("RESERVOIR_FAILOVER_WORKERS"))
     # When no worker can serve a block, read it from the under-store directly.
     ufs_fallback: bool = field(default=True, metadata=env("RESERVOIR_UFS_FALLBACK"))
     ufs: UnderStoreCalls = _under_store()

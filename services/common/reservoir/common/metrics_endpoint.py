@@ -1,4 +1,9 @@
-"""Prometheus text at GET /metrics, served from the server's own event loop.
+"""Prometheus metrics at GET /metrics, served from the server's own event loop.
+
+The format is the one the scraper asks for (prometheus_client's own negotiation): the
+OpenMetrics text when its Accept header names `application/openmetrics-text` (Prometheus
+sends it by default), else the Prometheus text format; gzip-compressed when its
+Accept-Encoding names gzip.
 
 A scrape reads the server's counters on the loop that changes them, so it sees them
 between two steps, never halfway through one, and needs no lock on the read path. It
@@ -11,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gzip
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -21,7 +27,7 @@ from prometheus_client import (
     CollectorRegistry,
     disable_created_metrics,
 )
-from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.exposition import choose_encoder, gzip_accepted
 
 from . import logs
 from .config import MetricsSettings
@@ -125,8 +131,29 @@ class MetricsEndpoint:
             return _Reply("405 Method Not Allowed", headers={"Allow": "GET, HEAD"})
         if self._before_scrape is not None:
             await self._before_scrape()
-        body = generate_latest(self._registry)
-        return _Reply("200 OK", body, {"Content-Type": CONTENT_TYPE_LATEST}, method == "GET")
+        asked = _headers(head)
+        encoder, content_type = choose_encoder(asked.get("accept", ""))
+        body = encoder(self._registry)
+        headers = {"Content-Type": content_type, "Vary": "Accept, Accept-Encoding"}
+        if gzip_accepted(asked.get("accept-encoding", "")):
+            # zlib's default level: within ~6% of the size of gzip.compress's own level 9
+            # for a fifth of its CPU, which the event loop pays (~1 ms for 86 KB of text).
+            body = gzip.compress(body, compresslevel=6)
+            headers["Content-Encoding"] = "gzip"
+        return _Reply("200 OK", body, headers, method == "GET")
+
+
+def _headers(head: bytes) -> dict[str, str]:
+    """A request's header fields by lower-case name (a repeated one: its values joined
+    with commas, as HTTP says it may be)."""
+    fields: dict[str, str] = {}
+    for line in head.decode("latin-1").split("\r\n")[1:]:
+        name, colon, value = line.partition(":")
+        if not colon:
+            continue
+        key = name.strip().lower()
+        fields[key] = f"{fields[key]}, {value.strip()}" if key in fields else value.strip()
+    return fields
 
 
 @dataclass

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from . import logs
@@ -12,6 +13,9 @@ from .local_under_store import LocalUnderStore
 from .models import Mount, MountOptions
 from .s3_under_store import S3UnderStore
 from .under_store import BodyRetry, UnderStore, UnderStoreSettings
+
+if TYPE_CHECKING:  # prometheus_client is a server dependency; clients open stores unmeasured
+    from .under_store_metrics import UnderStoreMetrics
 
 log = logs.get_logger(__name__)
 
@@ -31,22 +35,28 @@ class MountedStores:
         retries: int = 3,
         max_connections: int = 16,
         body_retry: BodyRetry | None = None,
+        metrics: UnderStoreMetrics | None = None,
     ) -> None:
+        """`metrics`: where a server times its stores' requests (a client has none)."""
         self._timeout_s = timeout_s
         self._retries = retries
         self._max_connections = max_connections
         self._body_retry = body_retry or BodyRetry()
+        self._metrics = metrics
         self._open: dict[str, tuple[Mount, UnderStore]] = {}
         self._opening: dict[str, tuple[Mount, asyncio.Future[UnderStore]]] = {}
         self._preparing: set[asyncio.Task[UnderStore]] = set()
 
     @classmethod
-    def from_settings(cls, calls: UnderStoreCalls) -> MountedStores:
+    def from_settings(
+        cls, calls: UnderStoreCalls, metrics: UnderStoreMetrics | None = None
+    ) -> MountedStores:
         return cls(
             calls.timeout_s,
             calls.retries,
             calls.concurrency,
             BodyRetry(calls.body_retries, calls.retry_backoff_s, calls.retry_backoff_max_s),
+            metrics,
         )
 
     def settings(self, options: MountOptions, retries: int | None = None) -> UnderStoreSettings:
@@ -69,11 +79,18 @@ class MountedStores:
         pending = self._opening.get(mount.path)
         if pending is None or pending[0] != mount:
             settings = self.settings(mount.options)
-            future = asyncio.ensure_future(asyncio.to_thread(open_under_store, mount.uri, settings))
+            future = asyncio.ensure_future(
+                asyncio.to_thread(open_under_store, mount.uri, settings, self._metrics)
+            )
             pending = (mount, future)
             self._opening[mount.path] = pending
             future.add_done_callback(lambda done: self._opened(mount, done))
         return await asyncio.shield(pending[1])
+
+    def probe(self, uri: str, options: MountOptions) -> UnderStore:
+        """A store for `uri` outside the mount table (a mount being checked), with one
+        attempt per request, so a wrong endpoint is reported in seconds. Blocking."""
+        return open_under_store(uri, self.settings(options, retries=1), self._metrics)
 
     def _opened(self, mount: Mount, future: asyncio.Future[UnderStore]) -> None:
         pending = self._opening.get(mount.path)
@@ -117,12 +134,18 @@ class MountedStores:
         self.forget(mount_path)
 
 
-def open_under_store(uri: str, settings: UnderStoreSettings) -> UnderStore:
+def open_under_store(
+    uri: str, settings: UnderStoreSettings, metrics: UnderStoreMetrics | None = None
+) -> UnderStore:
+    """The store for `uri`, every request timed in `metrics` when given."""
     scheme = urlsplit(uri).scheme
+    store: UnderStore
     if scheme == "s3":
-        return S3UnderStore(uri, settings)
-    if scheme == "file":
-        return LocalUnderStore(uri)
-    raise InvalidArgument(
-        f"unsupported under-store URI {uri!r} (s3://bucket/prefix or file:///dir)"
-    )
+        store = S3UnderStore(uri, settings)
+    elif scheme == "file":
+        store = LocalUnderStore(uri)
+    else:
+        raise InvalidArgument(
+            f"unsupported under-store URI {uri!r} (s3://bucket/prefix or file:///dir)"
+        )
+    return store if metrics is None else metrics.measure(store)

@@ -33,7 +33,7 @@ from reservoir.common.config import MasterConfig, format_size
 from reservoir.common.errors import InvalidArgument, NotFound, ResourceExhausted
 from reservoir.common.metadata_store import MetadataStore
 from reservoir.common.models import CacheRule, Inode, Mount, WorkerRecord
-from reservoir.common.placement import Candidate, block_key, rank
+from reservoir.common.placement import Candidate, block_key, placement
 from reservoir.v1 import worker_pb2
 
 from .jobs import LoadJobs
@@ -207,13 +207,13 @@ class CacheRules:
             room[worker.id] = (
                 sum(t.capacity_bytes for t in disks) if disks else s.tiers[0].capacity_bytes
             )
-        weights = [Candidate(w.id, float(w.capacity_bytes or 1)) for w in workers]
+        table = placement([Candidate(w.id, float(w.capacity_bytes or 1)) for w in workers])
 
         def need(files: dict[str, _PinnedFile]) -> dict[str, int]:
             per_worker: dict[str, int] = defaultdict(int)
             for fid, f in files.items():
                 for index in f.blocks():
-                    home = rank(block_key(fid, index), weights)[0]
+                    home = table.homes(block_key(fid, index))[0]
                     per_worker[home] += f.length(index) + (HEADER_SIZE if on_disk[home] else 0)
             return per_worker
 

@@ -24,8 +24,9 @@ from reservoir.common.config import MasterConfig
 from reservoir.common.errors import InvalidArgument, NotFound, ReservoirError
 from reservoir.common.metadata_store import MetadataStore
 from reservoir.common.models import Inode, WorkerRecord
-from reservoir.common.placement import Candidate, block_key, rank
+from reservoir.common.placement import Candidate, block_key, placement
 
+from .job_counters import FAILED, LOADED, LoadJobCounters
 from .locations import BlockLocationTable
 
 log = logs.get_logger(__name__)
@@ -105,12 +106,14 @@ class LoadJobs:
         namespace: Namespace,
         loader: BlockLoader,
         locations: BlockLocationTable,
+        counters: LoadJobCounters,
     ) -> None:
         self._store = store
         self._config = config
         self._namespace = namespace
         self._loader = loader
         self._locations = locations
+        self._counters = counters
         self._jobs: dict[str, Job] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
 
@@ -319,7 +322,7 @@ class LoadJobs:
         if len(workers) < job.replicas:
             raise InvalidArgument(f"{job.replicas} replicas asked, {len(workers)} workers live")
         by_id = {w.id: w for w in workers}
-        weights = [Candidate(w.id, float(w.capacity_bytes or 1)) for w in workers]
+        table = placement([Candidate(w.id, float(w.capacity_bytes or 1)) for w in workers])
 
         def priority(inode: Inode) -> int:
             return 0 if any(paths.is_within(inode.path, p) for p in job.priority_paths) else 1
@@ -328,8 +331,7 @@ class LoadJobs:
         # Stable: the files' own order (by path, or as a reader named them) within each.
         for inode in sorted(files, key=priority):
             for index in range(inode.block_count):
-                homes = rank(block_key(inode.file_id, index), weights)[: job.replicas]
-                for worker_id in homes:
+                for worker_id in table.homes(block_key(inode.file_id, index), job.replicas):
                     queues[worker_id].append((inode, index))
 
         async def drain(worker_id: str) -> None:
@@ -342,15 +344,18 @@ class LoadJobs:
                 except ReservoirError as exc:
                     outcomes = [exc] * len(batch)
                 for (inode, index), outcome in zip(batch, outcomes, strict=True):
+                    length = inode.block_length(index)
                     if outcome is None:
                         # Recorded now, not when the worker's report arrives: a job
                         # that ends has its blocks in the table (`load --wait`, then
                         # `report`, is exact).
                         self._locations.record(worker_id, inode.file_id, index)
                         job.done_blocks += 1
-                        job.done_bytes += inode.block_length(index)
+                        job.done_bytes += length
+                        self._counters.count(LOADED, length)
                     else:
                         job.fail(f"{inode.path} block {index} on {worker_id}: {outcome}")
+                        self._counters.count(FAILED, length)
 
         await asyncio.gather(
             *(

@@ -49,11 +49,23 @@ class MountTable:
         self._policy.check(uri, options)
         return path, dataclasses.replace(options, block_size=self.block_size_of(options))
 
+    def already(self, path: str, uri: str, options: MountOptions) -> Mount | None:
+        """The mount at `path` if it is this very mount (same normalised URI, same effective
+        options), which mounting again leaves as it is: a no-op, as `kubectl apply` of an
+        unchanged object is, so a setup script can mount without asking first."""
+        old = self._mounts.get(path)
+        if old is not None and old.uri == uri and old.options == options:
+            return old
+        return None
+
     def check_place(self, path: str, replace: bool) -> Mount | None:
         """The mount `path` replaces (None for a new one); call with `lock` held."""
         old = self._mounts.get(path)
         if old is not None and not replace:
-            raise AlreadyExists(f"{path} is already mounted ({old.uri})")
+            raise AlreadyExists(
+                f"{path} is already mounted ({old.uri}{_endpoint(old)}); unmount it first, "
+                "or mount with replace (`reservoir mount --replace`)"
+            )
         for other in self._mounts.values():
             if other.path != path and (
                 paths.is_within(path, other.path) or paths.is_within(other.path, path)
@@ -95,3 +107,7 @@ class MountTable:
 
     def block_size_of(self, options: MountOptions) -> int:
         return options.block_size or self._default_block_size
+
+
+def _endpoint(mount: Mount) -> str:
+    return f" at {mount.options.endpoint_url}" if mount.options.endpoint_url else ""

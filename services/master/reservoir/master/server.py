@@ -49,9 +49,9 @@ async def serve(config: cfg.MasterConfig, transport: Transport) -> None:
     store = open_metadata_store(
         config.metadata_url, config.metadata_timeout_s, config.etcd, config.metadata_page_keys
     )
-    service = MasterService(store, config, transport)
-    await service.start()
     registry = server_registry()
+    service = MasterService(store, config, transport, registry)
+    await service.start()
     server = serving.new_server("master", transport, RpcMetrics(registry))
     collector = MasterMetrics(service, store)
     registry.register(collector)

@@ -12,6 +12,8 @@ from collections.abc import AsyncIterator, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
+from prometheus_client import CollectorRegistry
+
 from reservoir.common import logs, paths
 from reservoir.common.config import MasterConfig
 from reservoir.common.errors import (
@@ -23,11 +25,13 @@ from reservoir.common.errors import (
 )
 from reservoir.common.metadata_store import Lease, MetadataStore
 from reservoir.common.models import Inode, Mount, MountOptions, WorkerRecord
-from reservoir.common.mounted_stores import MountedStores, open_under_store
+from reservoir.common.mounted_stores import MountedStores
 from reservoir.common.rpc import ChannelOpener
+from reservoir.common.under_store_metrics import UnderStoreMetrics
 from reservoir.common.worker_registry import WorkerRegistry
 
 from .cache_rules import CacheRules
+from .job_counters import LoadJobCounters
 from .jobs import LoadJobs
 from .locations import BlockLocationTable
 from .metadata_sync import DirectoryListing, NamespaceSync, dir_inode, now_ms
@@ -41,15 +45,24 @@ log = logs.get_logger(__name__)
 
 class MasterService:
     def __init__(
-        self, store: MetadataStore, config: MasterConfig, opener: ChannelOpener | None = None
+        self,
+        store: MetadataStore,
+        config: MasterConfig,
+        opener: ChannelOpener | None = None,
+        registry: CollectorRegistry | None = None,
     ) -> None:
+        """`registry`: where the master's under-store and load-job instruments go (the one
+        /metrics serves); by default one of their own that no one reads."""
+        registry = CollectorRegistry() if registry is None else registry
         self._config = config
         self.mount_table = MountTable(
             store,
             MountPolicy(config.allowed_schemes, config.allowed_endpoints),
             config.default_block_size,
         )
-        self._under_stores = MountedStores.from_settings(config.ufs)
+        self._under_stores = MountedStores.from_settings(
+            config.ufs, UnderStoreMetrics(registry, "reservoir_master_")
+        )
         self._registry = WorkerRegistry(store)
         self.locations = BlockLocationTable(store)
         # Returned with every block report: a worker that sees a new one re-sends its
@@ -65,7 +78,12 @@ class MasterService:
             self.namespace, config, self.mount_table, self._under_stores, self._pool
         )
         self.jobs = LoadJobs(
-            store, config, namespace=self, loader=self._worker_link, locations=self.locations
+            store,
+            config,
+            namespace=self,
+            loader=self._worker_link,
+            locations=self.locations,
+            counters=LoadJobCounters(registry),
         )
         self.cache_rules = CacheRules(
             store,
@@ -103,17 +121,20 @@ class MasterService:
     async def mount(
         self, path: str, uri: str, options: MountOptions, *, replace: bool = False
     ) -> Mount:
-        """Mounts `uri` at `path`. `replace` swaps out a mount already there: the new store
-        is checked first (a failing one leaves the old mount alone), then the namespace
-        below `path` is dropped, to be read again from the new store. Workers follow the
-        mounts in etcd, so their next request uses the new mount."""
+        """Mounts `uri` at `path`. The very same mount again (same URI and options) is a
+        no-op that returns the mount as it is, unless `replace`. `replace` swaps out a mount
+        already there: the new store is checked first (a failing one leaves the old mount
+        alone), then the namespace below `path` is dropped, to be read again from the new
+        store. Workers follow the mounts in etcd, so their next request uses the new mount."""
         # Refused before anything is contacted: a refused under-store gets no request.
         path, options = self.mount_table.admit(path, uri, options)
         # Fail fast at mount time: one attempt, so a wrong endpoint is reported in seconds.
-        probe = await self.sync.ufs(
-            open_under_store, uri, self._under_stores.settings(options, retries=1)
-        )
+        probe = await self.sync.ufs(self._under_stores.probe, uri, options)
         async with self.mount_table.lock:
+            same = None if replace else self.mount_table.already(path, probe.uri, options)
+            if same is not None:
+                log.info("already mounted", path=path, uri=same.uri)
+                return same
             old = self.mount_table.check_place(path, replace)
             await self.sync.ufs(probe.check)
             mount = Mount(path=path, uri=probe.uri, options=options, created_ms=now_ms())

@@ -120,7 +120,11 @@ async def serve(config: cfg.WorkerConfig, transport: Transport) -> None:
     # Before any block is kept or evicted: which ones are pinned.
     await rules.load()
     service = WorkerService(
-        config, mounts, rules, unlisted_shm=bool(transport.settings.auth_tokens_file)
+        config,
+        mounts,
+        rules,
+        unlisted_shm=bool(transport.settings.auth_tokens_file),
+        registry=registry,
     )
     server.add_generic_rpc_handlers([WorkerServicer(service).handler()])
     # The data port has no TLS: a cluster that runs TLS keeps every byte on gRPC.

@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass
 
 from opentelemetry import trace
+from prometheus_client import CollectorRegistry
 
 from reservoir.common import logs
 from reservoir.common.block_file import checksum
@@ -14,7 +15,9 @@ from reservoir.common.config import WorkerConfig
 from reservoir.common.errors import InvalidArgument, OutOfRange, ReservoirError
 from reservoir.common.models import MAX_BLOCK_SIZE, Mount, file_id_for
 from reservoir.common.mounted_stores import MountedStores
+from reservoir.common.paths import shown
 from reservoir.common.under_store import UnderStore
+from reservoir.common.under_store_metrics import UnderStoreMetrics
 
 from .cache_rules import BlockExpiry, CacheRuleTable
 from .counters import UFS, WorkerCounters
@@ -49,6 +52,7 @@ class BlockRequest:
             raise InvalidArgument("block_size must be positive; file_size and index not negative")
         if self.block_size > MAX_BLOCK_SIZE:
             raise InvalidArgument(f"block_size must be at most {MAX_BLOCK_SIZE} bytes")
+        _check_object_uri(self.ufs_uri)
         if self.file_id != file_id_for(self.ufs_uri, self.etag, self.file_size, self.block_size):
             raise InvalidArgument("file_id does not match (ufs_uri, etag, file_size, block_size)")
         if self.index > 0 and self.index * self.block_size >= self.file_size:
@@ -62,6 +66,20 @@ class BlockRequest:
         return max(0, min(self.block_size, self.file_size - self.index * self.block_size))
 
 
+def _check_object_uri(uri: str) -> None:
+    """An object's URI names it as a Reservoir path would: no '.', '..' or empty segment
+    after the bucket. An S3 client or HTTP layer may resolve '..', so
+    `s3://bucket/mount/../../other` would read outside its mount; refused before any fetch."""
+    scheme, sep, rest = uri.partition("://")
+    if not sep or not scheme:
+        raise InvalidArgument(f"ufs_uri is not a URI: {shown(uri)}")
+    _, _, key = rest.partition("/")  # after the bucket (or the empty host of file:///)
+    if "\x00" in key or any(part in ("", ".", "..") for part in key.split("/")):
+        raise InvalidArgument(
+            f"ufs_uri must name an object without '.', '..' or '//': {shown(uri)}"
+        )
+
+
 class WorkerService:
     def __init__(
         self,
@@ -70,9 +88,12 @@ class WorkerService:
         rules: CacheRuleTable,
         *,
         unlisted_shm: bool = False,
+        registry: CollectorRegistry | None = None,
     ) -> None:
         """`unlisted_shm`: keep shared-memory blocks where only callers the master has
-        authenticated can find them (see ShmTier)."""
+        authenticated can find them (see ShmTier). `registry`: where the under-store
+        request histogram goes (the one /metrics serves); by default one no one reads."""
+        registry = CollectorRegistry() if registry is None else registry
         self.config = config
         self.worker_id = config.worker_id
         self.counters = WorkerCounters()
@@ -80,7 +101,9 @@ class WorkerService:
         self.expiry = BlockExpiry()
         self.store = TieredStore.from_config(config, self, unlisted_shm=unlisted_shm, pins=rules)
         self.mounts = mounts
-        self._under_stores = MountedStores.from_settings(config.ufs)
+        self._under_stores = MountedStores.from_settings(
+            config.ufs, UnderStoreMetrics(registry, "reservoir_worker_")
+        )
         # Each mount's store opens as soon as the mount is known, not at its first miss.
         mounts.subscribe(self._under_stores)
         self._inflight: dict[BlockId, asyncio.Task[tuple[BlockData, int]]] = {}
@@ -110,6 +133,8 @@ class WorkerService:
     async def _under_store(self, mount_path: str, ufs_uri: str) -> tuple[Mount, UnderStore]:
         # The mount as it is now (remounts arrive by watch), its store reopened if it changed.
         mount = await self.mounts.get(mount_path, ufs_uri)
+        if not ufs_uri.startswith(mount.uri):
+            raise InvalidArgument(f"ufs_uri is not under the mount {mount_path}: {shown(ufs_uri)}")
         return mount, await self._under_stores.open(mount)
 
     async def _get_range(
