@@ -36,9 +36,11 @@ def backend(request: pytest.FixtureRequest) -> Backend:
     return Backend(server.url, server.settings)
 
 
-def run(backend: Backend, scenario) -> None:  # type: ignore[no-untyped-def]
+def run(backend: Backend, scenario, page_keys: int = 1000) -> None:  # type: ignore[no-untyped-def]
     async def main() -> None:
-        store: MetadataStore = open_metadata_store(backend.url, timeout_s=5, etcd=backend.etcd)
+        store: MetadataStore = open_metadata_store(
+            backend.url, timeout_s=5, etcd=backend.etcd, page_keys=page_keys
+        )
         try:
             await store.delete_prefix(b"/contract/")
             await scenario(store)
@@ -74,6 +76,77 @@ def test_get_prefix_is_sorted_and_bounded_by_the_prefix(backend: Backend) -> Non
         await s.delete_prefix(b"/contract/p/")
         assert await s.get_prefix(b"/contract/p/") == []
         assert await s.get(b"/contract/q") == b"x"
+
+    run(backend, scenario)
+
+
+def test_a_prefix_larger_than_a_page_is_read_whole_in_pages_of_the_page_size(
+    backend: Backend,
+) -> None:
+    async def scenario(s: MetadataStore) -> None:
+        items = [(f"/contract/pg/{i:04d}".encode(), str(i).encode()) for i in range(250)]
+        await s.put_many(items + [(b"/contract/pg", b"outside"), (b"/contract/ph/0", b"x")])
+        pages = [page async for page in s.scan_prefix(b"/contract/pg/")]
+        assert [len(p) for p in pages] == [64, 64, 64, 58]
+        assert [kv for page in pages for kv in page] == items
+        assert await s.get_prefix(b"/contract/pg/") == items
+        assert [len(p) async for p in s.scan_prefix(b"/contract/pg/", page_keys=100)] == [
+            100,
+            100,
+            50,
+        ]
+        # A prefix of exactly a page ends without an empty page.
+        await s.delete_many([k for k, _ in items[64:]])
+        assert [len(p) async for p in s.scan_prefix(b"/contract/pg/")] == [64]
+        assert [p async for p in s.scan_prefix(b"/contract/none/")] == []
+
+    run(backend, scenario, page_keys=64)
+
+
+def test_a_scan_abandoned_after_its_first_page_leaves_no_read_running(backend: Backend) -> None:
+    async def scenario(s: MetadataStore) -> None:
+        await s.put_many([(f"/contract/ab/{i:03d}".encode(), b"v") for i in range(30)])
+        pages = s.scan_prefix(b"/contract/ab/", page_keys=10)
+        first = await anext(pages)
+        assert len(first) == 10
+        await pages.aclose()  # the next page was already asked for
+        assert asyncio.all_tasks() == {asyncio.current_task()}
+
+    run(backend, scenario)
+
+
+def test_a_range_read_stops_at_its_limit_and_its_end(backend: Backend) -> None:
+    async def scenario(s: MetadataStore) -> None:
+        await s.put_many([(f"/contract/r/{c}".encode(), c.encode()) for c in "abcdef"])
+        assert await s.get_range(b"/contract/r/b", b"/contract/r/e", 10) == [
+            (b"/contract/r/b", b"b"),
+            (b"/contract/r/c", b"c"),
+            (b"/contract/r/d", b"d"),
+        ]
+        assert await s.get_range(b"/contract/r/bb", b"/contract/r/z", 2) == [
+            (b"/contract/r/c", b"c"),
+            (b"/contract/r/d", b"d"),
+        ]
+        assert await s.first_in_ranges(
+            [
+                (b"/contract/r/cc", b"/contract/r0"),
+                (b"/contract/r/g", b"/contract/r0"),
+                (b"/contract/r/a", b"/contract/r/b"),
+            ]
+        ) == [(b"/contract/r/d", b"d"), None, (b"/contract/r/a", b"a")]
+
+    run(backend, scenario)
+
+
+def test_a_page_of_values_larger_than_one_etcd_message_is_read_in_smaller_parts(
+    backend: Backend,
+) -> None:
+    async def scenario(s: MetadataStore) -> None:
+        big = b"x" * (1024 * 1024)  # five of them exceed a client's 4 MiB message
+        items = [(f"/contract/big/{i}".encode(), big) for i in range(6)]
+        for item in items:
+            await s.put(*item)
+        assert [k for k, _ in await s.get_prefix(b"/contract/big/")] == [k for k, _ in items]
 
     run(backend, scenario)
 

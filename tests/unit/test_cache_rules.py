@@ -4,7 +4,7 @@ and the worker's view of it, which follows the store."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -60,8 +60,8 @@ class Namespace:
             return Inode(path=path, is_dir=True, mount_path="/m")
         raise NotFound(path)
 
-    async def subtree(self, path: str) -> list[Inode]:
-        return [f for p, f in self.files.items() if p.startswith(path + "/")]
+    async def subtree(self, path: str) -> AsyncIterator[list[Inode]]:
+        yield [f for p, f in self.files.items() if p.startswith(path + "/")]
 
     async def workers(self) -> list[WorkerRecord]:
         return [self.worker]

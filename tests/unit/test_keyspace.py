@@ -1,23 +1,26 @@
 from reservoir.common import keyspace
 
 
-def _under(prefix: bytes, path: str) -> bool:
-    return keyspace.inode_key(path).startswith(prefix)
+def test_a_directorys_chunks_share_a_group_that_no_other_directory_has() -> None:
+    group = keyspace.namespace_group("/m", "/m/a")
+    assert keyspace.chunk_key(group, "x").startswith(group)
+    assert keyspace.chunk_key(group, None).startswith(group)
+    for other in ("/m/ab", "/m/a/b", "/m", "/"):
+        assert not keyspace.namespace_group("/m", other).startswith(group)
 
 
-def test_children_prefix_matches_direct_children_only() -> None:
-    prefix = keyspace.inode_children_prefix("/a/b")
-    assert _under(prefix, "/a/b/x")
-    assert not _under(prefix, "/a/b/x/y")  # a grandchild
-    assert not _under(prefix, "/a/bc/x")  # a sibling sharing a name prefix
-    assert not _under(prefix, "/a/b")
+def test_every_group_of_a_mount_lies_under_the_mount_prefix_only() -> None:
+    prefix = keyspace.namespace_mount_prefix("/m")
+    assert keyspace.namespace_group("/m", "/m/a/b").startswith(prefix)
+    assert keyspace.namespace_group("/m", "/").startswith(prefix)
+    assert not keyspace.namespace_group("/m2", "/m2/a").startswith(prefix)
 
 
-def test_root_children_are_the_top_level_paths() -> None:
-    prefix = keyspace.inode_children_prefix("/")
-    assert _under(prefix, "/m") and not _under(prefix, "/m/x")
+def test_the_last_chunk_sorts_after_every_named_chunk_of_its_group() -> None:
+    group = keyspace.namespace_group("/m", "/m")
+    assert keyspace.chunk_key(group, "\U0010ffff-last") < keyspace.chunk_key(group, None)
 
 
-def test_level_prefix_reaches_exactly_one_depth_below_a_directory() -> None:
-    assert _under(keyspace.inode_level_prefix("/a", 3), "/a/b/c")
-    assert not _under(keyspace.inode_level_prefix("/a", 3), "/a/b")
+def test_legacy_inode_keys_are_by_depth_then_path() -> None:
+    assert keyspace.legacy_inode_key("/a/b/c") == b"/reservoir/v1/inodes/003/a/b/c"
+    assert keyspace.legacy_inode_key("/") == b"/reservoir/v1/inodes/000/"

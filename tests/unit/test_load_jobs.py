@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 
 from prometheus_client import CollectorRegistry
 
@@ -30,8 +31,9 @@ class _Namespace:
     ) -> list[Inode | ReservoirError]:
         return [_FILE for _ in many]
 
-    async def subtree(self, path: str) -> list[Inode]:
-        return [_DIR, _FILE]
+    async def subtree(self, path: str) -> AsyncIterator[list[Inode]]:
+        yield [_DIR]
+        yield [_FILE]
 
     async def workers(self) -> list[WorkerRecord]:
         return [WorkerRecord("w1", "127.0.0.1:1")]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -183,19 +183,22 @@ def test_a_failed_listing_reaches_every_waiting_reader_and_the_next_miss_lists_a
 
 class _ListedMeanwhile(MemoryMetadataStore):
     """A real memory store on which the directory's listing lands right after the first
-    read of one key: the interleaving of a stat with another reader's listing."""
+    lookup of one key (a stat's read of its chunk): the interleaving of a stat with
+    another reader's listing."""
 
     def __init__(self) -> None:
         super().__init__()
         self.key = b""
         self.meanwhile: Callable[[], Any] | None = None
 
-    async def get(self, key: bytes) -> bytes | None:
-        value = await super().get(key)
-        if key == self.key and self.meanwhile is not None:
+    async def first_in_ranges(
+        self, ranges: Sequence[tuple[bytes, bytes]]
+    ) -> list[tuple[bytes, bytes] | None]:
+        found = await super().first_in_ranges(ranges)
+        if any(start == self.key for start, _ in ranges) and self.meanwhile is not None:
             meanwhile, self.meanwhile = self.meanwhile, None
             await meanwhile()
-        return value
+        return found
 
 
 def test_a_stat_that_races_the_storing_of_its_directory_listing_finds_the_file(
@@ -209,7 +212,7 @@ def test_a_stat_that_races_the_storing_of_its_directory_listing_finds_the_file(
         config = MasterConfig(metadata_url="memory://", allowed_schemes="s3,file")
         master = MasterService(store, config)
         mount = await master.mount("/m", uri, HOUR)
-        store.key = keyspace.inode_key("/m/f.bin")
+        store.key = keyspace.namespace_group("/m", "/m") + b"f.bin"
         store.meanwhile = lambda: master.sync.sync_directory(mount, "/m")
         assert (await master.file_info("/m/f.bin")).size == len("f.bin")
 

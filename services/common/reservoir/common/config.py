@@ -447,6 +447,13 @@ def _list_page_size() -> Any:
     return field(default=1000, metadata=env("RESERVOIR_LIST_PAGE_SIZE"))
 
 
+def _metadata_page_keys() -> Any:
+    """Keys per etcd range read, for the master and workers: a prefix of any size is read
+    page by page (one etcd answer must stay under 4 MiB; a page of larger values is split
+    further on its own)."""
+    return field(default=1000, metadata=env("RESERVOIR_METADATA_PAGE_KEYS"))
+
+
 def _under_store() -> Any:
     return field(default_factory=lambda: load(UnderStoreCalls))
 
@@ -461,6 +468,7 @@ class MasterConfig:
     # How long an inode fetched from the under-store is trusted before it is checked again.
     metadata_ttl_s: float = field(default=300.0, metadata=env("RESERVOIR_METADATA_TTL"))
     metadata_timeout_s: float = field(default=5.0, metadata=env("RESERVOIR_METADATA_TIMEOUT"))
+    metadata_page_keys: int = _metadata_page_keys()
     # TLS, client certificate and user for etcd (RESERVOIR_ETCD_CA, ...).
     etcd: EtcdSettings = field(default_factory=lambda: load(EtcdSettings))
     ufs: UnderStoreCalls = _under_store()
@@ -582,6 +590,7 @@ class WorkerConfig:
         default="etcd://127.0.0.1:2379", metadata=env("RESERVOIR_METADATA_URL")
     )
     metadata_timeout_s: float = field(default=5.0, metadata=env("RESERVOIR_METADATA_TIMEOUT"))
+    metadata_page_keys: int = _metadata_page_keys()
     # TLS, client certificate and user for etcd (RESERVOIR_ETCD_CA, ...).
     etcd: EtcdSettings = field(default_factory=lambda: load(EtcdSettings))
     lease_ttl_s: int = field(default=10, metadata=env("RESERVOIR_WORKER_LEASE_TTL"))

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
+
 ROOT = b"/reservoir/v1/"
 MOUNTS = ROOT + b"mounts"
-INODES = ROOT + b"inodes"
+# The namespace: chunks of a directory's inodes (common/inode_codec.py), keyed by mount,
+# directory and the last name in the chunk (see namespace_group).
+NAMESPACE = ROOT + b"ns/"
+# Before chunks: one JSON inode per key, by depth then path. Read only to migrate it.
+LEGACY_INODES = ROOT + b"inodes/"
 WORKERS = ROOT + b"workers/"
 LOCATIONS = ROOT + b"locations/"
 JOBS = ROOT + b"jobs/"
@@ -19,26 +25,37 @@ def mount_key(path: str) -> bytes:
     return MOUNTS + path.encode()
 
 
-# Inodes are keyed by depth, then path: a directory's children are one contiguous range,
-# so listing a directory reads its children only, never the whole subtree below it.
-MAX_DEPTH = 256
+def _digest(path: str) -> bytes:
+    return hashlib.blake2b(path.encode(), digest_size=8).hexdigest().encode()
 
 
-def depth(path: str) -> int:
-    return 0 if path == "/" else path.count("/")
+def namespace_mount_prefix(mount_path: str) -> bytes:
+    """Every chunk of a mount's namespace: dropped as one range when the mount goes."""
+    return NAMESPACE + _digest(mount_path) + b"/"
 
 
-def inode_key(path: str) -> bytes:
-    return INODES + f"/{depth(path):03d}".encode() + path.encode()
+# A directory's children are one contiguous range whose key names the directory by a
+# 64-bit hash of its path: a stat computes its chunk's place from the path alone (one
+# read), listing a directory reads its children only, and a key stays short however deep
+# the path. Two directories of a mount share a range only on a hash collision (odds of
+# about 3 in 10^6 at ten million directories, 3 in 10^8 at a million).
+def namespace_group(mount_path: str, directory: str) -> bytes:
+    return namespace_mount_prefix(mount_path) + _digest(directory) + b"/"
 
 
-def inode_level_prefix(directory: str, level: int) -> bytes:
-    """Keys of the inodes `level` components deep that lie below `directory`."""
-    return INODES + f"/{level:03d}".encode() + (directory.rstrip("/") + "/").encode()
+# A chunk's key is its group plus the last name it may hold; the group's last chunk
+# holds every name after the others', under a byte no UTF-8 name contains.
+LAST_CHUNK = b"\xff"
 
 
-def inode_children_prefix(directory: str) -> bytes:
-    return inode_level_prefix(directory, depth(directory) + 1)
+def chunk_key(group: bytes, last_name: str | None) -> bytes:
+    return group + (LAST_CHUNK if last_name is None else last_name.encode())
+
+
+def legacy_inode_key(path: str) -> bytes:
+    """Where the JSON layout kept `path` (by depth, then path)."""
+    depth = 0 if path == "/" else path.count("/")
+    return LEGACY_INODES + f"{depth:03d}".encode() + path.encode()
 
 
 def worker_key(worker_id: str) -> bytes:

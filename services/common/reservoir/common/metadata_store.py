@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import bisect
 import functools
-import heapq
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -28,6 +28,17 @@ log = get_logger(__name__)
 
 # etcd's default --max-txn-ops is 128; stay under it.
 MAX_TXN_OPS = 100
+# Keys per range read: etcd answers a range in one message, which a client refuses past
+# 4 MiB, so a prefix of any size is read page by page (RESERVOIR_METADATA_PAGE_KEYS).
+DEFAULT_PAGE_KEYS = 1000
+
+
+def prefix_end(prefix: bytes) -> bytes:
+    """The first key after every key that starts with `prefix` (etcd's range_end)."""
+    stripped = prefix.rstrip(b"\xff")
+    if not stripped:
+        return b"\x00"  # etcd: to the end of the keyspace
+    return stripped[:-1] + bytes([stripped[-1] + 1])
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +48,9 @@ class Lease:
 
 
 class MetadataStore(abc.ABC):
+    # Keys per page of a prefix read (`scan_prefix`, and so `get_prefix`).
+    page_keys: int = DEFAULT_PAGE_KEYS
+
     @abc.abstractmethod
     async def get(self, key: bytes) -> bytes | None: ...
 
@@ -45,17 +59,56 @@ class MetadataStore(abc.ABC):
         """Values of many keys in few round trips (None where a key is absent)."""
 
     @abc.abstractmethod
+    async def get_range(self, start: bytes, end: bytes, limit: int) -> list[tuple[bytes, bytes]]:
+        """The first `limit` (> 0) pairs with `start <= key < end`, sorted by key: one page
+        of a range, read without the rest of it (`key + b"\\0"` starts after `key`)."""
+
+    async def first_in_ranges(
+        self, ranges: Sequence[tuple[bytes, bytes]]
+    ) -> list[tuple[bytes, bytes] | None]:
+        """For each (start, end), the first pair with start <= key < end, or None; a
+        backend may answer many in one round trip."""
+        pages = await asyncio.gather(*(self.get_range(s, e, 1) for s, e in ranges))
+        return [page[0] if page else None for page in pages]
+
+    async def scan_prefix(
+        self, prefix: bytes, page_keys: int | None = None
+    ) -> AsyncIterator[list[tuple[bytes, bytes]]]:
+        """The pairs under `prefix` in key order, one page (at most `page_keys`, by
+        default the store's `page_keys`) at a time: memory stays bounded by two pages
+        however large the prefix. Pages are read one after another, so a key written
+        meanwhile may or may not be seen (as with any listing)."""
+        limit = page_keys or self.page_keys
+        end = prefix_end(prefix)
+        # The next page is asked for before this one is handed over: the store works on
+        # it while the caller works on this one (two pages in memory at most).
+        ahead: asyncio.Task[list[tuple[bytes, bytes]]] | None = asyncio.ensure_future(
+            self.get_range(prefix, end, limit)
+        )
+        try:
+            while ahead is not None:
+                page = await ahead
+                ahead = None
+                if len(page) == limit:
+                    ahead = asyncio.ensure_future(self.get_range(page[-1][0] + b"\x00", end, limit))
+                if page:
+                    yield page
+        finally:
+            if ahead is not None:
+                ahead.cancel()
+                await asyncio.gather(ahead, return_exceptions=True)
+
     async def get_prefix(self, prefix: bytes) -> list[tuple[bytes, bytes]]:
-        """All pairs under `prefix`, sorted by key."""
+        """All pairs under `prefix`, sorted by key (read page by page; for a table whose
+        size the caller bounds: an unbounded one is read with `scan_prefix`)."""
+        found: list[tuple[bytes, bytes]] = []
+        async for page in self.scan_prefix(prefix):
+            found.extend(page)
+        return found
 
     async def count_prefix(self, prefix: bytes) -> int:
         """How many keys lie under `prefix` (a backend may count them without reading them)."""
         return len(await self.get_prefix(prefix))
-
-    @abc.abstractmethod
-    async def get_range(self, start: bytes, end: bytes, limit: int) -> list[tuple[bytes, bytes]]:
-        """The first `limit` (> 0) pairs with `start <= key < end`, sorted by key: one page
-        of a range, read without the rest of it (`key + b"\\0"` starts after `key`)."""
 
     @abc.abstractmethod
     async def put_many(
@@ -99,8 +152,11 @@ class MetadataStore(abc.ABC):
 class MemoryMetadataStore(MetadataStore):
     """Everything in one process's memory; leases expire on the monotonic clock."""
 
-    def __init__(self) -> None:
+    def __init__(self, page_keys: int = DEFAULT_PAGE_KEYS) -> None:
+        self.page_keys = page_keys
         self._data: dict[bytes, tuple[bytes, int | None]] = {}
+        # Keys in order, rebuilt on the first range read after a key was added or removed.
+        self._order: list[bytes] | None = None
         self._leases: dict[int, float] = {}
         self._ttl: dict[int, int] = {}
         self._next_lease = 1
@@ -122,6 +178,7 @@ class MemoryMetadataStore(MetadataStore):
         for key in gone:
             del self._data[key]
             self._changed(key, None)
+        self._order = None
 
     async def get(self, key: bytes) -> bytes | None:
         self._expire()
@@ -131,15 +188,18 @@ class MemoryMetadataStore(MetadataStore):
     async def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
         return [await self.get(k) for k in keys]
 
-    async def get_prefix(self, prefix: bytes) -> list[tuple[bytes, bytes]]:
-        self._expire()
-        return sorted((k, v[0]) for k, v in self._data.items() if k.startswith(prefix))
-
     async def get_range(self, start: bytes, end: bytes, limit: int) -> list[tuple[bytes, bytes]]:
         _check_limit(limit)
         self._expire()
-        inside = ((k, v[0]) for k, v in self._data.items() if start <= k < end)
-        return heapq.nsmallest(limit, inside)
+        if self._order is None:
+            self._order = sorted(self._data)
+        order = self._order
+        found: list[tuple[bytes, bytes]] = []
+        for key in order[bisect.bisect_left(order, start) :]:
+            if len(found) >= limit or (end != b"\x00" and key >= end):
+                break
+            found.append((key, self._data[key][0]))
+        return found
 
     async def put_many(
         self, items: Sequence[tuple[bytes, bytes]], lease: Lease | None = None
@@ -148,17 +208,21 @@ class MemoryMetadataStore(MetadataStore):
         if lease is not None and lease.id not in self._leases:
             raise NotFound(f"lease {lease.id} has expired")
         for key, value in items:
+            if key not in self._data:
+                self._order = None
             self._data[key] = (value, lease.id if lease else None)
             self._changed(key, value)
 
     async def delete_many(self, keys: Sequence[bytes]) -> None:
         for key in keys:
             if self._data.pop(key, None) is not None:
+                self._order = None
                 self._changed(key, None)
 
     async def delete_prefix(self, prefix: bytes) -> None:
         for key in [k for k in self._data if k.startswith(prefix)]:
             del self._data[key]
+            self._order = None
             self._changed(key, None)
 
     async def watch_prefix(self, prefix: bytes) -> KeyChanges:
@@ -200,6 +264,7 @@ class EtcdMetadataStore(MetadataStore):
         endpoints: list[tuple[str, int]],
         timeout_s: float,
         settings: EtcdSettings | None = None,
+        page_keys: int = DEFAULT_PAGE_KEYS,
     ) -> None:
         import aetcd
 
@@ -211,6 +276,7 @@ class EtcdMetadataStore(MetadataStore):
         self._settings = settings or EtcdSettings()
         self._clients = etcd_clients(endpoints, timeout_s, self._settings)
         self._current = 0
+        self.page_keys = page_keys
 
     @property
     def _client(self) -> Any:
@@ -279,15 +345,40 @@ class EtcdMetadataStore(MetadataStore):
             values.extend(bytes(r[0][0]) if r else None for r in responses)
         return values
 
-    async def get_prefix(self, prefix: bytes) -> list[tuple[bytes, bytes]]:
-        result = await self._call("get_prefix", lambda c: c.get_prefix(prefix))
-        return [(bytes(kv.key), bytes(kv.value)) for kv in result]  # type: ignore[attr-defined]
-
     async def get_range(self, start: bytes, end: bytes, limit: int) -> list[tuple[bytes, bytes]]:
-        """One etcd range request with a limit: etcd reads and sends that many keys only."""
         _check_limit(limit)  # etcd takes a limit of 0 for "no limit"
-        pairs = await self._call("get_range", lambda c: _get_range(c, start, end, limit))
-        return pairs  # type: ignore[no-any-return]
+        found: list[tuple[bytes, bytes]] = []
+        ask = limit
+        while len(found) < limit:
+            part: list[tuple[bytes, bytes]] | None = await self._call(
+                "get_range", functools.partial(_range, start=start, end=end, limit=ask)
+            )
+            if part is None:
+                if ask == 1:
+                    raise Unavailable(f"etcd get_range: the value at {start!r} exceeds a message")
+                # Values larger than a page of them can carry: the page in smaller parts.
+                ask = max(1, ask // 4)
+                log.debug("etcd_page_too_large", start=start, retry_limit=ask)
+                continue
+            found.extend(part)
+            if len(part) < ask:
+                break
+            start = part[-1][0] + b"\x00"
+            ask = min(ask, limit - len(found))
+        return found
+
+    async def first_in_ranges(
+        self, ranges: Sequence[tuple[bytes, bytes]]
+    ) -> list[tuple[bytes, bytes] | None]:
+        """One transaction of one-key ranges per MAX_TXN_OPS ranges."""
+        found: list[tuple[bytes, bytes] | None] = []
+        flat = list(ranges)
+        for begin in range(0, len(flat), MAX_TXN_OPS):
+            batch = flat[begin : begin + MAX_TXN_OPS]
+            found.extend(
+                await self._call("first_in_ranges", functools.partial(_first_in, ranges=batch))
+            )
+        return found
 
     async def count_prefix(self, prefix: bytes) -> int:
         """Counted by etcd (a count-only range): no key or value crosses the network."""
@@ -342,18 +433,71 @@ class EtcdMetadataStore(MetadataStore):
             await client.close()
 
 
-async def _count_prefix(client: Any, prefix: bytes) -> int:
+def _handled(call: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    """`call` with aetcd's mapping of gRPC errors, after aetcd's connect."""
     import aetcd.client
-    import aetcd.utils
 
-    # aetcd has no count-only call; this is its get_prefix with count_only set, wrapped
-    # the same way (connect first, gRPC errors mapped to aetcd's).
-    @aetcd.client._handle_errors
+    return aetcd.client._handle_errors(call)  # type: ignore[no-any-return]
+
+
+def _range_request(start: bytes, end: bytes, limit: int) -> Any:
+    from aetcd import rpc
+
+    return rpc.RangeRequest(key=start, range_end=end, limit=limit)
+
+
+async def _range(client: Any, start: bytes, end: bytes, limit: int) -> Any:
+    """A page of a range (aetcd's get_range cannot limit one); None when etcd's answer
+    would exceed the client's message size (the caller asks for fewer keys)."""
+    import grpc
+
+    @_handled
+    async def page() -> list[tuple[bytes, bytes]] | None:
+        await client.connect()
+        try:
+            reply = await client.kvstub.Range(
+                _range_request(start, end, limit),
+                timeout=client._timeout,
+                metadata=client.metadata,
+            )
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
+                return None
+            raise
+        return [(bytes(kv.key), bytes(kv.value)) for kv in reply.kvs]
+
+    return await page()
+
+
+async def _first_in(client: Any, ranges: list[tuple[bytes, bytes]]) -> Any:
+    from aetcd import rpc
+
+    @_handled
+    async def first() -> list[tuple[bytes, bytes] | None]:
+        await client.connect()
+        request = rpc.TxnRequest(
+            compare=[],
+            success=[rpc.RequestOp(request_range=_range_request(s, e, 1)) for s, e in ranges],
+            failure=[],
+        )
+        reply = await client.kvstub.Txn(request, timeout=client._timeout, metadata=client.metadata)
+        found: list[tuple[bytes, bytes] | None] = []
+        for response in reply.responses:
+            kvs = response.response_range.kvs
+            found.append((bytes(kvs[0].key), bytes(kvs[0].value)) if kvs else None)
+        return found
+
+    return await first()
+
+
+async def _count_prefix(client: Any, prefix: bytes) -> int:
+    from aetcd import rpc
+
+    # aetcd has no count-only call (its request builder drops count_only).
+    @_handled
     async def count() -> int:
         await client.connect()
-        request = client._build_get_range_request(
-            key=prefix, range_end=aetcd.utils.prefix_range_end(prefix), count_only=True
-        )
+        request = rpc.RangeRequest(key=prefix, range_end=prefix_end(prefix), count_only=True)
         reply = await client.kvstub.Range(
             request, timeout=client._timeout, metadata=client.metadata
         )
@@ -367,26 +511,6 @@ def _check_limit(limit: int) -> None:
         raise InvalidArgument(f"a range read needs a limit above 0, not {limit}")
 
 
-async def _get_range(
-    client: Any, start: bytes, end: bytes, limit: int
-) -> list[tuple[bytes, bytes]]:
-    import aetcd.client
-
-    # aetcd's get_range has no limit (its request builder leaves it out): the same call,
-    # with the limit set on the request.
-    @aetcd.client._handle_errors
-    async def read() -> list[tuple[bytes, bytes]]:
-        await client.connect()
-        request = client._build_get_range_request(key=start, range_end=end)
-        request.limit = limit
-        reply = await client.kvstub.Range(
-            request, timeout=client._timeout, metadata=client.metadata
-        )
-        return [(bytes(kv.key), bytes(kv.value)) for kv in reply.kvs]
-
-    return await read()
-
-
 def _status(exc: BaseException) -> str:
     """The gRPC status name behind an aetcd error, or ''."""
     code = getattr(exc.__cause__, "code", None)
@@ -394,13 +518,19 @@ def _status(exc: BaseException) -> str:
 
 
 def open_metadata_store(
-    url: str, timeout_s: float = 5.0, etcd: EtcdSettings | None = None
+    url: str,
+    timeout_s: float = 5.0,
+    etcd: EtcdSettings | None = None,
+    page_keys: int = DEFAULT_PAGE_KEYS,
 ) -> MetadataStore:
     """The backend a URL names: etcd://host:port[,host:port] or memory://. `etcd`: how
-    to reach etcd securely (TLS, client certificate, user); plaintext when absent."""
+    to reach etcd securely (TLS, client certificate, user); plaintext when absent.
+    `page_keys`: keys per range read of a prefix."""
+    if page_keys < 1:
+        raise InvalidArgument(f"page_keys must be at least 1 (got {page_keys})")
     parts = urlsplit(url)
     if parts.scheme == "memory":
-        return MemoryMetadataStore()
+        return MemoryMetadataStore(page_keys)
     if parts.scheme == "etcd":
         endpoints = []
         for item in (parts.netloc or "").split(","):
@@ -408,5 +538,5 @@ def open_metadata_store(
             if not host or not port.isdigit():
                 raise InvalidArgument(f"bad etcd endpoint {item!r} in {url!r}")
             endpoints.append((host, int(port)))
-        return EtcdMetadataStore(endpoints, timeout_s, etcd)
+        return EtcdMetadataStore(endpoints, timeout_s, etcd, page_keys)
     raise InvalidArgument(f"unknown metadata store URL {url!r} (etcd://host:port or memory://)")

@@ -23,6 +23,7 @@ import asyncio
 import json
 import time
 from collections import defaultdict
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -48,7 +49,9 @@ class RuleNamespace(Protocol):
 
     async def file_info(self, path: str, with_locations: bool = False) -> Inode: ...
 
-    async def subtree(self, path: str) -> list[Inode]: ...
+    def subtree(self, path: str) -> AsyncIterator[list[Inode]]:
+        """Every stored inode below `path`, a page at a time."""
+        ...
 
     async def workers(self) -> list[WorkerRecord]: ...
 
@@ -135,16 +138,19 @@ class CacheRules:
         info = await self._namespace.file_info(path)
         if not info.is_dir:
             return [info]
-        return [i for i in await self._namespace.subtree(info.path) if not i.is_dir]
+        return [
+            i async for page in self._namespace.subtree(info.path) for i in page if not i.is_dir
+        ]
 
     async def _pinned_files(self, *, besides: str = "") -> dict[str, _PinnedFile]:
         """Every pinned file (by file id) of every rule but `besides`."""
         pinned: dict[str, _PinnedFile] = {}
         skip = keyspace.pinned_prefix(besides) if besides else None
-        for key, value in await self._store.get_prefix(keyspace.PINNED):
-            if skip is not None and key.startswith(skip):
-                continue
-            pinned[keyspace.pinned_file_id(key)] = _PinnedFile(**json.loads(value))
+        async for page in self._store.scan_prefix(keyspace.PINNED):
+            for key, value in page:
+                if skip is not None and key.startswith(skip):
+                    continue
+                pinned[keyspace.pinned_file_id(key)] = _PinnedFile(**json.loads(value))
         return pinned
 
     # ---- pins -------------------------------------------------------------------------

@@ -1,9 +1,8 @@
 """A directory listed a page at a time: what the master holds for one answer is one page,
 however many entries the directory has.
 
-A directory's children are one contiguous key range in the metadata store
-(`keyspace.inode_children_prefix`), sorted by name, so a page is one range read that
-starts after the last name of the page before. That name travels in the page token, with
+A directory's children are stored in name order in chunks (`NamespaceStore`), so a page
+is a range read of the chunks that follow the last name of the page before. That name travels in the page token, with
 the directory it belongs to; nothing is kept on the master between pages, so a listing
 survives a master failover and costs nothing once its reader goes away. The first page
 does what a whole listing did before: a directory not listed recently (or never) is
@@ -19,14 +18,14 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
-from reservoir.common import keyspace, paths
+from reservoir.common import paths
 from reservoir.common.config import MasterConfig
 from reservoir.common.errors import InvalidArgument, NotADirectory
-from reservoir.common.metadata_store import MetadataStore
 from reservoir.common.models import Inode
 
 from .metadata_sync import NamespaceSync, dir_inode
 from .mount_table import MountTable
+from .namespace_store import NamespaceStore
 
 
 @dataclass(frozen=True)
@@ -58,14 +57,14 @@ def name_after(token: str, directory: str) -> str:
 class DirectoryPages:
     def __init__(
         self,
-        store: MetadataStore,
+        namespace: NamespaceStore,
         config: MasterConfig,
         mount_table: MountTable,
         sync: NamespaceSync,
         file_info: Callable[[str], Awaitable[Inode]],
         with_locations: Callable[[Inode], Inode],
     ) -> None:
-        self._store = store
+        self._namespace = namespace
         self._config = config
         self._mounts = mount_table
         self._sync = sync
@@ -119,7 +118,7 @@ class DirectoryPages:
         mount = self._mounts.mount_for(path)
         stored = None
         if mount is not None and path != mount.path:
-            stored = await self._store.get(keyspace.inode_key(path))
+            stored = await self._namespace.get(path)
             # Never seen: its own listing says it is a directory (one LIST), where a stat
             # first would list its parent too. Empty: a file, or nothing.
             if stored is None and (await self._sync.sync_directory(mount, path)).children:
@@ -130,22 +129,14 @@ class DirectoryPages:
         if mount is None:
             return  # above every mount: its entries are mount points only
         if stored is None:
-            stored = await self._store.get(keyspace.inode_key(path))
-        if stored is None or not self._sync.fresh(mount, Inode.from_json(stored).listed_ms):
+            stored = await self._namespace.get(path)
+        if stored is None or not self._sync.fresh(mount, stored.listed_ms):
             await self._sync.sync_directory(mount, path)
 
     async def _entries(self, path: str, after: str | None, limit: int) -> list[Inode]:
         """Up to `limit` entries of `path` whose names sort after `after`, in name order:
         its stored children and the mount points below it."""
-        stored: list[Inode] = []
-        if self._mounts.mount_for(path) is not None:
-            prefix = keyspace.inode_children_prefix(path)
-            # A child's key is the prefix and its name; no name holds NUL, so the key
-            # plus NUL is the first key after it.
-            start = prefix if after is None else prefix + after.encode() + b"\0"
-            end = prefix[:-1] + bytes([prefix[-1] + 1])
-            pairs = await self._store.get_range(start, end, limit)
-            stored = [Inode.from_json(v) for _, v in pairs]
+        stored = await self._namespace.children_after(path, after, limit)
         by_name = {_name(c): c for c in stored}
         for name in self._mounts.children_of(path):
             if after is None or name > after:

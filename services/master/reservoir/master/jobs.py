@@ -81,7 +81,9 @@ class Namespace(Protocol):
         self, many: list[str], with_locations: bool = False
     ) -> list[Inode | ReservoirError]: ...
 
-    async def subtree(self, path: str) -> list[Inode]: ...
+    def subtree(self, path: str) -> AsyncIterator[list[Inode]]:
+        """Every stored inode below `path`, a page at a time."""
+        ...
 
     async def workers(self) -> list[WorkerRecord]: ...
 
@@ -125,12 +127,13 @@ class LoadJobs:
 
     async def resume(self) -> None:
         """Picks up the jobs a previous master left unfinished."""
-        for _, raw in await self._store.get_prefix(keyspace.JOBS):
-            job = Job.from_json(raw)
-            self._jobs[job.id] = job
-            if job.state not in TERMINAL:
-                log.info("load_job_resumed", job=job.id, path=job.path, attempts=job.attempts)
-                self._start(job)
+        async for page in self._store.scan_prefix(keyspace.JOBS):
+            for _, raw in page:
+                job = Job.from_json(raw)
+                self._jobs[job.id] = job
+                if job.state not in TERMINAL:
+                    log.info("load_job_resumed", job=job.id, path=job.path, attempts=job.attempts)
+                    self._start(job)
 
     async def submit(
         self,
@@ -213,7 +216,11 @@ class LoadJobs:
             await asyncio.sleep(poll_s)
 
     async def all(self) -> list[Job]:
-        jobs = [Job.from_json(raw) for _, raw in await self._store.get_prefix(keyspace.JOBS)]
+        jobs = [
+            Job.from_json(raw)
+            async for page in self._store.scan_prefix(keyspace.JOBS)
+            for _, raw in page
+        ]
         for job in jobs:
             if job.id in self._jobs:
                 job.__dict__.update(self._jobs[job.id].__dict__)
@@ -291,7 +298,9 @@ class LoadJobs:
         info = await self._namespace.file_info(job.path)
         if not info.is_dir:
             return [info]
-        below = [i for i in await self._namespace.subtree(info.path) if not i.is_dir]
+        below = [
+            i async for page in self._namespace.subtree(info.path) for i in page if not i.is_dir
+        ]
         return sorted(below, key=lambda f: f.path)
 
     async def _named(self, job: Job) -> list[Inode]:

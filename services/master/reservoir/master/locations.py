@@ -30,10 +30,11 @@ class BlockLocationTable:
 
     async def load(self) -> None:
         """Reads the persisted table (a restarted master has it at once)."""
-        for key, value in await self._store.get_prefix(keyspace.LOCATIONS):
-            worker_id, _, file_id = key[len(keyspace.LOCATIONS) :].decode().partition("/")
-            for index in json.loads(value):
-                self._add(worker_id, file_id, int(index))
+        async for page in self._store.scan_prefix(keyspace.LOCATIONS):
+            for key, value in page:
+                worker_id, _, file_id = key[len(keyspace.LOCATIONS) :].decode().partition("/")
+                for index in json.loads(value):
+                    self._add(worker_id, file_id, int(index))
         log.info("locations_loaded", workers=len(self._by_worker), files=len(self._by_file))
 
     def _add(self, worker_id: str, file_id: str, index: int) -> None:
@@ -104,6 +105,15 @@ class BlockLocationTable:
         for worker_id in [w for w in self._by_worker if w not in live_ids]:
             log.info("worker_locations_dropped", worker=worker_id)
             self.forget_worker(worker_id)
+
+    def holds_any(self) -> bool:
+        """Whether any worker holds any block."""
+        return bool(self._by_file)
+
+    def indices(self, file_id: str) -> list[int]:
+        """The block indices of a file that some worker holds."""
+        held = self._by_file.get(file_id)
+        return [i for i, ids in held.items() if ids] if held else []
 
     def holders(self, file_id: str) -> dict[int, list[str]]:
         return {i: sorted(ids) for i, ids in self._by_file.get(file_id, {}).items() if ids}

@@ -19,15 +19,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
-from reservoir.common import keyspace, logs, paths
+from reservoir.common import logs, paths
 from reservoir.common.config import MasterConfig
 from reservoir.common.errors import InvalidArgument, NotFound, ReservoirError
-from reservoir.common.metadata_store import MetadataStore
 from reservoir.common.models import Inode, Mount, file_id_for
 from reservoir.common.mounted_stores import MountedStores
 from reservoir.common.under_store import ObjectInfo, UnderStore
 
 from .mount_table import MountTable
+from .namespace_store import NamespaceStore
 
 log = logs.get_logger(__name__)
 T = TypeVar("T")
@@ -91,13 +91,13 @@ def _retrieve(future: asyncio.Future[DirectoryListing | None]) -> None:
 class NamespaceSync:
     def __init__(
         self,
-        store: MetadataStore,
+        namespace: NamespaceStore,
         config: MasterConfig,
         mount_table: MountTable,
         under_stores: MountedStores,
         pool: ThreadPoolExecutor,
     ) -> None:
-        self._store = store
+        self._namespace = namespace
         self._config = config
         self._mount_table = mount_table
         self._under_stores = under_stores
@@ -145,8 +145,8 @@ class NamespaceSync:
         the truth: what is there exists, what is not does not."""
         if not paths.is_within(directory, mount.path):
             return False
-        raw = await self._store.get(keyspace.inode_key(directory))
-        return raw is not None and self.fresh(mount, Inode.from_json(raw).listed_ms)
+        inode = await self._namespace.get(directory)
+        return inode is not None and self.fresh(mount, inode.listed_ms)
 
     async def unseen(self, mount: Mount, path: str) -> NotFound:
         """NotFound for a path that its directory's stored listing lacks. The listing is
@@ -154,8 +154,8 @@ class NamespaceSync:
         under-store since is not seen yet: the message says so, and how to see it now (a
         user who has just uploaded a file would otherwise take it for a bug)."""
         directory = paths.parent_of(path)
-        raw = await self._store.get(keyspace.inode_key(directory))
-        listed_ms = Inode.from_json(raw).listed_ms if raw is not None else 0
+        stored = await self._namespace.get(directory)
+        listed_ms = stored.listed_ms if stored is not None else 0
         when = ""
         if listed_ms:
             moment = datetime.datetime.fromtimestamp(listed_ms / 1000, tz=datetime.UTC)
@@ -200,10 +200,10 @@ class NamespaceSync:
         # Shielded: a reader that gives up does not cancel the listing others wait on.
         listing = await asyncio.shield(listed)
         if listing is None:  # listed by an earlier flight meanwhile: etcd has the answer
-            raw = await self._store.get(keyspace.inode_key(path))
-            if raw is None:
+            stored = await self._namespace.get(path)
+            if stored is None:
                 raise await self.unseen(mount, path)
-            return Inode.from_json(raw)
+            return stored
         inode = listing.by_path.get(path)
         if inode is not None:
             return inode
@@ -266,26 +266,16 @@ class NamespaceSync:
         except NotFound:
             listing = await self.ufs(ufs.list, key + "/", 1)
             if not listing.objects and not listing.prefixes:
-                await self._store.delete(keyspace.inode_key(path))
+                await self._namespace.delete(path)
                 raise NotFound(f"{path}: no such file or directory") from None
             inode = dir_inode(path, mount)
-        await self._store.put(keyspace.inode_key(path), inode.to_json())
+        await self._namespace.put(inode)
         return inode
 
     # ---- directories ----------------------------------------------------------------------
 
     async def stored_children(self, path: str) -> list[Inode]:
-        pairs = await self._store.get_prefix(keyspace.inode_children_prefix(path))
-        return [Inode.from_json(v) for _, v in pairs]
-
-    async def delete_subtree(self, path: str, *, exhaustive: bool = False) -> None:
-        """Deletes every stored inode below `path`. `exhaustive` also reaches inodes
-        stored without their parents (stat of a deep path), at the cost of a call per level."""
-        for level in range(keyspace.depth(path) + 1, keyspace.MAX_DEPTH):
-            prefix = keyspace.inode_level_prefix(path, level)
-            if not exhaustive and not await self._store.get_prefix(prefix):
-                break
-            await self._store.delete_prefix(prefix)
+        return await self._namespace.children(path)
 
     async def sync_directory(
         self, mount: Mount, path: str, *, limit: int | None = None
@@ -331,29 +321,27 @@ class NamespaceSync:
     ) -> DirectoryListing:
         if not children and path != mount.path:
             # The directory is gone (or never was): no listing marker for a phantom.
-            raw = await self._store.get(keyspace.inode_key(path))
-            if raw is not None and Inode.from_json(raw).is_dir:
-                await self.delete_subtree(path)
-                await self._store.delete(keyspace.inode_key(path))
+            known = await self._namespace.get(path)
+            if known is not None and known.is_dir:
+                await self._namespace.delete_subtree(path)
+                await self._namespace.delete(path)
             return DirectoryListing([])
         if not complete:
             # Files only: a stored subdirectory keeps its own listing marker.
             files = [c for c in children if not c.is_dir]
-            await self._store.put_many([(keyspace.inode_key(i.path), i.to_json()) for i in files])
+            await self._namespace.put_many(files)
             return DirectoryListing(children, written=len(files), complete=False)
         seen = {c.path for c in children}
         stored = {c.path: c for c in await self.stored_children(path)}
         gone = [old for old in stored.values() if old.path not in seen]
         for old in gone:
             if old.is_dir:
-                await self.delete_subtree(old.path)
-        await self._store.delete_many([keyspace.inode_key(old.path) for old in gone])
+                await self._namespace.delete_subtree(old.path)
         # Unchanged children are not rewritten (the directory's listing marker vouches for
         # them); a stored directory keeps its own listing marker.
         changed = [c for c in children if not _same(stored.get(c.path), c)]
         here = replace(dir_inode(path, mount), listed_ms=now_ms())
-        await self._store.put_many(
-            [(keyspace.inode_key(i.path), i.to_json()) for i in changed]
-            + [(keyspace.inode_key(path), here.to_json())]
-        )
+        await self._namespace.write(changed, [old.path for old in gone])
+        # After the children: the marker vouches for what is stored.
+        await self._namespace.put(here)
         return DirectoryListing(children, len(changed), len(gone))

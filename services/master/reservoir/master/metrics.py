@@ -29,7 +29,7 @@ JOB_STATES = ("pending", "running", *TERMINAL)
 
 @dataclass(frozen=True, slots=True)
 class _Stored:
-    inodes: int
+    namespace_chunks: int
     jobs: dict[str, int]
     workers: int
     worker_capacity_bytes: int
@@ -43,7 +43,7 @@ class MasterMetrics(Collector):
 
     async def refresh(self) -> None:
         try:
-            inodes = await self._store.count_prefix(keyspace.INODES + b"/")
+            chunks = await self._store.count_prefix(keyspace.NAMESPACE)
             jobs = dict.fromkeys(JOB_STATES, 0)
             for job in await self._service.jobs.all():
                 jobs[job.state] = jobs.get(job.state, 0) + 1
@@ -52,7 +52,7 @@ class MasterMetrics(Collector):
             self._stored = None
             log.warning("metrics_metadata_unavailable", error=str(exc))
             return
-        self._stored = _Stored(inodes, jobs, len(workers), sum(w.capacity_bytes for w in workers))
+        self._stored = _Stored(chunks, jobs, len(workers), sum(w.capacity_bytes for w in workers))
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         yield GaugeMetricFamily(
@@ -67,9 +67,10 @@ class MasterMetrics(Collector):
         if stored is None:
             return
         yield GaugeMetricFamily(
-            PREFIX + "inodes",
-            "Files and directories the master knows (stored in etcd).",
-            value=stored.inodes,
+            PREFIX + "namespace_chunks",
+            "etcd keys holding the namespace (each up to 64 files and directories of one "
+            "directory; counting the entries would read them all).",
+            value=stored.namespace_chunks,
         )
         jobs = GaugeMetricFamily(PREFIX + "jobs", "Load jobs by state.", labels=["state"])
         for state, n in stored.jobs.items():

@@ -46,7 +46,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[cfg.MasterConfig, cfg.Log
 
 
 async def serve(config: cfg.MasterConfig, transport: Transport) -> None:
-    store = open_metadata_store(config.metadata_url, config.metadata_timeout_s, config.etcd)
+    store = open_metadata_store(
+        config.metadata_url, config.metadata_timeout_s, config.etcd, config.metadata_page_keys
+    )
     registry = server_registry()
     service = MasterService(store, config, transport, registry)
     await service.start()

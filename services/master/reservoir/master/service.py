@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from prometheus_client import CollectorRegistry
 
-from reservoir.common import keyspace, logs, paths
+from reservoir.common import logs, paths
 from reservoir.common.config import MasterConfig
 from reservoir.common.errors import (
     Internal,
@@ -37,6 +37,7 @@ from .locations import BlockLocationTable
 from .metadata_sync import DirectoryListing, NamespaceSync, dir_inode, now_ms
 from .mount_policy import MountPolicy
 from .mount_table import MountTable
+from .namespace_store import NamespaceStore
 from .worker_link import WorkerLink
 
 log = logs.get_logger(__name__)
@@ -53,7 +54,6 @@ class MasterService:
         """`registry`: where the master's under-store and load-job instruments go (the one
         /metrics serves); by default one of their own that no one reads."""
         registry = CollectorRegistry() if registry is None else registry
-        self._store = store
         self._config = config
         self.mount_table = MountTable(
             store,
@@ -73,9 +73,17 @@ class MasterService:
         # boto3 blocks: under-store calls run on a pool of their own, sized by a setting
         # (asyncio's default pool is small on small machines).
         self._pool = ThreadPoolExecutor(config.ufs.concurrency, thread_name_prefix="ufs")
-        self.sync = NamespaceSync(store, config, self.mount_table, self._under_stores, self._pool)
+        self.namespace = NamespaceStore(store, self.mount_table)
+        self.sync = NamespaceSync(
+            self.namespace, config, self.mount_table, self._under_stores, self._pool
+        )
         self.directories = DirectoryPages(
-            store, config, self.mount_table, self.sync, self.file_info, self._with_locations
+            self.namespace,
+            config,
+            self.mount_table,
+            self.sync,
+            self.file_info,
+            self._with_locations,
         )
         self.jobs = LoadJobs(
             store,
@@ -99,6 +107,7 @@ class MasterService:
         await self.mount_table.load()
         for mount in self.mount_table.mounts():
             self._under_stores.prepare(mount)  # before the first stat needs it
+        await self.namespace.migrate_legacy()
         await self.locations.load()
         await self.refresh_workers()
         await self.jobs.resume()
@@ -141,8 +150,7 @@ class MasterService:
             self._under_stores.prepare(mount)
             if old is not None:
                 # Inodes (ETags, sizes, block sizes) and listing marks came from the old store.
-                await self._store.delete(keyspace.inode_key(path))
-                await self.sync.delete_subtree(path, exhaustive=True)
+                await self.namespace.delete_mount(path)
         log.info(
             "remounted" if old else "mounted",
             path=path,
@@ -158,8 +166,7 @@ class MasterService:
         path = paths.normalize(path)
         async with self.mount_table.lock:
             await self.mount_table.remove(path)
-            await self._store.delete(keyspace.inode_key(path))
-            await self.sync.delete_subtree(path, exhaustive=True)
+            await self.namespace.delete_mount(path)
             self._under_stores.forget(path)
         log.info("unmounted", path=path)
 
@@ -181,10 +188,10 @@ class MasterService:
             raise NotFound(f"{path}: no such file or directory (not under any mount)")
         if path == mount.path:
             return dir_inode(path, mount, mount.created_ms)
-        raw = await self._store.get(keyspace.inode_key(path))
+        stored = await self.namespace.get(path)
         if refresh:
             inode = await self.sync.sync_inode(mount, path)
-            old = Inode.from_json(raw) if raw is not None else None
+            old = stored
             log.info(
                 "inode_refreshed",
                 path=path,
@@ -194,18 +201,17 @@ class MasterService:
             )
             return self._with_locations(inode) if with_locations else inode
         parent = paths.parent_of(path)
-        if raw is not None:
-            inode = Inode.from_json(raw)
+        if stored is not None:
+            inode = stored
             if self.sync.fresh(mount, inode.synced_ms) or await self.sync.listed(mount, parent):
                 return self._with_locations(inode) if with_locations else inode
         elif await self.sync.listed(mount, parent):
             # Read again: a listing stored between the two reads above wrote this path's
             # inode no later than the directory's marker.
-            raw = await self._store.get(keyspace.inode_key(path))
-            if raw is None:
+            again = await self.namespace.get(path)
+            if again is None:
                 raise await self.sync.unseen(mount, path)
-            inode = Inode.from_json(raw)
-            return self._with_locations(inode) if with_locations else inode
+            return self._with_locations(again) if with_locations else again
         # Unknown or stale: one listing of the directory answers this path and its siblings.
         inode = await self.sync.lookup(mount, path)
         return self._with_locations(inode) if with_locations else inode
@@ -227,11 +233,10 @@ class MasterService:
             if mount is None or path == mount.path:
                 continue  # virtual directories: answered by file_info without the store
             keyed.append((position, path))
-        raws = await self._store.get_many([keyspace.inode_key(p) for _, p in keyed])
-        for (position, path), raw in zip(keyed, raws, strict=True):
-            if raw is None:
+        stored = await self.namespace.get_many([p for _, p in keyed])
+        for (position, path), inode in zip(keyed, stored, strict=True):
+            if inode is None:
                 continue
-            inode = Inode.from_json(raw)
             mount = self.mount_table.mount_for(path)
             if mount is not None and self.sync.fresh(mount, inode.synced_ms):
                 results[position] = self._with_locations(inode) if with_locations else inode
@@ -282,15 +287,9 @@ class MasterService:
         want them all; the RPC answers a page at a time, `directories.page`)."""
         return [e async for e in self.directories.entries(path, with_locations)]
 
-    async def subtree(self, path: str) -> list[Inode]:
-        """Every stored inode below `path`, level by level."""
-        found: list[Inode] = []
-        for level in range(keyspace.depth(path) + 1, keyspace.MAX_DEPTH):
-            pairs = await self._store.get_prefix(keyspace.inode_level_prefix(path, level))
-            if not pairs:
-                break  # a level with nothing below this directory has no deeper levels
-            found.extend(Inode.from_json(v) for _, v in pairs)
-        return found
+    def subtree(self, path: str) -> AsyncIterator[list[Inode]]:
+        """Every stored inode below `path`, a page at a time."""
+        return self.namespace.walk(path)
 
     async def load_metadata(
         self, path: str, recursive: bool = True
@@ -323,41 +322,56 @@ class MasterService:
                     pending.extend(c.path for c in level.children if c.is_dir)
             yield (listed, written, removed, False)
         if recursive:
-            raw = await self._store.get(keyspace.inode_key(info.path))
-            if raw is not None:
-                top = replace(Inode.from_json(raw), tree_listed_ms=now_ms())
-                await self._store.put(keyspace.inode_key(info.path), top.to_json())
+            stored = await self.namespace.get(info.path)
+            if stored is not None:
+                await self.namespace.put(replace(stored, tree_listed_ms=now_ms()))
         yield (listed, written, removed, True)
 
     async def tree_is_fresh(self, path: str) -> bool:
         """True when a recursive metadata load of `path` is recent enough to trust."""
         path = paths.normalize(path)
         mount = self.mount_table.mount_for(path)
-        raw = await self._store.get(keyspace.inode_key(path))
+        stored = await self.namespace.get(path)
         return (
             mount is not None
-            and raw is not None
-            and self.sync.fresh(mount, Inode.from_json(raw).tree_listed_ms)
+            and stored is not None
+            and self.sync.fresh(mount, stored.tree_listed_ms)
         )
 
     async def report(self, path: str) -> dict[str, int]:
         """Files, bytes and how much of them the workers hold, for a path."""
         info = await self.file_info(path)
-        if info.is_dir:
-            files = [i for i in await self.subtree(info.path) if not i.is_dir]
-        else:
-            files = [info]
-        totals = {"files": 0, "bytes": 0, "blocks": 0, "cached_blocks": 0, "cached_bytes": 0}
-        for inode in files:
-            holders = self.locations.holders(inode.file_id)
-            totals["files"] += 1
-            totals["bytes"] += inode.size
-            totals["blocks"] += inode.block_count
-            for index in holders:
-                if index < inode.block_count:
-                    totals["cached_blocks"] += 1
-                    totals["cached_bytes"] += inode.block_length(index)
+        if not info.is_dir:
+            return self._totals([(info.size, info.block_size, info.file_id)], with_ids=True)
+        totals = dict.fromkeys(("files", "bytes", "blocks", "cached_blocks", "cached_bytes"), 0)
+        # Page by page, without building inodes: a data set of millions of files is never
+        # in memory at once. A file's id is derived only when some block is cached at all.
+        with_ids = self.locations.holds_any()
+        async for page in self.namespace.walk_files(info.path, with_ids):
+            for key, value in self._totals(page, with_ids).items():
+                totals[key] += value
         return totals
+
+    def _totals(self, files: list[tuple[int, int, str]], with_ids: bool) -> dict[str, int]:
+        count = size_sum = blocks = cached_blocks = cached_bytes = 0
+        indices = self.locations.indices
+        for size, block_size, file_id in files:
+            count += 1
+            size_sum += size
+            n = -(-size // block_size)
+            blocks += n
+            if with_ids:
+                for index in indices(file_id):
+                    if index < n:
+                        cached_blocks += 1
+                        cached_bytes += min(block_size, size - index * block_size)
+        return {
+            "files": count,
+            "bytes": size_sum,
+            "blocks": blocks,
+            "cached_blocks": cached_blocks,
+            "cached_bytes": cached_bytes,
+        }
 
     def _with_locations(self, inode: Inode) -> Inode:
         if inode.is_dir or not inode.file_id:

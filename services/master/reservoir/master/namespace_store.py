@@ -1,0 +1,336 @@
+"""The namespace in the metadata store: each directory's children packed into chunks of
+at most `chunk_entries` (common/inode_codec.py), so etcd holds ~40 bytes per file.
+
+A chunk's key is its directory's group (keyspace.namespace_group) plus the last name it
+may hold, so the chunk that holds a name is the first key at or after it: a stat is one
+small range read (limit 1) computed from the path, listing a directory reads its group
+page by page, and dropping a mount drops one range.
+
+Writes read the chunks they change and write them back, one directory at a time under a
+lock (the master is the only writer). A chunk that grows past `chunk_entries` is split;
+the new chunks are written before anything is deleted, so a reader sees each name either
+before or after a change, never missing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import contextlib
+import os
+from collections import defaultdict
+from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from reservoir.common import keyspace, logs, paths
+from reservoir.common.errors import InvalidArgument
+from reservoir.common.inode_codec import (
+    ChunkPlace,
+    RawEntry,
+    decode_chunk,
+    encode_chunk,
+    entry,
+    file_facts,
+    find_in_chunk,
+    iter_chunk,
+)
+from reservoir.common.metadata_store import MetadataStore, prefix_end
+from reservoir.common.models import Inode
+
+from .mount_table import MountTable
+
+log = logs.get_logger(__name__)
+
+CHUNK_ENTRIES = 128
+# And at most about this many bytes: etcd's bbolt keeps at least two values per node, so a
+# value of a bit under one 4 KiB page packs two pages full, and one a bit over wastes a
+# third of three (measured: 38 against 49 bytes per file).
+CHUNK_BYTES = 3800
+# Chunks per page of a listing: ~5 KB each, so a page stays well under etcd's 4 MiB.
+PAGE_CHUNKS = 200
+
+
+@dataclass
+class _Changes:
+    """What one write does to one directory group."""
+
+    place: ChunkPlace
+    upserts: dict[str, RawEntry] = field(default_factory=dict)
+    deletes: set[str] = field(default_factory=set)
+
+
+class NamespaceStore:
+    def __init__(
+        self,
+        store: MetadataStore,
+        mounts: MountTable,
+        chunk_entries: int = CHUNK_ENTRIES,
+        chunk_bytes: int = CHUNK_BYTES,
+    ) -> None:
+        self._store = store
+        self._mounts = mounts
+        # Entries per chunk at most: a stat reads one chunk, a change rewrites one.
+        self.chunk_entries = chunk_entries
+        self.chunk_bytes = chunk_bytes
+        self._page_chunks = min(store.page_keys, PAGE_CHUNKS)
+        self._locks: dict[bytes, asyncio.Lock] = {}
+        self._lock_users: dict[bytes, int] = defaultdict(int)
+
+    def _where(self, path: str) -> tuple[bytes, ChunkPlace, str] | None:
+        """A path's group, its chunk's place and its name; None outside every mount."""
+        mount = self._mounts.mount_for(path)
+        if mount is None or path == paths.ROOT:
+            return None
+        directory = paths.parent_of(path)
+        group = keyspace.namespace_group(mount.path, directory)
+        return group, ChunkPlace(directory, mount.path, mount.uri), path.rsplit("/", 1)[1]
+
+    def _directory(self, directory: str) -> tuple[bytes, ChunkPlace] | None:
+        mount = self._mounts.mount_for(directory)
+        if mount is None:
+            return None
+        group = keyspace.namespace_group(mount.path, directory)
+        return group, ChunkPlace(directory, mount.path, mount.uri)
+
+    # ---- reads ------------------------------------------------------------------------
+
+    async def get(self, path: str) -> Inode | None:
+        return (await self.get_many([path]))[0]
+
+    async def get_many(self, many: Sequence[str]) -> list[Inode | None]:
+        """Stored inodes of many paths: one range read (limit 1) each, batched."""
+        found: list[Inode | None] = [None] * len(many)
+        asked: list[tuple[int, ChunkPlace, str]] = []
+        ranges: list[tuple[bytes, bytes]] = []
+        for position, path in enumerate(many):
+            where = self._where(path)
+            if where is None:
+                continue
+            group, place, name = where
+            asked.append((position, place, name))
+            ranges.append((group + name.encode(), prefix_end(group)))
+        chunks = await self._store.first_in_ranges(ranges) if ranges else []
+        for (position, place, name), chunk in zip(asked, chunks, strict=True):
+            if chunk is not None:
+                found[position] = find_in_chunk(chunk[1], name, place)
+        return found
+
+    async def children_pages(self, directory: str) -> AsyncIterator[list[Inode]]:
+        """A directory's stored children in name order, a page of chunks at a time."""
+        where = self._directory(directory)
+        if where is None:
+            return
+        group, place = where
+        async for page in self._store.scan_prefix(group, self._page_chunks):
+            yield [inode for _, raw in page for inode in decode_chunk(raw, place)]
+
+    async def children_after(self, directory: str, after: str | None, limit: int) -> list[Inode]:
+        """Up to `limit` stored children of `directory` whose names sort after `after` (from
+        the first when None), in name order: a page of a listing, read from the chunk that
+        may hold the next name on, never the directory's earlier chunks."""
+        where = self._directory(directory)
+        if where is None or limit <= 0:
+            return []
+        group, place = where
+        # A chunk's key is the last name it may hold: the chunks past `after` are the keys
+        # after it (NUL sorts first, and no name holds it).
+        start = group if after is None else group + after.encode() + b"\x00"
+        end = prefix_end(group)
+        per_read = max(1, min(self._page_chunks, limit // 64 + 1))
+        found: list[Inode] = []
+        while len(found) < limit:
+            page = await self._store.get_range(start, end, per_read)
+            for _, raw in page:
+                found.extend(
+                    inode
+                    for inode in decode_chunk(raw, place)
+                    if after is None or inode.path.rsplit("/", 1)[1] > after
+                )
+            if len(page) < per_read:
+                break
+            start = page[-1][0] + b"\x00"
+        return found[:limit]
+
+    async def children(self, directory: str) -> list[Inode]:
+        return [i async for page in self.children_pages(directory) for i in page]
+
+    async def walk(self, top: str) -> AsyncIterator[list[Inode]]:
+        """Every stored inode below `top` (reachable through stored directories), a page
+        at a time: memory holds a page and the directories still to visit."""
+        pending = [top]
+        while pending:
+            directory = pending.pop()
+            async for page in self.children_pages(directory):
+                pending.extend(i.path for i in page if i.is_dir)
+                yield page
+
+    async def walk_files(
+        self, top: str, with_ids: bool
+    ) -> AsyncIterator[list[tuple[int, int, str]]]:
+        """(size, block size, file_id) of every stored file below `top`, a page at a
+        time, without building inodes (file_id '' unless `with_ids`): what a report of
+        millions of files adds up."""
+        pending = [top]
+        while pending:
+            where = self._directory(pending.pop())
+            if where is None:
+                continue
+            group, place = where
+            async for page in self._store.scan_prefix(group, self._page_chunks):
+                files: list[tuple[int, int, str]] = []
+                for _, raw in page:
+                    found, directories = file_facts(raw, place, with_ids)
+                    files.extend(found)
+                    pending.extend(place.path_of(name) for name in directories)
+                yield files
+
+    # ---- writes -----------------------------------------------------------------------
+
+    async def put(self, inode: Inode) -> None:
+        await self.put_many([inode])
+
+    async def put_many(self, inodes: Iterable[Inode]) -> None:
+        await self.write(inodes, ())
+
+    async def delete(self, path: str) -> None:
+        await self.delete_many([path])
+
+    async def delete_many(self, many: Iterable[str]) -> None:
+        await self.write((), many)
+
+    async def delete_subtree(self, path: str) -> None:
+        """Deletes every stored inode below `path` (not `path` itself)."""
+        groups: list[bytes] = []
+        async for page in self.walk(path):
+            for inode in page:
+                if inode.is_dir:
+                    where = self._directory(inode.path)
+                    if where is not None:
+                        groups.append(where[0])
+        here = self._directory(path)
+        if here is not None:
+            groups.append(here[0])
+        for group in groups:
+            async with self._locked(group):
+                await self._store.delete_prefix(group)
+
+    async def delete_mount(self, mount_path: str) -> None:
+        """Deletes a mount's whole namespace, its own directory entry included."""
+        await self._store.delete_prefix(keyspace.namespace_mount_prefix(mount_path))
+
+    async def migrate_legacy(self) -> int:
+        """Moves inodes stored one JSON value per key (before chunks) into chunks, page
+        by page, deleting each page once its inodes are written: a master that dies
+        midway carries on from what is left. Inodes under no mount are dropped (their
+        mount is gone). Returns how many inodes were moved."""
+        moved = dropped = 0
+        async for page in self._store.scan_prefix(keyspace.LEGACY_INODES):
+            inodes = []
+            for _, raw in page:
+                inode = Inode.from_json(raw)
+                if self._where(inode.path) is None:
+                    dropped += 1
+                else:
+                    inodes.append(inode)
+            await self.put_many(inodes)
+            await self._store.delete_many([key for key, _ in page])
+            moved += len(inodes)
+        if moved or dropped:
+            log.info("namespace_migrated", inodes=moved, dropped=dropped)
+        return moved
+
+    async def write(self, upserts: Iterable[Inode], deletes: Iterable[str]) -> None:
+        """Stores `upserts` and deletes `deletes` (paths), each directory's changes in one
+        read and one write of the chunks they touch."""
+        changes: dict[bytes, _Changes] = {}
+        for inode in upserts:
+            where = self._where(inode.path)
+            if where is None:
+                raise InvalidArgument(f"{inode.path} lies under no mount: not stored")
+            group, place, name = where
+            change = changes.setdefault(group, _Changes(place))
+            change.upserts[name] = entry(inode, place)
+            change.deletes.discard(name)
+        for path in deletes:
+            where = self._where(path)
+            if where is None:
+                continue
+            group, place, name = where
+            change = changes.setdefault(group, _Changes(place))
+            change.deletes.add(name)
+            change.upserts.pop(name, None)
+        for group, change in changes.items():
+            async with self._locked(group):
+                await self._rewrite(group, change)
+
+    @contextlib.asynccontextmanager
+    async def _locked(self, group: bytes) -> AsyncIterator[None]:
+        lock = self._locks.setdefault(group, asyncio.Lock())
+        self._lock_users[group] += 1
+        try:
+            async with lock:
+                yield
+        finally:
+            self._lock_users[group] -= 1
+            if not self._lock_users[group]:
+                del self._lock_users[group], self._locks[group]
+
+    async def _rewrite(self, group: bytes, change: _Changes) -> None:
+        names = sorted(change.upserts.keys() | change.deletes)
+        end = prefix_end(group)
+        loaded: dict[bytes, bytes] = {}
+        if len(names) > self.chunk_entries:
+            # Many names: reading the whole directory costs less than a read each.
+            async for page in self._store.scan_prefix(group, self._page_chunks):
+                loaded.update(page)
+        else:
+            found = await self._store.first_in_ranges([(group + n.encode(), end) for n in names])
+            loaded.update(f for f in found if f is not None)
+        keys = sorted(loaded)
+        chunks: dict[bytes, dict[str, RawEntry]] = {}
+        touched: set[bytes] = set()
+        for name in names:
+            key = _first_at_or_after(keys, group + name.encode())
+            if key is None:
+                key = keyspace.chunk_key(group, None)  # after every chunk: a new last one
+            if key not in chunks:
+                raw = loaded.get(key)
+                chunks[key] = {e.name: e for e in iter_chunk(raw)} if raw else {}
+            entries = chunks[key]
+            if name in change.deletes:
+                if entries.pop(name, None) is None:
+                    continue
+            else:
+                entries[name] = change.upserts[name]
+            touched.add(key)
+        puts: list[tuple[bytes, bytes]] = []
+        removed: list[bytes] = []
+        for key in sorted(touched):
+            entries = chunks[key]
+            if not entries:
+                removed.append(key)
+                continue
+            ordered = [entries[n] for n in sorted(entries)]
+            weight, previous = 0, ""
+            for item in ordered:  # about its encoded size: names are prefix-compressed
+                shared = len(os.path.commonprefix((previous, item.name)))
+                weight += len(item.name) - shared + len(item.body) + 3
+                previous = item.name
+            pieces = max(-(-len(ordered) // self.chunk_entries), -(-weight // self.chunk_bytes))
+            size = -(-len(ordered) // pieces)
+            for start in range(0, len(ordered), size):
+                piece = ordered[start : start + size]
+                last = start + size >= len(ordered)
+                # The last piece keeps the chunk's key (its range ends there); the
+                # others end at their own last name.
+                piece_key = key if last else keyspace.chunk_key(group, piece[-1].name)
+                puts.append((piece_key, encode_chunk(piece, change.place)))
+        if puts:
+            await self._store.put_many(puts)
+        if removed:
+            await self._store.delete_many(removed)
+
+
+def _first_at_or_after(keys: list[bytes], wanted: bytes) -> bytes | None:
+    index = bisect.bisect_left(keys, wanted)
+    return keys[index] if index < len(keys) else None
