@@ -101,6 +101,11 @@ class MasterService:
         await self.jobs.resume()
         log.info("master_state_loaded", mounts=len(self.mount_table))
 
+    async def metadata_health(self) -> None:
+        """Raises what a write to the metadata store would meet now (etcd out of space,
+        unreachable); returns when it takes writes."""
+        await self._store.health()
+
     async def close(self) -> None:
         await self.jobs.close()
         await self._worker_link.close()
