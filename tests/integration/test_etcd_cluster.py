@@ -165,8 +165,8 @@ def test_sigkill_of_the_etcd_leader_mid_load_loses_nothing_and_fails_no_read(
     state_dir: Path,
 ) -> None:
     cluster = LocalCluster.load(state_dir)
-    warm = upload(cluster, "warm", "d", 20)
-    cold = upload(cluster, "cold", "d", 120)
+    warm = upload(cluster, "warm", "d", 10)
+    cold = upload(cluster, "cold", "d", 60)
     with Client(config=cluster.client_config()) as c:
         for bucket in ("warm", "cold"):
             c.mount(f"/{bucket}", f"s3://{bucket}/d/", endpoint_url=cluster.s3_endpoint,
@@ -174,13 +174,14 @@ def test_sigkill_of_the_etcd_leader_mid_load_loses_nothing_and_fails_no_read(
         # etcd1 is the first endpoint: the member the master and workers talk to. Made
         # etcd's leader too, its death also costs the cluster an election.
         make_leader(cluster, "etcd1")
-        cluster.s3_config(latency_ms=60)  # the load runs for seconds
+        cluster.s3_config(latency_ms=100)  # the load runs for seconds
         try:
             with Reader(cluster, warm) as reader:
                 job = c.submit_load("/cold")
                 wait_until(lambda: c.job(job.id).done_blocks > 0)
                 cluster.kill("etcd1")
                 reads_at_kill = reader.reads
+                assert c.job(job.id).done_blocks < blocks(cold)  # killed mid-load
                 final = c.watch_job(job.id)
                 wait_until(lambda: reader.reads >= reads_at_kill + 2 * len(warm))
         finally:

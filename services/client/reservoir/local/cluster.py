@@ -384,6 +384,7 @@ class LocalCluster:
         secure: bool | None = None,
         credentials: Path | None = None,
         etcd_members: int | None = None,
+        etcd_flags: list[str] | None = None,
     ) -> LocalCluster:
         """Starts a cluster in `state_dir`: a clean one, wiping what a stopped cluster left
         there, or with `resume` that stopped cluster again (see state_dir.py), with the
@@ -393,7 +394,8 @@ class LocalCluster:
         (made by `pki.create`; the clusters of one test run can share them).
         `disk_capacity`: each worker also keeps blocks on disk, up to this size, in
         `<state dir>/<worker>/disk`. `etcd_members`: etcd as a cluster of this many
-        members (1: a single etcd)."""
+        members (1: a single etcd). `etcd_flags`: more flags for every member (tests: a
+        small --quota-backend-bytes)."""
         state = StateDir(Path(state_dir))
         state.path.mkdir(parents=True, exist_ok=True)
         state.ensure_not_running()
@@ -409,6 +411,7 @@ class LocalCluster:
                 "env": env,
                 "credentials": None if credentials is None else str(credentials),
                 "etcd_members": etcd_members,
+                "etcd_flags": etcd_flags,
             },
             state.resumable().settings if resume else None,
         )
@@ -433,7 +436,7 @@ class LocalCluster:
             kept = resume and (own / "ca.pem").exists()  # its clients hold that CA and tokens
             if settings["secure"] and Path(settings["credentials"]) == own and not kept:
                 pki.create(own, [f"worker{n}" for n in range(1, workers + 1)])
-            cluster.start_etcd(recorded=recorded_etcd)
+            cluster.start_etcd(*settings["etcd_flags"], recorded=recorded_etcd)
             if s3_endpoint:
                 cluster.s3_endpoint = s3_endpoint
             else:

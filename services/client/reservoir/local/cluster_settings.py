@@ -44,6 +44,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("etcd_members", "--etcd-members", 1),
     Setting("lease_ttl", "lease_ttl", 10),
     Setting("env", "env", {}),
+    # More flags for every etcd member (tests: e.g. a small --quota-backend-bytes).
+    Setting("etcd_flags", "etcd_flags", []),
     # Where a --secure cluster's CA, certificates and tokens are ("" = <state dir>/tls).
     Setting("credentials", "credentials", ""),
 )
