@@ -41,9 +41,9 @@ def small_etcd_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loc
         cluster.down()
 
 
-def health(cluster: LocalCluster) -> subprocess.CompletedProcess[str]:
+def health(cluster: LocalCluster, *flags: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "reservoir.cli.main", "health", cluster.master_address],
+        [sys.executable, "-m", "reservoir.cli.main", "health", *flags, cluster.master_address],
         capture_output=True,
         text=True,
         timeout=60,
@@ -134,6 +134,9 @@ def test_a_full_etcd_is_named_by_master_errors_and_health_until_space_is_freed(
     assert f"{cluster.master_address}: RESOURCE_EXHAUSTED: etcd is out of space: " in line
     for advice in ("compact", "defrag", "alarm disarm", "--quota-backend-bytes"):
         assert advice in line
+    # What probes run: the master itself still serves.
+    probe = health(cluster, "--server-only")
+    assert probe.returncode == 0 and probe.stdout.strip() == "SERVING", probe.stderr
 
     free_space(cluster)
     assert health(cluster).returncode == 0

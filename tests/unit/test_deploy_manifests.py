@@ -781,8 +781,8 @@ def run_credentials_create(directory: Path, workers: str, hosts: str) -> None:
 def test_the_cli_has_the_health_command_the_secure_probes_run() -> None:
     from reservoir.cli.main import build_parser
 
-    args = build_parser().parse_args(["health", "127.0.0.1:19998"])
-    assert args.address == "127.0.0.1:19998" and callable(args.func)
+    args = build_parser().parse_args(["health", "--server-only", "127.0.0.1:19998"])
+    assert args.address == "127.0.0.1:19998" and callable(args.func) and args.server_only
     assert "reservoir" in console_scripts()
 
 
@@ -940,12 +940,12 @@ def test_secure_compose_healthchecks_speak_tls_to_the_port_each_server_listens_o
     services = merged_compose_services()
     master_port = compose_env(services["master"])["RESERVOIR_MASTER_LISTEN"].rpartition(":")[2]
     assert services["master"]["healthcheck"]["test"] == [
-        "CMD", "reservoir", "health", f"127.0.0.1:{master_port}",
+        "CMD", "reservoir", "health", "--server-only", f"127.0.0.1:{master_port}",
     ]  # fmt: skip
     for name in WORKERS:
         port = compose_env(services[name])["RESERVOIR_WORKER_LISTEN"].rpartition(":")[2]
         test = services[name]["healthcheck"]["test"]
-        assert test == ["CMD", "reservoir", "health", f"127.0.0.1:{port}"], name
+        assert test == ["CMD", "reservoir", "health", "--server-only", f"127.0.0.1:{port}"], name
         assert services[name]["healthcheck"].get("interval"), name
 
 
@@ -1149,7 +1149,10 @@ def test_k8s_secure_probes_run_reservoir_health_on_the_listen_port() -> None:
             patch = container[probe]
             # `grpc: null` removes the base's plaintext gRPC probe.
             assert "grpc" in patch and patch["grpc"] is None, (kind, probe)
-            assert patch["exec"]["command"] == ["reservoir", "health", f"127.0.0.1:{port}"]
+            # The server alone: a master whose etcd is full or away still serves reads, and
+            # restarting or unrouting it would not bring etcd back.
+            command = ["reservoir", "health", "--server-only", f"127.0.0.1:{port}"]
+            assert patch["exec"]["command"] == command
 
 
 def test_k8s_secure_every_process_checks_a_name_the_certificate_is_made_for(

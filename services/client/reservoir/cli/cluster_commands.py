@@ -150,7 +150,8 @@ def cmd_health(args: argparse.Namespace) -> None:
             reply = stub.Check(
                 health_pb2.HealthCheckRequest(service=args.service), timeout=args.timeout
             )
-            if not args.service and reply.status == health_pb2.HealthCheckResponse.SERVING:
+            serving = reply.status == health_pb2.HealthCheckResponse.SERVING
+            if serving and not args.service and not args.server_only:
                 _check_metadata_store(stub, METADATA_SERVICE, args.timeout)
         except grpc.RpcError as exc:
             print(f"{args.address}: {exc.code().name}: {exc.details()}", file=sys.stderr)
@@ -192,6 +193,12 @@ def register(commands: Subcommands) -> None:
     )
     p.add_argument("address", help="host:port, e.g. 127.0.0.1:19998")
     p.add_argument("--service", default="", help="health service name (default: the server)")
+    p.add_argument(
+        "--server-only",
+        action="store_true",
+        help="check the server alone, not a master's etcd (for probes: a master whose etcd "
+        "is full or away still serves reads, and restarting it does not help)",
+    )
     p.add_argument(
         "--timeout", type=float, default=3.0, metavar="SECONDS", help="deadline (default 3)"
     )
