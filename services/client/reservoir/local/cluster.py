@@ -30,6 +30,7 @@ from . import cluster_settings, pki
 from .etcd_members import (
     etcd_binary,
     is_member,
+    member_names,
     member_process,
     new_members,
     recorded_members,
@@ -418,6 +419,7 @@ class LocalCluster:
             },
             state.resumable().settings if resume else None,
         )
+        member_names(settings["etcd_members"])  # refused before the stopped cluster is wiped
         # A resumed etcd cluster keeps its ports (its members know each other by them).
         recorded_etcd = state.resumable().etcd if resume and settings["etcd_members"] > 1 else []
         s3_port = 0  # the resumed managed S3 keeps its port: the mounts name it
