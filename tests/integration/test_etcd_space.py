@@ -143,3 +143,19 @@ def test_a_full_etcd_is_named_by_master_errors_and_health_until_space_is_freed(
     with Client(config=cluster.client_config()) as c:
         c.mount("/full", uri, endpoint_url=cluster.s3_endpoint)
         assert [m.path for m in c.mounts()] == ["/full"]
+
+
+def test_health_reports_a_master_whose_etcd_is_down_within_its_own_deadline(
+    small_etcd_cluster: LocalCluster,
+) -> None:
+    cluster = small_etcd_cluster
+    cluster.stop("etcd")
+    try:
+        checked = health(cluster, "--timeout", "3")
+        assert checked.returncode == 1
+        [line] = checked.stderr.splitlines()
+        assert line.startswith(f"{cluster.master_address}: UNAVAILABLE: "), line
+        assert "etcd" in line or "metadata store" in line, line
+        assert health(cluster, "--server-only").returncode == 0
+    finally:
+        cluster.restart_etcd()

@@ -10,15 +10,18 @@ A server that has no such check answers NOT_FOUND, as the protocol says.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 
 import grpc.aio
 from grpc_health.v1 import health, health_pb2
 
-from .errors import ReservoirError
+from .errors import ReservoirError, Unavailable
 from .rpc import abort_with
 
 METADATA_SERVICE = "reservoir.metadata"
+# Kept from the caller's deadline for the answer to travel back.
+DEADLINE_MARGIN_S = 0.25
 
 
 class StoreHealthServicer(health.aio.HealthServicer):
@@ -33,8 +36,16 @@ class StoreHealthServicer(health.aio.HealthServicer):
     ) -> health_pb2.HealthCheckResponse:
         if request.service != METADATA_SERVICE:
             return await super().Check(request, context)
+        # Within the caller's deadline, so that a store that does not answer is reported
+        # as such rather than as the caller's own timeout.
+        remaining = context.time_remaining()
+        budget = None if remaining is None else max(0.05, remaining - DEADLINE_MARGIN_S)
         try:
-            await self._check_store()
+            await asyncio.wait_for(self._check_store(), budget)
+        except TimeoutError:
+            await abort_with(
+                context, Unavailable(f"the metadata store did not answer within {budget:.1f}s")
+            )
         except ReservoirError as exc:
             await abort_with(context, exc)
         return health_pb2.HealthCheckResponse(status=health_pb2.HealthCheckResponse.SERVING)
