@@ -41,6 +41,6 @@ def test_etcd_out_of_space_is_resource_exhausted_and_says_what_to_do() -> None:
     assert str(error).startswith("etcd is out of space: etcd put: etcdserver: mvcc:")
     for advice in ("etcdctl compact", "etcdctl defrag", "etcdctl alarm disarm"):
         assert advice in str(error)
-    assert is_out_of_space("RESOURCE_EXHAUSTED", "")
-    assert is_out_of_space("", "etcdserver: mvcc: database space exceeded")
+    assert is_out_of_space("RESOURCE_EXHAUSTED", "etcdserver: mvcc: database space exceeded")
+    assert not is_out_of_space("RESOURCE_EXHAUSTED", "etcdserver: too many requests")
     assert not is_out_of_space("UNAVAILABLE", "etcdserver: leader changed")

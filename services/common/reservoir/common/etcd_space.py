@@ -24,8 +24,9 @@ WHAT_TO_DO = (
 
 
 def is_out_of_space(status: str, message: str) -> bool:
-    """Whether an etcd error (its gRPC status name and message) is the space alarm."""
-    return status == "RESOURCE_EXHAUSTED" or "database space exceeded" in message
+    """Whether an etcd error (its gRPC status name and message) is the space alarm. By the
+    message: etcd says RESOURCE_EXHAUSTED for "too many requests" too."""
+    return status in ("RESOURCE_EXHAUSTED", "") and "database space exceeded" in message
 
 
 def out_of_space(detail: str) -> ResourceExhausted:
