@@ -22,6 +22,16 @@ def etcd_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer
 
 
 @pytest.fixture(scope="session")
+def etcd_cluster_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EtcdServer]:
+    """Three etcd members as one cluster."""
+    server = start_etcd(tmp_path_factory.mktemp("etcd-cluster"), None, members=3)
+    try:
+        yield server
+    finally:
+        server.cluster.down()
+
+
+@pytest.fixture(scope="session")
 def etcd_credentials(tmp_path_factory: pytest.TempPathFactory) -> pki.LocalCredentials:
     return pki.create(tmp_path_factory.mktemp("etcd-pki"), [])
 

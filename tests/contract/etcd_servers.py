@@ -19,10 +19,14 @@ class EtcdServer:
     cluster: LocalCluster
 
 
-def start_etcd(state_dir: Path, credentials: Path | None, *flags: str) -> EtcdServer:
-    """etcd alone in `state_dir`; with `credentials` (made by pki.create), TLS with
-    --client-cert-auth."""
-    settings = {"secure": True, "credentials": str(credentials)} if credentials else {}
+def start_etcd(
+    state_dir: Path, credentials: Path | None, *flags: str, members: int = 1
+) -> EtcdServer:
+    """etcd alone in `state_dir` (`members` of one etcd cluster, the URL naming them all);
+    with `credentials` (made by pki.create), TLS with --client-cert-auth."""
+    settings: dict[str, object] = {"etcd_members": members}
+    if credentials:
+        settings |= {"secure": True, "credentials": str(credentials)}
     cluster = LocalCluster(state_dir=state_dir, settings=settings)
     cluster.start_etcd(*flags)
     return EtcdServer(cluster.metadata_url, cluster.etcd_settings(), cluster)

@@ -314,3 +314,111 @@ def test_a_watch_closed_before_it_is_read_ends_cleanly_and_others_go_on(backend:
         await kept.aclose()
 
     run(backend, scenario)
+
+
+# ---- several endpoints: the members of one etcd cluster ---------------------------------
+
+
+def test_etcd_store_goes_on_with_its_data_when_the_member_it_talks_to_is_killed(
+    etcd_cluster_server: EtcdServer,
+) -> None:
+    cluster = etcd_cluster_server.cluster
+    first = cluster.etcd_names()[0]  # the URL's first endpoint: where every call starts
+
+    async def main() -> None:
+        store = open_metadata_store(etcd_cluster_server.url, timeout_s=5)
+        try:
+            await store.put_many([(f"/contract/m/{i}".encode(), b"v") for i in range(10)])
+            lease = await store.grant_lease(30)
+            await store.put(b"/contract/leased", b"x", lease)
+            cluster.kill(first)
+            assert len(await store.get_prefix(b"/contract/m/")) == 10
+            await store.put(b"/contract/m/after", b"w")
+            assert await store.get(b"/contract/m/after") == b"w"
+            await store.refresh_lease(lease)  # a lease is the cluster's, not one member's
+            assert await store.get(b"/contract/leased") == b"x"
+            await store.delete_prefix(b"/contract/")
+        finally:
+            await store.close()
+
+    try:
+        asyncio.run(asyncio.wait_for(main(), 60))
+    finally:
+        cluster.restart(first)
+
+
+def test_etcd_store_call_waits_out_an_etcd_restart_within_its_deadline(tmp_path: Path) -> None:
+    from .etcd_servers import start_etcd
+
+    server = start_etcd(tmp_path, None)
+
+    async def main() -> None:
+        store = open_metadata_store(server.url, timeout_s=20)
+        try:
+            await store.put(b"/contract/r", b"1")
+            server.cluster.stop("etcd")
+            # Refused at first, again and again, until etcd is back: one call.
+            call = asyncio.ensure_future(store.get(b"/contract/r"))
+            await asyncio.to_thread(server.cluster.restart_etcd)
+            assert await call == b"1"
+        finally:
+            await store.close()
+
+    try:
+        asyncio.run(asyncio.wait_for(main(), 60))
+    finally:
+        server.cluster.down()
+
+
+def test_etcd_store_with_no_endpoint_reachable_tries_each_then_raises_unavailable() -> None:
+    from reservoir.common.errors import Unavailable
+    from reservoir.local.cluster import free_port
+
+    dead = [free_port(), free_port()]
+
+    async def main() -> None:
+        store = open_metadata_store(f"etcd://127.0.0.1:{dead[0]},127.0.0.1:{dead[1]}", 1)
+        try:
+            with pytest.raises(Unavailable, match="cannot reach 127.0.0.1:"):
+                await store.put(b"/x", b"y")
+        finally:
+            await store.close()
+
+    asyncio.run(asyncio.wait_for(main(), 20))
+
+
+# ---- out of space --------------------------------------------------------------------
+
+
+def test_an_etcd_out_of_space_refuses_writes_in_words_and_still_reads(tmp_path: Path) -> None:
+    from reservoir.common.errors import ResourceExhausted
+
+    from .etcd_servers import start_etcd
+
+    server = start_etcd(tmp_path, None, "--quota-backend-bytes", str(1024 * 1024))
+
+    async def main() -> None:
+        store = open_metadata_store(server.url, timeout_s=5)
+        try:
+            await store.health()
+            await store.put(b"/contract/kept", b"k")
+            with pytest.raises(ResourceExhausted, match="^etcd is out of space: ") as refused:
+                for n in range(64):  # 16 MiB under a 1 MiB quota
+                    await store.put(f"/contract/fill/{n}".encode(), b"x" * (256 * 1024))
+                    await asyncio.sleep(0.15)  # etcd weighs its file as it commits
+            assert "--quota-backend-bytes" in str(refused.value)
+            with pytest.raises(ResourceExhausted, match="NOSPACE alarm"):
+                await store.health()
+            assert await store.get(b"/contract/kept") == b"k"
+            await store.delete_prefix(b"/contract/")  # deletes free space: allowed
+        finally:
+            await store.close()
+
+    try:
+        asyncio.run(asyncio.wait_for(main(), 60))
+    finally:
+        server.cluster.down()
+
+
+def test_a_store_in_memory_is_always_healthy() -> None:
+    asyncio.run(open_metadata_store("memory://").health())

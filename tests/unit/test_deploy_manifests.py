@@ -15,7 +15,7 @@ import shutil
 import subprocess
 import sys
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -39,6 +39,11 @@ DOCKERFILE = REPO / "deploy" / "Dockerfile"
 PROMETHEUS_CONFIG = REPO / "deploy" / "prometheus.yml"
 IMAGE_LOCK = REPO / "deploy" / "requirements-server.txt"
 WORKERS = ("worker1", "worker2", "worker3")
+# etcd runs as three members, one cluster; every server is given all of them.
+ETCD_MEMBERS = ("etcd1", "etcd2", "etcd3")
+COMPOSE_METADATA_URL = "etcd://etcd1:2379,etcd2:2379,etcd3:2379"
+K8S_ETCD_PODS = ("etcd-0", "etcd-1", "etcd-2")
+K8S_METADATA_URL = "etcd://etcd-0.etcd:2379,etcd-1.etcd:2379,etcd-2.etcd:2379"
 MASTER_PORT = 19998
 WORKER_PORT = 29998
 
@@ -125,9 +130,48 @@ def test_docker_compose_config_validates_the_compose_file() -> None:
     assert result.returncode == 0, result.stderr
 
 
-def test_compose_defines_etcd_s3_master_and_three_workers() -> None:
+def test_compose_defines_three_etcd_members_s3_master_and_three_workers() -> None:
     services = load_compose()["services"]
-    assert {"etcd", "s3", "master", *WORKERS} <= set(services)
+    assert {*ETCD_MEMBERS, "s3", "master", *WORKERS} <= set(services)
+    assert not {name for name in services if name.startswith("etcd")} - set(ETCD_MEMBERS)
+
+
+def assert_members_form_one_cluster(
+    commands: dict[str, list[str]], host: Callable[[str], str], scheme: str = "http"
+) -> None:
+    """etcd members' command lines: each advertises itself at `host(name)`, all list the
+    same peers (each at the URL it advertises), start as one new cluster, and compact
+    their history."""
+    flags = {name: long_flags(argv) for name, argv in commands.items()}
+    clusters = {f["initial-cluster"] for f in flags.values()}
+    assert len(clusters) == 1, "every member must list the same initial cluster"
+    peers = dict(item.split("=", 1) for item in clusters.pop().split(","))
+    assert len(peers) == len(commands) == 3
+    tokens = {f.get("initial-cluster-token") for f in flags.values()}
+    assert len(tokens) == 1 and None not in tokens
+    for name, f in flags.items():
+        member = host(name)
+        assert f["advertise-client-urls"] == f"{scheme}://{member}:2379", name
+        assert f["initial-advertise-peer-urls"] == f"http://{member}:2380", name
+        assert peers[f["name"]] == f["initial-advertise-peer-urls"], name
+        assert f["initial-cluster-state"] == "new", name
+        assert f["auto-compaction-mode"] in ("periodic", "revision"), name
+        assert f["auto-compaction-retention"], name
+
+
+def metadata_endpoints(url: str) -> list[str]:
+    assert url.startswith("etcd://"), url
+    return url.removeprefix("etcd://").split(",")
+
+
+def test_compose_etcd_members_form_one_cluster_that_compacts_and_keep_their_own_data() -> None:
+    services = load_compose()["services"]
+    members = {name: command_argv(services[name]["command"]) for name in ETCD_MEMBERS}
+    assert_members_form_one_cluster(members, host=lambda name: name)
+    volumes = [services[name]["volumes"][0].split(":")[0] for name in ETCD_MEMBERS]
+    assert len(set(volumes)) == len(ETCD_MEMBERS), "one data volume per member"
+    assert set(volumes) <= set(load_compose()["volumes"])
+    assert metadata_endpoints(COMPOSE_METADATA_URL) == [f"{m}:2379" for m in ETCD_MEMBERS]
 
 
 def test_compose_sets_only_reservoir_variables_that_config_declares() -> None:
@@ -162,7 +206,7 @@ def test_compose_workers_find_master_and_etcd_by_service_name() -> None:
     master_port = compose_env(services["master"])["RESERVOIR_MASTER_LISTEN"].rpartition(":")[2]
     assert master_port == str(MASTER_PORT)
     for name in ("master", *WORKERS):
-        assert compose_env(services[name])["RESERVOIR_METADATA_URL"] == "etcd://etcd:2379"
+        assert compose_env(services[name])["RESERVOIR_METADATA_URL"] == COMPOSE_METADATA_URL
     for name in WORKERS:
         env = compose_env(services[name])
         assert env["RESERVOIR_MASTER"] == f"master:{master_port}"
@@ -199,7 +243,10 @@ def test_compose_master_and_workers_run_the_packaged_console_scripts() -> None:
 
 def test_compose_servers_start_only_after_their_dependencies_are_healthy() -> None:
     services = load_compose()["services"]
-    expected = {"master": {"etcd", "s3"}, **{name: {"etcd", "s3", "master"} for name in WORKERS}}
+    expected = {
+        "master": {*ETCD_MEMBERS, "s3"},
+        **{name: {*ETCD_MEMBERS, "s3", "master"} for name in WORKERS},
+    }
     for name, needs in expected.items():
         depends_on = services[name]["depends_on"]
         assert isinstance(depends_on, dict), f"{name}: depends_on needs conditions"
@@ -511,6 +558,50 @@ def test_k8s_worker_memory_holds_its_cache_capacity_with_headroom() -> None:
     assert quantity(resources["limits"]["memory"]) >= capacity + 2**30
 
 
+def k8s_member_commands(container: dict[str, Any]) -> dict[str, list[str]]:
+    """The etcd command as each StatefulSet pod runs it (the kubelet expands $(POD_NAME))."""
+    return {
+        pod: [arg.replace("$(POD_NAME)", pod) for arg in container["command"]]
+        for pod in K8S_ETCD_PODS
+    }
+
+
+def test_k8s_etcd_is_three_members_of_one_cluster_that_compacts_behind_a_headless_service() -> None:
+    etcd = k8s_workload("StatefulSet", "etcd")
+    spec = etcd["spec"]
+    assert [f"etcd-{n}" for n in range(spec["replicas"])] == list(K8S_ETCD_PODS)
+    # All at once: a member of a new cluster is ready only once a quorum runs.
+    assert spec["podManagementPolicy"] == "Parallel"
+    container = main_container(etcd)
+    env = {e["name"]: e for e in container["env"]}
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    [service] = [
+        doc
+        for _, doc in k8s_documents()
+        if doc["kind"] == "Service" and doc["metadata"]["name"] == spec["serviceName"]
+    ]
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["publishNotReadyAddresses"] is True
+    assert service["spec"]["selector"] == spec["selector"]["matchLabels"]
+    assert_members_form_one_cluster(
+        k8s_member_commands(container), host=lambda pod: f"{pod}.{spec['serviceName']}"
+    )
+    # A member out of space still serves reads; a restart would free nothing.
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert "exclude=NOSPACE" in container[probe]["httpGet"]["path"], probe
+    [budget] = [doc for _, doc in k8s_documents() if doc["kind"] == "PodDisruptionBudget"
+                and doc["metadata"]["name"] == "etcd"]  # fmt: skip
+    assert budget["spec"]["maxUnavailable"] == 1
+    assert budget["spec"]["selector"]["matchLabels"] == spec["selector"]["matchLabels"]
+
+
+def test_k8s_master_and_workers_are_given_every_etcd_member() -> None:
+    assert metadata_endpoints(K8S_METADATA_URL) == [f"{pod}.etcd:2379" for pod in K8S_ETCD_PODS]
+    for kind, name in (("Deployment", "reservoir-master"), ("DaemonSet", "reservoir-worker")):
+        env = {e["name"]: e.get("value") for e in main_container(k8s_workload(kind, name))["env"]}
+        assert env["RESERVOIR_METADATA_URL"] == K8S_METADATA_URL, kind
+
+
 def test_k8s_master_has_a_disruption_budget_that_keeps_it_through_drains() -> None:
     budgets = [doc for _, doc in k8s_documents() if doc["kind"] == "PodDisruptionBudget"]
     master = k8s_workload("Deployment", "reservoir-master")
@@ -615,11 +706,12 @@ def assert_etcdctl_checks_health_over_tls(argv: list[str], files: dict[str, str]
         assert files.get(flags[option]) == file, option
 
 
-def etcd_name_checked(env: dict[str, str]) -> str:
-    """The name a process checks in etcd's certificate."""
-    url = env["RESERVOIR_METADATA_URL"]
-    assert url.startswith("etcd://"), "the metadata URL stays etcd://host:port"
-    return env.get("RESERVOIR_ETCD_SERVER_NAME") or url.removeprefix("etcd://").rpartition(":")[0]
+def etcd_names_checked(env: dict[str, str]) -> set[str]:
+    """The names a process checks in etcd's certificates: the one it is told to, or else
+    the host of each endpoint it dials."""
+    if env.get("RESERVOIR_ETCD_SERVER_NAME"):
+        return {env["RESERVOIR_ETCD_SERVER_NAME"]}
+    return {e.rpartition(":")[0] for e in metadata_endpoints(env["RESERVOIR_METADATA_URL"])}
 
 
 def certificate_names_and_usages(cert: Path) -> tuple[set[str], set[str]]:
@@ -689,8 +781,8 @@ def run_credentials_create(directory: Path, workers: str, hosts: str) -> None:
 def test_the_cli_has_the_health_command_the_secure_probes_run() -> None:
     from reservoir.cli.main import build_parser
 
-    args = build_parser().parse_args(["health", "127.0.0.1:19998"])
-    assert args.address == "127.0.0.1:19998" and callable(args.func)
+    args = build_parser().parse_args(["health", "--server-only", "127.0.0.1:19998"])
+    assert args.address == "127.0.0.1:19998" and callable(args.func) and args.server_only
     assert "reservoir" in console_scripts()
 
 
@@ -748,11 +840,12 @@ def test_docker_compose_config_validates_the_secure_override() -> None:
     assert result.returncode == 0, result.stderr
     resolved = yaml.safe_load(result.stdout)["services"]
     merged = merged_compose_services()
-    for name in ("etcd", "master", *WORKERS):
+    for name in (*ETCD_MEMBERS, "master", *WORKERS):
         assert compose_env(resolved[name]) == compose_env(merged[name]), name
         assert resolved[name]["healthcheck"]["test"] == merged[name]["healthcheck"]["test"]
         assert {s["source"] for s in resolved[name]["secrets"]} == set(merged[name]["secrets"])
-    assert command_argv(resolved["etcd"]["command"]) == command_argv(merged["etcd"]["command"])
+    for name in ETCD_MEMBERS:
+        assert command_argv(resolved[name]["command"]) == command_argv(merged[name]["command"])
 
 
 def test_secure_compose_sets_only_reservoir_variables_that_config_declares() -> None:
@@ -782,22 +875,28 @@ def test_secure_compose_servers_read_tls_files_and_their_own_token_from_secrets(
         assert tokens == {own}, name
 
 
-def test_secure_compose_etcd_serves_clients_over_tls_with_the_secrets_it_mounts() -> None:
+def test_secure_compose_etcd_members_serve_clients_over_tls_with_the_secrets_they_mount() -> None:
     services = merged_compose_services()
-    etcd = services["etcd"]
-    files = compose_secret_files(etcd)
-    # Docker secrets are read-only bind mounts; etcd gets the TLS files and no token.
-    assert set(files.values()) == {"ca.pem", "server.pem", "server-key.pem"}
-    assert_etcd_serves_tls_to_clients(command_argv(etcd["command"]), files)
-    # The override restates the base's whole command: only the client side changes.
-    base = long_flags(command_argv(load_compose()["services"]["etcd"]["command"]))
-    ours = long_flags(command_argv(etcd["command"]))
-    for option in ("name", "data-dir", "initial-cluster", "initial-cluster-state"):
-        assert ours[option] == base[option], option
-    test = etcd["healthcheck"]["test"]
-    assert test[0] == "CMD", "the etcd image has no shell"
-    assert_etcdctl_checks_health_over_tls(test[1:], files)
-    assert etcd["healthcheck"].get("interval")
+    commands = {name: command_argv(services[name]["command"]) for name in ETCD_MEMBERS}
+    assert_members_form_one_cluster(commands, host=lambda name: name, scheme="https")
+    for name in ETCD_MEMBERS:
+        etcd = services[name]
+        files = compose_secret_files(etcd)
+        # Docker secrets are read-only bind mounts; etcd gets the TLS files and no token.
+        assert set(files.values()) == {"ca.pem", "server.pem", "server-key.pem"}
+        assert_etcd_serves_tls_to_clients(command_argv(etcd["command"]), files)
+        # The override restates the base's whole command: only the client side changes.
+        base = long_flags(command_argv(load_compose()["services"][name]["command"]))
+        ours = long_flags(command_argv(etcd["command"]))
+        for option in (
+            "name", "data-dir", "initial-cluster", "initial-cluster-state",
+            "initial-cluster-token", "auto-compaction-mode", "auto-compaction-retention",
+        ):  # fmt: skip
+            assert ours[option] == base[option], (name, option)
+        test = etcd["healthcheck"]["test"]
+        assert test[0] == "CMD", "the etcd image has no shell"
+        assert_etcdctl_checks_health_over_tls(test[1:], files)
+        assert etcd["healthcheck"].get("interval")
 
 
 def test_secure_compose_servers_reach_etcd_over_tls_with_the_server_certificate(
@@ -814,10 +913,10 @@ def test_secure_compose_servers_reach_etcd_over_tls_with_the_server_certificate(
         files = compose_secret_files(services[name])
         for setting, file in ETCD_CLIENT_FILES.items():
             assert files.get(env[setting]) == file, (name, setting)
-        assert env["RESERVOIR_METADATA_URL"] == "etcd://etcd:2379", name
-        checked = etcd_name_checked(env)
-        assert checked in options["hosts"].split(","), (name, checked)
-        assert checked in names, (name, checked)
+        assert env["RESERVOIR_METADATA_URL"] == COMPOSE_METADATA_URL, name
+        for checked in etcd_names_checked(env):
+            assert checked in options["hosts"].split(","), (name, checked)
+            assert checked in names, (name, checked)
 
 
 def test_secure_compose_defines_every_secret_it_uses_and_uses_every_one_it_defines() -> None:
@@ -841,12 +940,12 @@ def test_secure_compose_healthchecks_speak_tls_to_the_port_each_server_listens_o
     services = merged_compose_services()
     master_port = compose_env(services["master"])["RESERVOIR_MASTER_LISTEN"].rpartition(":")[2]
     assert services["master"]["healthcheck"]["test"] == [
-        "CMD", "reservoir", "health", f"127.0.0.1:{master_port}",
+        "CMD", "reservoir", "health", "--server-only", f"127.0.0.1:{master_port}",
     ]  # fmt: skip
     for name in WORKERS:
         port = compose_env(services[name])["RESERVOIR_WORKER_LISTEN"].rpartition(":")[2]
         test = services[name]["healthcheck"]["test"]
-        assert test == ["CMD", "reservoir", "health", f"127.0.0.1:{port}"], name
+        assert test == ["CMD", "reservoir", "health", "--server-only", f"127.0.0.1:{port}"], name
         assert services[name]["healthcheck"].get("interval"), name
 
 
@@ -1050,7 +1149,10 @@ def test_k8s_secure_probes_run_reservoir_health_on_the_listen_port() -> None:
             patch = container[probe]
             # `grpc: null` removes the base's plaintext gRPC probe.
             assert "grpc" in patch and patch["grpc"] is None, (kind, probe)
-            assert patch["exec"]["command"] == ["reservoir", "health", f"127.0.0.1:{port}"]
+            # The server alone: a master whose etcd is full or away still serves reads, and
+            # restarting or unrouting it would not bring etcd back.
+            command = ["reservoir", "health", "--server-only", f"127.0.0.1:{port}"]
+            assert patch["exec"]["command"] == command
 
 
 def test_k8s_secure_every_process_checks_a_name_the_certificate_is_made_for(
@@ -1089,8 +1191,14 @@ def test_k8s_secure_etcd_serves_clients_over_tls_from_a_read_only_secret_mount()
     # side changes.
     ours, theirs = long_flags(container["command"]), long_flags(main_container(base)["command"])
     assert container["command"][0] == main_container(base)["command"][0]
-    for option in ("name", "data-dir", "initial-cluster", "initial-cluster-state"):
+    for option in (
+        "name", "data-dir", "initial-cluster", "initial-cluster-state",
+        "initial-cluster-token", "auto-compaction-mode", "auto-compaction-retention",
+    ):  # fmt: skip
         assert ours[option] == theirs[option], option
+    assert_members_form_one_cluster(
+        k8s_member_commands(container), host=lambda pod: f"{pod}.etcd", scheme="https"
+    )
     for probe in ("readinessProbe", "livenessProbe"):
         # `httpGet: null` removes the base's plaintext probe.
         assert "httpGet" in container[probe] and container[probe]["httpGet"] is None, probe
@@ -1123,10 +1231,10 @@ def test_k8s_secure_servers_reach_etcd_over_tls_by_a_name_in_the_certificate(
             assert files.get(patched[setting]) == file, (kind, setting)
         base = main_container(k8s_workload(kind, doc["metadata"]["name"]))
         env = {e["name"]: e.get("value") for e in base["env"]} | patched
-        assert env["RESERVOIR_METADATA_URL"] == "etcd://etcd:2379", kind
-        checked = etcd_name_checked(env)
-        assert checked in options["hosts"].split(","), (kind, checked)
-        assert checked in names, (kind, checked)
+        assert env["RESERVOIR_METADATA_URL"] == K8S_METADATA_URL, kind
+        for checked in etcd_names_checked(env):
+            assert checked in options["hosts"].split(","), (kind, checked)
+            assert checked in names, (kind, checked)
 
 
 def test_kubectl_kustomize_renders_the_plain_and_the_secure_cluster() -> None:

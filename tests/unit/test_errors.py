@@ -28,3 +28,19 @@ def test_unknown_exception_maps_to_internal() -> None:
 def test_batch_code_value_maps_back_to_the_same_class() -> None:
     value = errors.code_value(errors.NotFound("gone"))
     assert isinstance(errors.error_for_code_value(value, "gone"), errors.NotFound)
+
+
+def test_etcd_out_of_space_is_resource_exhausted_and_says_what_to_do() -> None:
+    from reservoir.common.errors import ResourceExhausted, error_for, status_for
+    from reservoir.common.etcd_space import is_out_of_space, out_of_space
+
+    error = out_of_space("etcd put: etcdserver: mvcc: database space exceeded")
+    assert status_for(error) == grpc.StatusCode.RESOURCE_EXHAUSTED
+    back = error_for(grpc.StatusCode.RESOURCE_EXHAUSTED, str(error))
+    assert isinstance(back, ResourceExhausted) and str(back) == str(error)
+    assert str(error).startswith("etcd is out of space: etcd put: etcdserver: mvcc:")
+    for advice in ("etcdctl compact", "etcdctl defrag", "etcdctl alarm disarm"):
+        assert advice in str(error)
+    assert is_out_of_space("RESOURCE_EXHAUSTED", "etcdserver: mvcc: database space exceeded")
+    assert not is_out_of_space("RESOURCE_EXHAUSTED", "etcdserver: too many requests")
+    assert not is_out_of_space("UNAVAILABLE", "etcdserver: leader changed")

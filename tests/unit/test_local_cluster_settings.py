@@ -39,12 +39,16 @@ def test_a_resumed_cluster_takes_the_recorded_settings_for_what_is_left_out() ->
         ({"shm": False}, "cannot resume with --no-shm: the stopped cluster was started with --shm"),
         ({"workers": 2}, "with --workers 2: the stopped cluster was started with --workers 3"),
         ({"capacity": "2GiB"}, "started with --capacity 1GiB"),
+        (
+            {"etcd_members": 1},
+            "with --etcd-members 1: the stopped cluster was started with --etcd-members 3",
+        ),
     ],
 )
 def test_a_setting_that_contradicts_the_stopped_cluster_is_refused_saying_both(
     given: dict[str, object], said: str
 ) -> None:
-    recorded = _recorded(secure=True, shm=True, workers=3)
+    recorded = _recorded(secure=True, shm=True, workers=3, etcd_members=3)
     with pytest.raises(ClusterError, match=said) as refused:
         resolve(dict(LEFT_OUT, **given), recorded)
     assert "\n" not in str(refused.value) and "without --resume" in str(refused.value)
@@ -62,3 +66,14 @@ def test_a_new_clusters_settings_share_nothing_with_the_next_ones() -> None:
     first = resolve({}, None)
     first["env"]["RESERVOIR_ALLOWED_ENDPOINTS"] = "http://127.0.0.1:1"  # as test_fuzz does
     assert resolve({}, None)["env"] == {}
+
+
+def test_etcd_is_one_member_unless_asked_and_a_resumed_cluster_keeps_its_members() -> None:
+    assert resolve(LEFT_OUT, None)["etcd_members"] == 1
+    recorded = _recorded(etcd_members=3, etcd_flags=["--quota-backend-bytes", "1048576"])
+    settings = resolve(LEFT_OUT, recorded)
+    assert settings["etcd_members"] == 3
+    assert settings["etcd_flags"] == ["--quota-backend-bytes", "1048576"]
+    # A record from before etcd could be a cluster: one member.
+    del recorded["etcd_members"]
+    assert resolve(LEFT_OUT, recorded)["etcd_members"] == 1

@@ -144,13 +144,18 @@ def cmd_health(args: argparse.Namespace) -> None:
 
     from reservoir.common.rpc import CHANNEL_OPTIONS
     from reservoir.common.security import SecuritySettings, Transport
+    from reservoir.common.store_health import METADATA_SERVICE
 
     transport = Transport(SecuritySettings.from_env(), CHANNEL_OPTIONS)
     with transport.sync_channel(args.address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
         try:
-            reply = health_pb2_grpc.HealthStub(channel).Check(
+            reply = stub.Check(
                 health_pb2.HealthCheckRequest(service=args.service), timeout=args.timeout
             )
+            serving = reply.status == health_pb2.HealthCheckResponse.SERVING
+            if serving and not args.service and not args.server_only:
+                _check_metadata_store(stub, METADATA_SERVICE, args.timeout)
         except grpc.RpcError as exc:
             print(f"{args.address}: {exc.code().name}: {exc.details()}", file=sys.stderr)
             sys.exit(EXIT_ERROR)
@@ -158,6 +163,19 @@ def cmd_health(args: argparse.Namespace) -> None:
     emit(args, {"address": args.address, "status": status}, lambda: status)
     if reply.status != health_pb2.HealthCheckResponse.SERVING:
         sys.exit(EXIT_ERROR)
+
+
+def _check_metadata_store(stub: Any, service: str, timeout: float) -> None:
+    """A master also checks its metadata store (etcd reachable, not out of space); a server
+    without a store (a worker) answers NOT_FOUND, which is no failure."""
+    import grpc
+    from grpc_health.v1 import health_pb2
+
+    try:
+        stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout)
+    except grpc.RpcError as exc:
+        if exc.code() != grpc.StatusCode.NOT_FOUND:
+            raise
 
 
 def register(commands: Subcommands) -> None:
@@ -172,12 +190,18 @@ def register(commands: Subcommands) -> None:
     p.add_argument("path", help="the file or directory")
     p = commands.add(
         "health",
-        "check a master or worker over gRPC health (TLS settings from RESERVOIR_TLS_*); "
-        "exit 0 when it is serving",
+        "check a master or worker over gRPC health (TLS settings from RESERVOIR_TLS_*); a "
+        "master also checks its etcd (reachable, not out of space); exit 0 when all is well",
         cmd_health,
     )
     p.add_argument("address", help="host:port, e.g. 127.0.0.1:19998")
     p.add_argument("--service", default="", help="health service name (default: the server)")
+    p.add_argument(
+        "--server-only",
+        action="store_true",
+        help="check the server alone, not a master's etcd (for probes: a master whose etcd "
+        "is full or away still serves reads, and restarting it does not help)",
+    )
     p.add_argument(
         "--timeout", type=float, default=3.0, metavar="SECONDS", help="deadline (default 3)"
     )

@@ -25,6 +25,7 @@ def cmd_local_up(args: argparse.Namespace) -> None:
         shm=args.shm,
         disk_capacity=args.disk_capacity,
         secure=args.secure,
+        etcd_members=args.etcd_members,
         keep_s3_data=True,
         resume=args.resume,
     )
@@ -57,7 +58,8 @@ def cmd_local_status(args: argparse.Namespace) -> None:
         for name, p in status["processes"].items():
             state = "running" if p["alive"] else "DEAD"
             table.row(name, state, p["pid"], p["port"], p.get("metrics", "-"), p["log"])
-        return f"master {status['master']}   s3 {status['s3_endpoint']}\n{table.render()}"
+        head = f"master {status['master']}   s3 {status['s3_endpoint']}"
+        return f"{head}   etcd {status['metadata_url']}\n{table.render()}"
 
     emit(args, status, text)
     if not args.json:
@@ -120,6 +122,13 @@ def register(commands: Subcommands) -> None:
         action=argparse.BooleanOptionalAction,
         help="TLS on every hop and tokens with roles: a local CA, certificates and one token "
         "per role in the state dir, recorded in cluster.json (default: no)",
+    )
+    up.add_argument(
+        "--etcd-members",
+        type=int,
+        metavar="N",
+        help="run etcd as a cluster of N members (3 survives the loss of one), each on its "
+        "own ports; the master and workers are given every member (default 1)",
     )
     up.add_argument(
         "--resume",

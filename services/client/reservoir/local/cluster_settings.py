@@ -41,8 +41,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("shm", "--shm", False),
     Setting("secure", "--secure", False),
     Setting("s3_latency_ms", "--s3-latency-ms", 0.0),
+    # How many etcd members (1: a single etcd; 3: a cluster that survives one loss).
+    Setting("etcd_members", "--etcd-members", 1),
     Setting("lease_ttl", "lease_ttl", 10),
     Setting("env", "env", {}),
+    # More flags for every etcd member (tests: e.g. a small --quota-backend-bytes).
+    Setting("etcd_flags", "etcd_flags", []),
     # Where a --secure cluster's CA, certificates and tokens are ("" = <state dir>/tls).
     Setting("credentials", "credentials", ""),
 )

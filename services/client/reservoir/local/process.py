@@ -46,6 +46,8 @@ class Process:
     pid: int = 0
     # Where a server serves Prometheus /metrics (127.0.0.1); 0 for etcd and S3.
     metrics_port: int = 0
+    # An etcd member's port for its peers (0 for everything else).
+    peer_port: int = 0
 
     def alive(self) -> bool:
         if self.pid <= 0:

@@ -2,7 +2,8 @@
 
 - `cluster.json`: the running cluster (ports, pids, settings); the CLI finds the master
   here. `local down` renames it `stopped.json`.
-- `etcd-data/`: etcd's data — mounts, namespace, jobs.
+- `etcd-data/`: etcd's data — mounts, namespace, jobs (one directory per member, etcd1…,
+  when etcd runs as a cluster: `local up --etcd-members 3`).
 - `s3-data/`: the managed S3 server's objects, written when it stops (see s3server).
 
 `local up` on a stopped cluster's directory starts a clean cluster: the old etcd and S3
@@ -32,6 +33,7 @@ class StoppedCluster:
     s3_managed: bool
     s3_port: int
     settings: dict[str, Any]  # what it was started with (see cluster_settings)
+    etcd: list[Process]  # its etcd members as they ran (names, ports, data)
 
 
 @dataclass(frozen=True)
@@ -95,6 +97,7 @@ class StateDir:
             s3_managed=bool(data["s3_managed"]),
             s3_port=int(s3["port"]) if s3 else 0,
             settings={"workers": workers, **data.get("settings", {})},
+            etcd=[Process(**p) for name, p in processes.items() if name.startswith("etcd")],
         )
 
     def mark_stopped(self) -> None:

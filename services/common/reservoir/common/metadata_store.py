@@ -13,6 +13,7 @@ import abc
 import asyncio
 import bisect
 import functools
+import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from urllib.parse import urlsplit
 
 from .config import EtcdSettings
 from .errors import InvalidArgument, NotFound, PermissionDenied, Unauthenticated, Unavailable
+from .etcd_space import NOSPACE, is_out_of_space, out_of_space
 from .key_watch import EtcdChanges, KeyChange, KeyChanges, QueueChanges
 from .logs import get_logger
 
@@ -39,6 +41,13 @@ def prefix_end(prefix: bytes) -> bytes:
     if not stripped:
         return b"\x00"  # etcd: to the end of the keyspace
     return stripped[:-1] + bytes([stripped[-1] + 1])
+
+
+# A call that found no endpoint serving pauses this long (doubling, jittered) before the
+# next round of endpoints: an etcd election takes about a second; the store's timeout
+# bounds the whole call.
+FAILOVER_PAUSE_S = 0.05
+FAILOVER_MAX_PAUSE_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +150,11 @@ class MetadataStore(abc.ABC):
 
     @abc.abstractmethod
     async def close(self) -> None: ...
+
+    @abc.abstractmethod
+    async def health(self) -> None:
+        """Returns when the store takes writes; raises what a write would meet now
+        (Unavailable; ResourceExhausted when it is out of space)."""
 
     async def put(self, key: bytes, value: bytes, lease: Lease | None = None) -> None:
         await self.put_many([(key, value)], lease)
@@ -247,6 +261,9 @@ class MemoryMetadataStore(MetadataStore):
         self._leases[lease.id] = 0.0
         self._expire()
 
+    async def health(self) -> None:
+        pass  # the process's memory: no quota, nothing to reach
+
     async def close(self) -> None:
         pass
 
@@ -257,7 +274,8 @@ def _transaction(success: list[Any], client: Any) -> Awaitable[Any]:
 
 class EtcdMetadataStore(MetadataStore):
     """etcd v3 through aetcd. Every call carries the configured deadline; with several
-    endpoints, a call that cannot reach one moves on to the next (each tried once)."""
+    endpoints (the members of one etcd cluster), a call that cannot reach one moves on to
+    the next, and keeps going round them until the deadline (see `_call`)."""
 
     def __init__(
         self,
@@ -283,11 +301,15 @@ class EtcdMetadataStore(MetadataStore):
         return self._clients[self._current]
 
     async def _call(self, what: str, operation: Callable[[Any], Awaitable[Any]]) -> Any:
+        """`operation` on the current endpoint. A failure to reach it, or an etcd without
+        a leader for the moment (a member died, an election is under way), moves on to the
+        next endpoint, with a jittered pause after each round of them, until every endpoint
+        has been tried and the call's deadline (the store's timeout) has passed."""
         errors = self._aetcd.exceptions
-        attempts, reauthenticated = len(self._clients), False
+        started = time.monotonic()
+        tried, reauthenticated = 0, False
         last = f"etcd {what}: no endpoint answered"
-        while attempts > 0:
-            attempts -= 1
+        while True:
             client = self._client
             try:
                 return await asyncio.wait_for(operation(client), self._timeout)
@@ -295,7 +317,8 @@ class EtcdMetadataStore(MetadataStore):
                 host, port = self._next_endpoint()
                 last = f"etcd {what}: no answer from {host}:{port} within {self._timeout}s"
             except errors.ConnectionFailedError as exc:
-                # Refused, or a TLS handshake that failed: gRPC fails the call at once.
+                # Refused, a TLS handshake that failed, or a member without a leader
+                # ("etcdserver: no leader", "leader changed"): gRPC UNAVAILABLE.
                 host, port = self._next_endpoint()
                 last = f"etcd {what}: cannot reach {host}:{port}: {exc}{self._hint(exc)}"
             except errors.UnauthenticatedError as exc:
@@ -304,15 +327,25 @@ class EtcdMetadataStore(MetadataStore):
                     # again authenticates again.
                     host, port = self._endpoints[self._current]
                     log.info("etcd_reauthenticating", endpoint=f"{host}:{port}", call=what)
-                    reauthenticated, attempts = True, attempts + 1
+                    reauthenticated = True
                     await client.close()
                     continue
                 raise Unauthenticated(f"etcd {what}: {exc}") from exc
             except errors.ClientError as exc:
+                if is_out_of_space(_status(exc), str(exc)):
+                    raise out_of_space(f"etcd {what}: {exc}") from exc
                 if _status(exc) == "PERMISSION_DENIED" or "authentication failed" in str(exc):
                     raise PermissionDenied(f"etcd {what}: {exc}") from exc
                 raise Unavailable(f"etcd {what}: {exc}") from exc
-        raise Unavailable(last)
+            tried += 1
+            left = started + self._timeout - time.monotonic()
+            if tried >= len(self._clients) and left <= 0:
+                raise Unavailable(last)
+            if tried % len(self._clients) == 0:
+                pause = min(
+                    FAILOVER_MAX_PAUSE_S, FAILOVER_PAUSE_S * 2 ** (tried // len(self._clients))
+                )
+                await asyncio.sleep(min(left, pause * random.uniform(0.5, 1.0)))
 
     def _next_endpoint(self) -> tuple[str, int]:
         """The endpoint that just failed; the next call tries the one after it."""
@@ -428,9 +461,22 @@ class EtcdMetadataStore(MetadataStore):
         watch = await self._call("watch", lambda c: c.watch_prefix(prefix))
         return EtcdChanges(watch, prefix, self._aetcd.exceptions.ClientError)
 
+    async def health(self) -> None:
+        """etcd's alarms, whichever member answers: the NOSPACE alarm of any member stops
+        every write of the cluster."""
+        alarms = await self._call("alarm list", _alarms)
+        if NOSPACE in alarms:
+            raise out_of_space(
+                "a member raised the NOSPACE alarm (etcdserver: mvcc: database space exceeded)"
+            )
+
     async def close(self) -> None:
         for client in self._clients:
             await client.close()
+
+
+async def _alarms(client: Any) -> list[int]:
+    return [int(alarm.alarm_type) async for alarm in client.list_alarms()]
 
 
 def _handled(call: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:

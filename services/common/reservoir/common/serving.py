@@ -50,9 +50,13 @@ def new_server(
 
 
 async def add_health_and_reflection(
-    server: grpc.aio.Server, service_names: list[str]
+    server: grpc.aio.Server,
+    service_names: list[str],
+    checker: health.aio.HealthServicer | None = None,
 ) -> health.aio.HealthServicer:
-    checker = health.aio.HealthServicer()
+    """gRPC health (`checker`: one that checks more than the server, e.g. its store) and
+    reflection for `service_names`."""
+    checker = checker or health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(checker, server)
     for name in ["", *service_names]:
         await checker.set(name, health_pb2.HealthCheckResponse.SERVING)

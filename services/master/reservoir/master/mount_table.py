@@ -74,8 +74,10 @@ class MountTable:
         return old
 
     async def put(self, mount: Mount) -> None:
-        self._mounts[mount.path] = mount
+        # etcd first: a write it refuses (out of space, unreachable) leaves no mount behind
+        # in this master that the next master would not have.
         await self._store.put(keyspace.mount_key(mount.path), mount.to_json())
+        self._mounts[mount.path] = mount
 
     async def remove(self, path: str) -> None:
         if path not in self._mounts:

@@ -13,6 +13,7 @@ from reservoir.common.metrics_endpoint import MetricsEndpoint, server_registry
 from reservoir.common.rpc import CHANNEL_OPTIONS
 from reservoir.common.rpc_metrics import RpcMetrics
 from reservoir.common.security import SecuritySettings, Transport
+from reservoir.common.store_health import StoreHealthServicer
 from reservoir.v1 import master_pb2, master_pb2_grpc
 
 from .metrics import MasterMetrics
@@ -58,7 +59,9 @@ async def serve(config: cfg.MasterConfig, transport: Transport) -> None:
     metrics = MetricsEndpoint(registry, config.metrics, before_scrape=collector.refresh)
     master_pb2_grpc.add_MasterServiceServicer_to_server(MasterServicer(service), server)
     await serving.add_health_and_reflection(
-        server, [master_pb2.DESCRIPTOR.services_by_name["MasterService"].full_name]
+        server,
+        [master_pb2.DESCRIPTOR.services_by_name["MasterService"].full_name],
+        StoreHealthServicer(service.metadata_health),
     )
     port = serving.bind(server, config.listen, transport)
     await server.start()

@@ -54,6 +54,7 @@ class MasterService:
         """`registry`: where the master's under-store and load-job instruments go (the one
         /metrics serves); by default one of their own that no one reads."""
         registry = CollectorRegistry() if registry is None else registry
+        self._store = store
         self._config = config
         self.mount_table = MountTable(
             store,
@@ -112,6 +113,11 @@ class MasterService:
         await self.refresh_workers()
         await self.jobs.resume()
         log.info("master_state_loaded", mounts=len(self.mount_table))
+
+    async def metadata_health(self) -> None:
+        """Raises what a write to the metadata store would meet now (etcd out of space,
+        unreachable); returns when it takes writes."""
+        await self._store.health()
 
     async def close(self) -> None:
         await self.jobs.close()
