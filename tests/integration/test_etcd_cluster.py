@@ -12,8 +12,7 @@ import os
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import pytest
 from reservoir.client import Client
 from reservoir.local.cluster import LocalCluster, etcd_binary
 from tests.conftest import SECURE, own_cluster_env
+from tests.eventually import eventually
 
 MEMBERS = ("etcd1", "etcd2", "etcd3")
 BLOCK = 64 * 1024
@@ -117,14 +117,6 @@ class Reader:
         self._thread.join(timeout=60)
 
 
-def wait_until(condition: Callable[[], bool], limit_s: float = 60.0) -> None:
-    """Waits for `condition`; the limit only keeps a broken cluster from hanging the run."""
-    deadline = time.monotonic() + limit_s
-    while not condition():
-        assert time.monotonic() < deadline, "the cluster stopped making progress"
-        time.sleep(0.05)
-
-
 def upload(cluster: LocalCluster, bucket: str, prefix: str, count: int) -> dict[str, bytes]:
     s3 = cluster.s3_client()
     s3.create_bucket(Bucket=bucket)
@@ -178,12 +170,12 @@ def test_sigkill_of_the_etcd_leader_mid_load_loses_nothing_and_fails_no_read(
         try:
             with Reader(cluster, warm) as reader:
                 job = c.submit_load("/cold")
-                wait_until(lambda: c.job(job.id).done_blocks > 0)
+                eventually(lambda: c.job(job.id).done_blocks > 0)
                 cluster.kill("etcd1")
                 reads_at_kill = reader.reads
                 assert c.job(job.id).done_blocks < blocks(cold)  # killed mid-load
                 final = c.watch_job(job.id)
-                wait_until(lambda: reader.reads >= reads_at_kill + 2 * len(warm))
+                eventually(lambda: reader.reads >= reads_at_kill + 2 * len(warm))
         finally:
             cluster.s3_config(latency_ms=0)
         assert reader.failures == [] and reader.reads > reads_at_kill

@@ -9,6 +9,7 @@ from pathlib import Path
 from reservoir.client import Client
 from reservoir.local.cluster import LocalCluster
 from tests.conftest import LEASE_TTL_S
+from tests.eventually import eventually
 
 BLOCK = 64 * 1024
 
@@ -20,15 +21,6 @@ def _dataset(cluster: LocalCluster, count: int = 12) -> dict[str, bytes]:
     for name, data in files.items():
         s3.put_object(Bucket="faults", Key=f"d/{name}", Body=data)
     return files
-
-
-def _wait_for(condition, timeout_s: float) -> float:  # type: ignore[no-untyped-def]
-    start = time.monotonic()
-    while time.monotonic() - start < timeout_s:
-        if condition():
-            return time.monotonic() - start
-        time.sleep(0.1)
-    raise AssertionError(f"condition not met within {timeout_s}s")
 
 
 def test_sigkill_of_one_worker_keeps_reads_correct(own_cluster: LocalCluster) -> None:
@@ -73,11 +65,13 @@ def test_dead_worker_leaves_workers_and_location_table_within_lease_ttl(
                     ids.update(workers)
             return ids
 
-        _wait_for(lambda: holders() == {"worker1", "worker2"}, 5)
+        eventually(lambda: holders() == {"worker1", "worker2"})
         own_cluster.kill("worker1")
-        gone = _wait_for(lambda: "worker1" not in {w.id for w in c.workers()}, LEASE_TTL_S + 3)
-        assert gone <= LEASE_TTL_S + 2
-        _wait_for(lambda: holders() == {"worker2"}, 3)
+        killed = time.monotonic()
+        eventually(lambda: "worker1" not in {w.id for w in c.workers()})
+        # The lease is what removes a dead worker: gone within its TTL (and a poll).
+        assert time.monotonic() - killed <= LEASE_TTL_S + 2
+        eventually(lambda: holders() == {"worker2"})
 
 
 def test_master_restart_keeps_mounts_namespace_and_block_locations(
@@ -117,7 +111,7 @@ def test_worker_rejoins_after_etcd_restart(own_cluster: LocalCluster) -> None:
             except ConnectionError:  # the master's own etcd client may still be reconnecting
                 return False
 
-        _wait_for(both_registered, 15)
+        eventually(both_registered)
 
 
 def test_locations_a_killed_master_never_wrote_are_back_within_5s_of_its_restart(
@@ -137,12 +131,12 @@ def test_locations_a_killed_master_never_wrote_are_back_within_5s_of_its_restart
             c.mount("/f", "s3://faults/d/", endpoint_url=cluster.s3_endpoint, block_size=BLOCK)
             for name in files:
                 c.read(f"/f/{name}")
-            _wait_for(lambda: c.report("/f").cached_blocks == c.report("/f").blocks, 5)
+            eventually(lambda: c.report("/f").cached_blocks == c.report("/f").blocks)
             before = {n: c.stat(f"/f/{n}", with_locations=True).locations for n in files}
         cluster.kill("master")  # SIGKILL: nothing was flushed
         cluster.start_master()
         with Client(cluster.master_address) as c:
-            _wait_for(lambda: c.report("/f").cached_blocks == c.report("/f").blocks, 5)
+            eventually(lambda: c.report("/f").cached_blocks == c.report("/f").blocks)
             after = {n: c.stat(f"/f/{n}", with_locations=True).locations for n in files}
         assert after == before
     finally:
