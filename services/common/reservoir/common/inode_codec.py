@@ -274,22 +274,41 @@ def _rebase(body: bytes, synced_ms: int, base: int) -> bytes:
     return body[:start] + bytes(age) + body[end:]
 
 
-def iter_chunk(raw: bytes) -> Iterator[RawEntry]:
-    """The entries of a chunk, bodies relative to themselves (see `entry`)."""
+def _framed(raw: bytes) -> Iterator[tuple[bytes, bytes, int]]:
+    """(name, body, the chunk's base time) of each entry of a chunk, in name order: the
+    one reading of the framing that every decoder shares. Varints below 0x80 (nearly every
+    one) are read inline: a report reads millions of entries."""
     if not raw or raw[0] != VERSION:
         raise DataLoss(f"not a namespace chunk (version byte {raw[:1]!r})")
     base, pos = _read_varint(raw, 1)
     count, pos = _read_varint(raw, pos)
     previous = b""
     for _ in range(count):
-        shared, pos = _read_varint(raw, pos)
-        length, pos = _read_varint(raw, pos)
+        shared = raw[pos]
+        if shared < 0x80:
+            pos += 1
+        else:
+            shared, pos = _read_varint(raw, pos)
+        length = raw[pos]
+        if length < 0x80:
+            pos += 1
+        else:
+            length, pos = _read_varint(raw, pos)
         name = previous[:shared] + raw[pos : pos + length]
         pos += length
-        size, pos = _read_varint(raw, pos)
-        body = raw[pos : pos + size]
+        size = raw[pos]
+        if size < 0x80:
+            pos += 1
+        else:
+            size, pos = _read_varint(raw, pos)
+        yield name, raw[pos : pos + size], base
         pos += size
         previous = name
+
+
+def iter_chunk(raw: bytes) -> Iterator[RawEntry]:
+    """The entries of a chunk, bodies relative to themselves (see `entry`)."""
+    for name, body, base in _framed(raw):
         synced = base - _age(body)
         yield RawEntry(name.decode(), _rebase(body, synced, synced), synced)
 
@@ -300,35 +319,10 @@ def _age(body: bytes) -> int:
 
 def decode_chunk(raw: bytes, place: ChunkPlace) -> list[Inode]:
     """Every inode of a chunk, in name order."""
-    if not raw or raw[0] != VERSION:
-        raise DataLoss(f"not a namespace chunk (version byte {raw[:1]!r})")
-    base, pos = _read_varint(raw, 1)
-    count, pos = _read_varint(raw, pos)
     parent = place.path_of("")
-    found: list[Inode] = []
-    previous = b""
-    for _ in range(count):
-        shared = raw[pos]
-        if shared < 0x80:
-            pos += 1
-        else:
-            shared, pos = _read_varint(raw, pos)
-        length = raw[pos]
-        if length < 0x80:
-            pos += 1
-        else:
-            length, pos = _read_varint(raw, pos)
-        name = previous[:shared] + raw[pos : pos + length]
-        pos += length
-        size = raw[pos]
-        if size < 0x80:
-            pos += 1
-        else:
-            size, pos = _read_varint(raw, pos)
-        found.append(decode_body(raw[pos : pos + size], parent + name.decode(), place, base))
-        pos += size
-        previous = name
-    return found
+    return [
+        decode_body(body, parent + name.decode(), place, base) for name, body, base in _framed(raw)
+    ]
 
 
 def file_facts(
@@ -337,35 +331,10 @@ def file_facts(
     """What a report adds up, without building inodes: (size, block size, file_id) of
     each file of a chunk (file_id '' unless `with_ids`: deriving it is most of the cost),
     and the names of its directories (for the walk to go on)."""
-    if not raw or raw[0] != VERSION:
-        raise DataLoss(f"not a namespace chunk (version byte {raw[:1]!r})")
-    base, pos = _read_varint(raw, 1)
-    count, pos = _read_varint(raw, pos)
     files: list[tuple[int, int, str]] = []
     directories: list[str] = []
     uri_base = place.uri_of(place.path_of("-"))[:-1]  # a file's URI is this + its name
-    previous = b""
-    for _ in range(count):
-        shared = raw[pos]
-        if shared < 0x80:
-            pos += 1
-        else:
-            shared, pos = _read_varint(raw, pos)
-        length = raw[pos]
-        if length < 0x80:
-            pos += 1
-        else:
-            length, pos = _read_varint(raw, pos)
-        name = previous[:shared] + raw[pos : pos + length]
-        pos += length
-        size = raw[pos]
-        if size < 0x80:
-            pos += 1
-        else:
-            size, pos = _read_varint(raw, pos)
-        body = raw[pos : pos + size]
-        pos += size
-        previous = name
+    for name, body, base in _framed(raw):
         flags = body[0]
         if flags & _DIR:
             directories.append(name.decode())
