@@ -24,7 +24,14 @@ from reservoir.common.errors import (
     Unavailable,
 )
 from reservoir.common.malloc_tuning import tune_for_large_buffers
-from reservoir.common.models import CacheRule, Inode, Mount, MountOptions, WorkerRecord
+from reservoir.common.models import (
+    CacheRule,
+    Inode,
+    MasterRecord,
+    Mount,
+    MountOptions,
+    WorkerRecord,
+)
 from reservoir.common.mounted_stores import MountedStores
 from reservoir.common.rpc import CHANNEL_OPTIONS, ChannelPool, error_from_rpc
 from reservoir.common.security import Transport
@@ -120,6 +127,12 @@ class AsyncClient:
     async def workers(self, *, fresh: bool = True) -> list[WorkerRecord]:
         """The live workers; `fresh=False` may answer from the list this client last saw."""
         return list(await self._view.workers(fresh=fresh))
+
+    async def masters(self) -> list[MasterRecord]:
+        """The cluster's masters (leader first) as etcd knows them: address, role, since
+        when, and term. Any master answers, a standby too."""
+        reply = await self._view.call("ListMasters", master_pb2.ListMastersRequest(), "masters")
+        return [MasterRecord.from_proto(m) for m in reply.masters]
 
     async def stat(self, path: str, *, with_locations: bool = False, fresh: bool = False) -> Inode:
         """A file's or directory's inode (cached by this client; `fresh` asks the master

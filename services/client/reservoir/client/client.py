@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 from reservoir.common import config as cfg
 from reservoir.common.errors import ReservoirError
-from reservoir.common.models import CacheRule, Inode, Mount, WorkerRecord
+from reservoir.common.models import CacheRule, Inode, MasterRecord, Mount, WorkerRecord
 
 from . import discovery
 from .async_client import AsyncClient
@@ -108,6 +108,10 @@ class Client:
     def workers(self) -> list[WorkerRecord]:
         """The live workers."""
         return self._run(self._async.workers())
+
+    def masters(self) -> list[MasterRecord]:
+        """The cluster's masters, leader first (see AsyncClient.masters)."""
+        return self._run(self._async.masters())
 
     def worker_stats(self, *, reachable_only: bool = False) -> list[WorkerStats]:
         """Every live worker's counters; a worker that does not answer fails the call,

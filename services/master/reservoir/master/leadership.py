@@ -143,6 +143,7 @@ class Leadership:
                 record = await self._try_to_win(lease)
                 if record is None:
                     self._decided.set()
+                    await self._publish()  # the leader's term, as this standby knows it
                     await self._wait_for_vacancy(changes)
                 else:
                     await self._lead(record, changes)
