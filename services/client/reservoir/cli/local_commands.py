@@ -57,8 +57,8 @@ def cmd_local_status(args: argparse.Namespace) -> None:
         )  # fmt: skip
         for name, p in status["processes"].items():
             state = "running" if p["alive"] else "DEAD"
-            if p["alive"] and "role" in p:
-                state = f"running ({p['role']})"
+            if p["alive"] and "role" in p and "," in status["master"]:
+                state = f"running ({p['role']})"  # which of several masters leads
             table.row(name, state, p["pid"], p["port"], p.get("metrics", "-"), p["log"])
         return f"master {status['master']}   s3 {status['s3_endpoint']}\n{table.render()}"
 
