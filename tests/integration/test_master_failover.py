@@ -11,6 +11,7 @@ import os
 import signal
 import threading
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -88,6 +89,11 @@ def _until(condition, attempts: int = 150, pause_s: float = 0.1):  # type: ignor
             return value
         time.sleep(pause_s)
     raise AssertionError("condition never held")
+
+
+def _metrics(cluster: LocalCluster, name: str) -> str:
+    with urllib.request.urlopen(cluster.metrics_url(name), timeout=10) as reply:
+        return str(reply.read().decode())
 
 
 def _log_events(cluster: LocalCluster, name: str) -> list[str]:
@@ -168,6 +174,13 @@ def test_sigterm_of_the_leader_resigns_and_a_standby_takes_over(healed: LocalClu
         )
         new_leader, new_term = _leader(c, cluster)
         assert new_leader != leader and new_term == term + 1
+        leading = _metrics(cluster, new_leader)
+        assert "reservoir_master_leader 1.0" in leading
+        assert 'reservoir_master_role{role="leader"} 1.0' in leading
+        assert f"reservoir_master_term {float(new_term)}" in leading
+        assert "reservoir_master_takeovers_total 1.0" in leading
+        standby = next(n for n in cluster.master_names() if n not in (leader, new_leader))
+        assert 'reservoir_master_role{role="standby"} 1.0' in _metrics(cluster, standby)
         mounted = _mount(c, cluster, f"term-{run}")
         assert {e.path.rsplit("/", 1)[1] for e in c.ls(mounted)} == set(files)
         roles = sorted(m.role for m in c.masters())
