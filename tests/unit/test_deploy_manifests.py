@@ -39,6 +39,8 @@ DOCKERFILE = REPO / "deploy" / "Dockerfile"
 PROMETHEUS_CONFIG = REPO / "deploy" / "prometheus.yml"
 IMAGE_LOCK = REPO / "deploy" / "requirements-server.txt"
 WORKERS = ("worker1", "worker2", "worker3")
+# One leads, one stands by (README, "Several masters").
+MASTERS = ("master", "master2")
 MASTER_PORT = 19998
 WORKER_PORT = 29998
 
@@ -125,9 +127,17 @@ def test_docker_compose_config_validates_the_compose_file() -> None:
     assert result.returncode == 0, result.stderr
 
 
-def test_compose_defines_etcd_s3_master_and_three_workers() -> None:
+def test_compose_defines_etcd_s3_two_masters_and_three_workers() -> None:
     services = load_compose()["services"]
-    assert {"etcd", "s3", "master", *WORKERS} <= set(services)
+    assert {"etcd", "s3", *MASTERS, *WORKERS} <= set(services)
+
+
+def test_compose_masters_advertise_their_own_service_names_on_one_port() -> None:
+    services = load_compose()["services"]
+    for name in MASTERS:
+        env = compose_env(services[name])
+        assert env["RESERVOIR_MASTER_ADVERTISE"] == f"{name}:{MASTER_PORT}"
+        assert env["RESERVOIR_MASTER_LISTEN"] == f"0.0.0.0:{MASTER_PORT}"
 
 
 def test_compose_sets_only_reservoir_variables_that_config_declares() -> None:
@@ -161,11 +171,11 @@ def test_compose_workers_find_master_and_etcd_by_service_name() -> None:
     services = load_compose()["services"]
     master_port = compose_env(services["master"])["RESERVOIR_MASTER_LISTEN"].rpartition(":")[2]
     assert master_port == str(MASTER_PORT)
-    for name in ("master", *WORKERS):
+    for name in (*MASTERS, *WORKERS):
         assert compose_env(services[name])["RESERVOIR_METADATA_URL"] == "etcd://etcd:2379"
     for name in WORKERS:
         env = compose_env(services[name])
-        assert env["RESERVOIR_MASTER"] == f"master:{master_port}"
+        assert env["RESERVOIR_MASTER"] == ",".join(f"{m}:{master_port}" for m in MASTERS)
         assert config.parse_size(env["RESERVOIR_WORKER_CAPACITY"]) > 0
 
 
@@ -179,9 +189,9 @@ def test_every_compose_service_has_a_healthcheck() -> None:
 
 def test_compose_healthchecks_probe_the_port_each_server_listens_on() -> None:
     services = load_compose()["services"]
-    master = services["master"]
-    port = compose_env(master)["RESERVOIR_MASTER_LISTEN"].rpartition(":")[2]
-    assert f"127.0.0.1:{port}" in " ".join(master["healthcheck"]["test"])
+    for name in MASTERS:
+        port = compose_env(services[name])["RESERVOIR_MASTER_LISTEN"].rpartition(":")[2]
+        assert f"127.0.0.1:{port}" in " ".join(services[name]["healthcheck"]["test"])
     for name in WORKERS:
         port = compose_env(services[name])["RESERVOIR_WORKER_LISTEN"].rpartition(":")[2]
         assert f"127.0.0.1:{port}" in " ".join(services[name]["healthcheck"]["test"])
@@ -190,16 +200,20 @@ def test_compose_healthchecks_probe_the_port_each_server_listens_on() -> None:
 def test_compose_master_and_workers_run_the_packaged_console_scripts() -> None:
     scripts = console_scripts()
     services = load_compose()["services"]
-    assert command_argv(services["master"]["command"])[0] == "reservoir-master"
+    for name in MASTERS:
+        assert command_argv(services[name]["command"])[0] == "reservoir-master"
     for name in WORKERS:
         assert command_argv(services[name]["command"])[0] == "reservoir-worker"
-    for name in ("master", *WORKERS):
+    for name in (*MASTERS, *WORKERS):
         assert command_argv(services[name]["command"])[0] in scripts
 
 
 def test_compose_servers_start_only_after_their_dependencies_are_healthy() -> None:
     services = load_compose()["services"]
-    expected = {"master": {"etcd", "s3"}, **{name: {"etcd", "s3", "master"} for name in WORKERS}}
+    expected = {
+        **{name: {"etcd", "s3"} for name in MASTERS},
+        **{name: {"etcd", "s3", "master"} for name in WORKERS},
+    }
     for name, needs in expected.items():
         depends_on = services[name]["depends_on"]
         assert isinstance(depends_on, dict), f"{name}: depends_on needs conditions"
@@ -210,7 +224,7 @@ def test_compose_servers_start_only_after_their_dependencies_are_healthy() -> No
 
 def test_compose_master_and_workers_build_from_the_deploy_dockerfile() -> None:
     services = load_compose()["services"]
-    for name in ("master", *WORKERS):
+    for name in (*MASTERS, *WORKERS):
         build = services[name]["build"]
         assert (REPO / build.get("context", ".") / build["dockerfile"]) == DOCKERFILE
 
@@ -218,7 +232,7 @@ def test_compose_master_and_workers_build_from_the_deploy_dockerfile() -> None:
 def test_compose_servers_serve_metrics_and_prometheus_scrapes_every_one_of_them() -> None:
     services = load_compose()["services"]
     served = set()
-    for name in ("master", *WORKERS):
+    for name in (*MASTERS, *WORKERS):
         env = compose_env(services[name])
         host, _, port = env["RESERVOIR_METRICS_LISTEN"].rpartition(":")
         assert host == "0.0.0.0", f"{name}: other containers must reach its metrics"
@@ -299,12 +313,16 @@ def test_compose_master_container_runs_the_cli_against_its_own_master() -> None:
     # RESERVOIR_MASTER, the way any client does.
     from reservoir.client.discovery import client_config
 
-    env = compose_env(load_compose()["services"]["master"])
-    found = client_config(environ=env, state_dir=REPO / "no-local-cluster-here").master
-    host, _, port = found.rpartition(":")
-    assert found == env["RESERVOIR_MASTER"]
-    assert host in ("127.0.0.1", "localhost", "master")
-    assert port == env["RESERVOIR_MASTER_LISTEN"].rpartition(":")[2]
+    for name in MASTERS:
+        env = compose_env(load_compose()["services"][name])
+        found = client_config(environ=env, state_dir=REPO / "no-local-cluster-here").master
+        assert found == env["RESERVOIR_MASTER"]
+        own, *others = found.split(",")
+        # Its own master first, then the other one: the CLI follows whichever leads.
+        assert own.rpartition(":")[0] in ("127.0.0.1", "localhost", name)
+        assert {o.rpartition(":")[0] for o in others} == set(MASTERS) - {name}
+        for address in found.split(","):
+            assert address.rpartition(":")[2] == env["RESERVOIR_MASTER_LISTEN"].rpartition(":")[2]
 
 
 def test_image_installs_pinned_dependencies_in_a_cached_layer_before_the_source() -> None:
@@ -748,7 +766,7 @@ def test_docker_compose_config_validates_the_secure_override() -> None:
     assert result.returncode == 0, result.stderr
     resolved = yaml.safe_load(result.stdout)["services"]
     merged = merged_compose_services()
-    for name in ("etcd", "master", *WORKERS):
+    for name in ("etcd", *MASTERS, *WORKERS):
         assert compose_env(resolved[name]) == compose_env(merged[name]), name
         assert resolved[name]["healthcheck"]["test"] == merged[name]["healthcheck"]["test"]
         assert {s["source"] for s in resolved[name]["secrets"]} == set(merged[name]["secrets"])
@@ -770,12 +788,12 @@ def test_secure_compose_sets_only_reservoir_variables_that_config_declares() -> 
 
 def test_secure_compose_servers_read_tls_files_and_their_own_token_from_secrets() -> None:
     services = merged_compose_services()
-    for name in ("master", *WORKERS):
+    for name in (*MASTERS, *WORKERS):
         env = compose_env(services[name])
         files = compose_secret_files(services[name])
         for setting, file in CREDENTIAL_FILES.items():
             assert files.get(env[setting]) == file, (name, setting)
-        own = "master.token" if name == "master" else f"{env['RESERVOIR_WORKER_ID']}.token"
+        own = "master.token" if name in MASTERS else f"{env['RESERVOIR_WORKER_ID']}.token"
         assert files.get(env["RESERVOIR_TOKEN_FILE"]) == own, name
         # A server holds its own token only: no other worker's, no admin or reader token.
         tokens = {f for f in files.values() if f.endswith(".token")}
@@ -839,10 +857,11 @@ def test_secure_compose_credentials_stay_out_of_git_and_of_the_image() -> None:
 
 def test_secure_compose_healthchecks_speak_tls_to_the_port_each_server_listens_on() -> None:
     services = merged_compose_services()
-    master_port = compose_env(services["master"])["RESERVOIR_MASTER_LISTEN"].rpartition(":")[2]
-    assert services["master"]["healthcheck"]["test"] == [
-        "CMD", "reservoir", "health", f"127.0.0.1:{master_port}",
-    ]  # fmt: skip
+    for name in MASTERS:
+        master_port = compose_env(services[name])["RESERVOIR_MASTER_LISTEN"].rpartition(":")[2]
+        assert services[name]["healthcheck"]["test"] == [
+            "CMD", "reservoir", "health", f"127.0.0.1:{master_port}",
+        ]  # fmt: skip
     for name in WORKERS:
         port = compose_env(services[name])["RESERVOIR_WORKER_LISTEN"].rpartition(":")[2]
         test = services[name]["healthcheck"]["test"]
@@ -860,7 +879,7 @@ def test_secure_compose_cli_service_alone_carries_the_admin_token_and_up_skips_i
     assert files[env["RESERVOIR_TOKEN_FILE"]] == "admin.token"
     assert env["RESERVOIR_MASTER"] == compose_env(services["worker1"])["RESERVOIR_MASTER"]
     assert command_argv(cli["command"])[0] in console_scripts()
-    for name in ("master", *WORKERS):
+    for name in (*MASTERS, *WORKERS):
         assert not set(compose_secret_files(services[name]).values()) & set(CLIENT_TOKENS)
 
 
@@ -874,7 +893,11 @@ def test_secure_compose_documented_credentials_command_writes_every_secret_file(
     assert options["workers"].split(",") == ids
     # The certificate covers every name a server is dialled by on the compose network.
     hosts = set(options["hosts"].split(","))
-    dialled = {compose_env(services[n])["RESERVOIR_MASTER"].rpartition(":")[0] for n in WORKERS}
+    dialled = {
+        address.rpartition(":")[0]
+        for n in WORKERS
+        for address in compose_env(services[n])["RESERVOIR_MASTER"].split(",")
+    }
     dialled |= {
         compose_env(services[n])["RESERVOIR_WORKER_ADVERTISE"].rpartition(":")[0] for n in WORKERS
     }
