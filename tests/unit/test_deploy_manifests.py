@@ -449,10 +449,22 @@ def test_k8s_servers_expose_a_metrics_port_with_prometheus_scrape_annotations() 
         assert annotations["prometheus.io/path"] == "/metrics", name
 
 
-def test_k8s_single_master_until_leader_election_exists() -> None:
+def test_k8s_runs_two_masters_on_different_nodes_each_advertising_its_pod_address() -> None:
     master = k8s_workload("Deployment", "reservoir-master")
-    assert master["spec"]["replicas"] == 1
-    assert master["spec"]["strategy"]["type"] == "Recreate"
+    assert master["spec"]["replicas"] >= 2
+    # A rollout adds a standby before it removes a master: never none left to lead.
+    rollout = master["spec"]["strategy"]
+    assert rollout["type"] == "RollingUpdate"
+    assert rollout["rollingUpdate"]["maxUnavailable"] == 0
+    pod = master["spec"]["template"]["spec"]
+    (term,) = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    labels = master["spec"]["template"]["metadata"]["labels"]
+    assert term["podAffinityTerm"]["labelSelector"]["matchLabels"].items() <= labels.items()
+    env = {e["name"]: e for e in main_container(master)["env"]}
+    assert env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+    listen_port = env["RESERVOIR_MASTER_LISTEN"]["value"].rpartition(":")[2]
+    assert env["RESERVOIR_MASTER_ADVERTISE"]["value"] == f"$(POD_IP):{listen_port}"
 
 
 def test_k8s_worker_identity_comes_from_the_node_and_pod_ip() -> None:
@@ -529,7 +541,7 @@ def test_k8s_worker_memory_holds_its_cache_capacity_with_headroom() -> None:
     assert quantity(resources["limits"]["memory"]) >= capacity + 2**30
 
 
-def test_k8s_master_has_a_disruption_budget_that_keeps_it_through_drains() -> None:
+def test_k8s_masters_have_a_disruption_budget_that_drains_one_at_a_time() -> None:
     budgets = [doc for _, doc in k8s_documents() if doc["kind"] == "PodDisruptionBudget"]
     master = k8s_workload("Deployment", "reservoir-master")
     labels = master["spec"]["template"]["metadata"]["labels"]
@@ -537,8 +549,10 @@ def test_k8s_master_has_a_disruption_budget_that_keeps_it_through_drains() -> No
         b for b in budgets if b["spec"]["selector"]["matchLabels"].items() <= labels.items()
     ]
     assert budget["apiVersion"] == "policy/v1"
-    assert budget["spec"].get("minAvailable") == master["spec"]["replicas"] or (
-        budget["spec"].get("maxUnavailable") == 0
+    # A drain takes one master at a time: another is always there to lead.
+    replicas = master["spec"]["replicas"]
+    assert budget["spec"].get("minAvailable") == replicas - 1 >= 1 or (
+        budget["spec"].get("maxUnavailable") == 1
     )
     # A master that is not Ready anyway must not hold up a node drain.
     assert budget["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
