@@ -7,13 +7,17 @@ three masters running again.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 
 import grpc
@@ -23,7 +27,7 @@ from reservoir.client import Client
 from reservoir.common import errors
 from reservoir.local.cluster import LocalCluster
 from reservoir.v1 import common_pb2, master_pb2, master_pb2_grpc
-from tests.conftest import LEASE_TTL_S, channel
+from tests.conftest import LEASE_TTL_S, channel, own_cluster_env
 
 BLOCK = 64 * 1024
 MASTER_LEASE_TTL_S = 2
@@ -247,3 +251,38 @@ def test_a_standby_names_the_leader_to_a_caller_that_knows_only_the_standby(
     # The client goes there by itself.
     with Client(address) as c:
         assert c.ls("/") is not None
+
+
+def test_masters_command_and_local_status_name_the_one_leader(healed: LocalCluster) -> None:
+    cluster = healed
+    cli = [sys.executable, "-m", "reservoir.cli.main"]
+    listed = subprocess.run(
+        [*cli, "--master", cluster.master_address, "masters", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert listed.returncode == 0, listed.stderr
+    masters = json.loads(listed.stdout)
+    ports = {f"127.0.0.1:{cluster.processes[n].port}" for n in cluster.master_names()}
+    assert {m["address"] for m in masters} == ports
+    assert [m["role"] for m in masters] == ["leader", "standby", "standby"]
+    assert masters[0]["term"] >= 1
+    assert datetime.fromisoformat(masters[0]["since"]).tzinfo is not None
+    status = subprocess.run(
+        [*cli, "--state-dir", str(cluster.state_dir), "local", "status", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=own_cluster_env(),
+    )
+    assert status.returncode == 0, status.stderr
+    document = json.loads(status.stdout)
+    assert document["master"] == cluster.master_address
+    roles = {
+        name: p["role"] for name, p in document["processes"].items() if name.startswith("master")
+    }
+    assert sorted(roles.values()) == ["leader", "standby", "standby"]
+    leader_port = masters[0]["address"].rpartition(":")[2]
+    (leading,) = [n for n, r in roles.items() if r == "leader"]
+    assert str(document["processes"][leading]["port"]) == leader_port
