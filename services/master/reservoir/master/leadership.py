@@ -154,11 +154,12 @@ class Leadership:
         current = await self._store.get(keyspace.MASTER_LEADER)
         if current is not None:
             holder = MasterRecord.from_json(current)
-            if holder.address != self.address or holder.id == self.id:
+            if holder.address != self.address:
                 self._follow(holder)
                 return None
-            # Our own address, another process: a previous run of this master, which is
-            # gone (this process holds its port). Its lease need not run out first.
+            # Our own address: a previous run of this master, which is gone (this process
+            # holds its port), or this one's own key under a lease it gave up for lost
+            # (etcd was out of reach). Either way it need not run out first.
             await self._store.write_if(
                 [Guard(keyspace.MASTER_LEADER, current)], deletes=[keyspace.MASTER_LEADER]
             )
