@@ -60,6 +60,22 @@ def healed(masters: LocalCluster) -> Iterator[LocalCluster]:
             os.kill(proc.pid, signal.SIGCONT)
         else:
             masters.restart(name)
+    # Settled: one leader, every other master a standby that knows it.
+    with Client(masters.master_address) as c:
+
+        def settled() -> bool:
+            try:
+                listed = c.masters()
+            except ConnectionError:
+                return False
+            leaders = [m for m in listed if m.role == "leader"]
+            return (
+                len(listed) == len(masters.master_names())
+                and len(leaders) == 1
+                and all(m.term == leaders[0].term for m in listed)
+            )
+
+        _until(settled)
 
 
 def _files(cluster: LocalCluster, prefix: str, count: int, size: int) -> dict[str, bytes]:
@@ -83,6 +99,13 @@ def _leader(c: Client, cluster: LocalCluster) -> tuple[str, int]:
         if f"127.0.0.1:{cluster.processes[name].port}" == leader.address:
             return name, leader.term
     raise AssertionError(f"no process of the cluster at {leader.address}")
+
+
+def _leader_or_none(c: Client, cluster: LocalCluster) -> str | None:
+    try:
+        return _leader(c, cluster)[0]
+    except ConnectionError:  # the master asked is paused, or none leads yet
+        return None
 
 
 def _until(condition, attempts: int = 150, pause_s: float = 0.1):  # type: ignore[no-untyped-def]
@@ -200,8 +223,9 @@ def test_a_paused_leader_past_its_lease_writes_nothing_and_comes_back_as_a_stand
     with Client(cluster.master_address) as c:
         paused, term = _leader(c, cluster)
         os.kill(cluster.processes[paused].pid, signal.SIGSTOP)
-        # Another master leads once the paused one's lease has run out.
-        _until(lambda: _leader(c, cluster)[0] != paused)
+        # Another master leads once the paused one's lease has run out. (A call that went
+        # to the paused one meanwhile ran into its deadline; the next goes elsewhere.)
+        _until(lambda: _leader_or_none(c, cluster) not in (None, paused))
         changed = _mount(c, cluster, f"pause-{run}")
         # A call the paused leader will find waiting when it wakes, from a caller that
         # still takes it for the leader.
@@ -243,10 +267,22 @@ def test_a_standby_names_the_leader_to_a_caller_that_knows_only_the_standby(
         leader, _ = _leader(c, cluster)
     standby = next(n for n in cluster.master_names() if n != leader)
     address = f"127.0.0.1:{cluster.processes[standby].port}"
-    with channel(address) as ch, pytest.raises(grpc.RpcError) as refused:
-        master_pb2_grpc.MasterServiceStub(ch).ListMounts(master_pb2.ListMountsRequest(), timeout=5)
-    trailing = dict(refused.value.trailing_metadata() or ())
-    assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+
+    def refusal() -> grpc.RpcError | None:
+        """The standby's answer, once it knows the leader (a master that just stood down
+        reads who leads when it campaigns again)."""
+        with channel(address) as ch:
+            try:
+                master_pb2_grpc.MasterServiceStub(ch).ListMounts(
+                    master_pb2.ListMountsRequest(), timeout=5
+                )
+            except grpc.RpcError as exc:
+                return exc if errors.LEADER_KEY in dict(exc.trailing_metadata() or ()) else None
+        raise AssertionError(f"the standby at {address} answered a call that needs the leader")
+
+    refused = _until(refusal)
+    assert refused.code() == grpc.StatusCode.UNAVAILABLE
+    trailing = dict(refused.trailing_metadata() or ())
     assert trailing[errors.LEADER_KEY] == f"127.0.0.1:{cluster.processes[leader].port}"
     # The client goes there by itself.
     with Client(address) as c:
