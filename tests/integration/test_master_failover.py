@@ -319,6 +319,12 @@ def test_masters_command_and_local_status_name_the_one_leader(healed: LocalClust
         name: p["role"] for name, p in document["processes"].items() if name.startswith("master")
     }
     assert sorted(roles.values()) == ["leader", "standby", "standby"]
+    # A standby is healthy: it serves, it just does not lead.
+    health = subprocess.run(
+        [*cli, "health", masters[1]["address"]], capture_output=True, text=True, timeout=60
+    )
+    assert health.returncode == 0, health.stderr
+    assert health.stdout.strip() == "SERVING"
     leader_port = masters[0]["address"].rpartition(":")[2]
     (leading,) = [n for n, r in roles.items() if r == "leader"]
     assert str(document["processes"][leading]["port"]) == leader_port

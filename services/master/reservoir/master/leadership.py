@@ -114,6 +114,9 @@ class Leadership:
                 raise
             except ReservoirError as exc:
                 log.warning("leadership_campaign_failed", error=str(exc))
+                if self.role == LEADER or self._record is not None:
+                    with contextlib.suppress(ReservoirError):
+                        await self._stand_down("campaign failed")
                 await asyncio.sleep(self._ttl / 3)
 
     async def first_outcome(self, timeout_s: float) -> None:
@@ -198,7 +201,8 @@ class Leadership:
         self.role, self.since_ms = LEADER, _now_ms()
         self.takeovers += 1
         log.info("leadership_won", master=self.address, term=won.term)
-        await self._publish()
+        with contextlib.suppress(ReservoirError):  # only `reservoir masters` reads it
+            await self._publish()
         try:
             assert self._duties is not None  # set by run
             await self._duties.lead()
