@@ -3,6 +3,7 @@ calls work again.
 
     python bench/failover_bench.py                      # 10 SIGKILLs and 10 SIGTERMs, 3 masters
     python bench/failover_bench.py --kills 20 --lease-ttl 3 --json results/failover.json
+    python bench/failover_bench.py --kills 0 --terms 0   # only what a standby's redirect costs
 
 One local cluster (etcd, the S3 server, `--masters` masters, one worker). Each round: the
 leader is found (`Client.masters`), a client that has never seen the directory is made,
@@ -56,6 +57,39 @@ def one_round(cluster: LocalCluster, sig: int, round_no: int) -> float:
     return took
 
 
+def redirect_cost_ms(cluster: LocalCluster, rounds: int = 30) -> dict[str, float]:
+    """Median first metadata call of a new client (connected, nothing asked yet) that
+    knows the leader, and of one that knows only a standby (refused, sent on); then that
+    client's later calls, which go to the leader directly."""
+    with Client(cluster.master_address) as c:
+        roles = {m.address: m.role for m in c.masters()}
+    leader = next(a for a, r in roles.items() if r == "leader")
+    standby = next(a for a, r in roles.items() if r == "standby")
+
+    def first(master: str) -> float:
+        times = []
+        for i in range(rounds):
+            with Client(master) as c:
+                c.masters()  # the connection, which every master answers
+                start = time.perf_counter()
+                c.stat(f"/b/f{i % 10:03d}", with_locations=True)  # always asks the master
+                times.append(time.perf_counter() - start)
+        return statistics.median(times) * 1000
+
+    with Client(standby) as c:
+        c.stat("/b/f000", with_locations=True)
+        later = []
+        for i in range(rounds):
+            start = time.perf_counter()
+            c.stat(f"/b/f{i % 10:03d}", with_locations=True)
+            later.append(time.perf_counter() - start)
+    return {
+        "first_call_via_leader_ms": round(first(leader), 2),
+        "first_call_via_standby_ms": round(first(standby), 2),
+        "later_calls_ms": round(statistics.median(later) * 1000, 2),
+    }
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
@@ -81,11 +115,13 @@ def main() -> None:
     try:
         s3 = cluster.s3_client()
         s3.create_bucket(Bucket=BUCKET)
-        rounds = args.kills + args.terms
+        rounds = max(10, args.kills + args.terms)
         for i in range(rounds):
             s3.put_object(Bucket=BUCKET, Key=f"d/f{i:03d}", Body=b"x" * 1000)
         with Client(cluster.master_address) as c:
             c.mount("/b", f"s3://{BUCKET}/d/", endpoint_url=cluster.s3_endpoint)
+        redirects = redirect_cost_ms(cluster)
+        print(f"redirect: {redirects}", file=sys.stderr)
         results: dict[str, list[float]] = {"SIGKILL": [], "SIGTERM": []}
         for i in range(args.kills):
             results["SIGKILL"].append(one_round(cluster, signal.SIGKILL, i))
@@ -95,7 +131,7 @@ def main() -> None:
             print(f"SIGTERM {i + 1}: {results['SIGTERM'][-1]:.2f} s", file=sys.stderr)
     finally:
         cluster.down()
-    summary = {
+    summary: dict[str, object] = {
         kind: {
             "rounds": len(times),
             "p50_s": round(statistics.median(times), 3),
@@ -106,6 +142,7 @@ def main() -> None:
         for kind, times in results.items()
         if times
     }
+    summary["redirect"] = redirects
     summary["settings"] = {"masters": args.masters, "lease_ttl_s": args.lease_ttl}
     print(json.dumps(summary, indent=2))
     if args.json:
