@@ -52,7 +52,8 @@ _GET_STATS = "/reservoir.v1.WorkerService/GetStats"
 
 
 class AsyncClient:
-    """Reservoir's asyncio SDK. One instance per process is enough; it is cheap to share."""
+    """Reservoir's asyncio SDK. One instance per process is enough; it is cheap to share.
+    `master`: one address, or several masters' comma-separated (calls go to the leader)."""
 
     def __init__(self, master: str | None = None, config: cfg.ClientConfig | None = None) -> None:
         if config is None:

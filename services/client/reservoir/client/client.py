@@ -28,6 +28,9 @@ class Client:
 
     >>> with Client("127.0.0.1:19998") as rs:
     ...     data = rs.read("/datasets/train/part-0001")
+
+    `master`: one address, or several masters' comma-separated ("m1:19998,m2:19998"):
+    calls go to whichever leads.
     """
 
     def __init__(self, master: str | None = None, config: cfg.ClientConfig | None = None) -> None:
