@@ -239,3 +239,24 @@ def test_fenced_store_refuses_writes_without_asking_the_store_when_not_leading()
         assert await store.get(b"/t/a") is None
 
     run(scenario)
+
+
+def test_masters_campaigning_at_once_elect_exactly_one_and_never_reuse_a_term() -> None:
+    async def scenario() -> None:
+        store = MemoryMetadataStore()
+        masters = [Master(store, f"m{i}:1", ttl_s=30) for i in range(4)]
+        for m in masters:
+            await m.leadership.first_outcome(5)
+        await until(lambda: sum(m.leadership.ready for m in masters) == 1)
+        terms_led = [m.leadership.term for m in masters if m.leadership.ready]
+        for _ in range(3):
+            (leader,) = [m for m in masters if m.leadership.ready]
+            masters.remove(leader)
+            await leader.stop(resign=True)
+            await until(lambda: sum(m.leadership.ready for m in masters) == 1)
+            terms_led += [m.leadership.term for m in masters if m.leadership.ready]
+        assert terms_led == [1, 2, 3, 4]
+        for m in masters:
+            await m.stop()
+
+    run(scenario)

@@ -169,9 +169,17 @@ class Leadership:
             log.info("leadership_cleared_previous_run", master=self.address, term=holder.term)
         raw_term = await self._store.get(keyspace.MASTER_TERM)
         term = (int(raw_term) if raw_term else 0) + 1
+        encoded = str(term).encode()
+        vacant = Guard(keyspace.MASTER_LEADER, None)
+        # The term first (no lease: it outlives leaders), then the key at that term: two
+        # campaigners that read the same term cannot both take it, and a master that dies
+        # between the two steps leaves a term unused, never one used twice.
         record = MasterRecord(self.id, self.address, LEADER, _now_ms(), term).to_json()
         won = await self._store.write_if(
-            [Guard(keyspace.MASTER_LEADER, None)],
+            [vacant, Guard(keyspace.MASTER_TERM, raw_term)],
+            puts=[(keyspace.MASTER_TERM, encoded)],
+        ) and await self._store.write_if(
+            [vacant, Guard(keyspace.MASTER_TERM, encoded)],
             puts=[(keyspace.MASTER_LEADER, record)],
             lease=lease,
         )
@@ -180,11 +188,6 @@ class Leadership:
             if holder_raw is not None:
                 self._follow(MasterRecord.from_json(holder_raw))
             return None
-        # The term is only ever raised by a leader, under its own fence.
-        await self._store.write_if(
-            [Guard(keyspace.MASTER_LEADER, record)],
-            puts=[(keyspace.MASTER_TERM, str(term).encode())],
-        )
         return record
 
     def _follow(self, holder: MasterRecord) -> None:
