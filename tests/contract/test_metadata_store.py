@@ -11,7 +11,12 @@ import pytest
 
 from reservoir.common.config import EtcdSettings
 from reservoir.common.errors import InvalidArgument, NotFound
-from reservoir.common.metadata_store import MAX_TXN_OPS, MetadataStore, open_metadata_store
+from reservoir.common.metadata_store import (
+    MAX_TXN_OPS,
+    Guard,
+    MetadataStore,
+    open_metadata_store,
+)
 
 from .etcd_servers import EtcdServer
 
@@ -312,6 +317,48 @@ def test_a_watch_closed_before_it_is_read_ends_cleanly_and_others_go_on(backend:
             change = await anext(kept)
         assert (change.key, change.value) == (b"/contract/c/k", b"v")
         await kept.aclose()
+
+    run(backend, scenario)
+
+
+def test_guarded_write_commits_only_while_its_guards_hold(backend: Backend) -> None:
+    async def scenario(s: MetadataStore) -> None:
+        owner = Guard(b"/contract/owner", b"me")
+        # The owner key is absent: a guard that wants it absent holds, one on a value fails.
+        assert not await s.write_if([owner], puts=[(b"/contract/x", b"1")])
+        assert await s.get(b"/contract/x") is None
+        assert await s.write_if(
+            [Guard(b"/contract/owner", None)], puts=[(b"/contract/owner", b"me")]
+        )
+        await s.put_many([(b"/contract/d/1", b"a"), (b"/contract/d/2", b"b")])
+        assert await s.write_if(
+            [owner],
+            puts=[(b"/contract/x", b"2")],
+            deletes=[b"/contract/gone"],
+            delete_prefixes=[b"/contract/d/"],
+        )
+        assert await s.get(b"/contract/x") == b"2"
+        assert await s.get_prefix(b"/contract/d/") == []
+        await s.put(b"/contract/owner", b"someone else")
+        assert not await s.write_if([owner], deletes=[b"/contract/x"])
+        assert await s.get(b"/contract/x") == b"2"
+
+    run(backend, scenario)
+
+
+def test_guarded_write_binds_its_puts_to_the_lease(backend: Backend) -> None:
+    async def scenario(s: MetadataStore) -> None:
+        lease = await s.grant_lease(30)
+        assert await s.write_if(
+            [Guard(b"/contract/leader", None)], puts=[(b"/contract/leader", b"me")], lease=lease
+        )
+        # Taken: a second campaign for the same key loses and writes nothing.
+        assert not await s.write_if(
+            [Guard(b"/contract/leader", None)], puts=[(b"/contract/leader", b"other")]
+        )
+        assert await s.get(b"/contract/leader") == b"me"
+        await s.revoke_lease(lease)
+        assert await s.get(b"/contract/leader") is None
 
     run(backend, scenario)
 

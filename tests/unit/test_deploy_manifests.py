@@ -44,6 +44,8 @@ ETCD_MEMBERS = ("etcd1", "etcd2", "etcd3")
 COMPOSE_METADATA_URL = "etcd://etcd1:2379,etcd2:2379,etcd3:2379"
 K8S_ETCD_PODS = ("etcd-0", "etcd-1", "etcd-2")
 K8S_METADATA_URL = "etcd://etcd-0.etcd:2379,etcd-1.etcd:2379,etcd-2.etcd:2379"
+# One leads, one stands by (README, "Several masters").
+MASTERS = ("master", "master2")
 MASTER_PORT = 19998
 WORKER_PORT = 29998
 
@@ -130,9 +132,9 @@ def test_docker_compose_config_validates_the_compose_file() -> None:
     assert result.returncode == 0, result.stderr
 
 
-def test_compose_defines_three_etcd_members_s3_master_and_three_workers() -> None:
+def test_compose_defines_three_etcd_members_s3_two_masters_and_three_workers() -> None:
     services = load_compose()["services"]
-    assert {*ETCD_MEMBERS, "s3", "master", *WORKERS} <= set(services)
+    assert {*ETCD_MEMBERS, "s3", *MASTERS, *WORKERS} <= set(services)
     assert not {name for name in services if name.startswith("etcd")} - set(ETCD_MEMBERS)
 
 
@@ -174,6 +176,14 @@ def test_compose_etcd_members_form_one_cluster_that_compacts_and_keep_their_own_
     assert metadata_endpoints(COMPOSE_METADATA_URL) == [f"{m}:2379" for m in ETCD_MEMBERS]
 
 
+def test_compose_masters_advertise_their_own_service_names_on_one_port() -> None:
+    services = load_compose()["services"]
+    for name in MASTERS:
+        env = compose_env(services[name])
+        assert env["RESERVOIR_MASTER_ADVERTISE"] == f"{name}:{MASTER_PORT}"
+        assert env["RESERVOIR_MASTER_LISTEN"] == f"0.0.0.0:{MASTER_PORT}"
+
+
 def test_compose_sets_only_reservoir_variables_that_config_declares() -> None:
     declared = declared_settings()
     used = {
@@ -205,11 +215,11 @@ def test_compose_workers_find_master_and_etcd_by_service_name() -> None:
     services = load_compose()["services"]
     master_port = compose_env(services["master"])["RESERVOIR_MASTER_LISTEN"].rpartition(":")[2]
     assert master_port == str(MASTER_PORT)
-    for name in ("master", *WORKERS):
+    for name in (*MASTERS, *WORKERS):
         assert compose_env(services[name])["RESERVOIR_METADATA_URL"] == COMPOSE_METADATA_URL
     for name in WORKERS:
         env = compose_env(services[name])
-        assert env["RESERVOIR_MASTER"] == f"master:{master_port}"
+        assert env["RESERVOIR_MASTER"] == ",".join(f"{m}:{master_port}" for m in MASTERS)
         assert config.parse_size(env["RESERVOIR_WORKER_CAPACITY"]) > 0
 
 
@@ -223,9 +233,9 @@ def test_every_compose_service_has_a_healthcheck() -> None:
 
 def test_compose_healthchecks_probe_the_port_each_server_listens_on() -> None:
     services = load_compose()["services"]
-    master = services["master"]
-    port = compose_env(master)["RESERVOIR_MASTER_LISTEN"].rpartition(":")[2]
-    assert f"127.0.0.1:{port}" in " ".join(master["healthcheck"]["test"])
+    for name in MASTERS:
+        port = compose_env(services[name])["RESERVOIR_MASTER_LISTEN"].rpartition(":")[2]
+        assert f"127.0.0.1:{port}" in " ".join(services[name]["healthcheck"]["test"])
     for name in WORKERS:
         port = compose_env(services[name])["RESERVOIR_WORKER_LISTEN"].rpartition(":")[2]
         assert f"127.0.0.1:{port}" in " ".join(services[name]["healthcheck"]["test"])
@@ -234,17 +244,18 @@ def test_compose_healthchecks_probe_the_port_each_server_listens_on() -> None:
 def test_compose_master_and_workers_run_the_packaged_console_scripts() -> None:
     scripts = console_scripts()
     services = load_compose()["services"]
-    assert command_argv(services["master"]["command"])[0] == "reservoir-master"
+    for name in MASTERS:
+        assert command_argv(services[name]["command"])[0] == "reservoir-master"
     for name in WORKERS:
         assert command_argv(services[name]["command"])[0] == "reservoir-worker"
-    for name in ("master", *WORKERS):
+    for name in (*MASTERS, *WORKERS):
         assert command_argv(services[name]["command"])[0] in scripts
 
 
 def test_compose_servers_start_only_after_their_dependencies_are_healthy() -> None:
     services = load_compose()["services"]
     expected = {
-        "master": {*ETCD_MEMBERS, "s3"},
+        **{name: {*ETCD_MEMBERS, "s3"} for name in MASTERS},
         **{name: {*ETCD_MEMBERS, "s3", "master"} for name in WORKERS},
     }
     for name, needs in expected.items():
@@ -257,7 +268,7 @@ def test_compose_servers_start_only_after_their_dependencies_are_healthy() -> No
 
 def test_compose_master_and_workers_build_from_the_deploy_dockerfile() -> None:
     services = load_compose()["services"]
-    for name in ("master", *WORKERS):
+    for name in (*MASTERS, *WORKERS):
         build = services[name]["build"]
         assert (REPO / build.get("context", ".") / build["dockerfile"]) == DOCKERFILE
 
@@ -265,7 +276,7 @@ def test_compose_master_and_workers_build_from_the_deploy_dockerfile() -> None:
 def test_compose_servers_serve_metrics_and_prometheus_scrapes_every_one_of_them() -> None:
     services = load_compose()["services"]
     served = set()
-    for name in ("master", *WORKERS):
+    for name in (*MASTERS, *WORKERS):
         env = compose_env(services[name])
         host, _, port = env["RESERVOIR_METRICS_LISTEN"].rpartition(":")
         assert host == "0.0.0.0", f"{name}: other containers must reach its metrics"
@@ -346,12 +357,16 @@ def test_compose_master_container_runs_the_cli_against_its_own_master() -> None:
     # RESERVOIR_MASTER, the way any client does.
     from reservoir.client.discovery import client_config
 
-    env = compose_env(load_compose()["services"]["master"])
-    found = client_config(environ=env, state_dir=REPO / "no-local-cluster-here").master
-    host, _, port = found.rpartition(":")
-    assert found == env["RESERVOIR_MASTER"]
-    assert host in ("127.0.0.1", "localhost", "master")
-    assert port == env["RESERVOIR_MASTER_LISTEN"].rpartition(":")[2]
+    for name in MASTERS:
+        env = compose_env(load_compose()["services"][name])
+        found = client_config(environ=env, state_dir=REPO / "no-local-cluster-here").master
+        assert found == env["RESERVOIR_MASTER"]
+        own, *others = found.split(",")
+        # Its own master first, then the other one: the CLI follows whichever leads.
+        assert own.rpartition(":")[0] in ("127.0.0.1", "localhost", name)
+        assert {o.rpartition(":")[0] for o in others} == set(MASTERS) - {name}
+        for address in found.split(","):
+            assert address.rpartition(":")[2] == env["RESERVOIR_MASTER_LISTEN"].rpartition(":")[2]
 
 
 def test_image_installs_pinned_dependencies_in_a_cached_layer_before_the_source() -> None:
@@ -478,10 +493,22 @@ def test_k8s_servers_expose_a_metrics_port_with_prometheus_scrape_annotations() 
         assert annotations["prometheus.io/path"] == "/metrics", name
 
 
-def test_k8s_single_master_until_leader_election_exists() -> None:
+def test_k8s_runs_two_masters_on_different_nodes_each_advertising_its_pod_address() -> None:
     master = k8s_workload("Deployment", "reservoir-master")
-    assert master["spec"]["replicas"] == 1
-    assert master["spec"]["strategy"]["type"] == "Recreate"
+    assert master["spec"]["replicas"] >= 2
+    # A rollout adds a standby before it removes a master: never none left to lead.
+    rollout = master["spec"]["strategy"]
+    assert rollout["type"] == "RollingUpdate"
+    assert rollout["rollingUpdate"]["maxUnavailable"] == 0
+    pod = master["spec"]["template"]["spec"]
+    (term,) = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    labels = master["spec"]["template"]["metadata"]["labels"]
+    assert term["podAffinityTerm"]["labelSelector"]["matchLabels"].items() <= labels.items()
+    env = {e["name"]: e for e in main_container(master)["env"]}
+    assert env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+    listen_port = env["RESERVOIR_MASTER_LISTEN"]["value"].rpartition(":")[2]
+    assert env["RESERVOIR_MASTER_ADVERTISE"]["value"] == f"$(POD_IP):{listen_port}"
 
 
 def test_k8s_worker_identity_comes_from_the_node_and_pod_ip() -> None:
@@ -602,7 +629,7 @@ def test_k8s_master_and_workers_are_given_every_etcd_member() -> None:
         assert env["RESERVOIR_METADATA_URL"] == K8S_METADATA_URL, kind
 
 
-def test_k8s_master_has_a_disruption_budget_that_keeps_it_through_drains() -> None:
+def test_k8s_masters_have_a_disruption_budget_that_drains_one_at_a_time() -> None:
     budgets = [doc for _, doc in k8s_documents() if doc["kind"] == "PodDisruptionBudget"]
     master = k8s_workload("Deployment", "reservoir-master")
     labels = master["spec"]["template"]["metadata"]["labels"]
@@ -610,8 +637,10 @@ def test_k8s_master_has_a_disruption_budget_that_keeps_it_through_drains() -> No
         b for b in budgets if b["spec"]["selector"]["matchLabels"].items() <= labels.items()
     ]
     assert budget["apiVersion"] == "policy/v1"
-    assert budget["spec"].get("minAvailable") == master["spec"]["replicas"] or (
-        budget["spec"].get("maxUnavailable") == 0
+    # A drain takes one master at a time: another is always there to lead.
+    replicas = master["spec"]["replicas"]
+    assert budget["spec"].get("minAvailable") == replicas - 1 >= 1 or (
+        budget["spec"].get("maxUnavailable") == 1
     )
     # A master that is not Ready anyway must not hold up a node drain.
     assert budget["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
@@ -840,7 +869,7 @@ def test_docker_compose_config_validates_the_secure_override() -> None:
     assert result.returncode == 0, result.stderr
     resolved = yaml.safe_load(result.stdout)["services"]
     merged = merged_compose_services()
-    for name in (*ETCD_MEMBERS, "master", *WORKERS):
+    for name in (*ETCD_MEMBERS, *MASTERS, *WORKERS):
         assert compose_env(resolved[name]) == compose_env(merged[name]), name
         assert resolved[name]["healthcheck"]["test"] == merged[name]["healthcheck"]["test"]
         assert {s["source"] for s in resolved[name]["secrets"]} == set(merged[name]["secrets"])
@@ -863,12 +892,12 @@ def test_secure_compose_sets_only_reservoir_variables_that_config_declares() -> 
 
 def test_secure_compose_servers_read_tls_files_and_their_own_token_from_secrets() -> None:
     services = merged_compose_services()
-    for name in ("master", *WORKERS):
+    for name in (*MASTERS, *WORKERS):
         env = compose_env(services[name])
         files = compose_secret_files(services[name])
         for setting, file in CREDENTIAL_FILES.items():
             assert files.get(env[setting]) == file, (name, setting)
-        own = "master.token" if name == "master" else f"{env['RESERVOIR_WORKER_ID']}.token"
+        own = "master.token" if name in MASTERS else f"{env['RESERVOIR_WORKER_ID']}.token"
         assert files.get(env["RESERVOIR_TOKEN_FILE"]) == own, name
         # A server holds its own token only: no other worker's, no admin or reader token.
         tokens = {f for f in files.values() if f.endswith(".token")}
@@ -938,10 +967,11 @@ def test_secure_compose_credentials_stay_out_of_git_and_of_the_image() -> None:
 
 def test_secure_compose_healthchecks_speak_tls_to_the_port_each_server_listens_on() -> None:
     services = merged_compose_services()
-    master_port = compose_env(services["master"])["RESERVOIR_MASTER_LISTEN"].rpartition(":")[2]
-    assert services["master"]["healthcheck"]["test"] == [
-        "CMD", "reservoir", "health", "--server-only", f"127.0.0.1:{master_port}",
-    ]  # fmt: skip
+    for name in MASTERS:
+        master_port = compose_env(services[name])["RESERVOIR_MASTER_LISTEN"].rpartition(":")[2]
+        assert services[name]["healthcheck"]["test"] == [
+            "CMD", "reservoir", "health", "--server-only", f"127.0.0.1:{master_port}",
+        ]  # fmt: skip
     for name in WORKERS:
         port = compose_env(services[name])["RESERVOIR_WORKER_LISTEN"].rpartition(":")[2]
         test = services[name]["healthcheck"]["test"]
@@ -959,7 +989,7 @@ def test_secure_compose_cli_service_alone_carries_the_admin_token_and_up_skips_i
     assert files[env["RESERVOIR_TOKEN_FILE"]] == "admin.token"
     assert env["RESERVOIR_MASTER"] == compose_env(services["worker1"])["RESERVOIR_MASTER"]
     assert command_argv(cli["command"])[0] in console_scripts()
-    for name in ("master", *WORKERS):
+    for name in (*MASTERS, *WORKERS):
         assert not set(compose_secret_files(services[name]).values()) & set(CLIENT_TOKENS)
 
 
@@ -973,7 +1003,11 @@ def test_secure_compose_documented_credentials_command_writes_every_secret_file(
     assert options["workers"].split(",") == ids
     # The certificate covers every name a server is dialled by on the compose network.
     hosts = set(options["hosts"].split(","))
-    dialled = {compose_env(services[n])["RESERVOIR_MASTER"].rpartition(":")[0] for n in WORKERS}
+    dialled = {
+        address.rpartition(":")[0]
+        for n in WORKERS
+        for address in compose_env(services[n])["RESERVOIR_MASTER"].split(",")
+    }
     dialled |= {
         compose_env(services[n])["RESERVOIR_WORKER_ADVERTISE"].rpartition(":")[0] for n in WORKERS
     }

@@ -1,4 +1,4 @@
-"""The cluster's state: `workers`, `report`, `health`."""
+"""The cluster's state: `workers`, `masters`, `report`, `health`."""
 
 from __future__ import annotations
 
@@ -84,6 +84,29 @@ def cmd_workers(args: argparse.Namespace) -> None:
                     human(t["pinned_bytes"]), t["hits"], t["evictions"],
                 )  # fmt: skip
         return f"{table.render()}\n\n{tiers.render()}"
+
+    emit(args, data, text)
+
+
+def cmd_masters(args: argparse.Namespace) -> None:
+    with open_client(args) as rs:
+        masters = rs.masters()
+    data = [
+        {
+            "address": m.address,
+            "role": m.role,
+            "since": iso_time_or_none(m.since_ms),
+            "term": m.term,
+            "id": m.id,
+        }
+        for m in masters
+    ]
+
+    def text() -> str:
+        table = Table("ADDRESS", "ROLE", "SINCE", "TERM", numeric=("TERM",))
+        for m in data:
+            table.row(m["address"], m["role"], m["since"], m["term"])
+        return table.render(empty="(no master recorded in etcd)")
 
     emit(args, data, text)
 
@@ -185,6 +208,11 @@ def register(commands: Subcommands) -> None:
         "--long",
         action="store_true",
         help="with each worker's cache usage, hits and misses, and a table of its tiers",
+    )
+    commands.add(
+        "masters",
+        "the masters: address, role (leader or standby), since when, and the leader's term",
+        cmd_masters,
     )
     p = commands.add("report", "how much of a path is cached, and the cluster's tiers", cmd_report)
     p.add_argument("path", help="the file or directory")

@@ -19,6 +19,7 @@ def cmd_local_up(args: argparse.Namespace) -> None:
     cluster = LocalCluster.up(
         Path(args.state_dir),
         workers=args.workers,
+        masters=args.masters,
         s3_endpoint=args.s3_endpoint or "",
         s3_latency_ms=args.s3_latency_ms,
         capacity=args.capacity,
@@ -57,6 +58,8 @@ def cmd_local_status(args: argparse.Namespace) -> None:
         )  # fmt: skip
         for name, p in status["processes"].items():
             state = "running" if p["alive"] else "DEAD"
+            if p["alive"] and "role" in p and "," in status["master"]:
+                state = f"running ({p['role']})"  # which of several masters leads
             table.row(name, state, p["pid"], p["port"], p.get("metrics", "-"), p["log"])
         head = f"master {status['master']}   s3 {status['s3_endpoint']}"
         return f"{head}   etcd {status['metadata_url']}\n{table.render()}"
@@ -92,6 +95,12 @@ def register(commands: Subcommands) -> None:
     local = commands.group("local", "a whole cluster on this machine (etcd, S3, master, workers)")
     up = local.add("up", "start etcd, S3 (unless given), the master and workers", cmd_local_up)
     up.add_argument("--workers", type=int, metavar="N", help="how many workers (default 2)")
+    up.add_argument(
+        "--masters",
+        type=int,
+        metavar="N",
+        help="how many masters (default 1); one leads, the others take over if it stops",
+    )
     up.add_argument(
         "--s3-endpoint", metavar="URL", help="use this S3 endpoint instead of starting one"
     )

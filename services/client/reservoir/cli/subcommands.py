@@ -26,10 +26,10 @@ def _global_options(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
 
     parser.add_argument(
         "--master",
-        metavar="HOST:PORT",
+        metavar="HOST:PORT[,HOST:PORT...]",
         default=default(None),
-        help="master address (default: $RESERVOIR_MASTER, else the local cluster of "
-        "--state-dir, else 127.0.0.1:19998)",
+        help="master address, or several masters' comma-separated (default: "
+        "$RESERVOIR_MASTER, else the local cluster of --state-dir, else 127.0.0.1:19998)",
     )
     parser.add_argument(
         "--state-dir",

@@ -24,7 +24,14 @@ from reservoir.common.errors import (
     Unavailable,
 )
 from reservoir.common.malloc_tuning import tune_for_large_buffers
-from reservoir.common.models import CacheRule, Inode, Mount, MountOptions, WorkerRecord
+from reservoir.common.models import (
+    CacheRule,
+    Inode,
+    MasterRecord,
+    Mount,
+    MountOptions,
+    WorkerRecord,
+)
 from reservoir.common.mounted_stores import MountedStores
 from reservoir.common.rpc import CHANNEL_OPTIONS, ChannelPool, error_from_rpc
 from reservoir.common.security import Transport
@@ -45,7 +52,8 @@ _GET_STATS = "/reservoir.v1.WorkerService/GetStats"
 
 
 class AsyncClient:
-    """Reservoir's asyncio SDK. One instance per process is enough; it is cheap to share."""
+    """Reservoir's asyncio SDK. One instance per process is enough; it is cheap to share.
+    `master`: one address, or several masters' comma-separated (calls go to the leader)."""
 
     def __init__(self, master: str | None = None, config: cfg.ClientConfig | None = None) -> None:
         if config is None:
@@ -120,6 +128,12 @@ class AsyncClient:
     async def workers(self, *, fresh: bool = True) -> list[WorkerRecord]:
         """The live workers; `fresh=False` may answer from the list this client last saw."""
         return list(await self._view.workers(fresh=fresh))
+
+    async def masters(self) -> list[MasterRecord]:
+        """The cluster's masters (leader first) as etcd knows them: address, role, since
+        when, and term. Any master answers, a standby too."""
+        reply = await self._view.call("ListMasters", master_pb2.ListMastersRequest(), "masters")
+        return [MasterRecord.from_proto(m) for m in reply.masters]
 
     async def stat(self, path: str, *, with_locations: bool = False, fresh: bool = False) -> Inode:
         """A file's or directory's inode (cached by this client; `fresh` asks the master

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 from reservoir.common import config as cfg
 from reservoir.common.errors import ReservoirError
-from reservoir.common.models import CacheRule, Inode, Mount, WorkerRecord
+from reservoir.common.models import CacheRule, Inode, MasterRecord, Mount, WorkerRecord
 
 from . import discovery
 from .async_client import AsyncClient
@@ -28,6 +28,9 @@ class Client:
 
     >>> with Client("127.0.0.1:19998") as rs:
     ...     data = rs.read("/datasets/train/part-0001")
+
+    `master`: one address, or several masters' comma-separated ("m1:19998,m2:19998"):
+    calls go to whichever leads.
     """
 
     def __init__(self, master: str | None = None, config: cfg.ClientConfig | None = None) -> None:
@@ -108,6 +111,10 @@ class Client:
     def workers(self) -> list[WorkerRecord]:
         """The live workers."""
         return self._run(self._async.workers())
+
+    def masters(self) -> list[MasterRecord]:
+        """The cluster's masters, leader first (see AsyncClient.masters)."""
+        return self._run(self._async.masters())
 
     def worker_stats(self, *, reachable_only: bool = False) -> list[WorkerStats]:
         """Every live worker's counters; a worker that does not answer fails the call,

@@ -11,22 +11,19 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import grpc
-import grpc.aio
-
 from reservoir.common import config as cfg
 from reservoir.common import logs, paths
 from reservoir.common.errors import (
-    DeadlineExceeded,
     InvalidArgument,
     ReservoirError,
     Unavailable,
     error_for_code_value,
 )
+from reservoir.common.master_calls import MasterCalls
 from reservoir.common.models import Inode, Mount, MountOptions, WorkerRecord
 from reservoir.common.observability import inject_metadata
 from reservoir.common.placement import Placement
-from reservoir.common.rpc import ChannelOpener, error_from_rpc, is_transport_failure
+from reservoir.common.rpc import ChannelOpener
 from reservoir.v1 import master_pb2, master_pb2_grpc
 
 from .routing import placement_of
@@ -49,8 +46,10 @@ class ClusterView:
 
     def __init__(self, config: cfg.ClientConfig, opener: ChannelOpener) -> None:
         self.config = config
-        self._channel = opener.channel(config.master)
-        self._master = master_pb2_grpc.MasterServiceStub(self._channel)
+        hint = "" if config.security.tls else " (or it serves TLS: set RESERVOIR_TLS_CA)"
+        self._masters = MasterCalls(
+            config.master, opener, master_pb2_grpc.MasterServiceStub, unreachable_hint=hint
+        )
         self._infos: dict[str, _Cached] = {}
         self._workers: _Cached | None = None
         self._placement: tuple[list[WorkerRecord], Placement] = ([], placement_of([]))
@@ -62,30 +61,27 @@ class ClusterView:
         self._listings: dict[str, asyncio.Future[None]] = {}
 
     async def close(self) -> None:
-        await self._channel.close()
+        await self._masters.close()
 
     async def call(self, method: str, request: Any, what: str) -> Any:
-        try:
-            return await getattr(self._master, method)(
-                request, timeout=self.config.rpc_timeout_s, metadata=inject_metadata()
-            )
-        except grpc.RpcError as exc:
-            error = error_from_rpc(exc, what)
-            if is_transport_failure(exc) and not isinstance(error, DeadlineExceeded):
-                hint = (
-                    "" if self.config.security.tls else " (or it serves TLS: set RESERVOIR_TLS_CA)"
-                )
-                error = Unavailable(f"{what}: master at {self.config.master} is unreachable{hint}")
-            raise error from None
+        """A call to the leading master (see master_calls.py)."""
+        return await self._masters.unary(
+            method,
+            request,
+            deadline_s=self.config.rpc_timeout_s,
+            what=what,
+            metadata=inject_metadata(),
+        )
 
     async def stream(self, method: str, request: Any, what: str) -> AsyncIterator[Any]:
-        try:
-            async for item in getattr(self._master, method)(
-                request, timeout=self.config.job_timeout_s, metadata=inject_metadata()
-            ):
-                yield item
-        except grpc.RpcError as exc:
-            raise error_from_rpc(exc, what) from None
+        async for item in self._masters.stream(
+            method,
+            request,
+            deadline_s=self.config.job_timeout_s,
+            what=what,
+            metadata=inject_metadata(),
+        ):
+            yield item
 
     async def mount(
         self, path: str, uri: str, options: MountOptions, *, replace: bool = False

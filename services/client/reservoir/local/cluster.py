@@ -144,7 +144,7 @@ class LocalCluster:
         if proc.name == "s3":
             return lambda: _http_ok(f"http://127.0.0.1:{proc.port}/_reservoir/stats")
         address = f"127.0.0.1:{proc.port}"
-        if proc.name == "master":
+        if _is_master(proc.name):
             return lambda: _grpc_serving(address, self._transport())
         return lambda: _grpc_serving(address, self._transport()) and self._registered(proc.name)
 
@@ -292,12 +292,14 @@ class LocalCluster:
         env.update({k: str(v) for k, v in self.settings.get("env", {}).items()})
         return env
 
-    def start_master(self) -> None:
-        existing = self.processes.get("master")
+    def start_master(self, n: int = 1) -> None:
+        """Master `n` (processes "master", "master2", ...): several share etcd, one leads."""
+        name = "master" if n == 1 else f"master{n}"
+        existing = self.processes.get(name)
         port = existing.port if existing else free_port()
         metrics_port = _metrics_port(existing)
         proc = Process(
-            name="master",
+            name=name,
             argv=[sys.executable, "-m", "reservoir.master.server"],
             env={
                 **self._server_env(),
@@ -306,10 +308,14 @@ class LocalCluster:
                 "RESERVOIR_METRICS_LISTEN": f"127.0.0.1:{metrics_port}",
             },
             port=port,
-            log=str(self.state_dir / "master.log"),
+            log=str(self.state_dir / f"{name}.log"),
             metrics_port=metrics_port,
         )
-        self.master_address = f"127.0.0.1:{port}"
+        self.processes[name] = proc
+        # Every master, in order: clients and workers follow whichever leads.
+        self.master_address = ",".join(
+            f"127.0.0.1:{self.processes[m].port}" for m in self.master_names()
+        )
         self._spawn(proc)
         self._wait(proc, self._ready(proc))
 
@@ -346,13 +352,42 @@ class LocalCluster:
         return name
 
     def _registered(self, worker_id: str) -> bool:
+        """Whether the leading master lists the worker (a standby refuses to say)."""
+        import grpc
+
         from reservoir.v1 import master_pb2, master_pb2_grpc
 
-        with self._transport().sync_channel(self.master_address) as channel:
-            reply = master_pb2_grpc.MasterServiceStub(channel).ListWorkers(
-                master_pb2.ListWorkersRequest(), timeout=2
-            )
-        return any(w.id == worker_id for w in reply.workers)
+        for address in self.master_address.split(","):
+            with self._transport().sync_channel(address) as channel:
+                try:
+                    reply = master_pb2_grpc.MasterServiceStub(channel).ListWorkers(
+                        master_pb2.ListWorkersRequest(), timeout=2
+                    )
+                except grpc.RpcError:
+                    continue
+            return any(w.id == worker_id for w in reply.workers)
+        return False
+
+    def master_names(self) -> list[str]:
+        return sorted((n for n in self.processes if _is_master(n)), key=_master_number)
+
+    def master_roles(self) -> dict[str, str]:
+        """Each master's role by address, as the masters record them in etcd (empty when
+        none answers)."""
+        import grpc
+
+        from reservoir.v1 import master_pb2, master_pb2_grpc
+
+        for address in self.master_address.split(","):
+            with self._transport().sync_channel(address) as channel:
+                try:
+                    reply = master_pb2_grpc.MasterServiceStub(channel).ListMasters(
+                        master_pb2.ListMastersRequest(), timeout=2
+                    )
+                except grpc.RpcError:
+                    continue
+            return {m.address: m.role for m in reply.masters}
+        return {}
 
     @property
     def shm_root(self) -> Path:
@@ -376,6 +411,7 @@ class LocalCluster:
         cls,
         state_dir: Path,
         workers: int | None = None,
+        masters: int | None = None,
         s3_endpoint: str = "",
         s3_latency_ms: float | None = None,
         capacity: str | None = None,
@@ -406,6 +442,7 @@ class LocalCluster:
         settings = cluster_settings.resolve(
             {
                 "workers": workers,
+                "masters": masters,
                 "capacity": capacity,
                 "disk_capacity": disk_capacity,
                 "shm": shm,
@@ -446,7 +483,8 @@ class LocalCluster:
                 cluster.s3_endpoint = s3_endpoint
             else:
                 cluster.start_s3(settings["s3_latency_ms"], port=s3_port, keep_data=keep_s3_data)
-            cluster.start_master()
+            for n in range(1, settings["masters"] + 1):
+                cluster.start_master(n)
             for n in range(1, workers + 1):
                 cluster.start_worker(n)
         except BaseException:
@@ -464,6 +502,7 @@ class LocalCluster:
         StateDir(self.state_dir).mark_stopped()
 
     def status(self) -> dict[str, Any]:
+        roles = self.master_roles() if any(p.alive() for p in self.processes.values()) else {}
         return {
             "master": self.master_address,
             "s3_endpoint": self.s3_endpoint,
@@ -471,6 +510,11 @@ class LocalCluster:
             "processes": {
                 name: {"pid": p.pid, "port": p.port, "alive": p.alive(), "log": p.log}
                 | ({"metrics": self.metrics_url(name)} if p.metrics_port else {})
+                | (
+                    {"role": roles.get(f"127.0.0.1:{p.port}", "unknown")}
+                    if _is_master(name)
+                    else {}
+                )
                 for name, p in sorted(self.processes.items())
             },
         }
@@ -512,9 +556,18 @@ def _metrics_port(existing: Process | None) -> int:
 
 
 def _stop_order(name: str) -> tuple[int, str]:
-    # Workers first (they leave the ring cleanly), then master, then the stores.
-    order = {"master": 1, "s3": 2}
-    return (3 if is_member(name) else order.get(name, 0), name)
+    # Workers first (they leave the ring cleanly), then the masters, then the stores.
+    if _is_master(name):
+        return (1, name)
+    return (3 if is_member(name) else {"s3": 2}.get(name, 0), name)
+
+
+def _is_master(name: str) -> bool:
+    return name == "master" or (name.startswith("master") and name[6:].isdigit())
+
+
+def _master_number(name: str) -> int:
+    return int(name[6:] or 1)
 
 
 def _http_ok(url: str, context: ssl.SSLContext | None = None) -> bool:

@@ -36,6 +36,7 @@ class Setting:
 
 SETTINGS: tuple[Setting, ...] = (
     Setting("workers", "--workers", 2),
+    Setting("masters", "--masters", 1),
     Setting("capacity", "--capacity", "1GiB"),
     Setting("disk_capacity", "--disk-capacity", ""),
     Setting("shm", "--shm", False),

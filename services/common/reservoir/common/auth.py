@@ -62,6 +62,7 @@ RULES: dict[str, Rule] = {
     _MASTER + "GetFileInfos": Rule(_READ),
     _MASTER + "ListDirectory": Rule(_READ),
     _MASTER + "ListWorkers": Rule(_READ),
+    _MASTER + "ListMasters": Rule(_READ),
     _MASTER + "Report": Rule(_READ),
     _MASTER + "GetJob": Rule(_READ),
     _MASTER + "WatchJob": Rule(_READ),

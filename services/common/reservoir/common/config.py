@@ -508,6 +508,13 @@ class MasterConfig:
     allowed_endpoints: str = field(default="", metadata=env("RESERVOIR_ALLOWED_ENDPOINTS"))
     # Prometheus text at /metrics (RESERVOIR_METRICS_LISTEN, ...).
     metrics: MetricsSettings = field(default_factory=lambda: load(MetricsSettings))
+    # Several masters share one etcd; one leads (master/leadership.py). The address the
+    # others name to callers when this one leads (default: the listen address, its host
+    # replaced by this machine's name when it listens on all interfaces).
+    advertise: str = field(default="", metadata=env("RESERVOIR_MASTER_ADVERTISE"))
+    # The leader's etcd lease: a leader that dies is replaced within about this long. etcd
+    # leases count whole seconds (rounded up).
+    lease_ttl_s: float = field(default=3.0, metadata=env("RESERVOIR_MASTER_LEASE_TTL"))
 
     def __post_init__(self) -> None:
         if not 1 <= self.list_page_size <= self.list_max_page_size:

@@ -63,6 +63,15 @@ class Unavailable(ReservoirError, ConnectionError):
     """A component (master, worker, etcd, under-store) cannot be reached in time."""
 
 
+class NotLeader(Unavailable):
+    """This master is a standby (or was fenced off): the call needs the leader.
+    `leader` is the leader's address when known; clients go there."""
+
+    def __init__(self, message: str, leader: str = "") -> None:
+        super().__init__(message)
+        self.leader = leader
+
+
 class DeadlineExceeded(Unavailable, TimeoutError):
     """A call ran past its deadline."""
 
@@ -88,6 +97,7 @@ STATUS_BY_ERROR: tuple[tuple[type[ReservoirError], grpc.StatusCode], ...] = (
     (PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
     (ResourceExhausted, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (DeadlineExceeded, grpc.StatusCode.DEADLINE_EXCEEDED),
+    (NotLeader, grpc.StatusCode.UNAVAILABLE),
     (Unavailable, grpc.StatusCode.UNAVAILABLE),
     (DataLoss, grpc.StatusCode.DATA_LOSS),
     (Internal, grpc.StatusCode.INTERNAL),
@@ -96,10 +106,13 @@ STATUS_BY_ERROR: tuple[tuple[type[ReservoirError], grpc.StatusCode], ...] = (
 # FAILED_PRECONDITION is shared by two classes; the error's kind travels in the
 # trailing metadata so the client can tell them apart.
 ERROR_KIND_KEY = "reservoir-error"
+# Where a standby says which master leads (NotLeader): the caller goes there.
+LEADER_KEY = "reservoir-leader"
 _BY_NAME: dict[str, type[ReservoirError]] = {cls.__name__: cls for cls, _ in STATUS_BY_ERROR}
 _BY_CODE: dict[grpc.StatusCode, type[ReservoirError]] = {}
 for _cls, _code in STATUS_BY_ERROR:
-    _BY_CODE.setdefault(_code, _cls)
+    if _cls is not NotLeader:  # a bare UNAVAILABLE is Unavailable
+        _BY_CODE.setdefault(_code, _cls)
 
 
 def status_for(error: BaseException) -> grpc.StatusCode:

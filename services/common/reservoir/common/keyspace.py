@@ -19,6 +19,12 @@ JOBS = ROOT + b"jobs/"
 CACHE = ROOT + b"cache/"
 CACHE_RULES = CACHE + b"rules"
 PINNED = CACHE + b"pinned"
+# Master leadership (master/leadership.py): the leader key, bound to the leader's lease;
+# the last term taken; each master's own record, bound to its lease.
+MASTERS = ROOT + b"masters/"
+MASTER_LEADER = MASTERS + b"leader"
+MASTER_TERM = MASTERS + b"term"
+MASTER_MEMBERS = MASTERS + b"members/"
 
 
 def mount_key(path: str) -> bytes:

@@ -56,6 +56,16 @@ class Lease:
     ttl_s: int
 
 
+@dataclass(frozen=True, slots=True)
+class Guard:
+    """The condition a guarded write depends on: `key` holds exactly `value` (None: `key`
+    does not exist). Master leadership and its fencing are built on it (master/leadership.py,
+    fenced_store.py)."""
+
+    key: bytes
+    value: bytes | None
+
+
 class MetadataStore(abc.ABC):
     # Keys per page of a prefix read (`scan_prefix`, and so `get_prefix`).
     page_keys: int = DEFAULT_PAGE_KEYS
@@ -155,6 +165,19 @@ class MetadataStore(abc.ABC):
     async def health(self) -> None:
         """Returns when the store takes writes; raises what a write would meet now
         (Unavailable; ResourceExhausted when it is out of space)."""
+
+    @abc.abstractmethod
+    async def write_if(
+        self,
+        guards: Sequence[Guard],
+        puts: Sequence[tuple[bytes, bytes]] = (),
+        deletes: Sequence[bytes] = (),
+        delete_prefixes: Sequence[bytes] = (),
+        lease: Lease | None = None,
+    ) -> bool:
+        """All the writes in one transaction (at most MAX_TXN_OPS of them, `lease` on every
+        put), made only when every guard holds. False, with nothing written, when one
+        does not."""
 
     async def put(self, key: bytes, value: bytes, lease: Lease | None = None) -> None:
         await self.put_many([(key, value)], lease)
@@ -263,6 +286,36 @@ class MemoryMetadataStore(MetadataStore):
 
     async def health(self) -> None:
         pass  # the process's memory: no quota, nothing to reach
+
+    async def write_if(
+        self,
+        guards: Sequence[Guard],
+        puts: Sequence[tuple[bytes, bytes]] = (),
+        deletes: Sequence[bytes] = (),
+        delete_prefixes: Sequence[bytes] = (),
+        lease: Lease | None = None,
+    ) -> bool:
+        _check_txn_size(puts, deletes, delete_prefixes)
+        self._expire()
+        for guard in guards:
+            entry = self._data.get(guard.key)
+            if (entry[0] if entry else None) != guard.value:
+                return False
+        if lease is not None and puts and lease.id not in self._leases:
+            raise NotFound(f"lease {lease.id} has expired")
+        # No await below: the transaction is atomic on the event loop.
+        self._order = None  # keys may come and go: the sorted view is made again
+        for prefix in delete_prefixes:
+            for key in [k for k in self._data if k.startswith(prefix)]:
+                del self._data[key]
+                self._changed(key, None)
+        for key in deletes:
+            if self._data.pop(key, None) is not None:
+                self._changed(key, None)
+        for key, value in puts:
+            self._data[key] = (value, lease.id if lease else None)
+            self._changed(key, value)
+        return True
 
     async def close(self) -> None:
         pass
@@ -470,6 +523,40 @@ class EtcdMetadataStore(MetadataStore):
                 "a member raised the NOSPACE alarm (etcdserver: mvcc: database space exceeded)"
             )
 
+    async def write_if(
+        self,
+        guards: Sequence[Guard],
+        puts: Sequence[tuple[bytes, bytes]] = (),
+        deletes: Sequence[bytes] = (),
+        delete_prefixes: Sequence[bytes] = (),
+        lease: Lease | None = None,
+    ) -> bool:
+        import aetcd.utils
+
+        _check_txn_size(puts, deletes, delete_prefixes)
+        ops = self._client.transactions
+        compare = [
+            ops.version(g.key) == 0 if g.value is None else ops.value(g.key) == g.value
+            for g in guards
+        ]
+        lease_id = lease.id if lease else None
+        success = [
+            *(ops.delete(p, range_end=aetcd.utils.prefix_range_end(p)) for p in delete_prefixes),
+            *(ops.delete(k) for k in deletes),
+            *(ops.put(k, v, lease=lease_id) for k, v in puts),
+        ]
+
+        def transaction(client: Any) -> Awaitable[Any]:
+            return client.transaction(compare, success, [])  # type: ignore[no-any-return]
+
+        try:
+            succeeded, _ = await self._call("guarded write", transaction)
+        except Unavailable as exc:
+            if "lease" in str(exc).lower() and "not found" in str(exc).lower():
+                raise NotFound(f"lease {lease_id} has expired") from exc
+            raise
+        return bool(succeeded)
+
     async def close(self) -> None:
         for client in self._clients:
             await client.close()
@@ -555,6 +642,13 @@ async def _count_prefix(client: Any, prefix: bytes) -> int:
 def _check_limit(limit: int) -> None:
     if limit <= 0:
         raise InvalidArgument(f"a range read needs a limit above 0, not {limit}")
+
+
+def _check_txn_size(
+    puts: Sequence[Any], deletes: Sequence[Any], delete_prefixes: Sequence[Any]
+) -> None:
+    if len(puts) + len(deletes) + len(delete_prefixes) > MAX_TXN_OPS:
+        raise InvalidArgument(f"a guarded write takes at most {MAX_TXN_OPS} operations")
 
 
 def _status(exc: BaseException) -> str:

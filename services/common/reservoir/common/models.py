@@ -289,3 +289,35 @@ def block_request(
 def shm_block_name(file_id: str, index: int) -> str:
     """The file name of a block in a worker's shared-memory directory."""
     return f"{file_id}-{index}"
+
+
+@dataclass(frozen=True, slots=True)
+class MasterRecord:
+    """One master as etcd knows it (master/leadership.py): the leader key holds the
+    leader's, and each master keeps its own under its lease."""
+
+    id: str
+    address: str
+    role: str  # "leader" or "standby"
+    since_ms: int
+    term: int = 0  # the term it leads (or last led); 0: never led
+
+    def to_json(self) -> bytes:
+        return json.dumps(asdict(self), sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> MasterRecord:
+        return cls(**json.loads(raw))
+
+    def to_proto(self) -> master_pb2.MasterInfo:
+        return master_pb2.MasterInfo(
+            id=self.id,
+            address=self.address,
+            role=self.role,
+            since_ms=self.since_ms,
+            term=self.term,
+        )
+
+    @classmethod
+    def from_proto(cls, msg: master_pb2.MasterInfo) -> MasterRecord:
+        return cls(msg.id, msg.address, msg.role, msg.since_ms, msg.term)

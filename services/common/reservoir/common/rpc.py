@@ -76,7 +76,10 @@ class ChannelPool:
 async def abort_with(context: grpc.aio.ServicerContext, error: BaseException) -> None:
     """Ends the call with the status the error table chooses for `error`."""
     kind = type(error).__name__ if isinstance(error, errors.ReservoirError) else "Internal"
-    context.set_trailing_metadata(((errors.ERROR_KIND_KEY, kind),))
+    trailing = [(errors.ERROR_KIND_KEY, kind)]
+    if isinstance(error, errors.NotLeader) and error.leader:
+        trailing.append((errors.LEADER_KEY, error.leader))
+    context.set_trailing_metadata(tuple(trailing))
     await context.abort(errors.status_for(error), str(error) or kind)
 
 
@@ -118,12 +121,16 @@ def translate_stream_errors(
     return wrapper
 
 
-def _error_kind(exc: grpc.RpcError) -> str | None:
+def _trailing(exc: grpc.RpcError, name: str) -> str | None:
     trailing = exc.trailing_metadata() if hasattr(exc, "trailing_metadata") else None
     for key, value in trailing or ():
-        if key == errors.ERROR_KIND_KEY:
+        if key == name:
             return value if isinstance(value, str) else value.decode()
     return None
+
+
+def _error_kind(exc: grpc.RpcError) -> str | None:
+    return _trailing(exc, errors.ERROR_KIND_KEY)
 
 
 def is_transport_failure(exc: grpc.RpcError) -> bool:
@@ -141,6 +148,8 @@ def error_from_rpc(exc: grpc.RpcError, what: str) -> errors.ReservoirError:
     code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
     details = exc.details() if hasattr(exc, "details") else str(exc)
     kind = _error_kind(exc)
+    if kind == errors.NotLeader.__name__:
+        return errors.NotLeader(details or what, _trailing(exc, errors.LEADER_KEY) or "")
     if kind is not None:
         return errors.error_for(code, details or what, kind)
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:

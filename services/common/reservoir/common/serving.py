@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
 import grpc
@@ -33,10 +33,14 @@ def run(main: Callable[[], Coroutine[Any, Any, None]]) -> None:
 
 
 def new_server(
-    service: str, transport: Transport | None = None, rpc_metrics: RpcMetrics | None = None
+    service: str,
+    transport: Transport | None = None,
+    rpc_metrics: RpcMetrics | None = None,
+    gates: Sequence[grpc.aio.ServerInterceptor] = (),
 ) -> grpc.aio.Server:
     """A server whose calls are timed and counted (with `rpc_metrics`; refused ones too),
-    authenticated (when the transport names a tokens file), decoded safely, then traced."""
+    authenticated (when the transport names a tokens file), decoded safely, passed
+    through `gates` (e.g. the master's leader gate), then traced."""
     interceptors: list[grpc.aio.ServerInterceptor] = []
     if rpc_metrics is not None:
         interceptors.append(RpcMetricsInterceptor(rpc_metrics))
@@ -45,7 +49,7 @@ def new_server(
         table = TokenTable.load(settings.auth_tokens_file)
         interceptors.append(AuthInterceptor(table))
         log.info("auth_enabled", service=service, tokens=len(table))
-    interceptors += [RequestDecodingInterceptor(), TraceServerInterceptor(service)]
+    interceptors += [RequestDecodingInterceptor(), *gates, TraceServerInterceptor(service)]
     return grpc.aio.server(interceptors=interceptors, options=SERVER_OPTIONS)
 
 

@@ -786,6 +786,75 @@ class ListWorkersResponse(_message.Message):
 Global___ListWorkersResponse: _TypeAlias = ListWorkersResponse  # noqa: Y015
 
 @_typing.final
+class MasterInfo(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    ADDRESS_FIELD_NUMBER: _builtins.int
+    ROLE_FIELD_NUMBER: _builtins.int
+    SINCE_MS_FIELD_NUMBER: _builtins.int
+    TERM_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    address: _builtins.str
+    role: _builtins.str
+    """"leader" or "standby" """
+    since_ms: _builtins.int
+    """when it took this role"""
+    term: _builtins.int
+    """the leader's term (0: never led)"""
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        address: _builtins.str = ...,
+        role: _builtins.str = ...,
+        since_ms: _builtins.int = ...,
+        term: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "id", b"id", "role", b"role", "since_ms", b"since_ms", "term", b"term"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MasterInfo: _TypeAlias = MasterInfo  # noqa: Y015
+
+@_typing.final
+class ListMastersRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListMastersRequest: _TypeAlias = ListMastersRequest  # noqa: Y015
+
+@_typing.final
+class ListMastersResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MASTERS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def masters(self) -> _containers.RepeatedCompositeFieldContainer[Global___MasterInfo]: ...
+    def __init__(
+        self,
+        *,
+        masters: _abc.Iterable[Global___MasterInfo] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["masters", b"masters"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListMastersResponse: _TypeAlias = ListMastersResponse  # noqa: Y015
+
+@_typing.final
 class ReportBlocksRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

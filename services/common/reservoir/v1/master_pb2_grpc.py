@@ -71,6 +71,11 @@ class MasterServiceStub:
                 request_serializer=reservoir_dot_v1_dot_master__pb2.ListWorkersRequest.SerializeToString,
                 response_deserializer=reservoir_dot_v1_dot_master__pb2.ListWorkersResponse.FromString,
                 _registered_method=True)
+        self.ListMasters = channel.unary_unary(
+                '/reservoir.v1.MasterService/ListMasters',
+                request_serializer=reservoir_dot_v1_dot_master__pb2.ListMastersRequest.SerializeToString,
+                response_deserializer=reservoir_dot_v1_dot_master__pb2.ListMastersResponse.FromString,
+                _registered_method=True)
         self.ReportBlocks = channel.unary_unary(
                 '/reservoir.v1.MasterService/ReportBlocks',
                 request_serializer=reservoir_dot_v1_dot_master__pb2.ReportBlocksRequest.SerializeToString,
@@ -187,6 +192,13 @@ class MasterServiceServicer:
 
     def ListWorkers(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListMasters(self, request, context):
+        """The masters sharing this cluster's etcd, leader and standbys. Any master answers it.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -321,6 +333,11 @@ def add_MasterServiceServicer_to_server(servicer, server):
                     servicer.ListWorkers,
                     request_deserializer=reservoir_dot_v1_dot_master__pb2.ListWorkersRequest.FromString,
                     response_serializer=reservoir_dot_v1_dot_master__pb2.ListWorkersResponse.SerializeToString,
+            ),
+            'ListMasters': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListMasters,
+                    request_deserializer=reservoir_dot_v1_dot_master__pb2.ListMastersRequest.FromString,
+                    response_serializer=reservoir_dot_v1_dot_master__pb2.ListMastersResponse.SerializeToString,
             ),
             'ReportBlocks': grpc.unary_unary_rpc_method_handler(
                     servicer.ReportBlocks,
@@ -583,6 +600,33 @@ class MasterService:
             '/reservoir.v1.MasterService/ListWorkers',
             reservoir_dot_v1_dot_master__pb2.ListWorkersRequest.SerializeToString,
             reservoir_dot_v1_dot_master__pb2.ListWorkersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListMasters(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/reservoir.v1.MasterService/ListMasters',
+            reservoir_dot_v1_dot_master__pb2.ListMastersRequest.SerializeToString,
+            reservoir_dot_v1_dot_master__pb2.ListMastersResponse.FromString,
             options,
             channel_credentials,
             insecure,

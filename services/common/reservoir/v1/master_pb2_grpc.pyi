@@ -43,6 +43,8 @@ class MasterServiceStub:
     ListDirectory: _grpc.UnaryUnaryMultiCallable[_master_pb2.ListDirectoryRequest, _master_pb2.ListDirectoryResponse]
     """One page of a directory's entries (see ListDirectoryRequest)."""
     ListWorkers: _grpc.UnaryUnaryMultiCallable[_master_pb2.ListWorkersRequest, _master_pb2.ListWorkersResponse]
+    ListMasters: _grpc.UnaryUnaryMultiCallable[_master_pb2.ListMastersRequest, _master_pb2.ListMastersResponse]
+    """The masters sharing this cluster's etcd, leader and standbys. Any master answers it."""
     ReportBlocks: _grpc.UnaryUnaryMultiCallable[_master_pb2.ReportBlocksRequest, _master_pb2.ReportBlocksResponse]
     """Workers report the blocks they add and drop, in batches."""
     LoadMetadata: _grpc.UnaryStreamMultiCallable[_master_pb2.LoadMetadataRequest, _master_pb2.LoadMetadataProgress]
@@ -83,6 +85,8 @@ class MasterServiceAsyncStub(MasterServiceStub):
     ListDirectory: _aio.UnaryUnaryMultiCallable[_master_pb2.ListDirectoryRequest, _master_pb2.ListDirectoryResponse]  # type: ignore[assignment]
     """One page of a directory's entries (see ListDirectoryRequest)."""
     ListWorkers: _aio.UnaryUnaryMultiCallable[_master_pb2.ListWorkersRequest, _master_pb2.ListWorkersResponse]  # type: ignore[assignment]
+    ListMasters: _aio.UnaryUnaryMultiCallable[_master_pb2.ListMastersRequest, _master_pb2.ListMastersResponse]  # type: ignore[assignment]
+    """The masters sharing this cluster's etcd, leader and standbys. Any master answers it."""
     ReportBlocks: _aio.UnaryUnaryMultiCallable[_master_pb2.ReportBlocksRequest, _master_pb2.ReportBlocksResponse]  # type: ignore[assignment]
     """Workers report the blocks they add and drop, in batches."""
     LoadMetadata: _aio.UnaryStreamMultiCallable[_master_pb2.LoadMetadataRequest, _master_pb2.LoadMetadataProgress]  # type: ignore[assignment]
@@ -162,6 +166,14 @@ class MasterServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _master_pb2.ListWorkersRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_master_pb2.ListWorkersResponse, _abc.Awaitable[_master_pb2.ListWorkersResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ListMasters(
+        self,
+        request: _master_pb2.ListMastersRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_master_pb2.ListMastersResponse, _abc.Awaitable[_master_pb2.ListMastersResponse]]:
+        """The masters sharing this cluster's etcd, leader and standbys. Any master answers it."""
 
     @_abc_1.abstractmethod
     def ReportBlocks(

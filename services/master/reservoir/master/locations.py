@@ -29,7 +29,13 @@ class BlockLocationTable:
         self._confirmed: dict[str, set[tuple[str, int]]] = defaultdict(set)
 
     async def load(self) -> None:
-        """Reads the persisted table (a restarted master has it at once)."""
+        """Reads the persisted table (a restarted master has it at once), replacing what
+        was in memory (a master that leads again may have missed changes)."""
+        self._by_worker.clear()
+        self._by_file.clear()
+        self._dirty.clear()
+        self._resets.clear()
+        self._confirmed.clear()
         async for page in self._store.scan_prefix(keyspace.LOCATIONS):
             for key, value in page:
                 worker_id, _, file_id = key[len(keyspace.LOCATIONS) :].decode().partition("/")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from reservoir.common import keyspace, logs
@@ -19,6 +19,7 @@ from reservoir.common.errors import ReservoirError
 from reservoir.common.metadata_store import MetadataStore
 
 from .jobs import TERMINAL
+from .leadership import LEADER, Leadership
 from .service import MasterService
 
 log = logs.get_logger(__name__)
@@ -83,4 +84,31 @@ class MasterMetrics(Collector):
             PREFIX + "workers_capacity_bytes",
             "Memory-tier capacity of the live workers, summed.",
             value=stored.worker_capacity_bytes,
+        )
+
+
+class LeadershipMetrics(Collector):
+    """This master's role among several, its term, and how often it took over."""
+
+    def __init__(self, leadership: Leadership) -> None:
+        self._leadership = leadership
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        leadership = self._leadership
+        yield GaugeMetricFamily(
+            PREFIX + "leader",
+            "1 while this master leads (and serves), 0 while it is a standby.",
+            value=1 if leadership.ready else 0,
+        )
+        role = GaugeMetricFamily(PREFIX + "role", "This master's role.", labels=["role"])
+        for name in (LEADER, "standby"):
+            role.add_metric([name], 1 if leadership.role == name else 0)
+        yield role
+        yield GaugeMetricFamily(
+            PREFIX + "term", "The term of the leader this master knows.", value=leadership.term
+        )
+        yield CounterMetricFamily(
+            PREFIX + "takeovers",
+            "Times this master became the leader.",
+            value=leadership.takeovers,
         )

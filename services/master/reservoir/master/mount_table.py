@@ -24,9 +24,12 @@ class MountTable:
         self.lock = asyncio.Lock()
 
     async def load(self) -> None:
+        """The table as etcd has it now (a master that leads again may have missed changes)."""
+        loaded: dict[str, Mount] = {}
         for _, value in await self._store.get_prefix(keyspace.MOUNTS):
             mount = Mount.from_json(value)
-            self._mounts[mount.path] = mount
+            loaded[mount.path] = mount
+        self._mounts = loaded
 
     def __len__(self) -> int:
         return len(self._mounts)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import socket
 
 from reservoir.common import config as cfg
 from reservoir.common import logs, observability, serving
+from reservoir.common.fenced_store import FencedStore
 from reservoir.common.malloc_tuning import tune_for_large_buffers
 from reservoir.common.metadata_store import open_metadata_store
 from reservoir.common.metrics_endpoint import MetricsEndpoint, server_registry
@@ -16,7 +18,10 @@ from reservoir.common.security import SecuritySettings, Transport
 from reservoir.common.store_health import StoreHealthServicer
 from reservoir.v1 import master_pb2, master_pb2_grpc
 
-from .metrics import MasterMetrics
+from .leader_duties import LeaderDuties
+from .leader_gate import LeaderGate
+from .leadership import Leadership
+from .metrics import LeadershipMetrics, MasterMetrics
 from .service import MasterService
 from .servicer import MasterServicer
 
@@ -30,6 +35,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[cfg.MasterConfig, cfg.Log
     )
     parser.add_argument("--listen", help="host:port to serve gRPC on")
     parser.add_argument("--metadata-url", help="etcd://host:port or memory://")
+    parser.add_argument(
+        "--advertise", help="host:port the other masters name to callers (default: --listen)"
+    )
     parser.add_argument("--block-size", type=cfg.parse_size)
     parser.add_argument("--log-format", choices=["console", "json"])
     parser.add_argument(
@@ -40,63 +48,73 @@ def parse_args(argv: list[str] | None = None) -> tuple[cfg.MasterConfig, cfg.Log
         cfg.MasterConfig,
         listen=args.listen,
         metadata_url=args.metadata_url,
+        advertise=args.advertise,
         default_block_size=args.block_size,
         metrics=cfg.load(cfg.MetricsSettings, listen=args.metrics_listen),
     )
     return master, cfg.load(cfg.LogConfig, format=args.log_format)
 
 
+def _advertise(config: cfg.MasterConfig, port: int) -> str:
+    if config.advertise:
+        return config.advertise
+    host = config.listen.rsplit(":", 1)[0]
+    if host in ("0.0.0.0", "[::]", ""):
+        host = socket.gethostname()
+    return f"{host}:{port}"
+
+
 async def serve(config: cfg.MasterConfig, transport: Transport) -> None:
-    store = open_metadata_store(
+    raw_store = open_metadata_store(
         config.metadata_url, config.metadata_timeout_s, config.etcd, config.metadata_page_keys
     )
+    leadership = Leadership(raw_store, config.lease_ttl_s)
+    # Every write of this master holds only while it leads.
+    store = FencedStore(raw_store, leadership)
     registry = server_registry()
     service = MasterService(store, config, transport, registry)
-    await service.start()
-    server = serving.new_server("master", transport, RpcMetrics(registry))
+    server = serving.new_server(
+        "master", transport, RpcMetrics(registry), gates=[LeaderGate(leadership)]
+    )
     collector = MasterMetrics(service, store)
     registry.register(collector)
+    registry.register(LeadershipMetrics(leadership))
     metrics = MetricsEndpoint(registry, config.metrics, before_scrape=collector.refresh)
-    master_pb2_grpc.add_MasterServiceServicer_to_server(MasterServicer(service), server)
+    master_pb2_grpc.add_MasterServiceServicer_to_server(MasterServicer(service, leadership), server)
     await serving.add_health_and_reflection(
         server,
         [master_pb2.DESCRIPTOR.services_by_name["MasterService"].full_name],
         StoreHealthServicer(service.metadata_health),
     )
+    # Bound before campaigning: holding the port proves an earlier run at this address
+    # is gone, so its leader key need not wait out its lease (see leadership.py).
     port = serving.bind(server, config.listen, transport)
+    address = _advertise(config, port)
+    campaign = asyncio.create_task(leadership.run(address, LeaderDuties(service, config)))
+    # A master that can lead at once has its state loaded before it serves, as before.
+    await leadership.first_outcome(config.metadata_timeout_s + config.lease_ttl_s)
     await server.start()
     await metrics.start()
     log.info(
         "master_started",
         listen=config.listen,
         port=port,
+        address=address,
+        role=leadership.role,
+        leader=leadership.leader_address,
         metadata=config.metadata_url,
         etcd_tls=config.etcd.tls,
     )
-    loops = [
-        asyncio.create_task(
-            serving.every(
-                config.location_flush_interval_s, "location_flush", service.flush_locations
-            )
-        ),
-        asyncio.create_task(
-            serving.every(
-                config.worker_refresh_interval_s, "worker_refresh", service.refresh_workers
-            )
-        ),
-    ]
     await serving.wait_for_signal()
-    log.info("master_stopping")
+    log.info("master_stopping", role=leadership.role)
+    campaign.cancel()
+    await asyncio.gather(campaign, return_exceptions=True)
+    # At once, before the calls in flight drain: a standby leads while this one stops.
+    await leadership.resign()
     await server.stop(config.grace_s)
     await metrics.close()
-    for task in loops:
-        task.cancel()
     await service.close()
-    try:
-        await service.flush_locations()
-    except Exception as exc:
-        log.warning("final_location_flush_failed", error=str(exc))
-    await store.close()
+    await raw_store.close()
 
 
 def main(argv: list[str] | None = None) -> None:

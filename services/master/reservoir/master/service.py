@@ -105,6 +105,10 @@ class MasterService:
         )
 
     async def start(self) -> None:
+        """Loads the state from etcd and resumes the load jobs: what a master does when it
+        starts to lead. Called again after `stand_down`, it starts afresh."""
+        # A new epoch: every worker re-sends its whole content to this leader.
+        self.epoch = f"{now_ms()}-{uuid.uuid4().hex[:8]}"
         await self.mount_table.load()
         for mount in self.mount_table.mounts():
             self._under_stores.prepare(mount)  # before the first stat needs it
@@ -118,6 +122,15 @@ class MasterService:
         """Raises what a write to the metadata store would meet now (etcd out of space,
         unreachable); returns when it takes writes."""
         await self._store.health()
+
+    async def stand_down(self) -> None:
+        """Stops what only the leader does: load jobs stop with their records as they are,
+        for the next leader to resume; the last block reports go to etcd first."""
+        await self.jobs.close()
+        try:
+            await self.flush_locations()
+        except ReservoirError as exc:
+            log.warning("final_location_flush_failed", error=str(exc))
 
     async def close(self) -> None:
         await self.jobs.close()

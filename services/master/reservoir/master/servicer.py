@@ -14,12 +14,16 @@ from reservoir.common.rpc import translate_errors, translate_stream_errors
 from reservoir.v1 import common_pb2, master_pb2, master_pb2_grpc
 
 from .jobs import Job
+from .leadership import Leadership
 from .service import MasterService
 
 
 class MasterServicer(master_pb2_grpc.MasterServiceServicer):
-    def __init__(self, service: MasterService) -> None:
+    def __init__(self, service: MasterService, leadership: Leadership | None = None) -> None:
+        """`leadership`: this master's place among several (ListMasters); without it, a
+        master used on its own (tests) answers that it alone leads."""
         self._service = service
+        self._leadership = leadership
 
     @translate_errors
     async def Mount(
@@ -86,6 +90,13 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
     ) -> master_pb2.ListWorkersResponse:
         workers = await self._service.workers()
         return master_pb2.ListWorkersResponse(workers=[w.to_proto() for w in workers])
+
+    @translate_errors
+    async def ListMasters(
+        self, request: master_pb2.ListMastersRequest, context: grpc.aio.ServicerContext
+    ) -> master_pb2.ListMastersResponse:
+        masters = await self._leadership.masters() if self._leadership is not None else []
+        return master_pb2.ListMastersResponse(masters=[m.to_proto() for m in masters])
 
     @translate_errors
     async def ReportBlocks(

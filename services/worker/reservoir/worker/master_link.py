@@ -1,33 +1,31 @@
-"""The worker's calls to the master, each with its deadline."""
+"""The worker's calls to the leading master, each with its deadline. With several masters
+(`RESERVOIR_MASTER` a comma-separated list) the calls follow the leader: after a takeover
+the worker's next report reaches the new leader, whose new epoch makes it a full one."""
 
 from __future__ import annotations
 
-import grpc
-import grpc.aio
-
 from reservoir.common import observability
+from reservoir.common.master_calls import MasterCalls
 from reservoir.common.models import Mount
-from reservoir.common.rpc import ChannelOpener, error_from_rpc
+from reservoir.common.rpc import ChannelOpener
 from reservoir.v1 import common_pb2, master_pb2, master_pb2_grpc
 
 BlockId = tuple[str, int]
 
 
 class MasterLink:
-    def __init__(self, address: str, timeout_s: float, opener: ChannelOpener) -> None:
-        self._channel = opener.channel(address)
-        self._stub = master_pb2_grpc.MasterServiceStub(self._channel)
+    def __init__(self, masters: str, timeout_s: float, opener: ChannelOpener) -> None:
+        self._masters = MasterCalls(masters, opener, master_pb2_grpc.MasterServiceStub)
         self._timeout = timeout_s
 
     async def mounts(self) -> list[Mount]:
-        try:
-            response = await self._stub.ListMounts(
-                master_pb2.ListMountsRequest(),
-                timeout=self._timeout,
-                metadata=observability.inject_metadata(),
-            )
-        except grpc.RpcError as exc:
-            raise error_from_rpc(exc, "list mounts from the master") from exc
+        response = await self._masters.unary(
+            "ListMounts",
+            master_pb2.ListMountsRequest(),
+            deadline_s=self._timeout,
+            what="list mounts from the master",
+            metadata=observability.inject_metadata(),
+        )
         return [Mount.from_proto(m) for m in response.mounts]
 
     async def report(
@@ -40,11 +38,10 @@ class MasterLink:
             added=[common_pb2.BlockRef(file_id=f, index=i) for f, i in added],
             removed=[common_pb2.BlockRef(file_id=f, index=i) for f, i in removed],
         )
-        try:
-            response = await self._stub.ReportBlocks(request, timeout=self._timeout)
-        except grpc.RpcError as exc:
-            raise error_from_rpc(exc, "report blocks to the master") from exc
-        return response.master_epoch
+        response = await self._masters.unary(
+            "ReportBlocks", request, deadline_s=self._timeout, what="report blocks to the master"
+        )
+        return str(response.master_epoch)
 
     async def close(self) -> None:
-        await self._channel.close()
+        await self._masters.close()

@@ -1,0 +1,186 @@
+"""Calls to the leading master, among the several a cluster may run.
+
+A caller knows the masters as a comma-separated list (`--master`, `$RESERVOIR_MASTER`).
+It calls the one it believes leads. A standby refuses with `NotLeader` naming the
+leader, and the call goes there (one extra round trip). A master that cannot be reached
+is passed over for the next in the list. All of it within the call's own deadline:
+with no leader to be found by then, the call fails as a call to one master does.
+
+With a single address nothing changes: an unreachable master fails the call at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import grpc
+import grpc.aio
+
+from . import logs
+from .errors import DeadlineExceeded, InvalidArgument, NotLeader, ReservoirError, Unavailable
+from .rpc import ChannelOpener, error_from_rpc, is_transport_failure
+
+log = logs.get_logger(__name__)
+
+# Between rounds of asking while no master leads (a takeover under way).
+_FIRST_PAUSE_S = 0.05
+_LONGEST_PAUSE_S = 0.5
+
+
+def master_addresses(masters: str) -> list[str]:
+    """The addresses in a comma-separated list, in order, each once."""
+    found: list[str] = []
+    for item in masters.split(","):
+        address = item.strip()
+        if address and address not in found:
+            found.append(address)
+    if not found:
+        raise InvalidArgument(f"no master address in {masters!r} (host:port[,host:port...])")
+    return found
+
+
+class MasterCalls:
+    """Unary calls and streams to whichever master leads."""
+
+    def __init__(
+        self,
+        masters: str | Sequence[str],
+        opener: ChannelOpener,
+        stub: Any,
+        unreachable_hint: str = "",
+    ) -> None:
+        """`stub`: the generated stub class (e.g. `master_pb2_grpc.MasterServiceStub`);
+        `unreachable_hint`: added to the error when no master answers."""
+        self._hint = unreachable_hint
+        self.addresses = master_addresses(masters) if isinstance(masters, str) else list(masters)
+        self._opener = opener
+        self._stub_class = stub
+        self._stubs: dict[str, Any] = {}
+        self._channels: list[grpc.aio.Channel] = []
+        self.leader = self.addresses[0]  # the master calls go to first
+
+    def _stub(self, address: str) -> Any:
+        stub = self._stubs.get(address)
+        if stub is None:
+            channel = self._opener.channel(address)
+            self._channels.append(channel)
+            stub = self._stubs[address] = self._stub_class(channel)
+        return stub
+
+    async def close(self) -> None:
+        for channel in self._channels:
+            await channel.close()
+        self._channels.clear()
+        self._stubs.clear()
+
+    async def unary(
+        self, method: str, request: Any, *, deadline_s: float, what: str, metadata: Any = None
+    ) -> Any:
+        route = _Route(self, time.monotonic() + deadline_s)
+        while True:
+            address = self.leader
+            try:
+                return await getattr(self._stub(address), method)(
+                    request, timeout=route.remaining(), metadata=metadata
+                )
+            except grpc.RpcError as exc:
+                await route.after(address, exc, what)
+
+    async def stream(
+        self, method: str, request: Any, *, deadline_s: float, what: str, metadata: Any = None
+    ) -> AsyncIterator[Any]:
+        """A server stream from the leader; a call that failed before its first message
+        is sent on like a unary one, one that failed later raises."""
+        route = _Route(self, time.monotonic() + deadline_s)
+        while True:
+            address, started = self.leader, False
+            try:
+                async for item in getattr(self._stub(address), method)(
+                    request, timeout=route.remaining(), metadata=metadata
+                ):
+                    started = True
+                    yield item
+                return
+            except grpc.RpcError as exc:
+                if started:
+                    raise error_from_rpc(exc, what) from None
+                await route.after(address, exc, what)
+
+    def unreachable(self, what: str) -> Unavailable:
+        """The error for a call no master answered."""
+        hint = self._hint
+        if len(self.addresses) == 1:
+            return Unavailable(f"{what}: master at {self.addresses[0]} is unreachable{hint}")
+        listed = ", ".join(self.addresses)
+        return Unavailable(f"{what}: no master at {listed} answered as leader{hint}")
+
+
+class _Route:
+    """Where one call goes next after a failure, within its deadline."""
+
+    def __init__(self, calls: MasterCalls, deadline: float) -> None:
+        self._calls = calls
+        self._deadline = deadline
+        self._unreachable: set[str] = set()
+        self._pause = _FIRST_PAUSE_S
+        self._redirects = 0
+
+    def remaining(self) -> float:
+        return max(0.001, self._deadline - time.monotonic())
+
+    async def after(self, address: str, exc: grpc.RpcError, what: str) -> None:
+        """Returns when the call should be tried again (at `calls.leader`); raises the
+        call's error when it should not."""
+        calls = self._calls
+        error: ReservoirError = error_from_rpc(exc, what)
+        if isinstance(error, DeadlineExceeded):
+            if len(calls.addresses) > 1:
+                # A leader that answers nothing (paused, partitioned): the next call
+                # starts at another master, which names the leader if it knows one.
+                calls.leader = self._next_after(address)
+            raise error from None
+        if isinstance(error, NotLeader):
+            if error.leader and error.leader != address:
+                if error.leader not in calls.addresses:
+                    calls.addresses.append(error.leader)
+                log.debug("master_redirect", frm=address, to=error.leader)
+                calls.leader = error.leader
+                self._redirects += 1
+                # Standbys that disagree during a takeover: redirects, then pauses.
+                if error.leader not in self._unreachable and self._redirects <= len(
+                    calls.addresses
+                ):
+                    return  # the one extra round trip
+            else:
+                # A takeover under way (no leader yet, or it is still loading its state).
+                calls.leader = self._next_after(address) if not error.leader else address
+            await self._wait(error)
+            return
+        if not is_transport_failure(exc):
+            raise error from None
+        self._unreachable.add(address)
+        if len(calls.addresses) == 1:
+            raise calls.unreachable(what) from None
+        calls.leader = self._next_after(address)
+        if len(self._unreachable) >= len(calls.addresses):
+            # None reachable now: the dead one's successor may be moments away.
+            self._unreachable.clear()
+            await self._wait(calls.unreachable(what))
+
+    def _next_after(self, address: str) -> str:
+        addresses = self._calls.addresses
+        at = addresses.index(address) if address in addresses else -1
+        for step in range(1, len(addresses) + 1):
+            candidate = addresses[(at + step) % len(addresses)]
+            if candidate not in self._unreachable:
+                return candidate
+        return addresses[(at + 1) % len(addresses)]
+
+    async def _wait(self, error: ReservoirError) -> None:
+        if time.monotonic() + self._pause >= self._deadline:
+            raise error
+        await asyncio.sleep(self._pause)
+        self._pause = min(self._pause * 2, _LONGEST_PAUSE_S)

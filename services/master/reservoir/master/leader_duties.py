@@ -1,0 +1,43 @@
+"""What only the leading master does, started when it wins and stopped when it loses."""
+
+from __future__ import annotations
+
+import asyncio
+
+from reservoir.common import serving
+from reservoir.common.config import MasterConfig
+
+from .service import MasterService
+
+
+class LeaderDuties:
+    """The state loaded from etcd, the load jobs resumed, and the periodic work: block
+    locations flushed to etcd, the live workers refreshed."""
+
+    def __init__(self, service: MasterService, config: MasterConfig) -> None:
+        self._service = service
+        self._config = config
+        self._loops: list[asyncio.Task[None]] = []
+
+    async def lead(self) -> None:
+        await self._service.start()
+        config, service = self._config, self._service
+        self._loops = [
+            asyncio.create_task(
+                serving.every(
+                    config.location_flush_interval_s, "location_flush", service.flush_locations
+                )
+            ),
+            asyncio.create_task(
+                serving.every(
+                    config.worker_refresh_interval_s, "worker_refresh", service.refresh_workers
+                )
+            ),
+        ]
+
+    async def stand_down(self) -> None:
+        loops, self._loops = self._loops, []
+        for task in loops:
+            task.cancel()
+        await asyncio.gather(*loops, return_exceptions=True)
+        await self._service.stand_down()
