@@ -8,6 +8,12 @@ right checksum answers False: the caller then takes the full path (gRPC, failove
 other replicas, the under-store), which also decides what error, if any, the reader sees.
 A pooled connection the worker has closed meanwhile is retried once on a new one.
 
+A client that speaks TLS dials data ports in TLS (its CA, its certificate if any, the
+server-name override of gRPC; the TLS session kept per worker to resume the next
+handshake), and a client with a token presents it in an AUTH frame as each connection
+opens. A worker that refuses the handshake or the token answers nothing: the read takes
+the full path, which reports the error.
+
 Sockets are not shared across a fork: a child drops the pool it inherited (closing only
 its own copies of the descriptors) and connects afresh.
 """
@@ -17,6 +23,7 @@ from __future__ import annotations
 import enum
 import os
 import socket
+import ssl
 import threading
 import time
 from collections import deque
@@ -32,6 +39,7 @@ from reservoir.common import logs
 from reservoir.common.block_file import checksum
 from reservoir.common.errors import ReservoirError, Unavailable
 from reservoir.common.models import Inode, WorkerRecord, block_request
+from reservoir.common.security import data_port_client_context, tls_server_name
 
 log = logs.get_logger(__name__)
 
@@ -83,6 +91,10 @@ class _Failed(Exception):
     """This connection cannot answer (closed, timed out, broken frame)."""
 
 
+class _Refused(Exception):
+    """The worker answers, but not to us: the TLS handshake or the token failed."""
+
+
 class DataPortReader:
     def __init__(self, config: cfg.ClientConfig, health: WorkerHealth) -> None:
         self._config = config
@@ -91,6 +103,9 @@ class DataPortReader:
         self._idle: dict[str, list[socket.socket]] = {}
         self._generation = _generation
         self._bytes = 0
+        self._tls = data_port_client_context(config.security)
+        self._token = config.security.presented_token() if self._tls is not None else ""
+        self._sessions: dict[str, ssl.SSLSession] = {}
 
     @property
     def bytes_read(self) -> int:
@@ -98,10 +113,7 @@ class DataPortReader:
         return self._bytes
 
     def reaches(self, worker: WorkerRecord) -> bool:
-        # A client that speaks TLS never sends block requests in clear.
-        return bool(
-            self._config.data_port and worker.data_address and not self._config.security.tls
-        )
+        return bool(self._config.data_port and worker.data_address)
 
     def read_into(
         self, worker: WorkerRecord, inode: Inode, index: int, offset: int, out: memoryview
@@ -113,7 +125,11 @@ class DataPortReader:
         body = _request(inode, index, offset, len(out))
         deadline = time.monotonic() + self._config.read_timeout_s
         for attempt in (0, 1):
-            sock, pooled = self._connection(worker, deadline, fresh=attempt > 0)
+            try:
+                sock, pooled = self._connection(worker, deadline, fresh=attempt > 0)
+            except _Refused as exc:
+                log.debug("data_port_refused", worker=worker.id, error=str(exc))
+                return Outcome.DECLINED
             if sock is None:
                 return Outcome.UNREACHABLE
             try:
@@ -165,7 +181,11 @@ class DataPortReader:
                 sock.close()
 
         for address in unsent:
-            sock, _ = self._connection(workers[address], deadline, fresh=False)
+            try:
+                sock, _ = self._connection(workers[address], deadline, fresh=False)
+            except _Refused as exc:
+                log.debug("data_port_refused", worker=workers[address].id, error=str(exc))
+                continue
             if sock is not None:
                 connections[address] = sock
                 in_flight[address] = 0
@@ -228,9 +248,47 @@ class DataPortReader:
             )
             return None, False
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return sock, False
+        if self._tls is None:
+            return sock, False
+        try:
+            return self._secured(sock, address, deadline), False
+        except BaseException:
+            sock.close()
+            raise
+
+    def _secured(self, sock: socket.socket, address: str, deadline: float) -> ssl.SSLSocket:
+        """`sock` after the TLS handshake and, with a token, the worker's yes to it;
+        _Refused when either fails (the worker is there, but will not serve us)."""
+        host = address.rpartition(":")[0]
+        try:
+            sock.settimeout(_remaining(deadline))
+            with self._lock:
+                session = self._sessions.get(address)
+            tls = self._tls.wrap_socket(  # type: ignore[union-attr]
+                sock, server_hostname=tls_server_name(self._config.security, host), session=session
+            )
+        except (_Failed, OSError) as exc:
+            raise _Refused(f"TLS handshake with data port {address}: {exc}") from exc
+        if not self._token:
+            return tls
+        try:
+            _send(tls, wire.encode_auth(self._token), deadline)
+            header_buffer = bytearray(wire.RESPONSE_HEADER.size)
+            _receive_into(tls, memoryview(header_buffer), deadline)
+            header = wire.ResponseHeader.decode(header_buffer)
+        except _Failed as exc:
+            tls.close()
+            raise _Refused(f"data port {address} did not take the token: {exc}") from exc
+        if header.status != 0:
+            tls.close()
+            raise _Refused(f"data port {address} refused the token (status {header.status})")
+        return tls
 
     def _release(self, address: str, sock: socket.socket) -> None:
+        if isinstance(sock, ssl.SSLSocket) and not sock.session_reused and sock.session:
+            # Read from: its session tickets are in. The next connection resumes it.
+            with self._lock:
+                self._sessions[address] = sock.session
         with self._lock:
             idle = self._idle.setdefault(address, [])
             if (
