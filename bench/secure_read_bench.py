@@ -10,7 +10,8 @@ them once through the workers (untimed), then measures warm `Client.read` per fi
 --concurrency threads, alternating default and secure run by run so a noisy moment hits
 both. Clients read as a remote host would (no short-circuit): block bytes come over the
 workers' data ports, plain on one cluster and TLS on the other. Prints a table of
-medians (files/s, MB/s) and the secure ÷ default ratios against the issue's targets;
+medians (files/s, MB/s) and the secure ÷ default ratios against the issue's targets, with
+the secure cluster read over gRPC only (as before its data port had TLS) for reference;
 writes --json and --png. See bench/README.md.
 """
 
@@ -37,6 +38,8 @@ from speed.results import MiB, log, machine_info  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 MODES = ("default", "secure")
+# Read from the secure cluster as before its data port had TLS: every block over gRPC.
+GRPC = "secure, gRPC only"
 # Issue #20's targets: secure ÷ default, warm, `read` per file.
 TARGETS = {"small": ("files_s", 0.8), "large": ("mb_s", 0.7)}
 
@@ -80,11 +83,12 @@ def start(mode: str, root: Path, args: argparse.Namespace) -> Any:
     )
 
 
-def client(cluster: Any) -> Any:
+def client(cluster: Any, data_port: bool = True) -> Any:
     from reservoir.client import Client
 
     # A remote reader: no same-host files, so every block comes over a data port.
-    return Client(config=cluster.client_config("reader", short_circuit=False))
+    config = cluster.client_config("reader", short_circuit=False, data_port=data_port)
+    return Client(config=config)
 
 
 def prepare(cluster: Any, datasets: list[Dataset], args: argparse.Namespace) -> None:
@@ -104,37 +108,44 @@ def prepare(cluster: Any, datasets: list[Dataset], args: argparse.Namespace) -> 
                 raise RuntimeError(f"warm-up of {ds.name}: bytes differ: {read.wrong[:3]}")
 
 
-def measure(cluster: Any, ds: Dataset, args: argparse.Namespace) -> dict[str, float]:
-    with client(cluster) as c, cf.ThreadPoolExecutor(args.concurrency) as pool:
+def measure(
+    cluster: Any, ds: Dataset, args: argparse.Namespace, data_port: bool = True
+) -> dict[str, float]:
+    with client(cluster, data_port) as c, cf.ThreadPoolExecutor(args.concurrency) as pool:
         read = readers.reservoir_read(c, ds, pool)
         read()  # this client's connections opened (as a training job's would be)
         got = read()
         if got.wrong or got.files != len(ds.sizes):
             raise RuntimeError(f"{ds.name}: {got.files} files, wrong: {got.wrong[:3]}")
         over_data_ports = c.aio.data_port_bytes
+    # Both reads' bytes over the data ports (or none, asked not to): the row is what it says.
+    if over_data_ports != (2 * got.nbytes if data_port else 0):
+        raise RuntimeError(f"{ds.name}: {over_data_ports:,} bytes over data ports")
     return {
         "seconds": got.seconds,
         "files_s": got.files / got.seconds,
         "mb_s": got.nbytes / MiB / got.seconds,
         "data_port_bytes": over_data_ports,
-        "bytes": got.nbytes * 2,
     }
 
 
 def table(medians: dict[str, dict[str, dict[str, float]]]) -> tuple[str, list[dict[str, Any]]]:
     lines = [
-        "| data set | default | `--secure` (TLS + tokens) | secure ÷ default | target |",
-        "|---|---|---|---|---|",
+        "| data set | default | `--secure` (TLS + tokens) | secure ÷ default | target "
+        "| `--secure`, gRPC only (before) |",
+        "|---|---|---|---|---|---|",
     ]
     verdicts = []
     for name, (metric, target) in TARGETS.items():
         default, secure = medians["default"][name], medians["secure"][name]
+        grpc = medians[GRPC][name][metric]
         ratio = secure[metric] / default[metric]
         unit = "files/s" if metric == "files_s" else "MB/s"
         met = "met" if ratio >= target else "not met"
         lines.append(
             f"| {name}, `read` per file | {default[metric]:,.0f} {unit} "
-            f"| {secure[metric]:,.0f} {unit} | {ratio:.2f} | ≥ {target} ({met}) |"
+            f"| {secure[metric]:,.0f} {unit} | {ratio:.2f} | ≥ {target} ({met}) "
+            f"| {grpc:,.0f} {unit} ({grpc / default[metric]:.2f}) |"
         )
         verdicts.append(
             {"dataset": name, "metric": metric, "ratio": ratio, "target": target, "met": met}
@@ -180,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="reservoir-secure-bench-"))
     clusters: dict[str, Any] = {}
     runs: dict[str, dict[str, list[dict[str, float]]]] = {
-        mode: {ds.name: [] for ds in datasets} for mode in MODES
+        mode: {ds.name: [] for ds in datasets} for mode in (*MODES, GRPC)
     }
     try:
         for mode in MODES:
@@ -196,6 +207,9 @@ def main(argv: list[str] | None = None) -> int:
                         f"  run {run + 1} {mode:<7} {ds.name:<5} {got['files_s']:8.0f} files/s "
                         f"{got['mb_s']:8.1f} MB/s  over data ports: {got['data_port_bytes']:,} B"
                     )
+                got = measure(clusters["secure"], ds, args, data_port=False)
+                runs[GRPC][ds.name].append(got)
+                log(f"  run {run + 1} {GRPC} {ds.name:<5} {got['files_s']:8.0f} files/s")
     finally:
         for cluster in clusters.values():
             cluster.down()

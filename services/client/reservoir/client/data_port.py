@@ -270,6 +270,7 @@ class DataPortReader:
         except (_Failed, OSError) as exc:
             raise _Refused(f"TLS handshake with data port {address}: {exc}") from exc
         if not self._token:
+            self._keep_session(address, tls)
             return tls
         try:
             _send(tls, wire.encode_auth(self._token), deadline)
@@ -282,13 +283,18 @@ class DataPortReader:
         if header.status != 0:
             tls.close()
             raise _Refused(f"data port {address} refused the token (status {header.status})")
+        # A response read: TLS 1.3's session tickets, sent right after the handshake, are in.
+        self._keep_session(address, tls)
         return tls
 
-    def _release(self, address: str, sock: socket.socket) -> None:
-        if isinstance(sock, ssl.SSLSocket) and not sock.session_reused and sock.session:
-            # Read from: its session tickets are in. The next connection resumes it.
+    def _keep_session(self, address: str, tls: ssl.SSLSocket) -> None:
+        """The next connection to `address` resumes this one's session (no certificate
+        sent or checked again) when the worker allows it."""
+        if not tls.session_reused and (session := tls.session) is not None:
             with self._lock:
-                self._sessions[address] = sock.session
+                self._sessions[address] = session
+
+    def _release(self, address: str, sock: socket.socket) -> None:
         with self._lock:
             idle = self._idle.setdefault(address, [])
             if (
@@ -354,8 +360,13 @@ def _send(sock: socket.socket, data: bytes, deadline: float) -> None:
 def _receive_into(sock: socket.socket, out: memoryview, deadline: float) -> None:
     filled = 0
     try:
+        # Set once: a TLS socket returns one record (16 KiB) a call, and a settimeout per
+        # call would cost a third of the time. Each call still waits no longer than the
+        # whole read may, and the deadline is checked between calls.
+        sock.settimeout(_remaining(deadline))
         while filled < len(out):
-            sock.settimeout(_remaining(deadline))
+            if filled:
+                _remaining(deadline)
             n = sock.recv_into(out[filled:])
             if n == 0:
                 raise _Failed("connection closed by the worker")

@@ -19,6 +19,7 @@ from typing import Protocol
 # A TLS write of this much is encrypted and handed to the kernel in one go: big enough that
 # the per-call cost vanishes, small enough that a slow reader holds little in flight.
 _TLS_CHUNK = 1 << 20
+_TLS_RECORD = 16 * 1024
 # Waiting for the other direction of a TLS socket (a read that must write, a write that
 # must read: a key update) is rare; polling then keeps each direction's readiness callback
 # its own.
@@ -162,7 +163,8 @@ class TlsChannel:
             return
         view = memoryview(data)
         if self._held:
-            take = min(len(view), _TLS_CHUNK)
+            # One TLS record (at most 16 KiB) for the header and the start of its body.
+            take = min(len(view), _TLS_RECORD - len(self._held))
             head, self._held = self._held + bytes(view[:take]), b""
             await self._write(head)
             view = view[take:]
