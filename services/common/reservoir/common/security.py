@@ -69,11 +69,6 @@ class Transport:
     def secure(self) -> bool:
         return self._credentials is not None
 
-    @property
-    def tls_server(self) -> bool:
-        """Whether this process serves its ports with TLS."""
-        return bool(self.settings.tls_cert)
-
     def channel(self, address: str) -> grpc.aio.Channel:
         if self._credentials is None:
             return grpc.aio.insecure_channel(address, options=self._options)
