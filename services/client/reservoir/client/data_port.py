@@ -106,6 +106,7 @@ class DataPortReader:
         self._tls = data_port_client_context(config.security)
         self._token = config.security.presented_token() if self._tls is not None else ""
         self._sessions: dict[str, ssl.SSLSession] = {}
+        self._refusals: set[str] = set()  # data ports whose refusal was logged
 
     @property
     def bytes_read(self) -> int:
@@ -128,7 +129,7 @@ class DataPortReader:
             try:
                 sock, pooled = self._connection(worker, deadline, fresh=attempt > 0)
             except _Refused as exc:
-                log.debug("data_port_refused", worker=worker.id, error=str(exc))
+                self._refused(worker, exc)
                 return Outcome.DECLINED
             if sock is None:
                 return Outcome.UNREACHABLE
@@ -184,7 +185,7 @@ class DataPortReader:
             try:
                 sock, _ = self._connection(workers[address], deadline, fresh=False)
             except _Refused as exc:
-                log.debug("data_port_refused", worker=workers[address].id, error=str(exc))
+                self._refused(workers[address], exc)
                 continue
             if sock is not None:
                 connections[address] = sock
@@ -251,12 +252,25 @@ class DataPortReader:
         if self._tls is None:
             return sock, False
         try:
-            return self._secured(sock, address, deadline), False
+            return self._secured(self._tls, sock, address, deadline), False
         except BaseException:
             sock.close()
             raise
 
-    def _secured(self, sock: socket.socket, address: str, deadline: float) -> ssl.SSLSocket:
+    def _refused(self, worker: WorkerRecord, error: _Refused) -> None:
+        # Once per port at warning: a misconfigured client (wrong CA or token) reads
+        # everything over gRPC, which reports the error itself, and an operator should
+        # see why its data ports stay unused.
+        with self._lock:
+            first = worker.data_address not in self._refusals
+            self._refusals.add(worker.data_address)
+        (log.warning if first else log.debug)(
+            "data_port_refused", worker=worker.id, error=str(error)
+        )
+
+    def _secured(
+        self, context: ssl.SSLContext, sock: socket.socket, address: str, deadline: float
+    ) -> ssl.SSLSocket:
         """`sock` after the TLS handshake and, with a token, the worker's yes to it;
         _Refused when either fails (the worker is there, but will not serve us)."""
         host = address.rpartition(":")[0]
@@ -264,7 +278,7 @@ class DataPortReader:
             sock.settimeout(_remaining(deadline))
             with self._lock:
                 session = self._sessions.get(address)
-            tls = self._tls.wrap_socket(  # type: ignore[union-attr]
+            tls = context.wrap_socket(
                 sock, server_hostname=tls_server_name(self._config.security, host), session=session
             )
         except (_Failed, OSError) as exc:

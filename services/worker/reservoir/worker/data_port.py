@@ -5,14 +5,15 @@ Like the servicer it only translates: a framed `ReadBlockRequest` in, `WorkerSer
 asked, the range and its CRC32C out. The bytes go over a `ByteChannel`
 (`data_port_transport.py`): plain TCP, where the held block is sent from where it lies
 (a view, or `sendfile` of its block file), or TLS with this worker's certificate on a
-cluster that runs TLS. A worker that checks tokens (RESERVOIR_AUTH_TOKENS_FILE) serves
-a connection nothing before an AUTH frame whose token may call ReadBlock
-(`reservoir.common.auth`, the same check as the gRPC interceptor's). A reader may pipeline requests: they are read as they come (up
-to `data_pipeline` ahead of the response being sent), the blocks they ask for are looked
-up or fetched at once (misses from the under-store in parallel), and the responses go out
-in request order. A bad request gets an error response with the error table's code; a
-malformed frame, a connection idle past `data_idle_timeout_s`, or a reader that takes no
-bytes for `data_write_timeout_s` is closed.
+cluster that runs TLS; this module does not know which. A worker that checks tokens
+(RESERVOIR_AUTH_TOKENS_FILE) serves a connection nothing before an AUTH frame whose token
+may call ReadBlock (`reservoir.common.auth`: the gRPC interceptor's check, not a copy).
+A reader may pipeline requests: they are read as they come (up to `data_pipeline` ahead
+of the response being sent), the blocks they ask for are looked up or fetched at once
+(misses from the under-store in parallel), and the responses go out in request order. A
+bad request gets an error response with the error table's code; a malformed frame, a
+connection idle past `data_idle_timeout_s`, or a reader that takes no bytes for
+`data_write_timeout_s` is closed.
 """
 
 from __future__ import annotations
@@ -73,7 +74,8 @@ class _Pending:
     close_after: bool = False
     # An AUTH frame accepted: an empty OK answers it.
     accepted: bool = False
-    # The whole block as a file of the shared-memory tier: sent by sendfile.
+    # The whole block as a file of the shared-memory tier: sent by the channel's
+    # send_file (sendfile in plain TCP).
     file: tuple[BlockFileRef, str] | None = None
     trace_context: dict[str, str] = field(default_factory=dict)
     received: float = field(default_factory=time.monotonic)
