@@ -41,6 +41,8 @@ from reservoir.common.errors import ReservoirError, Unavailable
 from reservoir.common.models import Inode, WorkerRecord, block_request
 from reservoir.common.security import data_port_client_context, tls_server_name
 
+from .data_port_tls import TlsConnection
+
 log = logs.get_logger(__name__)
 
 _generation = 0  # bumped in every forked child: pools from before the fork are dropped
@@ -53,6 +55,10 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+# A data port connection: plain TCP, or TLS over one.
+Connection = socket.socket | TlsConnection
 
 
 class Outcome(enum.Enum):
@@ -100,7 +106,7 @@ class DataPortReader:
         self._config = config
         self._health = health
         self._lock = threading.Lock()
-        self._idle: dict[str, list[socket.socket]] = {}
+        self._idle: dict[str, list[Connection]] = {}
         self._generation = _generation
         self._bytes = 0
         self._tls = data_port_client_context(config.security)
@@ -159,7 +165,7 @@ class DataPortReader:
             if self.reaches(read.worker):
                 unsent.setdefault(read.worker.data_address, deque()).append(read)
                 workers[read.worker.data_address] = read.worker
-        connections: dict[str, socket.socket] = {}
+        connections: dict[str, Connection] = {}
         in_flight: dict[str, int] = {}
 
         def send_more(address: str) -> None:
@@ -221,7 +227,7 @@ class DataPortReader:
 
     def _connection(
         self, worker: WorkerRecord, deadline: float, *, fresh: bool
-    ) -> tuple[socket.socket | None, bool]:
+    ) -> tuple[Connection | None, bool]:
         address = worker.data_address
         if not fresh:
             with self._lock:
@@ -270,7 +276,7 @@ class DataPortReader:
 
     def _secured(
         self, context: ssl.SSLContext, sock: socket.socket, address: str, deadline: float
-    ) -> ssl.SSLSocket:
+    ) -> TlsConnection:
         """`sock` after the TLS handshake and, with a token, the worker's yes to it;
         _Refused when either fails (the worker is there, but will not serve us)."""
         host = address.rpartition(":")[0]
@@ -278,9 +284,8 @@ class DataPortReader:
             sock.settimeout(_remaining(deadline))
             with self._lock:
                 session = self._sessions.get(address)
-            tls = context.wrap_socket(
-                sock, server_hostname=tls_server_name(self._config.security, host), session=session
-            )
+            name = tls_server_name(self._config.security, host)
+            tls = TlsConnection(sock, context, name, session)
         except (_Failed, OSError) as exc:
             raise _Refused(f"TLS handshake with data port {address}: {exc}") from exc
         if not self._token:
@@ -301,14 +306,14 @@ class DataPortReader:
         self._keep_session(address, tls)
         return tls
 
-    def _keep_session(self, address: str, tls: ssl.SSLSocket) -> None:
+    def _keep_session(self, address: str, tls: TlsConnection) -> None:
         """The next connection to `address` resumes this one's session (no certificate
         sent or checked again) when the worker allows it."""
         if not tls.session_reused and (session := tls.session) is not None:
             with self._lock:
                 self._sessions[address] = session
 
-    def _release(self, address: str, sock: socket.socket) -> None:
+    def _release(self, address: str, sock: Connection) -> None:
         with self._lock:
             idle = self._idle.setdefault(address, [])
             if (
@@ -319,13 +324,11 @@ class DataPortReader:
                 return
         sock.close()
 
-    def _exchange(
-        self, sock: socket.socket, body: bytes, out: memoryview, deadline: float
-    ) -> Outcome:
+    def _exchange(self, sock: Connection, body: bytes, out: memoryview, deadline: float) -> Outcome:
         _send(sock, wire.encode_request(body), deadline)
         return self._receive_response(sock, out, deadline)
 
-    def _receive_response(self, sock: socket.socket, out: memoryview, deadline: float) -> Outcome:
+    def _receive_response(self, sock: Connection, out: memoryview, deadline: float) -> Outcome:
         """One response into `out`. Raises _Failed when the connection is unusable;
         DECLINED for an answer that is not the bytes asked for (the connection stays good
         when the frame was complete)."""
@@ -363,7 +366,7 @@ def _remaining(deadline: float) -> float:
     return left
 
 
-def _send(sock: socket.socket, data: bytes, deadline: float) -> None:
+def _send(sock: Connection, data: bytes, deadline: float) -> None:
     try:
         sock.settimeout(_remaining(deadline))
         sock.sendall(data)
@@ -371,7 +374,7 @@ def _send(sock: socket.socket, data: bytes, deadline: float) -> None:
         raise _Failed(f"send: {exc}") from exc
 
 
-def _receive_into(sock: socket.socket, out: memoryview, deadline: float) -> None:
+def _receive_into(sock: Connection, out: memoryview, deadline: float) -> None:
     filled = 0
     try:
         # Set once: a TLS socket returns one record (16 KiB) a call, and a settimeout per

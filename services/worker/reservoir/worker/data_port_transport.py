@@ -2,10 +2,11 @@
 
 The data port's protocol (parse, look up, respond: `data_port.py`) is one; only the bytes'
 way differs, behind `ByteChannel`. Plain TCP sends block files by `sendfile` and views
-of held blocks straight from where they lie. TLS encrypts in this process (the `ssl`
-module's non-blocking sockets on the event loop's readiness callbacks; asyncio's `sock_*`
-refuse an `SSLSocket`, and its streams would copy every byte through a transport buffer),
-so a block file is read in chunks and written; there is no `sendfile` through userspace TLS.
+of held blocks straight from where they lie. TLS encrypts in this process, as a layer over
+the plain channel (`ssl.SSLObject` over memory buffers: asyncio's `sock_*` refuse an
+`SSLSocket`, and an `SSLSocket` makes a system call per 16 KiB record), so a block file is
+read in chunks and written; there is no `sendfile` through userspace TLS (kernel TLS
+would give it back; Python 3.11's `ssl` cannot turn it on).
 """
 
 from __future__ import annotations
@@ -14,16 +15,13 @@ import asyncio
 import os
 import socket
 import ssl
-from typing import Protocol
+from typing import Protocol, cast
 
 # A TLS write of this much is encrypted and handed to the kernel in one go: big enough that
 # the per-call cost vanishes, small enough that a slow reader holds little in flight.
 _TLS_CHUNK = 1 << 20
-_TLS_RECORD = 16 * 1024
-# Waiting for the other direction of a TLS socket (a read that must write, a write that
-# must read: a key update) is rare; polling then keeps each direction's readiness callback
-# its own.
-_CROSS_WAIT_S = 0.001
+# What one receive may take: many TLS records (pipelined requests) at once.
+_RECEIVE_BYTES = 256 * 1024
 
 
 class ByteChannel(Protocol):
@@ -110,15 +108,22 @@ class PlainChannel:
 
 
 class TlsChannel:
-    """A non-blocking `SSLSocket`, its handshake done by `open`."""
+    """TLS over a `PlainChannel`: OpenSSL encrypts and decrypts in memory
+    (`ssl.SSLObject` over two `MemoryBIO`s), the plain channel moves the ciphertext. A
+    response's records go out in one `send` (not one system call per 16 KiB record, as
+    an `SSLSocket` makes), and one `recv` takes many records. Only the writing side
+    flushes: what the reading side makes OpenSSL produce (a key update's answer) goes out
+    with the next response, in order."""
 
-    def __init__(self, sock: ssl.SSLSocket, idle_timeout_s: float, write_timeout_s: float) -> None:
-        self._sock = sock
-        self._fd = sock.fileno()
-        self._idle_timeout_s = idle_timeout_s
-        self._write_timeout_s = write_timeout_s
-        # A header held back to go out in one TLS record with the start of its body.
-        self._held = b""
+    def __init__(
+        self,
+        raw: PlainChannel,
+        context: ssl.SSLContext,
+    ) -> None:
+        self._raw = raw
+        self._incoming, self._outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        self._tls = context.wrap_bio(self._incoming, self._outgoing, server_side=True)
+        self._buffer = memoryview(bytearray(_RECEIVE_BYTES))
 
     @classmethod
     async def open(
@@ -130,60 +135,42 @@ class TlsChannel:
     ) -> TlsChannel:
         """The server side of the handshake on an accepted socket; ssl.SSLError (or
         OSError, TimeoutError) when the peer does not speak TLS with us."""
-        tls = context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+        channel = cls(PlainChannel(sock, idle_timeout_s, write_timeout_s), context)
+        async with asyncio.timeout(idle_timeout_s):
+            while not channel._handshake_done():
+                await channel._flush()
+                if not await channel._fill():
+                    raise ConnectionError("closed during the TLS handshake")
+            await channel._flush()
+        return channel
+
+    def _handshake_done(self) -> bool:
         try:
-            async with asyncio.timeout(idle_timeout_s):
-                while True:
-                    try:
-                        tls.do_handshake()
-                        break
-                    except ssl.SSLWantReadError:
-                        await _ready(tls.fileno(), write=False, timeout_s=idle_timeout_s)
-                    except ssl.SSLWantWriteError:
-                        await _ready(tls.fileno(), write=True, timeout_s=write_timeout_s)
-        except BaseException:
-            tls.close()
-            raise
-        return cls(tls, idle_timeout_s, write_timeout_s)
+            self._tls.do_handshake()
+        except ssl.SSLWantReadError:
+            return False
+        return True
 
     async def receive_into(self, view: memoryview) -> int:
         while True:
             try:
-                return self._sock.recv_into(view)
+                # With a buffer, read returns the count (typeshed says bytes).
+                return cast(int, self._tls.read(len(view), view))  # type: ignore[arg-type]
             except ssl.SSLWantReadError:
-                await _ready(self._fd, write=False, timeout_s=self._idle_timeout_s)
-            except ssl.SSLWantWriteError:
-                await asyncio.sleep(_CROSS_WAIT_S)
+                if not await self._fill():
+                    return 0
+            except ssl.SSLZeroReturnError:
+                return 0
             except ssl.SSLError as exc:
                 raise ConnectionError(f"TLS: {exc}") from exc
 
     async def send(self, data: bytes | memoryview, *, more: bool = False) -> None:
-        if more:
-            self._held += bytes(data)
-            return
         view = memoryview(data)
-        if self._held:
-            # One TLS record (at most 16 KiB) for the header and the start of its body.
-            take = min(len(view), _TLS_RECORD - len(self._held))
-            head, self._held = self._held + bytes(view[:take]), b""
-            await self._write(head)
-            view = view[take:]
         for start in range(0, len(view), _TLS_CHUNK):
-            await self._write(view[start : start + _TLS_CHUNK])
-
-    async def _write(self, chunk: bytes | memoryview) -> None:
-        """One chunk; a write that would block is retried with the same chunk, as
-        OpenSSL requires."""
-        view = memoryview(chunk)
-        while view:
-            try:
-                view = view[self._sock.send(view) :]
-            except ssl.SSLWantWriteError:
-                await _ready(self._fd, write=True, timeout_s=self._write_timeout_s)
-            except ssl.SSLWantReadError:
-                await asyncio.sleep(_CROSS_WAIT_S)
-            except ssl.SSLError as exc:
-                raise ConnectionError(f"TLS: {exc}") from exc
+            self._tls.write(view[start : start + _TLS_CHUNK])
+            if not more:
+                await self._flush()
+        # `more`: encrypted, held in memory, sent with what follows (one segment).
 
     async def send_file(self, fd: int, offset: int, count: int) -> None:
         buffer = memoryview(bytearray(min(count, _TLS_CHUNK)))
@@ -196,4 +183,16 @@ class TlsChannel:
             count -= n
 
     def close(self) -> None:
-        self._sock.close()
+        self._raw.close()
+
+    async def _flush(self) -> None:
+        if self._outgoing.pending:
+            await self._raw.send(self._outgoing.read())
+
+    async def _fill(self) -> bool:
+        """More ciphertext from the peer; False at the end of the stream."""
+        n = await self._raw.receive_into(self._buffer)
+        if n == 0:
+            return False
+        self._incoming.write(self._buffer[:n])
+        return True
