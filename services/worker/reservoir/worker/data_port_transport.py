@@ -123,6 +123,7 @@ class TlsChannel:
         self._raw = raw
         self._incoming, self._outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
         self._tls = context.wrap_bio(self._incoming, self._outgoing, server_side=True)
+        self._held = b""
         self._buffer = memoryview(bytearray(_RECEIVE_BYTES))
 
     @classmethod
@@ -165,12 +166,21 @@ class TlsChannel:
                 raise ConnectionError(f"TLS: {exc}") from exc
 
     async def send(self, data: bytes | memoryview, *, more: bool = False) -> None:
+        if more:
+            # A header: it goes into the same TLS record as the start of its body (one
+            # record to seal and open, not two).
+            self._held += bytes(data)
+            return
         view = memoryview(data)
+        if self._held:
+            first = min(len(view), _TLS_CHUNK)
+            self._tls.write(self._held + bytes(view[:first]))
+            self._held = b""
+            view = view[first:]
+            await self._flush()
         for start in range(0, len(view), _TLS_CHUNK):
             self._tls.write(view[start : start + _TLS_CHUNK])
-            if not more:
-                await self._flush()
-        # `more`: encrypted, held in memory, sent with what follows (one segment).
+            await self._flush()
 
     async def send_file(self, fd: int, offset: int, count: int) -> None:
         buffer = memoryview(bytearray(min(count, _TLS_CHUNK)))
