@@ -3,8 +3,9 @@ only the cipher in OpenSSL (`ssl.SSLObject` over memory buffers).
 
 `SSLSocket.recv_into` costs two `recv` calls per 16 KiB record (OpenSSL reads a record's
 header, then its body); here one `recv` takes whatever has arrived (up to 256 KiB, many
-records) and OpenSSL decrypts them from memory: ~30 % more bytes per second on this
-project's 2-core bench machine, where a large read is bound by the cipher's CPU. It
+records) and OpenSSL decrypts them from memory: ~30 % more bytes per second for one
+stream in a loopback microbenchmark (end to end, where the worker's side and other
+readers share the CPU, the two measured alike: bench/README.md, secure_read_bench). It
 offers what `DataPortReader` uses of a socket: sendall, recv_into, settimeout, close.
 """
 
