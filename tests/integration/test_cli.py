@@ -18,7 +18,7 @@ import pytest
 from reservoir.cli.main import build_parser
 from reservoir.client import Client
 from reservoir.local.cluster import LocalCluster
-from tests.conftest import SECURE, new_mount_path, own_cluster_env
+from tests.conftest import new_mount_path, own_cluster_env
 
 
 def _cli(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
@@ -56,12 +56,9 @@ def test_mount_ls_stat_cat_cp_round_trip(
     assert target.read_bytes() == payload
     workers = json.loads(_cli(cluster, "--json", "workers").stdout)
     assert len(workers) == 3
-    # Each worker's data port, for the operator to see and firewall (none with TLS).
+    # Each worker's data port (TLS on a secure cluster), for the operator to see and firewall.
     for worker in workers:
-        if SECURE:
-            assert worker["data_address"] is None
-        else:
-            assert re.fullmatch(r"[\w.-]+:\d+", worker["data_address"])
+        assert re.fullmatch(r"[\w.-]+:\d+", worker["data_address"])
 
 
 def test_report_right_after_load_wait_counts_every_block_cached(

@@ -126,13 +126,16 @@ def test_a_plaintext_client_gets_no_answer_from_a_tls_master(secure: LocalCluste
         assert caught.value.code() == grpc.StatusCode.UNAVAILABLE  # no TLS handshake
 
 
-def test_workers_of_a_tls_cluster_open_no_plaintext_data_port(secure: LocalCluster) -> None:
+def test_workers_of_a_tls_cluster_serve_reads_over_their_tls_data_ports(
+    secure: LocalCluster,
+) -> None:
+    # (A plaintext or tokenless connection's refusal: tests/integration/test_data_port.py.)
     with _client(secure, "reader") as c:
         workers = c.workers()
-        assert workers and not any(w.data_address for w in workers)
+        assert workers and all(w.data_address for w in workers)
         data = c.read("/sec/a.bin")
         assert len(data) == 3 * BLOCK + 5
-        assert c.aio.data_port_bytes == 0
+        assert c.aio.data_port_bytes == len(data)
 
 
 def test_no_log_line_carries_a_token_key_or_signature_even_at_debug(

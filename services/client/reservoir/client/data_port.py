@@ -8,6 +8,12 @@ right checksum answers False: the caller then takes the full path (gRPC, failove
 other replicas, the under-store), which also decides what error, if any, the reader sees.
 A pooled connection the worker has closed meanwhile is retried once on a new one.
 
+A client that speaks TLS dials data ports in TLS (its CA, its certificate if any, the
+server-name override of gRPC; the TLS session kept per worker to resume the next
+handshake), and a client with a token presents it in an AUTH frame as each connection
+opens. A worker that refuses the handshake or the token answers nothing: the read takes
+the full path, which reports the error.
+
 Sockets are not shared across a fork: a child drops the pool it inherited (closing only
 its own copies of the descriptors) and connects afresh.
 """
@@ -17,6 +23,7 @@ from __future__ import annotations
 import enum
 import os
 import socket
+import ssl
 import threading
 import time
 from collections import deque
@@ -32,6 +39,9 @@ from reservoir.common import logs
 from reservoir.common.block_file import checksum
 from reservoir.common.errors import ReservoirError, Unavailable
 from reservoir.common.models import Inode, WorkerRecord, block_request
+from reservoir.common.security import data_port_client_context, tls_server_name
+
+from .data_port_tls import TlsConnection
 
 log = logs.get_logger(__name__)
 
@@ -45,6 +55,10 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+# A data port connection: plain TCP, or TLS over one.
+Connection = socket.socket | TlsConnection
 
 
 class Outcome(enum.Enum):
@@ -83,14 +97,22 @@ class _Failed(Exception):
     """This connection cannot answer (closed, timed out, broken frame)."""
 
 
+class _Refused(Exception):
+    """The worker answers, but not to us: the TLS handshake or the token failed."""
+
+
 class DataPortReader:
     def __init__(self, config: cfg.ClientConfig, health: WorkerHealth) -> None:
         self._config = config
         self._health = health
         self._lock = threading.Lock()
-        self._idle: dict[str, list[socket.socket]] = {}
+        self._idle: dict[str, list[Connection]] = {}
         self._generation = _generation
         self._bytes = 0
+        self._tls = data_port_client_context(config.security)
+        self._token = config.security.presented_token() if self._tls is not None else ""
+        self._sessions: dict[str, ssl.SSLSession] = {}
+        self._refusals: set[str] = set()  # data ports whose refusal was logged
 
     @property
     def bytes_read(self) -> int:
@@ -98,10 +120,7 @@ class DataPortReader:
         return self._bytes
 
     def reaches(self, worker: WorkerRecord) -> bool:
-        # A client that speaks TLS never sends block requests in clear.
-        return bool(
-            self._config.data_port and worker.data_address and not self._config.security.tls
-        )
+        return bool(self._config.data_port and worker.data_address)
 
     def read_into(
         self, worker: WorkerRecord, inode: Inode, index: int, offset: int, out: memoryview
@@ -113,7 +132,11 @@ class DataPortReader:
         body = _request(inode, index, offset, len(out))
         deadline = time.monotonic() + self._config.read_timeout_s
         for attempt in (0, 1):
-            sock, pooled = self._connection(worker, deadline, fresh=attempt > 0)
+            try:
+                sock, pooled = self._connection(worker, deadline, fresh=attempt > 0)
+            except _Refused as exc:
+                self._refused(worker, exc)
+                return Outcome.DECLINED
             if sock is None:
                 return Outcome.UNREACHABLE
             try:
@@ -142,7 +165,7 @@ class DataPortReader:
             if self.reaches(read.worker):
                 unsent.setdefault(read.worker.data_address, deque()).append(read)
                 workers[read.worker.data_address] = read.worker
-        connections: dict[str, socket.socket] = {}
+        connections: dict[str, Connection] = {}
         in_flight: dict[str, int] = {}
 
         def send_more(address: str) -> None:
@@ -165,7 +188,11 @@ class DataPortReader:
                 sock.close()
 
         for address in unsent:
-            sock, _ = self._connection(workers[address], deadline, fresh=False)
+            try:
+                sock, _ = self._connection(workers[address], deadline, fresh=False)
+            except _Refused as exc:
+                self._refused(workers[address], exc)
+                continue
             if sock is not None:
                 connections[address] = sock
                 in_flight[address] = 0
@@ -200,7 +227,7 @@ class DataPortReader:
 
     def _connection(
         self, worker: WorkerRecord, deadline: float, *, fresh: bool
-    ) -> tuple[socket.socket | None, bool]:
+    ) -> tuple[Connection | None, bool]:
         address = worker.data_address
         if not fresh:
             with self._lock:
@@ -228,9 +255,65 @@ class DataPortReader:
             )
             return None, False
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return sock, False
+        if self._tls is None:
+            return sock, False
+        try:
+            return self._secured(self._tls, sock, address, deadline), False
+        except BaseException:
+            sock.close()
+            raise
 
-    def _release(self, address: str, sock: socket.socket) -> None:
+    def _refused(self, worker: WorkerRecord, error: _Refused) -> None:
+        # Once per port at warning: a misconfigured client (wrong CA or token) reads
+        # everything over gRPC, which reports the error itself, and an operator should
+        # see why its data ports stay unused.
+        with self._lock:
+            first = worker.data_address not in self._refusals
+            self._refusals.add(worker.data_address)
+        (log.warning if first else log.debug)(
+            "data_port_refused", worker=worker.id, error=str(error)
+        )
+
+    def _secured(
+        self, context: ssl.SSLContext, sock: socket.socket, address: str, deadline: float
+    ) -> TlsConnection:
+        """`sock` after the TLS handshake and, with a token, the worker's yes to it;
+        _Refused when either fails (the worker is there, but will not serve us)."""
+        host = address.rpartition(":")[0]
+        try:
+            sock.settimeout(_remaining(deadline))
+            with self._lock:
+                session = self._sessions.get(address)
+            name = tls_server_name(self._config.security, host)
+            tls = TlsConnection(sock, context, name, session)
+        except (_Failed, OSError) as exc:
+            raise _Refused(f"TLS handshake with data port {address}: {exc}") from exc
+        if not self._token:
+            self._keep_session(address, tls)
+            return tls
+        try:
+            _send(tls, wire.encode_auth(self._token), deadline)
+            header_buffer = bytearray(wire.RESPONSE_HEADER.size)
+            _receive_into(tls, memoryview(header_buffer), deadline)
+            header = wire.ResponseHeader.decode(header_buffer)
+        except _Failed as exc:
+            tls.close()
+            raise _Refused(f"data port {address} did not take the token: {exc}") from exc
+        if header.status != 0:
+            tls.close()
+            raise _Refused(f"data port {address} refused the token (status {header.status})")
+        # A response read: TLS 1.3's session tickets, sent right after the handshake, are in.
+        self._keep_session(address, tls)
+        return tls
+
+    def _keep_session(self, address: str, tls: TlsConnection) -> None:
+        """The next connection to `address` resumes this one's session (no certificate
+        sent or checked again) when the worker allows it."""
+        if not tls.session_reused and (session := tls.session) is not None:
+            with self._lock:
+                self._sessions[address] = session
+
+    def _release(self, address: str, sock: Connection) -> None:
         with self._lock:
             idle = self._idle.setdefault(address, [])
             if (
@@ -241,13 +324,11 @@ class DataPortReader:
                 return
         sock.close()
 
-    def _exchange(
-        self, sock: socket.socket, body: bytes, out: memoryview, deadline: float
-    ) -> Outcome:
+    def _exchange(self, sock: Connection, body: bytes, out: memoryview, deadline: float) -> Outcome:
         _send(sock, wire.encode_request(body), deadline)
         return self._receive_response(sock, out, deadline)
 
-    def _receive_response(self, sock: socket.socket, out: memoryview, deadline: float) -> Outcome:
+    def _receive_response(self, sock: Connection, out: memoryview, deadline: float) -> Outcome:
         """One response into `out`. Raises _Failed when the connection is unusable;
         DECLINED for an answer that is not the bytes asked for (the connection stays good
         when the frame was complete)."""
@@ -285,7 +366,7 @@ def _remaining(deadline: float) -> float:
     return left
 
 
-def _send(sock: socket.socket, data: bytes, deadline: float) -> None:
+def _send(sock: Connection, data: bytes, deadline: float) -> None:
     try:
         sock.settimeout(_remaining(deadline))
         sock.sendall(data)
@@ -293,11 +374,16 @@ def _send(sock: socket.socket, data: bytes, deadline: float) -> None:
         raise _Failed(f"send: {exc}") from exc
 
 
-def _receive_into(sock: socket.socket, out: memoryview, deadline: float) -> None:
+def _receive_into(sock: Connection, out: memoryview, deadline: float) -> None:
     filled = 0
     try:
+        # Set once: a TLS socket returns one record (16 KiB) a call, and a settimeout per
+        # call would cost a third of the time. Each call still waits no longer than the
+        # whole read may, and the deadline is checked between calls.
+        sock.settimeout(_remaining(deadline))
         while filled < len(out):
-            sock.settimeout(_remaining(deadline))
+            if filled:
+                _remaining(deadline)
             n = sock.recv_into(out[filled:])
             if n == 0:
                 raise _Failed("connection closed by the worker")

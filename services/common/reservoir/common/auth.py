@@ -45,6 +45,8 @@ class Rule:
 
 _MASTER = "/reservoir.v1.MasterService/"
 _WORKER = "/reservoir.v1.WorkerService/"
+# The method a worker's data port answers (its block ranges are ReadBlock's, another way).
+READ_BLOCK = _WORKER + "ReadBlock"
 RULES: dict[str, Rule] = {
     _MASTER + "Mount": Rule(_ADMIN),
     _MASTER + "Unmount": Rule(_ADMIN),
@@ -68,7 +70,7 @@ RULES: dict[str, Rule] = {
     _MASTER + "WatchJob": Rule(_READ),
     _MASTER + "ListJobs": Rule(_READ),
     _MASTER + "ReportBlocks": Rule(_CLUSTER, subject_field="worker_id"),
-    _WORKER + "ReadBlock": Rule(_READ),
+    READ_BLOCK: Rule(_READ),
     _WORKER + "ReadBlocks": Rule(_READ),
     _WORKER + "ReadSmall": Rule(_READ),
     _WORKER + "GetStats": Rule(_READ),
@@ -145,7 +147,13 @@ def authorize(table: TokenTable, method: str, metadata: Any) -> Principal | None
     Unauthenticated or PermissionDenied otherwise."""
     if method.startswith(OPEN_PREFIXES):
         return None
-    token = _bearer(metadata)
+    return authorize_token(table, method, _bearer(metadata))
+
+
+def authorize_token(table: TokenTable, method: str, token: str) -> Principal:
+    """The principal of `token` when it may call `method` (a method with a rule; the
+    subject check, if any, is the caller's); Unauthenticated or PermissionDenied otherwise.
+    The gRPC interceptor and the worker's data port both ask this."""
     principal = table.principal(token) if token else None
     if principal is None:
         raise Unauthenticated("a valid token is required (RESERVOIR_TOKEN_FILE or RESERVOIR_TOKEN)")

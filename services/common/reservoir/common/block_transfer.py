@@ -1,4 +1,5 @@
-"""The block transfer protocol of a worker's data port: block ranges over plain TCP.
+"""The block transfer protocol of a worker's data port: block ranges over TCP, or over
+TLS on a cluster that runs TLS.
 
 gRPC costs each side ~0.5 ms of CPU per call and tops out near 1 GB/s per stream in Python
 on a 2-core machine; block bytes on a socket of their own cost ~50 us per request and
@@ -8,8 +9,9 @@ port cannot answer) stays on gRPC.
 
 One request at a time per connection; a connection serves many in turn.
 
-    request:  magic "RSVB" | version u8 | 3 reserved bytes | body length u32
-              | body: a serialized `ReadBlockRequest`
+    request:  magic "RSVB" | version u8 | kind u8 | 2 reserved bytes | body length u32
+              | body: kind 0 (READ): a serialized `ReadBlockRequest`
+                      kind 1 (AUTH): the caller's bearer token, UTF-8
     response: status u8 (0, or the error table's code value) | 3 reserved bytes
               | crc32c u32 (of the range; 0 on error) | length u64
               | `length` bytes: the range, or on error a UTF-8 message
@@ -17,6 +19,16 @@ One request at a time per connection; a connection serves many in turn.
 All integers little-endian. A worker answers a well-framed request it cannot serve with an
 error response and keeps the connection; a malformed frame gets an error response and the
 connection is closed.
+
+The kind byte was a reserved zero before AUTH existed, so a READ frame is byte for byte what
+it always was and a cluster without authentication speaks exactly the old protocol. A
+worker that checks tokens (on a cluster with TLS and RESERVOIR_AUTH_TOKENS_FILE) wants an
+AUTH frame first on every connection, its token allowed to call the worker's ReadBlock by
+the same rules as gRPC (`reservoir.common.auth`). It answers it with an empty OK response,
+or with UNAUTHENTICATED / PERMISSION_DENIED and closes the connection; a READ before a
+valid AUTH gets UNAUTHENTICATED and the connection is closed, before any byte of a block.
+A reader may send its first READ right behind its AUTH (no round trip between). A worker
+that checks no tokens answers an AUTH with OK and ignores the token.
 """
 
 from __future__ import annotations
@@ -28,7 +40,10 @@ from .errors import InvalidArgument
 
 MAGIC = b"RSVB"
 VERSION = 1
-REQUEST_HEADER = struct.Struct("<4sB3xI")
+READ = 0
+AUTH = 1
+KINDS = (READ, AUTH)
+REQUEST_HEADER = struct.Struct("<4sBB2xI")
 RESPONSE_HEADER = struct.Struct("<B3xIQ")
 # A ReadBlockRequest is a few hundred bytes (ids, the under-store URI, the mount path).
 MAX_REQUEST_BODY = 64 * 1024
@@ -37,19 +52,37 @@ MAX_ERROR_MESSAGE = 64 * 1024
 
 
 def encode_request(body: bytes) -> bytes:
-    return REQUEST_HEADER.pack(MAGIC, VERSION, len(body)) + body
+    """A READ frame of a serialized `ReadBlockRequest`."""
+    return REQUEST_HEADER.pack(MAGIC, VERSION, READ, len(body)) + body
 
 
-def request_body_length(header: bytes) -> int:
-    """The body length a request header announces; InvalidArgument when it is not one."""
-    magic, version, length = REQUEST_HEADER.unpack(header)
-    if magic != MAGIC:
-        raise InvalidArgument("not a block transfer request (bad magic)")
-    if version != VERSION:
-        raise InvalidArgument(f"block transfer version {version} is not supported (only {VERSION})")
-    if length > MAX_REQUEST_BODY:
-        raise InvalidArgument(f"request body of {length} bytes exceeds {MAX_REQUEST_BODY}")
-    return int(length)
+def encode_auth(token: str) -> bytes:
+    """An AUTH frame presenting `token`."""
+    body = token.encode()
+    return REQUEST_HEADER.pack(MAGIC, VERSION, AUTH, len(body)) + body
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHeader:
+    kind: int
+    length: int
+
+    @classmethod
+    def decode(cls, raw: bytes) -> RequestHeader:
+        """The kind and body length a request header announces; InvalidArgument when it
+        is not one."""
+        magic, version, kind, length = REQUEST_HEADER.unpack(raw)
+        if magic != MAGIC:
+            raise InvalidArgument("not a block transfer request (bad magic)")
+        if version != VERSION:
+            raise InvalidArgument(
+                f"block transfer version {version} is not supported (only {VERSION})"
+            )
+        if kind not in KINDS:
+            raise InvalidArgument(f"block transfer request kind {kind} is not known")
+        if length > MAX_REQUEST_BODY:
+            raise InvalidArgument(f"request body of {length} bytes exceeds {MAX_REQUEST_BODY}")
+        return cls(int(kind), int(length))
 
 
 @dataclass(frozen=True, slots=True)

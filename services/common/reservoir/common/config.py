@@ -529,9 +529,9 @@ class WorkerConfig:
     # The address clients dial; defaults to the listen address (its host replaced by this
     # machine's name when it listens on all interfaces).
     advertise: str = field(default="", metadata=env("RESERVOIR_WORKER_ADVERTISE"))
-    # The data port (worker/data_port.py): block bytes over plain TCP, read by clients in
-    # their own thread. Off, or in a cluster with TLS (it has no TLS of its own), blocks
-    # go over gRPC only.
+    # The data port (worker/data_port.py): block bytes over TCP, read by clients in their
+    # own thread; TLS with this worker's certificate (and the tokens gRPC checks) when the
+    # worker serves TLS. Off: blocks go over gRPC only.
     data_port: bool = field(default=True, metadata=env("RESERVOIR_WORKER_DATA_PORT"))
     # host:port it listens on; empty: the host of `listen`, any free port. Clients dial
     # the advertised host with this port.
@@ -705,8 +705,8 @@ class ClientConfig:
     parallelism: int = field(default=8, metadata=env("RESERVOIR_CLIENT_PARALLELISM"))
     # Read blocks held by a worker on this host straight from its shared-memory files.
     short_circuit: bool = field(default=True, metadata=env("RESERVOIR_SHORT_CIRCUIT"))
-    # Read blocks over workers' data ports (plain TCP, in the caller's thread) where they
-    # have one; off: gRPC only.
+    # Read blocks over workers' data ports (in the caller's thread; TLS with this client's
+    # CA and token when it speaks TLS) where they have one; off: gRPC only.
     data_port: bool = field(default=True, metadata=env("RESERVOIR_DATA_PORT"))
     # Idle data-port connections kept per worker for the next read (each reading thread
     # takes one while it reads).

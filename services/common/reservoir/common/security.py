@@ -5,10 +5,16 @@ built from it opens every channel that process dials (client -> master, client -
 worker -> master, master -> worker) and gives the server its credentials. A token is
 sent only over TLS (gRPC attaches call credentials to secure channels alone), so it never
 crosses the network in clear.
+
+A worker's data port is not gRPC: `data_port_server_context` and `data_port_client_context`
+give it and its readers `ssl` contexts from the same settings (the same certificates, CA,
+client-certificate rule and server-name override), so the data port is exactly as secure
+as the gRPC port beside it.
 """
 
 from __future__ import annotations
 
+import ssl
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +24,12 @@ import grpc.aio
 from .config import SecuritySettings
 from .errors import InvalidArgument
 
-__all__ = ["SecuritySettings", "Transport"]
+__all__ = [
+    "SecuritySettings",
+    "Transport",
+    "data_port_client_context",
+    "data_port_server_context",
+]
 
 
 def _read(path: str, what: str) -> bytes:
@@ -58,11 +69,6 @@ class Transport:
     def secure(self) -> bool:
         return self._credentials is not None
 
-    @property
-    def tls_server(self) -> bool:
-        """Whether this process serves its ports with TLS."""
-        return bool(self.settings.tls_cert)
-
     def channel(self, address: str) -> grpc.aio.Channel:
         if self._credentials is None:
             return grpc.aio.insecure_channel(address, options=self._options)
@@ -92,3 +98,43 @@ class Transport:
             root_certificates=_read(s.tls_ca, "TLS CA bundle") if s.tls_client_auth else None,
             require_client_auth=s.tls_client_auth,
         )
+
+
+def _ssl_context(purpose: ssl.Purpose, settings: SecuritySettings) -> ssl.SSLContext:
+    try:
+        context = ssl.create_default_context(purpose, cafile=settings.tls_ca or None)
+        if settings.tls_cert:
+            if not settings.tls_key:
+                raise InvalidArgument("RESERVOIR_TLS_CERT is set but RESERVOIR_TLS_KEY is not")
+            context.load_cert_chain(settings.tls_cert, settings.tls_key)
+    except (OSError, ssl.SSLError) as exc:
+        raise InvalidArgument(f"cannot load the TLS certificates: {exc}") from exc
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    return context
+
+
+def data_port_server_context(settings: SecuritySettings) -> ssl.SSLContext | None:
+    """The data port's TLS as a server: this worker's certificate, and a client certificate
+    signed by the CA required when gRPC requires one. None: the port is plain TCP."""
+    if not settings.tls_cert:
+        return None
+    if settings.tls_client_auth and not settings.tls_ca:
+        raise InvalidArgument("RESERVOIR_TLS_CLIENT_AUTH needs RESERVOIR_TLS_CA")
+    context = _ssl_context(ssl.Purpose.CLIENT_AUTH, settings)
+    context.verify_mode = ssl.CERT_REQUIRED if settings.tls_client_auth else ssl.CERT_NONE
+    return context
+
+
+def data_port_client_context(settings: SecuritySettings) -> ssl.SSLContext | None:
+    """A reader's TLS to data ports: the server checked against RESERVOIR_TLS_CA (the
+    system's CAs without one, as gRPC), this process's certificate shown when it has one.
+    None: this process speaks no TLS, so it dials data ports in plain TCP."""
+    if not settings.tls:
+        return None
+    return _ssl_context(ssl.Purpose.SERVER_AUTH, settings)
+
+
+def tls_server_name(settings: SecuritySettings, host: str) -> str:
+    """The name a server's certificate must carry when dialled at `host` (the override of
+    RESERVOIR_TLS_SERVER_NAME, as gRPC's)."""
+    return settings.tls_server_name or host.strip("[]")

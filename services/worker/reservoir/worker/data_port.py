@@ -2,14 +2,18 @@
 (`reservoir.common.block_transfer`), beside the gRPC service.
 
 Like the servicer it only translates: a framed `ReadBlockRequest` in, `WorkerService.block`
-asked, the range and its CRC32C out. Plain non-blocking sockets on the event loop, so the
-held block is sent from where it lies (`sock_sendall` of a view: no copy in Python, none
-into a transport buffer). A reader may pipeline requests: they are read as they come (up
-to `data_pipeline` ahead of the response being sent), the blocks they ask for are looked
-up or fetched at once (misses from the under-store in parallel), and the responses go out
-in request order. A bad request gets an error response with the error table's code; a
-malformed frame, a connection idle past `data_idle_timeout_s`, or a reader that takes no
-bytes for `data_write_timeout_s` is closed.
+asked, the range and its CRC32C out. The bytes go over a `ByteChannel`
+(`data_port_transport.py`): plain TCP, where the held block is sent from where it lies
+(a view, or `sendfile` of its block file), or TLS with this worker's certificate on a
+cluster that runs TLS; this module does not know which. A worker that checks tokens
+(RESERVOIR_AUTH_TOKENS_FILE) serves a connection nothing before an AUTH frame whose token
+may call ReadBlock (`reservoir.common.auth`: the gRPC interceptor's check, not a copy).
+A reader may pipeline requests: they are read as they come (up to `data_pipeline` ahead
+of the response being sent), the blocks they ask for are looked up or fetched at once
+(misses from the under-store in parallel), and the responses go out in request order. A
+bad request gets an error response with the error table's code; a malformed frame, a
+connection idle past `data_idle_timeout_s`, or a reader that takes no bytes for
+`data_write_timeout_s` is closed.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import asyncio
 import contextlib
 import os
 import socket
+import ssl
 import time
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
@@ -29,10 +34,18 @@ from opentelemetry import propagate, trace
 from reservoir.common import block_transfer as wire
 from reservoir.common import config as cfg
 from reservoir.common import logs
-from reservoir.common.errors import InvalidArgument, ReservoirError, code_value, status_for
+from reservoir.common.auth import READ_BLOCK, TokenTable, authorize_token
+from reservoir.common.errors import (
+    InvalidArgument,
+    ReservoirError,
+    Unauthenticated,
+    code_value,
+    status_for,
+)
 from reservoir.v1 import worker_pb2
 
 from .data_port_metrics import DataPortMetrics
+from .data_port_transport import ByteChannel, PlainChannel, TlsChannel
 from .memory_tier import BlockData, BlockFileRef
 from .read_request import domain_request, range_crc, window
 from .read_trace import ReadTrace
@@ -44,11 +57,6 @@ _tracer = trace.get_tracer("reservoir.worker")
 _SPAN_NAME = "/reservoir.v1.WorkerService/ReadBlock"
 
 _Answer = tuple[BlockData, int, str]  # what WorkerService.block returns
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
 
 
 class _Closed(Exception):
@@ -64,7 +72,10 @@ class _Pending:
     work: Coroutine[Any, Any, _Answer] | asyncio.Future[_Answer] | None = None
     error: ReservoirError | None = None
     close_after: bool = False
-    # The whole block as a file of the shared-memory tier: sent by sendfile.
+    # An AUTH frame accepted: an empty OK answers it.
+    accepted: bool = False
+    # The whole block as a file of the shared-memory tier: sent by the channel's
+    # send_file (sendfile in plain TCP).
     file: tuple[BlockFileRef, str] | None = None
     trace_context: dict[str, str] = field(default_factory=dict)
     received: float = field(default_factory=time.monotonic)
@@ -78,11 +89,20 @@ class _Pending:
 
 class DataPort:
     def __init__(
-        self, service: WorkerService, config: cfg.WorkerConfig, metrics: DataPortMetrics
+        self,
+        service: WorkerService,
+        config: cfg.WorkerConfig,
+        metrics: DataPortMetrics,
+        tls: ssl.SSLContext | None = None,
+        tokens: TokenTable | None = None,
     ) -> None:
+        """`tls`: the port speaks TLS with this context; `tokens`: every connection must
+        present one of them (AUTH) before it is served."""
         self._service = service
         self._config = config
         self._metrics = metrics
+        self._tls = tls
+        self._tokens = tokens
         self._listener: socket.socket | None = None
         self._accepting: asyncio.Task[None] | None = None
         self._connections: set[asyncio.Task[None]] = set()
@@ -127,25 +147,41 @@ class DataPort:
                 continue
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            task = asyncio.create_task(
-                _Connection(sock, self._service, self._config, self._metrics).serve()
-            )
+            task = asyncio.create_task(self._serve(sock))
             self._connections.add(task)
             task.add_done_callback(self._connections.discard)
+
+    async def _serve(self, sock: socket.socket) -> None:
+        idle, write = self._config.data_idle_timeout_s, self._config.data_write_timeout_s
+        channel: ByteChannel
+        if self._tls is None:
+            channel = PlainChannel(sock, idle, write)
+        else:
+            try:
+                channel = await TlsChannel.open(sock, self._tls, idle, write)
+            except (ssl.SSLError, OSError, TimeoutError) as exc:
+                # Not TLS, or not with our CA: the reader gets a TLS alert at most.
+                log.debug("data_port_handshake_failed", error=str(exc))
+                sock.close()
+                return
+        await _Connection(channel, self._service, self._config, self._metrics, self._tokens).serve()
 
 
 class _Connection:
     def __init__(
         self,
-        sock: socket.socket,
+        channel: ByteChannel,
         service: WorkerService,
         config: cfg.WorkerConfig,
         metrics: DataPortMetrics,
+        tokens: TokenTable | None,
     ) -> None:
-        self._sock = sock
+        self._channel = channel
         self._service = service
         self._config = config
         self._metrics = metrics
+        self._tokens = tokens
+        self._authenticated = tokens is None
         self._queue: asyncio.Queue[_Pending | None] = asyncio.Queue(max(1, config.data_pipeline))
         self._outstanding = 0  # requests read whose response is not sent yet
         # Spans are recorded only with an SDK tracer provider (traces exported).
@@ -169,7 +205,7 @@ class _Connection:
                 item = self._queue.get_nowait()
                 if item is not None:
                     item.drop()
-            self._sock.close()
+            self._channel.close()
 
     async def _read_requests(self) -> None:
         try:
@@ -183,12 +219,18 @@ class _Connection:
         await self._queue.put(None)
 
     async def _next_request(self) -> _Pending:
-        header = await self._receive(wire.REQUEST_HEADER.size, between_requests=True)
+        raw = await self._receive(wire.REQUEST_HEADER.size, between_requests=True)
         try:
-            length = wire.request_body_length(header)
+            header = wire.RequestHeader.decode(raw)
         except InvalidArgument as exc:
             return _Pending(error=exc, close_after=True)
-        body = await self._receive(length, between_requests=False)
+        if header.kind == wire.AUTH:
+            return self._authenticate(await self._receive(header.length, between_requests=False))
+        if not self._authenticated:
+            # Not even its body is read: nothing of this connection is served.
+            refusal = Unauthenticated("a valid token is required first (an AUTH frame)")
+            return _Pending(error=refusal, close_after=True)
+        body = await self._receive(header.length, between_requests=False)
         try:
             try:
                 request = worker_pb2.ReadBlockRequest.FromString(body)
@@ -210,6 +252,16 @@ class _Connection:
         self._outstanding += 1
         return _Pending(block=block, work=work, trace_context=context)
 
+    def _authenticate(self, token: bytes) -> _Pending:
+        if self._tokens is None:
+            return _Pending(accepted=True)  # no tokens checked here: nothing to prove
+        try:
+            authorize_token(self._tokens, READ_BLOCK, token.decode(errors="replace"))
+        except ReservoirError as exc:
+            return _Pending(error=exc, close_after=True)
+        self._authenticated = True
+        return _Pending(accepted=True)
+
     async def _write_responses(self) -> None:
         while (item := await self._queue.get()) is not None:
             try:
@@ -221,6 +273,9 @@ class _Connection:
                 return
 
     async def _respond(self, item: _Pending) -> None:
+        if item.accepted:
+            await self._send(wire.ResponseHeader(0, 0, 0).encode())
+            return
         with self._span(item.trace_context):
             code = await self._answer(item)
         self._metrics.answered(code, time.monotonic() - item.received)
@@ -274,47 +329,18 @@ class _Connection:
             # Opened: an eviction now unlinks the name, not these bytes.
             header = wire.ResponseHeader(0, ref.crc, ref.length).encode()
             await self._send(header, more=ref.length > 0)
-            await self._sendfile(fd, ref.offset, ref.length)
+            await self._channel.send_file(fd, ref.offset, ref.length)
         finally:
             os.close(fd)
         self._served(ref.length, source)
         return True
 
-    async def _sendfile(self, fd: int, offset: int, count: int) -> None:
-        loop = asyncio.get_running_loop()
-        out = self._sock.fileno()
-        while count > 0:
-            try:
-                sent = os.sendfile(out, fd, offset, count)
-            except BlockingIOError:
-                sent = -1
-            if sent == 0:
-                raise ConnectionError("block file shorter than its entry")
-            if sent > 0:
-                offset += sent
-                count -= sent
-                continue
-            writable: asyncio.Future[None] = loop.create_future()
-            loop.add_writer(out, _resolve, writable)
-            try:
-                async with asyncio.timeout(self._config.data_write_timeout_s):
-                    await writable
-            finally:
-                loop.remove_writer(out)
-
     async def _receive(self, n: int, *, between_requests: bool) -> bytes:
-        loop = asyncio.get_running_loop()
         buffer = bytearray(n)
         view = memoryview(buffer)
         filled = 0
         while filled < n:
-            # Pipelined requests are usually here already: read them without a loop turn.
-            try:
-                got = self._sock.recv_into(view[filled:])
-            except (BlockingIOError, InterruptedError):
-                # asyncio.timeout, not wait_for: no task (and loop turn) per receive.
-                async with asyncio.timeout(self._config.data_idle_timeout_s):
-                    got = await loop.sock_recv_into(self._sock, view[filled:])
+            got = await self._channel.receive_into(view[filled:])
             if got == 0:
                 if between_requests and filled == 0:
                     raise _Closed
@@ -323,17 +349,8 @@ class _Connection:
         return bytes(buffer)
 
     async def _send(self, data: bytes | memoryview, *, more: bool = False) -> None:
-        """All of `data`; `more`: bytes follow at once (a header before its body), so the
-        kernel holds it for them: one segment, and one wake-up of the reader, not two."""
-        try:
-            sent = self._sock.send(data, socket.MSG_MORE if more else 0)
-        except (BlockingIOError, InterruptedError):
-            sent = 0
-        if sent == len(data):
-            return
-        loop = asyncio.get_running_loop()
-        async with asyncio.timeout(self._config.data_write_timeout_s):
-            await loop.sock_sendall(self._sock, memoryview(data)[sent:])
+        """All of `data`; `more`: bytes follow at once (a header before its body)."""
+        await self._channel.send(data, more=more)
 
     async def _send_error(self, error: ReservoirError) -> str:
         message = (str(error) or type(error).__name__).encode()[: wire.MAX_ERROR_MESSAGE]

@@ -9,13 +9,14 @@ import time
 
 from reservoir.common import config as cfg
 from reservoir.common import logs, observability, serving
+from reservoir.common.auth import TokenTable
 from reservoir.common.malloc_tuning import tune_for_bounded_footprint
 from reservoir.common.metadata_store import open_metadata_store
 from reservoir.common.metrics_endpoint import MetricsEndpoint, server_registry
 from reservoir.common.models import WorkerRecord
 from reservoir.common.rpc import CHANNEL_OPTIONS
 from reservoir.common.rpc_metrics import RpcMetrics
-from reservoir.common.security import SecuritySettings, Transport
+from reservoir.common.security import SecuritySettings, Transport, data_port_server_context
 
 from .block_reporter import BlockReporter
 from .cache_rules import CacheRuleTable
@@ -127,10 +128,19 @@ async def serve(config: cfg.WorkerConfig, transport: Transport) -> None:
         registry=registry,
     )
     server.add_generic_rpc_handlers([WorkerServicer(service).handler()])
-    # The data port has no TLS: a cluster that runs TLS keeps every byte on gRPC.
+    # With TLS the data port speaks it too, and checks the tokens gRPC checks.
+    security = transport.settings
     data_port = (
-        DataPort(service, config, DataPortMetrics(registry))
-        if config.data_port and not transport.tls_server
+        DataPort(
+            service,
+            config,
+            DataPortMetrics(registry),
+            tls=data_port_server_context(security),
+            tokens=TokenTable.load(security.auth_tokens_file)
+            if security.auth_tokens_file
+            else None,
+        )
+        if config.data_port
         else None
     )
     registry.register(WorkerMetrics(service))

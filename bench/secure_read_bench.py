@@ -1,0 +1,277 @@
+"""Warm reads with TLS and tokens against the same without: issue #20's secure rows.
+
+    python bench/secure_read_bench.py            # 2,000 files of 8-40 KB, 8 x 32 MiB, 3 runs
+    python bench/secure_read_bench.py --quick    # smoke run: tiny data sets, one run
+
+Starts two local clusters of the same shape side by side (moto S3, --workers workers with
+/dev/shm block files): a default one and a `--secure` one (TLS on every hop, tokens, the
+credentials made by `reservoir.local.pki`). Uploads the same data sets to both, reads
+them once through the workers (untimed), then measures warm `Client.read` per file on
+--concurrency threads, alternating default and secure run by run so a noisy moment hits
+both. Clients read as a remote host would (no short-circuit): block bytes come over the
+workers' data ports, plain on one cluster and TLS on the other. Prints a table of
+medians (files/s, MB/s) and the secure ÷ default ratios against the issue's targets, with
+the secure cluster read over gRPC only (as before its data port had TLS) for reference;
+writes --json and --png. See bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import json
+import os
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from speed import readers  # noqa: E402 - bench/ is not a package
+from speed.datasets import BUCKET, MOUNT, Dataset, large_dataset, small_dataset, upload  # noqa: E402
+from speed.results import MiB, log, machine_info  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+MODES = ("default", "secure")
+# Read from the secure cluster as before its data port had TLS: every block over gRPC.
+GRPC = "secure, gRPC only"
+# Issue #20's targets: secure ÷ default, warm, `read` per file.
+TARGETS = {"small": ("files_s", 0.8), "large": ("mb_s", 0.7)}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--capacity", default="2GiB", help="cache capacity per worker")
+    p.add_argument("--small-files", type=int, default=2_000, help="files of 8-40 KB")
+    p.add_argument("--large-files", type=int, default=8)
+    p.add_argument("--large-file-mb", type=int, default=32)
+    p.add_argument("--concurrency", type=int, default=16, help="reader threads")
+    p.add_argument("--runs", type=int, default=3, help="runs of each mode, alternating")
+    p.add_argument("--json", type=Path, default=HERE / "results" / "secure_read_bench.json")
+    p.add_argument("--png", type=Path, default=HERE / "results" / "secure_read_bench.png")
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--quick", action="store_true", help="tiny sizes, one run: a smoke test")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.small_files, args.large_files, args.large_file_mb, args.runs = 100, 2, 4, 1
+    return args
+
+
+def start(mode: str, root: Path, args: argparse.Namespace) -> Any:
+    from reservoir.local import pki
+    from reservoir.local.cluster import LocalCluster
+
+    secure = mode == "secure"
+    credentials = None
+    if secure:
+        names = [f"worker{n}" for n in range(1, args.workers + 1)]
+        credentials = pki.create(root / "pki", names).directory
+    log(f"starting the {mode} cluster ({args.workers} workers)")
+    return LocalCluster.up(
+        root / "state",
+        workers=args.workers,
+        capacity=args.capacity,
+        shm=True,
+        secure=secure,
+        credentials=credentials,
+    )
+
+
+def client(cluster: Any, data_port: bool = True) -> Any:
+    from reservoir.client import Client
+
+    # A remote reader: no same-host files, so every block comes over a data port.
+    config = cluster.client_config("reader", short_circuit=False, data_port=data_port)
+    return Client(config=config)
+
+
+def prepare(cluster: Any, datasets: list[Dataset], args: argparse.Namespace) -> None:
+    """Uploads, mounts and reads every data set once (untimed): the workers hold it all."""
+    from reservoir.client import Client
+
+    s3 = cluster.s3_client()
+    s3.create_bucket(Bucket=BUCKET)
+    for ds in datasets:
+        upload(s3, ds, [ds.prefix], 16, args.seed)
+    with Client(config=cluster.client_config("admin")) as admin:
+        admin.mount(MOUNT, f"s3://{BUCKET}/", endpoint_url=cluster.s3_endpoint)
+    with client(cluster) as c, cf.ThreadPoolExecutor(args.concurrency) as pool:
+        for ds in datasets:
+            read = readers.reservoir_read(c, ds, pool)()
+            if read.wrong:
+                raise RuntimeError(f"warm-up of {ds.name}: bytes differ: {read.wrong[:3]}")
+
+
+def measure(
+    cluster: Any, ds: Dataset, args: argparse.Namespace, data_port: bool = True
+) -> dict[str, float]:
+    with client(cluster, data_port) as c, cf.ThreadPoolExecutor(args.concurrency) as pool:
+        read = readers.reservoir_read(c, ds, pool)
+        read()  # this client's connections opened (as a training job's would be)
+        got = read()
+        if got.wrong or got.files != len(ds.sizes):
+            raise RuntimeError(f"{ds.name}: {got.files} files, wrong: {got.wrong[:3]}")
+        over_data_ports = c.aio.data_port_bytes
+    # Both reads' bytes over the data ports (or none, asked not to): the row is what it says.
+    if over_data_ports != (2 * got.nbytes if data_port else 0):
+        raise RuntimeError(f"{ds.name}: {over_data_ports:,} bytes over data ports")
+    return {
+        "seconds": got.seconds,
+        "files_s": got.files / got.seconds,
+        "mb_s": got.nbytes / MiB / got.seconds,
+        "data_port_bytes": over_data_ports,
+    }
+
+
+def table(
+    medians: dict[str, dict[str, dict[str, float]]], paired: dict[str, float]
+) -> tuple[str, list[dict[str, Any]]]:
+    lines = [
+        "| data set | default | `--secure` (TLS + tokens) | secure ÷ default | target "
+        "| paired runs' ratios (median) | `--secure`, gRPC only (before) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    verdicts = []
+    for name, (metric, target) in TARGETS.items():
+        default, secure = medians["default"][name], medians["secure"][name]
+        grpc = medians[GRPC][name][metric]
+        ratio = secure[metric] / default[metric]
+        unit = "files/s" if metric == "files_s" else "MB/s"
+        met = "met" if ratio >= target else "not met"
+        lines.append(
+            f"| {name}, `read` per file | {default[metric]:,.0f} {unit} "
+            f"| {secure[metric]:,.0f} {unit} | {ratio:.2f} | ≥ {target} ({met}) "
+            f"| {paired[name]:.2f} "
+            f"| {grpc:,.0f} {unit} ({grpc / default[metric]:.2f}) |"
+        )
+        verdicts.append(
+            {
+                "dataset": name,
+                "metric": metric,
+                "ratio": ratio,
+                "paired_ratio": paired[name],
+                "target": target,
+                "met": met,
+            }
+        )
+    return "\n".join(lines), verdicts
+
+
+def draw(verdicts: list[dict[str, Any]], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 2.6))
+    for y, v in enumerate(reversed(verdicts)):
+        ax.barh(y, v["ratio"], color="#2e7d32" if v["met"] == "met" else "#c62828", height=0.6)
+        ax.plot([v["target"]] * 2, [y - 0.4, y + 0.4], color="black", linewidth=2)
+        ax.text(v["ratio"] + 0.01, y, f"{v['ratio']:.2f}", va="center", fontsize=9)
+    ax.set_yticks(range(len(verdicts)))
+    ax.set_yticklabels([f"{v['dataset']} ({v['metric']})" for v in reversed(verdicts)])
+    ax.set_xlim(0, 1.3)
+    ax.set_xlabel("secure ÷ default (bar) against the target (black line)")
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    from reservoir.local.cluster import DEV_CREDENTIALS
+
+    for key, value in DEV_CREDENTIALS.items():
+        os.environ.setdefault(key, value)
+    started = time.perf_counter()
+    info = machine_info()
+    rng = random.Random(args.seed)
+    datasets = [
+        small_dataset(args.small_files, rng),
+        large_dataset(args.large_files, args.large_file_mb, rng),
+    ]
+    work = Path(tempfile.mkdtemp(prefix="reservoir-secure-bench-"))
+    clusters: dict[str, Any] = {}
+    runs: dict[str, dict[str, list[dict[str, float]]]] = {
+        mode: {ds.name: [] for ds in datasets} for mode in (*MODES, GRPC)
+    }
+    try:
+        for mode in MODES:
+            clusters[mode] = start(mode, work / mode, args)
+            prepare(clusters[mode], datasets, args)
+        for run in range(args.runs):
+            for ds in datasets:
+                # Alternating, and which mode goes first too: neither has the quiet moment.
+                for mode in MODES if run % 2 == 0 else MODES[::-1]:
+                    got = measure(clusters[mode], ds, args)
+                    runs[mode][ds.name].append(got)
+                    log(
+                        f"  run {run + 1} {mode:<7} {ds.name:<5} {got['files_s']:8.0f} files/s "
+                        f"{got['mb_s']:8.1f} MB/s  over data ports: {got['data_port_bytes']:,} B"
+                    )
+                got = measure(clusters["secure"], ds, args, data_port=False)
+                runs[GRPC][ds.name].append(got)
+                log(f"  run {run + 1} {GRPC} {ds.name:<5} {got['files_s']:8.0f} files/s")
+    finally:
+        for cluster in clusters.values():
+            cluster.down()
+        shutil.rmtree(work, ignore_errors=True)
+    medians = {
+        mode: {
+            name: {
+                key: statistics.median(r[key] for r in results)
+                for key in ("files_s", "mb_s", "seconds")
+            }
+            for name, results in by_set.items()
+        }
+        for mode, by_set in runs.items()
+    }
+    # Each run's secure ÷ default (the two measured back to back), then their median: a
+    # noisy minute moves both halves of a pair alike.
+    paired = {
+        name: statistics.median(
+            s[metric] / d[metric]
+            for s, d in zip(runs["secure"][name], runs["default"][name], strict=True)
+        )
+        for name, (metric, _) in TARGETS.items()
+    }
+    text, verdicts = table(medians, paired)
+    wall = time.perf_counter() - started
+    print(
+        f"secure ÷ default, warm `read` per file, {args.concurrency} threads, "
+        f"{args.workers} workers, medians of {args.runs} alternating runs ({wall / 60:.1f} min)"
+    )
+    print(text)
+    info["loadavg_end"] = os.getloadavg()
+    result = {
+        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "machine": info,
+        "wall_seconds": wall,
+        "datasets": {ds.name: {"files": len(ds.sizes), "bytes": ds.nbytes} for ds in datasets},
+        "medians": medians,
+        "targets": verdicts,
+        "runs": runs,
+        "table": text,
+    }
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(result, indent=2))
+    draw(
+        verdicts,
+        args.png,
+        f"secure ÷ default warm reads, medians of {args.runs} runs, {info['nproc']} cores, "
+        f"{time.strftime('%Y-%m-%d')}",
+    )
+    log(f"wrote {args.json} and {args.png}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
