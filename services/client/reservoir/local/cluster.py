@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 import shutil
 import signal
 import ssl
@@ -42,7 +41,6 @@ from .state_dir import StateDir
 
 __all__ = ["DEV_CREDENTIALS", "ClusterError", "LocalCluster", "etcd_binary", "free_port"]
 
-DEFAULT_STATE_DIR = Path(os.environ.get("RESERVOIR_STATE_DIR", Path.home() / ".reservoir"))
 S3_STOP_TIMEOUT_S = 120.0
 DEV_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "reservoir-dev",
