@@ -48,6 +48,8 @@ CHUNK_ENTRIES = 128
 CHUNK_BYTES = 3800
 # Chunks per page of a listing: ~5 KB each, so a page stays well under etcd's 4 MiB.
 PAGE_CHUNKS = 200
+# A chunk's version byte, base time and entry count, at most.
+_CHUNK_HEADER = 16
 
 
 @dataclass
@@ -311,24 +313,60 @@ class NamespaceStore:
                 removed.append(key)
                 continue
             ordered = [entries[n] for n in sorted(entries)]
-            weight, previous = 0, ""
-            for item in ordered:  # about its encoded size: names are prefix-compressed
-                shared = len(os.path.commonprefix((previous, item.name)))
-                weight += len(item.name) - shared + len(item.body) + 3
-                previous = item.name
-            pieces = max(-(-len(ordered) // self.chunk_entries), -(-weight // self.chunk_bytes))
-            size = -(-len(ordered) // pieces)
-            for start in range(0, len(ordered), size):
-                piece = ordered[start : start + size]
-                last = start + size >= len(ordered)
+            pieces = self._pieces(ordered, change.place)
+            for number, (piece, encoded) in enumerate(pieces):
                 # The last piece keeps the chunk's key (its range ends there); the
                 # others end at their own last name.
+                last = number == len(pieces) - 1
                 piece_key = key if last else keyspace.chunk_key(group, piece[-1].name)
-                puts.append((piece_key, encode_chunk(piece, change.place)))
+                puts.append((piece_key, encoded))
         if puts:
             await self._store.put_many(puts)
         if removed:
             await self._store.delete_many(removed)
+
+    def _pieces(
+        self, ordered: list[RawEntry], place: ChunkPlace
+    ) -> list[tuple[list[RawEntry], bytes]]:
+        """`ordered` cut into runs of about equal encoded size, each within
+        `chunk_entries` and `chunk_bytes`, with their encodings.
+
+        Sizes are estimated first (names are prefix-compressed; ages are stored from the
+        chunk's latest synced_ms, so an older entry can take a few bytes more than its own
+        body), then checked on the real encoding: a run still too large is halved.
+        """
+        base = max(e.synced_ms for e in ordered)
+        weights, previous = [], ""
+        for item in ordered:
+            shared = len(os.path.commonprefix((previous, item.name)))
+            # The body holds an age of 0 (one byte); in the chunk it may need more.
+            age_bytes = -(-(base - item.synced_ms).bit_length() // 7)
+            weights.append(len(item.name) - shared + len(item.body) + 2 + max(1, age_bytes))
+            previous = item.name
+        total = sum(weights)
+        # A run also carries the chunk's header and its first name uncompressed.
+        room = max(1, self.chunk_bytes - _CHUNK_HEADER - max(len(e.name.encode()) for e in ordered))
+        count = max(-(-len(ordered) // self.chunk_entries), -(-total // room))
+        target = -(-total // count)
+        runs: list[list[RawEntry]] = [[]]
+        run_weight = 0
+        for item, weight in zip(ordered, weights, strict=True):
+            run = runs[-1]
+            if run and (run_weight + weight > target or len(run) >= self.chunk_entries):
+                runs.append([])
+                run_weight = 0
+            runs[-1].append(item)
+            run_weight += weight
+        out: list[tuple[list[RawEntry], bytes]] = []
+        while runs:
+            run = runs.pop(0)
+            encoded = encode_chunk(run, place)
+            if len(encoded) > self.chunk_bytes and len(run) > 1:
+                half = len(run) // 2
+                runs[:0] = [run[:half], run[half:]]
+                continue
+            out.append((run, encoded))
+        return out
 
 
 def _first_at_or_after(keys: list[bytes], wanted: bytes) -> bytes | None:
