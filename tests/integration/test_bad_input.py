@@ -8,7 +8,7 @@ import grpc
 import pytest
 
 from reservoir.client import Client
-from reservoir.common import errors
+from reservoir.common import errors, worker_methods
 from reservoir.common.config import ClientConfig
 from reservoir.common.models import file_id_for
 from reservoir.local.cluster import LocalCluster, free_port
@@ -119,7 +119,7 @@ def test_worker_refuses_a_block_request_whose_identity_does_not_match(
     )
     with channel(worker.address) as ch:
         call = ch.unary_stream(
-            "/reservoir.v1.WorkerService/ReadBlock",
+            worker_methods.READ_BLOCK,
             request_serializer=worker_pb2.ReadBlockRequest.SerializeToString,
             response_deserializer=worker_pb2.BlockChunk.FromString,
         )
@@ -146,7 +146,7 @@ def test_a_small_read_larger_than_the_workers_limit_is_refused_before_any_fetch(
     )
     with channel(worker.address) as ch:
         call = ch.unary_unary(
-            "/reservoir.v1.WorkerService/ReadSmall",
+            worker_methods.READ_SMALL,
             request_serializer=worker_pb2.ReadBlockRequest.SerializeToString,
             response_deserializer=worker_pb2.BlockPayload.FromString,
         )
@@ -169,9 +169,7 @@ def test_negative_offset_is_invalid_argument(
         "/reservoir.v1.MasterService/GetFileInfo",
         "/reservoir.v1.MasterService/Mount",
         "/reservoir.v1.MasterService/LoadMetadata",
-        "/reservoir.v1.WorkerService/ReadBlock",
-        "/reservoir.v1.WorkerService/ReadBlocks",
-        "/reservoir.v1.WorkerService/ReadSmall",
+        *worker_methods.READS,
     ],
 )
 def test_undecodable_requests_are_invalid_argument(
@@ -249,7 +247,7 @@ def test_a_block_uri_that_climbs_out_of_its_mount_is_invalid_argument_before_any
     worker = client.workers()[0]
     with channel(worker.address) as ch:
         call = getattr(ch, "unary_stream" if method == "ReadBlock" else "unary_unary")(
-            f"/reservoir.v1.WorkerService/{method}",
+            worker_methods.method_path(method),
             request_serializer=worker_pb2.ReadBlockRequest.SerializeToString,
             response_deserializer=reply.FromString,
         )

@@ -16,6 +16,7 @@ import pytest
 
 from reservoir.client import Client
 from reservoir.common import config as cfg
+from reservoir.common import worker_methods
 from reservoir.common.block_file import HEADER_SIZE
 from reservoir.common.models import block_request, file_id_for
 from reservoir.local.cluster import LocalCluster
@@ -23,7 +24,7 @@ from reservoir.v1 import worker_pb2
 from tests.conftest import block_files, channel, new_mount_path
 
 BLOCK = 64 * 1024
-_READ_BLOCK = "/reservoir.v1.WorkerService/ReadBlock"
+_READ_BLOCK = worker_methods.READ_BLOCK
 
 
 @pytest.fixture

@@ -29,6 +29,7 @@ from prometheus_client.openmetrics.parser import (
 from prometheus_client.parser import text_string_to_metric_families
 
 from reservoir.client import Client
+from reservoir.common import worker_methods
 from reservoir.local.cluster import LocalCluster
 
 from ..conftest import LEASE_TTL_S, own_cluster_env
@@ -392,7 +393,7 @@ def test_read_spans_reach_an_otlp_collector_with_worker_hit_miss_and_bytes(
             lambda s: (
                 s.service == "reservoir-worker"
                 and s.start_ns >= since
-                and s.name.startswith("/reservoir.v1.WorkerService/Read")
+                and s.name in worker_methods.READS
                 and s.attributes.get("reservoir.cache") == cache
             )
         )

@@ -8,7 +8,7 @@ import struct
 
 import pytest
 
-from reservoir.common import auth
+from reservoir.common import auth, worker_methods
 from reservoir.common import block_transfer as wire
 from reservoir.common.errors import InvalidArgument, PermissionDenied, Unauthenticated
 
@@ -78,7 +78,7 @@ def test_the_data_port_and_the_interceptor_decide_alike() -> None:
         table, auth.READ_BLOCK, "rsv_reader"
     )
     # A reader may not load: the same rule refuses it whichever way the token came.
-    load = "/reservoir.v1.WorkerService/LoadBlocks"
+    load = worker_methods.LOAD_BLOCKS
     with pytest.raises(PermissionDenied):
         auth.authorize_token(table, load, "rsv_reader")
     with pytest.raises(PermissionDenied):

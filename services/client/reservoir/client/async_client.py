@@ -14,7 +14,7 @@ import grpc.aio
 from opentelemetry import trace
 
 from reservoir.common import config as cfg
-from reservoir.common import logs
+from reservoir.common import logs, worker_methods
 from reservoir.common.config import parse_duration
 from reservoir.common.errors import (
     Conflict,
@@ -48,7 +48,7 @@ from .thread_reads import ThreadReads
 log = logs.get_logger(__name__)
 _tracer = trace.get_tracer("reservoir.client")
 
-_GET_STATS = "/reservoir.v1.WorkerService/GetStats"
+_GET_STATS = worker_methods.GET_STATS
 
 
 class AsyncClient:

@@ -27,6 +27,7 @@ from typing import Any
 import grpc
 import grpc.aio
 
+from . import worker_methods as worker
 from .errors import InvalidArgument, PermissionDenied, ReservoirError, Unauthenticated
 from .rpc import abort_with
 
@@ -44,9 +45,8 @@ class Rule:
 
 
 _MASTER = "/reservoir.v1.MasterService/"
-_WORKER = "/reservoir.v1.WorkerService/"
 # The method a worker's data port answers (its block ranges are ReadBlock's, another way).
-READ_BLOCK = _WORKER + "ReadBlock"
+READ_BLOCK = worker.READ_BLOCK
 RULES: dict[str, Rule] = {
     _MASTER + "Mount": Rule(_ADMIN),
     _MASTER + "Unmount": Rule(_ADMIN),
@@ -71,11 +71,11 @@ RULES: dict[str, Rule] = {
     _MASTER + "ListJobs": Rule(_READ),
     _MASTER + "ReportBlocks": Rule(_CLUSTER, subject_field="worker_id"),
     READ_BLOCK: Rule(_READ),
-    _WORKER + "ReadBlocks": Rule(_READ),
-    _WORKER + "ReadSmall": Rule(_READ),
-    _WORKER + "GetStats": Rule(_READ),
-    _WORKER + "LoadBlocks": Rule(_ADMIN | _CLUSTER),
-    _WORKER + "FreeBlocks": Rule(_ADMIN | _CLUSTER),
+    worker.READ_BLOCKS: Rule(_READ),
+    worker.READ_SMALL: Rule(_READ),
+    worker.GET_STATS: Rule(_READ),
+    worker.LOAD_BLOCKS: Rule(_ADMIN | _CLUSTER),
+    worker.FREE_BLOCKS: Rule(_ADMIN | _CLUSTER),
     "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo": Rule(_READ),
 }
 OPEN_PREFIXES = ("/grpc.health.v1.Health/",)

@@ -5,15 +5,16 @@ from __future__ import annotations
 import grpc
 import grpc.aio
 
+from reservoir.common import worker_methods
 from reservoir.common.errors import ReservoirError, error_for_code_value
 from reservoir.common.models import Inode, WorkerRecord, block_request
 from reservoir.common.observability import inject_metadata
 from reservoir.common.rpc import ChannelOpener, ChannelPool, error_from_rpc
 from reservoir.v1 import worker_pb2
 
-_LOAD_BLOCKS = "/reservoir.v1.WorkerService/LoadBlocks"
-_FREE_BLOCKS = "/reservoir.v1.WorkerService/FreeBlocks"
-_GET_STATS = "/reservoir.v1.WorkerService/GetStats"
+_LOAD_BLOCKS = worker_methods.LOAD_BLOCKS
+_FREE_BLOCKS = worker_methods.FREE_BLOCKS
+_GET_STATS = worker_methods.GET_STATS
 
 
 class WorkerLink:

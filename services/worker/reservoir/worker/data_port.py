@@ -1,8 +1,8 @@
 """The worker's data port: block ranges over the block transfer protocol
 (`reservoir.common.block_transfer`), beside the gRPC service.
 
-Like the servicer it only translates: a framed `ReadBlockRequest` in, `WorkerService.block`
-asked, the range and its CRC32C out. The bytes go over a `ByteChannel`
+Like the servicer it only translates: a framed `ReadBlockRequest` in, `WorkerService.read`
+asked (or `read_file` for a whole block held as a file), the range and its CRC32C out. The bytes go over a `ByteChannel`
 (`data_port_transport.py`): plain TCP, where the held block is sent from where it lies
 (a view, or `sendfile` of its block file), or TLS with this worker's certificate on a
 cluster that runs TLS; this module does not know which. A worker that checks tokens
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import socket
 import ssl
 import time
@@ -34,7 +33,7 @@ from opentelemetry import propagate, trace
 from reservoir.common import block_transfer as wire
 from reservoir.common import config as cfg
 from reservoir.common import logs
-from reservoir.common.auth import READ_BLOCK, TokenTable, authorize_token
+from reservoir.common.auth import TokenTable, authorize_token
 from reservoir.common.errors import (
     InvalidArgument,
     ReservoirError,
@@ -42,21 +41,20 @@ from reservoir.common.errors import (
     code_value,
     status_for,
 )
+from reservoir.common.worker_methods import READ_BLOCK
 from reservoir.v1 import worker_pb2
 
+from .block_read import BlockRead, FileRead
 from .data_port_metrics import DataPortMetrics
 from .data_port_transport import ByteChannel, PlainChannel, TlsChannel
-from .memory_tier import BlockData, BlockFileRef
-from .read_request import domain_request, range_crc, window
+from .read_request import domain_request
 from .read_trace import ReadTrace
 from .service import BlockRequest, WorkerService
 
 log = logs.get_logger(__name__)
 _tracer = trace.get_tracer("reservoir.worker")
 # The operation is WorkerService's ReadBlock whichever way it came; the span says which.
-_SPAN_NAME = "/reservoir.v1.WorkerService/ReadBlock"
-
-_Answer = tuple[BlockData, int, str]  # what WorkerService.block returns
+_SPAN_NAME = READ_BLOCK
 
 
 class _Closed(Exception):
@@ -69,18 +67,20 @@ class _Pending:
 
     block: BlockRequest | None = None
     # Not started yet (the only request in hand), or started at once behind others.
-    work: Coroutine[Any, Any, _Answer] | asyncio.Future[_Answer] | None = None
+    work: Coroutine[Any, Any, BlockRead] | asyncio.Future[BlockRead] | None = None
     error: ReservoirError | None = None
     close_after: bool = False
     # An AUTH frame accepted: an empty OK answers it.
     accepted: bool = False
-    # The whole block as a file of the shared-memory tier: sent by the channel's
+    # The whole block as an open file of the shared-memory tier: sent by the channel's
     # send_file (sendfile in plain TCP).
-    file: tuple[BlockFileRef, str] | None = None
+    file: FileRead | None = None
     trace_context: dict[str, str] = field(default_factory=dict)
     received: float = field(default_factory=time.monotonic)
 
     def drop(self) -> None:
+        if self.file is not None:
+            self.file.close()
         if isinstance(self.work, asyncio.Future):
             self.work.cancel()
         elif self.work is not None:
@@ -236,20 +236,18 @@ class _Connection:
                 request = worker_pb2.ReadBlockRequest.FromString(body)
             except DecodeError as exc:
                 raise InvalidArgument("malformed ReadBlockRequest") from exc
-            block = domain_request(request)
+            block = domain_request(request).validated()
+            file = self._service.read_file(block)
         except ReservoirError as exc:
             return _Pending(error=exc)
         context = dict(request.trace_context)
-        if block.offset == 0 and (block.length < 0 or block.length >= block.block_length):
-            file = self._service.block_file(block)
-            if file is not None:
-                self._outstanding += 1
-                return _Pending(block=block, file=file, trace_context=context)
-        work: Coroutine[Any, Any, _Answer] | asyncio.Future[_Answer] = self._service.block(block)
-        if self._outstanding:
+        self._outstanding += 1
+        if file is not None:
+            return _Pending(block=block, file=file, trace_context=context)
+        work: Coroutine[Any, Any, BlockRead] | asyncio.Future[BlockRead] = self._service.read(block)
+        if self._outstanding > 1:
             # Behind other responses: look it up (or fetch it) now, not when its turn comes.
             work = asyncio.ensure_future(work)
-        self._outstanding += 1
         return _Pending(block=block, work=work, trace_context=context)
 
     def _authenticate(self, token: bytes) -> _Pending:
@@ -294,46 +292,29 @@ class _Connection:
 
     async def _answer(self, item: _Pending) -> str:
         """Sends the response; returns its status code's name."""
-        if item.file is not None and item.block is not None:
-            if await self._send_file(*item.file):
-                return "OK"
-            # Evicted between the lookup and now: the usual way (from a lower tier, or
-            # fetched again).
-            item.work = self._service.block(item.block)
-        if item.error is not None or item.work is None or item.block is None:
+        trace = ReadTrace(self._service.worker_id)  # this request's span
+        if item.file is not None:
+            file, item.file = item.file, None
+            try:
+                header = wire.ResponseHeader(0, file.ref.crc, file.ref.length).encode()
+                await self._send(header, more=file.ref.length > 0)
+                await self._channel.send_file(file.fd, file.ref.offset, file.ref.length)
+            finally:
+                file.close()
+            trace.add(file.source, file.ref.length)
+            return "OK"
+        if item.error is not None or item.work is None:
             return await self._send_error(item.error or InvalidArgument("no request"))
         try:
-            data, crc, source = await item.work
+            read = await item.work
         except ReservoirError as exc:
             return await self._send_error(exc)
-        start, end = window(item.block, len(data))
-        view = memoryview(data)
-        crc = range_crc(view, start, end, crc)
-        await self._send(wire.ResponseHeader(0, crc, end - start).encode(), more=end > start)
-        await self._send(view[start:end])
-        self._served(end - start, source)
+        trace.add(read.source, read.length)
+        await self._send(
+            wire.ResponseHeader(0, read.crc, read.length).encode(), more=read.length > 0
+        )
+        await self._send(read.view())
         return "OK"
-
-    def _served(self, nbytes: int, source: str) -> None:
-        self._service.served(nbytes, source)
-        ReadTrace(self._service.worker_id).add(source, nbytes)
-
-    async def _send_file(self, ref: BlockFileRef, source: str) -> bool:
-        """The block file's bytes, by sendfile (no copy through this process); False when
-        the file is gone (evicted) before it could be opened."""
-        try:
-            fd = os.open(ref.path, os.O_RDONLY)
-        except FileNotFoundError:
-            return False
-        try:
-            # Opened: an eviction now unlinks the name, not these bytes.
-            header = wire.ResponseHeader(0, ref.crc, ref.length).encode()
-            await self._send(header, more=ref.length > 0)
-            await self._channel.send_file(fd, ref.offset, ref.length)
-        finally:
-            os.close(fd)
-        self._served(ref.length, source)
-        return True
 
     async def _receive(self, n: int, *, between_requests: bool) -> bytes:
         buffer = bytearray(n)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from opentelemetry import trace
 from prometheus_client import CollectorRegistry
@@ -12,17 +13,24 @@ from prometheus_client import CollectorRegistry
 from reservoir.common import logs
 from reservoir.common.block_file import checksum
 from reservoir.common.config import WorkerConfig
-from reservoir.common.errors import InvalidArgument, OutOfRange, ReservoirError
+from reservoir.common.errors import (
+    InvalidArgument,
+    OutOfRange,
+    ReservoirError,
+    ResourceExhausted,
+)
 from reservoir.common.models import MAX_BLOCK_SIZE, Mount, file_id_for
 from reservoir.common.mounted_stores import MountedStores
 from reservoir.common.paths import shown
 from reservoir.common.under_store import UnderStore
 from reservoir.common.under_store_metrics import UnderStoreMetrics
 
+from .block_read import BlockRead, FileRead, range_read, window
 from .cache_rules import BlockExpiry, CacheRuleTable
 from .counters import UFS, WorkerCounters
-from .memory_tier import BlockData, BlockFileRef, BlockId
+from .memory_tier import BlockData, BlockId
 from .mount_table import MountTable
+from .read_trace import ReadTrace
 from .tiered_store import TieredStore
 
 log = logs.get_logger(__name__)
@@ -46,6 +54,8 @@ class BlockRequest:
         return (self.file_id, self.index)
 
     def validated(self) -> BlockRequest:
+        """The request, checked against what it claims (once: the result is a
+        `_ValidBlockRequest`, whose `validated` is itself)."""
         if not self.file_id or not self.ufs_uri or not self.mount_path:
             raise InvalidArgument("file_id, ufs_uri and mount_path are required")
         if self.block_size <= 0 or self.file_size < 0 or self.index < 0:
@@ -59,11 +69,19 @@ class BlockRequest:
             raise OutOfRange(f"block {self.index} is past the end of the file")
         if self.offset < 0 or self.length < -1:
             raise InvalidArgument("offset must not be negative; length must be >= -1")
-        return self
+        return _ValidBlockRequest(**{f.name: getattr(self, f.name) for f in fields(self)})
 
     @property
     def block_length(self) -> int:
         return max(0, min(self.block_size, self.file_size - self.index * self.block_size))
+
+
+@dataclass(frozen=True, slots=True)
+class _ValidBlockRequest(BlockRequest):
+    """A BlockRequest that passed `validated`."""
+
+    def validated(self) -> BlockRequest:
+        return self
 
 
 def _check_object_uri(uri: str) -> None:
@@ -175,7 +193,71 @@ class WorkerService:
                     self.counters.ufs_errors += 1
                     raise
 
-    async def block(self, request: BlockRequest) -> tuple[BlockData, int, str]:
+    async def read(
+        self,
+        request: BlockRequest,
+        *,
+        limit: int | None = None,
+        trace: ReadTrace | None = None,
+    ) -> BlockRead:
+        """The one read behind every front door (gRPC ReadBlock, ReadSmall, ReadBlocks and
+        the data port): the request validated (geometry, `ufs_uri` under its mount), the
+        block looked up or fetched once, the range cut and its CRC32C taken, and the bytes
+        counted as served (and put on `trace`, the caller's span, when given).
+
+        `limit`: the most bytes this caller answers in one message (ReadSmall); a larger
+        range is InvalidArgument before any fetch. Counted when handed over, not when the
+        front door has sent it: a reader that has all it asked for may end the call at once.
+        """
+        request = request.validated()
+        if limit is not None:
+            start, end = window(request.offset, request.length, request.block_length)
+            if end - start > limit:
+                raise InvalidArgument(
+                    f"ReadSmall answers ranges of up to {limit} bytes, not {end - start}: "
+                    "use ReadBlock"
+                )
+        data, crc, source = await self._block(request)
+        read = range_read(data, crc, request.offset, request.length, source)
+        self.counters.served(source, read.length)
+        if trace is not None:
+            trace.add(source, read.length)
+        return read
+
+    def read_file(self, request: BlockRequest) -> FileRead | None:
+        """The whole block as an open file, when the request asks for all of it and a tier
+        holds it as one (the shared-memory tier): for a front door that sends it without
+        loading it (sendfile). Counted as served here, like `read`. None: use `read`.
+
+        Opened now, so an eviction meanwhile unlinks the name, not these bytes; the caller
+        closes `fd`. The bytes are not checked here: the reader checks them against the
+        checksum that comes with them."""
+        request = request.validated()
+        if request.offset != 0 or 0 <= request.length < request.block_length:
+            return None
+        self._expire_if_stale(request)
+        found = self.store.file_of(request.block)
+        if found is None:
+            return None
+        ref, source = found
+        try:
+            fd = os.open(ref.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return None  # evicted since the lookup: `read` finds it elsewhere or fetches it
+        self.counters.hits += 1
+        self.counters.served(source, ref.length)
+        return FileRead(ref, source, fd)
+
+    async def load(self, request: BlockRequest) -> int:
+        """Makes sure the block is held (a load job's step); returns its length. Not a read:
+        nothing is counted as served."""
+        request = request.validated()
+        data, _, _ = await self._block(request)
+        if request.block not in self.store:
+            raise ResourceExhausted("block fetched but not kept: the cache is full")
+        return len(data)
+
+    async def _block(self, request: BlockRequest) -> tuple[BlockData, int, str]:
         """The whole block, its CRC32C, and where it came from: the name of the tier that
         held it, or UFS when this call fetched it.
 
@@ -199,17 +281,6 @@ class WorkerService:
         self.counters.hits += 1
         data, crc = await asyncio.shield(task)
         return data, crc, self.store.memory.name
-
-    def block_file(self, request: BlockRequest) -> tuple[BlockFileRef, str] | None:
-        """The whole block as a file, and the tier it is in, when it is held as one (the
-        shared-memory tier): for a reader that sends it without loading it. None: use
-        `block`. The bytes are not checked here; the reader checks them against the
-        checksum that comes with them."""
-        self._expire_if_stale(request)
-        found = self.store.file_of(request.block)
-        if found is not None:
-            self.counters.hits += 1
-        return found
 
     def block_corrupt(self, block: BlockId, tier: str, error: str) -> None:
         """`block` failed its checksum and was dropped from `tier` (BlockEvents)."""
@@ -279,10 +350,6 @@ class WorkerService:
         gone = self.store.evict([b for b in self.store.blocks() if b[0] in file_ids])
         log.info("blocks_freed", files=len(file_ids), blocks=len(gone))
         return gone
-
-    def served(self, nbytes: int, source: str) -> None:
-        """`nbytes` of a block from `source` (see `block`) went to a reader."""
-        self.counters.served(source, nbytes)
 
     def take_report(self) -> tuple[list[BlockId], list[BlockId]]:
         added, removed = sorted(self.added), sorted(self.removed)

@@ -14,16 +14,17 @@ from collections.abc import AsyncIterator
 import grpc
 import grpc.aio
 
-from reservoir.common.errors import InvalidArgument, ReservoirError, ResourceExhausted, code_value
+from reservoir.common import worker_methods as methods
+from reservoir.common.errors import ReservoirError, code_value
 from reservoir.common.rpc import translate_errors, translate_stream_errors
 from reservoir.v1 import common_pb2, worker_pb2
 
-from .read_request import domain_request, range_crc, window
+from .read_request import domain_request
 from .read_trace import ReadTrace
 from .service import WorkerService
 from .stats import worker_stats
 
-SERVICE = "reservoir.v1.WorkerService"
+SERVICE = methods.SERVICE
 _DATA_TAG = b"\x0a"  # field 1, wire type 2 (length-delimited)
 _CRC_TAG = b"\x15"  # field 2, wire type 5 (fixed32)
 _PAYLOAD_DATA_TAG = b"\x12"  # BlockPayload.data: field 2, length-delimited
@@ -73,57 +74,39 @@ class WorkerServicer:
     async def ReadBlock(
         self, request: worker_pb2.ReadBlockRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[bytes]:
-        block = domain_request(request)
-        data, crc, source = await self._service.block(block)
-        start, end = window(block, len(data))
-        view = memoryview(data)
-        crc = range_crc(view, start, end, crc)
+        read = await self._service.read(domain_request(request), trace=self._trace())
+        view = read.view()
         step = self._service.config.chunk_size
-        for pos in range(start, end, step):
-            yield encode_chunk(view[pos : min(end, pos + step)])
-        # Counted before the last message: a reader that has it may end the call at once.
-        self._served(end - start, source)
-        yield encode_crc(crc)
+        for pos in range(0, read.length, step):
+            yield encode_chunk(view[pos : pos + step])
+        yield encode_crc(read.crc)
 
     @translate_errors
     async def ReadSmall(
         self, request: worker_pb2.ReadBlockRequest, context: grpc.aio.ServicerContext
     ) -> bytes:
-        block = domain_request(request)
-        start, end = window(block, block.block_length)
-        limit = self._service.config.small_read_max_bytes
-        if end - start > limit:
-            raise InvalidArgument(
-                f"ReadSmall answers ranges of up to {limit} bytes, not {end - start}: use ReadBlock"
-            )
-        data, crc, source = await self._service.block(block)
-        view = memoryview(data)
-        reply = encode_payload(view[start:end], range_crc(view, start, end, crc))
-        self._served(end - start, source)
-        return reply
+        read = await self._service.read(
+            domain_request(request),
+            limit=self._service.config.small_read_max_bytes,
+            trace=self._trace(),
+        )
+        return encode_payload(read.view(), read.crc)
 
-    def _served(self, nbytes: int, source: str) -> None:
-        self._service.served(nbytes, source)
-        ReadTrace(self._service.worker_id).add(source, nbytes)
+    def _trace(self) -> ReadTrace:
+        return ReadTrace(self._service.worker_id)
 
     @translate_stream_errors
     async def ReadBlocks(
         self, request: worker_pb2.ReadBlocksRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[worker_pb2.BlockPayload]:
-        read = ReadTrace(self._service.worker_id)
+        trace = self._trace()  # one span for the call, however many blocks
 
         async def one(position: int, item: worker_pb2.ReadBlockRequest) -> worker_pb2.BlockPayload:
             try:
-                block = domain_request(item)
-                data, crc, source = await self._service.block(block)
-                start, end = window(block, len(data))
-                view = memoryview(data)
-                crc = range_crc(view, start, end, crc)
-                self._service.served(end - start, source)
-                read.add(source, end - start)
-                whole = (start, end) == (0, len(data))
-                payload = data if whole else bytes(view[start:end])
-                return worker_pb2.BlockPayload(position=position, data=payload, crc32c=crc)
+                read = await self._service.read(domain_request(item), trace=trace)
+                return worker_pb2.BlockPayload(
+                    position=position, data=read.payload(), crc32c=read.crc
+                )
             except ReservoirError as exc:
                 return worker_pb2.BlockPayload(
                     position=position, code=code_value(exc), message=str(exc)
@@ -143,11 +126,8 @@ class WorkerServicer:
     ) -> worker_pb2.LoadBlocksResponse:
         async def one(position: int, item: worker_pb2.ReadBlockRequest) -> worker_pb2.BlockStatus:
             try:
-                block = domain_request(item)
-                data, _, _ = await self._service.block(block)
-                if block.block not in self._service.store:
-                    raise ResourceExhausted("block fetched but not kept: the cache is full")
-                return worker_pb2.BlockStatus(position=position, bytes=len(data))
+                loaded = await self._service.load(domain_request(item))
+                return worker_pb2.BlockStatus(position=position, bytes=loaded)
             except ReservoirError as exc:
                 return worker_pb2.BlockStatus(
                     position=position, code=code_value(exc), message=str(exc)
@@ -176,32 +156,32 @@ class WorkerServicer:
         return grpc.method_handlers_generic_handler(
             SERVICE,
             {
-                "ReadBlock": grpc.unary_stream_rpc_method_handler(
+                methods.READ_BLOCK_NAME: grpc.unary_stream_rpc_method_handler(
                     self.ReadBlock,
                     request_deserializer=worker_pb2.ReadBlockRequest.FromString,
                     response_serializer=None,  # already wire bytes
                 ),
-                "ReadSmall": grpc.unary_unary_rpc_method_handler(
+                methods.READ_SMALL_NAME: grpc.unary_unary_rpc_method_handler(
                     self.ReadSmall,
                     request_deserializer=worker_pb2.ReadBlockRequest.FromString,
                     response_serializer=None,  # already wire bytes
                 ),
-                "ReadBlocks": grpc.unary_stream_rpc_method_handler(
+                methods.READ_BLOCKS_NAME: grpc.unary_stream_rpc_method_handler(
                     self.ReadBlocks,
                     request_deserializer=worker_pb2.ReadBlocksRequest.FromString,
                     response_serializer=worker_pb2.BlockPayload.SerializeToString,
                 ),
-                "LoadBlocks": grpc.unary_unary_rpc_method_handler(
+                methods.LOAD_BLOCKS_NAME: grpc.unary_unary_rpc_method_handler(
                     self.LoadBlocks,
                     request_deserializer=worker_pb2.ReadBlocksRequest.FromString,
                     response_serializer=worker_pb2.LoadBlocksResponse.SerializeToString,
                 ),
-                "FreeBlocks": grpc.unary_unary_rpc_method_handler(
+                methods.FREE_BLOCKS_NAME: grpc.unary_unary_rpc_method_handler(
                     self.FreeBlocks,
                     request_deserializer=worker_pb2.FreeBlocksRequest.FromString,
                     response_serializer=worker_pb2.FreeBlocksResponse.SerializeToString,
                 ),
-                "GetStats": grpc.unary_unary_rpc_method_handler(
+                methods.GET_STATS_NAME: grpc.unary_unary_rpc_method_handler(
                     self.GetStats,
                     request_deserializer=worker_pb2.GetStatsRequest.FromString,
                     response_serializer=worker_pb2.WorkerStats.SerializeToString,

@@ -1,0 +1,72 @@
+"""What a worker's read hands every front door (gRPC ReadBlock, ReadSmall, ReadBlocks,
+the data port): the range of one block a request asks for, and that range's CRC32C."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from reservoir.common.block_file import checksum
+
+from .memory_tier import BlockData, BlockFileRef
+
+
+@dataclass(frozen=True, slots=True)
+class BlockRead:
+    """`block[start:end]` is the range asked for; `crc` is its CRC32C (the block's own when
+    the range is the whole block); `source` is the tier that held the block, or UFS when
+    this read fetched it."""
+
+    block: BlockData
+    start: int
+    end: int
+    crc: int
+    source: str
+
+    @property
+    def length(self) -> int:
+        return self.end - self.start
+
+    @property
+    def whole(self) -> bool:
+        return self.start == 0 and self.end == len(self.block)
+
+    def view(self) -> memoryview:
+        """The range without a copy."""
+        return memoryview(self.block)[self.start : self.end]
+
+    def payload(self) -> bytes:
+        """The range as `bytes` (what gRPC takes): the held block itself when it is all of
+        it, else one copy of the range."""
+        return self.block if self.whole else bytes(self.view())
+
+
+@dataclass(frozen=True, slots=True)
+class FileRead:
+    """A whole block held as a file (the shared-memory tier), open as `fd`, for a front
+    door that sends it without loading it; `ref.crc` is the checksum the reader checks.
+    Whoever holds it closes it."""
+
+    ref: BlockFileRef
+    source: str
+    fd: int
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+def window(offset: int, length: int, block_length: int) -> tuple[int, int]:
+    """The [start, end) of a block of `block_length` bytes that `offset` and `length`
+    (-1: to the end) ask for, clipped to the block."""
+    start = min(offset, block_length)
+    end = block_length if length < 0 else min(block_length, start + length)
+    return start, end
+
+
+def range_read(
+    block: BlockData, block_crc: int, offset: int, length: int, source: str
+) -> BlockRead:
+    start, end = window(offset, length, len(block))
+    whole = (start, end) == (0, len(block))
+    crc = block_crc if whole else checksum(memoryview(block)[start:end])
+    return BlockRead(block, start, end, crc, source)
