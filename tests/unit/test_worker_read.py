@@ -93,7 +93,7 @@ def test_a_range_over_the_callers_limit_is_refused_before_any_fetch(root: Path) 
     assert service.counters.ufs_gets == 1
 
 
-def test_a_whole_block_in_shared_memory_is_handed_out_as_an_open_file(
+def test_a_whole_block_in_shared_memory_is_handed_out_as_its_file(
     root: Path, tmp_path: Path
 ) -> None:
     service = worker(root, shm_dir=tmp_path / "shm")
@@ -102,11 +102,13 @@ def test_a_whole_block_in_shared_memory_is_handed_out_as_an_open_file(
     assert service.read_file(request(root, "f", len(DATA), offset=1)) is None  # a range
     held = service.read_file(request(root, "f", len(DATA)))
     assert held is not None
+    fd = held.open()
+    assert fd is not None
     try:
         service.store.evict([request(root, "f", len(DATA)).block])
         # Evicted after it was opened: the name is gone, the bytes are not.
-        body = os.pread(held.fd, held.ref.length, held.ref.offset)
+        body = os.pread(fd, held.ref.length, held.ref.offset)
     finally:
-        held.close()
+        os.close(fd)
     assert body == DATA[:BLOCK] and held.ref.crc == checksum(body)
-    assert service.counters.bytes_served[held.source] == BLOCK
+    assert held.open() is None  # and a sender that comes later reads it the usual way

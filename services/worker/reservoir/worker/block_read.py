@@ -43,16 +43,19 @@ class BlockRead:
 
 @dataclass(frozen=True, slots=True)
 class FileRead:
-    """A whole block held as a file (the shared-memory tier), open as `fd`, for a front
-    door that sends it without loading it; `ref.crc` is the checksum the reader checks.
-    Whoever holds it closes it."""
+    """A whole block held as a file (the shared-memory tier), for a front door that sends
+    it without loading it (sendfile); `ref.crc` is the checksum the reader checks."""
 
     ref: BlockFileRef
     source: str
-    fd: int
 
-    def close(self) -> None:
-        os.close(self.fd)
+    def open(self) -> int | None:
+        """A descriptor of the block file, or None when it was evicted since the lookup.
+        Once open, an eviction unlinks the name, not these bytes; the caller closes it."""
+        try:
+            return os.open(self.ref.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return None
 
 
 def window(offset: int, length: int, block_length: int) -> tuple[int, int]:

@@ -2,10 +2,10 @@
 (`reservoir.common.block_transfer`), beside the gRPC service.
 
 Like the servicer it only translates: a framed `ReadBlockRequest` in, `WorkerService.read`
-asked (or `read_file` for a whole block held as a file), the range and its CRC32C out. The bytes go over a `ByteChannel`
-(`data_port_transport.py`): plain TCP, where the held block is sent from where it lies
-(a view, or `sendfile` of its block file), or TLS with this worker's certificate on a
-cluster that runs TLS; this module does not know which. A worker that checks tokens
+asked (or `read_file`, for a whole block held as a file), the range and its CRC32C out. The
+bytes go over a `ByteChannel` (`data_port_transport.py`): plain TCP, where the held block
+is sent from where it lies (a view, or `sendfile` of its block file), or TLS with this
+worker's certificate on a cluster that runs TLS; this module does not know which. A worker that checks tokens
 (RESERVOIR_AUTH_TOKENS_FILE) serves a connection nothing before an AUTH frame whose token
 may call ReadBlock (`reservoir.common.auth`: the gRPC interceptor's check, not a copy).
 A reader may pipeline requests: they are read as they come (up to `data_pipeline` ahead
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import socket
 import ssl
 import time
@@ -72,15 +73,13 @@ class _Pending:
     close_after: bool = False
     # An AUTH frame accepted: an empty OK answers it.
     accepted: bool = False
-    # The whole block as an open file of the shared-memory tier: sent by the channel's
+    # The whole block as a file of the shared-memory tier: sent by the channel's
     # send_file (sendfile in plain TCP).
     file: FileRead | None = None
     trace_context: dict[str, str] = field(default_factory=dict)
     received: float = field(default_factory=time.monotonic)
 
     def drop(self) -> None:
-        if self.file is not None:
-            self.file.close()
         if isinstance(self.work, asyncio.Future):
             self.work.cancel()
         elif self.work is not None:
@@ -292,29 +291,42 @@ class _Connection:
 
     async def _answer(self, item: _Pending) -> str:
         """Sends the response; returns its status code's name."""
-        trace = ReadTrace(self._service.worker_id)  # this request's span
-        if item.file is not None:
-            file, item.file = item.file, None
-            try:
-                header = wire.ResponseHeader(0, file.ref.crc, file.ref.length).encode()
-                await self._send(header, more=file.ref.length > 0)
-                await self._channel.send_file(file.fd, file.ref.offset, file.ref.length)
-            finally:
-                file.close()
-            trace.add(file.source, file.ref.length)
-            return "OK"
+        span_reads = ReadTrace(self._service.worker_id)  # this request's span
+        if item.file is not None and item.block is not None:
+            if await self._send_file(item.file):
+                self._service.served(item.file.source, item.file.ref.length, span_reads)
+                return "OK"
+            # Evicted between the lookup and now: read the usual way (from a lower tier,
+            # or fetched again).
+            item.work = self._service.read(item.block)
         if item.error is not None or item.work is None:
             return await self._send_error(item.error or InvalidArgument("no request"))
         try:
             read = await item.work
         except ReservoirError as exc:
             return await self._send_error(exc)
-        trace.add(read.source, read.length)
+        # Counted by the read; put on the span here, as a pipelined read ran before the
+        # span of its response began.
+        span_reads.add(read.source, read.length)
         await self._send(
             wire.ResponseHeader(0, read.crc, read.length).encode(), more=read.length > 0
         )
         await self._send(read.view())
         return "OK"
+
+    async def _send_file(self, file: FileRead) -> bool:
+        """The block file's bytes, by sendfile (no copy through this process); False when
+        the file is gone (evicted) before it could be opened."""
+        fd = file.open()
+        if fd is None:
+            return False
+        try:
+            header = wire.ResponseHeader(0, file.ref.crc, file.ref.length).encode()
+            await self._send(header, more=file.ref.length > 0)
+            await self._channel.send_file(fd, file.ref.offset, file.ref.length)
+        finally:
+            os.close(fd)
+        return True
 
     async def _receive(self, n: int, *, between_requests: bool) -> bytes:
         buffer = bytearray(n)

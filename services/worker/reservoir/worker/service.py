@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from dataclasses import dataclass, fields
 
@@ -219,19 +218,15 @@ class WorkerService:
                 )
         data, crc, source = await self._block(request)
         read = range_read(data, crc, request.offset, request.length, source)
-        self.counters.served(source, read.length)
-        if trace is not None:
-            trace.add(source, read.length)
+        self.served(source, read.length, trace)
         return read
 
     def read_file(self, request: BlockRequest) -> FileRead | None:
-        """The whole block as an open file, when the request asks for all of it and a tier
-        holds it as one (the shared-memory tier): for a front door that sends it without
-        loading it (sendfile). Counted as served here, like `read`. None: use `read`.
-
-        Opened now, so an eviction meanwhile unlinks the name, not these bytes; the caller
-        closes `fd`. The bytes are not checked here: the reader checks them against the
-        checksum that comes with them."""
+        """The whole block as a file, when the request asks for all of it and a tier holds
+        it as one (the shared-memory tier): for a front door that sends it without loading
+        it (sendfile), and then calls `served`. None: use `read`. Opened by the sender, not
+        here: a pipelined request may wait its turn, and a descriptor each would add up.
+        The bytes are not checked here: the reader checks them against their checksum."""
         request = request.validated()
         if request.offset != 0 or 0 <= request.length < request.block_length:
             return None
@@ -239,14 +234,15 @@ class WorkerService:
         found = self.store.file_of(request.block)
         if found is None:
             return None
-        ref, source = found
-        try:
-            fd = os.open(ref.path, os.O_RDONLY)
-        except FileNotFoundError:
-            return None  # evicted since the lookup: `read` finds it elsewhere or fetches it
         self.counters.hits += 1
-        self.counters.served(source, ref.length)
-        return FileRead(ref, source, fd)
+        return FileRead(*found)
+
+    def served(self, source: str, nbytes: int, trace: ReadTrace | None = None) -> None:
+        """`nbytes` from `source` went (or are going) to a reader: counted, and put on the
+        caller's span when given."""
+        self.counters.served(source, nbytes)
+        if trace is not None:
+            trace.add(source, nbytes)
 
     async def load(self, request: BlockRequest) -> int:
         """Makes sure the block is held (a load job's step); returns its length. Not a read:
