@@ -7,10 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TypeVar
 
 import pytest
 
@@ -20,9 +18,9 @@ from reservoir.common.config import EtcdSettings
 from reservoir.common.errors import Unavailable
 from reservoir.common.metadata_store import open_metadata_store
 from reservoir.local.cluster import LocalCluster
+from tests.eventually import eventually
 
 BLOCK = 64 * 1024
-T = TypeVar("T")
 
 
 @pytest.fixture(scope="module")
@@ -52,17 +50,6 @@ def _etcd_keys(cluster: LocalCluster, settings: EtcdSettings) -> list[bytes]:
     return asyncio.run(asyncio.wait_for(main(), 10))
 
 
-def _eventually(check: Callable[[], T], timeout_s: float) -> T:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            return check()
-        except ConnectionError:  # master or worker still reconnecting to etcd
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
-
-
 def test_a_secure_cluster_keeps_its_metadata_in_an_etcd_that_serves_tls_only(
     secure: LocalCluster,
 ) -> None:
@@ -88,5 +75,10 @@ def test_a_secure_cluster_serves_a_new_mount_after_etcd_restarts(secure: LocalCl
     data = _put(secure, "b/two.bin")
     with Client(config=secure.client_config("admin")) as c:
         mount = ("/etls-after", "s3://etls/b/")
-        _eventually(lambda: c.mount(*mount, endpoint_url=secure.s3_endpoint, block_size=BLOCK), 15)
-        assert _eventually(lambda: c.read("/etls-after/two.bin"), 15) == data
+        # The master and workers reconnect to etcd in their own time.
+        eventually(
+            lambda: c.mount(*mount, endpoint_url=secure.s3_endpoint, block_size=BLOCK) or True,
+            timeout_s=15,
+            what="a mount once etcd is back",
+        )
+        assert eventually(lambda: c.read("/etls-after/two.bin"), timeout_s=15) == data

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import time
 from pathlib import Path
 
 from reservoir.client import Client
+from reservoir.common import keyspace
+from reservoir.common.metadata_store import open_metadata_store
 from reservoir.local.cluster import LocalCluster
 from tests.conftest import LEASE_TTL_S
 from tests.eventually import eventually
@@ -74,6 +78,19 @@ def test_dead_worker_leaves_workers_and_location_table_within_lease_ttl(
         eventually(lambda: holders() == {"worker2"})
 
 
+def _stored_locations(cluster: LocalCluster) -> int:
+    """How many (block, worker) locations the master has written to etcd."""
+
+    async def main() -> int:
+        store = open_metadata_store(cluster.metadata_url, 2.0, cluster.etcd_settings())
+        try:
+            return sum(len(json.loads(v)) for _, v in await store.get_prefix(keyspace.LOCATIONS))
+        finally:
+            await store.close()
+
+    return asyncio.run(asyncio.wait_for(main(), 10))
+
+
 def test_master_restart_keeps_mounts_namespace_and_block_locations(
     own_cluster: LocalCluster,
 ) -> None:
@@ -83,8 +100,11 @@ def test_master_restart_keeps_mounts_namespace_and_block_locations(
         listing = [e.path for e in c.ls("/f")]
         for name in files:
             c.read(f"/f/{name}")
-        time.sleep(1.5)  # past the workers' report and the master's flush interval
+        eventually(lambda: c.report("/f").cached_blocks == c.report("/f").blocks)
         before = {n: c.stat(f"/f/{n}", with_locations=True).locations for n in files}
+        held = sum(len(ws) for locations in before.values() for ws in locations.values())
+        # The master writes locations to etcd in batches: all of them there before it dies.
+        eventually(lambda: _stored_locations(own_cluster) == held, what="locations in etcd")
     own_cluster.kill("master")
     own_cluster.start_master()
     with Client(own_cluster.master_address) as c:

@@ -17,7 +17,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from reservoir.client import Client
 from reservoir.common.models import Inode
 from reservoir.local.cluster import LocalCluster
 from tests.conftest import LEASE_TTL_S
+from tests.eventually import eventually
 
 BLOCK = 64 * 1024
 LIST_PAGE = 7
@@ -235,17 +235,13 @@ def test_a_killed_serving_process_is_replaced_and_new_opens_work_within_5s(
     before = mounted.record()
     name = "set/deep/er/still/x.txt"
     os.kill(int(str(before["server_pid"])), signal.SIGKILL)
-    deadline = time.monotonic() + HEAL_BOUND_S
-    while True:
-        try:
-            with open(mounted.root / name, "rb") as f:
-                assert f.read() == mounted.files[name]
-            break
-        except OSError as exc:
-            # The dead mount (ENOTCONN/ECONNABORTED), then the bare directory (ENOENT).
-            if time.monotonic() > deadline:
-                raise AssertionError(f"not healed within {HEAL_BOUND_S}s: {exc}") from exc
-            time.sleep(0.05)
+
+    def healed() -> bool:
+        # The dead mount (ENOTCONN/ECONNABORTED), then the bare directory (ENOENT): not yet.
+        with open(mounted.root / name, "rb") as f:
+            return f.read() == mounted.files[name]
+
+    eventually(healed, timeout_s=HEAL_BOUND_S, what="the mount healed")
     after = mounted.record()
     assert after["server_pid"] != before["server_pid"]
     assert after["restarts"] == 1 and after["state"] == "mounted"
@@ -304,10 +300,11 @@ def test_unmount_stops_a_foreground_mount_and_leaves_nothing_mounted(
         text=True,
     )
     try:
-        deadline = time.monotonic() + 30
-        while not _is_mounted(target) and foreground.poll() is None:
-            assert time.monotonic() < deadline, "never mounted"
-            time.sleep(0.05)
+        eventually(
+            lambda: _is_mounted(target) or foreground.poll() is not None,
+            timeout_s=30,
+            what="mounted",
+        )
         assert (target / "er/still/x.txt").read_bytes() == b"hello\n"
         done = _cli(env, "fuse", "--unmount", str(target))
         assert done.returncode == 0, done.stderr
@@ -344,15 +341,13 @@ def _own_daemon(mounted: Mounted, tmp_path: Path, **settings: str) -> tuple[Path
 
 
 def _wait_gone(pid: int) -> None:
-    deadline = time.monotonic() + 30
-    while True:
+    def gone() -> bool:
         try:
-            if b"reservoir" not in Path(f"/proc/{pid}/cmdline").read_bytes():
-                return
+            return b"reservoir" not in Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
-            return
-        assert time.monotonic() < deadline, f"pid {pid} still runs"
-        time.sleep(0.05)
+            return True
+
+    eventually(gone, timeout_s=30, what=f"pid {pid} gone")
 
 
 def test_unmounting_with_fusermount3_stops_the_supervisor_too(

@@ -22,6 +22,7 @@ from reservoir.common.models import block_request, file_id_for
 from reservoir.local.cluster import LocalCluster
 from reservoir.v1 import worker_pb2
 from tests.conftest import block_files, channel, new_mount_path
+from tests.eventually import eventually
 
 BLOCK = 64 * 1024
 _READ_BLOCK = worker_methods.READ_BLOCK
@@ -212,8 +213,10 @@ def test_warm_reads_never_fail_while_the_master_is_dead(own_cluster: LocalCluste
         threads = [threading.Thread(target=reader) for _ in range(3)]
         for t in threads:
             t.start()
-        time.sleep(1.0)
+        eventually(lambda: reads >= len(files), what="readers under way")
         own_cluster.kill("master")
+        # Time passes on purpose: the client's file infos (1 s) and worker list (0.5 s)
+        # expire many times over while the master stays dead; nothing to wait for.
         time.sleep(12.0)
         many = c.read_many([f"/w/{n}" for n in files])
         stop.set()

@@ -28,6 +28,7 @@ from reservoir.common import errors
 from reservoir.local.cluster import LocalCluster
 from reservoir.v1 import common_pb2, master_pb2, master_pb2_grpc
 from tests.conftest import LEASE_TTL_S, channel, own_cluster_env
+from tests.eventually import eventually
 
 BLOCK = 64 * 1024
 MASTER_LEASE_TTL_S = 2
@@ -75,7 +76,7 @@ def healed(masters: LocalCluster) -> Iterator[LocalCluster]:
                 and all(m.term == leaders[0].term for m in listed)
             )
 
-        _until(settled)
+        eventually(settled)
 
 
 def _files(cluster: LocalCluster, prefix: str, count: int, size: int) -> dict[str, bytes]:
@@ -106,16 +107,6 @@ def _leader_or_none(c: Client, cluster: LocalCluster) -> str | None:
         return _leader(c, cluster)[0]
     except ConnectionError:  # the master asked is paused, or none leads yet
         return None
-
-
-def _until(condition, attempts: int = 150, pause_s: float = 0.1):  # type: ignore[no-untyped-def]
-    """`condition()`'s first true value; a generous bound, so slowness is not failure."""
-    for _ in range(attempts):
-        value = condition()
-        if value:
-            return value
-        time.sleep(pause_s)
-    raise AssertionError("condition never held")
 
 
 def _metrics(cluster: LocalCluster, name: str) -> str:
@@ -162,7 +153,7 @@ def test_sigkill_of_the_leader_mid_load_and_mid_reads_loses_no_read_and_the_job_
         cluster.s3_config(latency_ms=150)
         job = c.submit_load(cold_dir)
         leader, term = _leader(c, cluster)
-        _until(lambda: c.job(job.id).state == "running", pause_s=0.02)
+        eventually(lambda: c.job(job.id).state == "running", interval_s=0.02)
         cluster.kill(leader)
         # Each of these is one call: the client finds the new leader within its deadline.
         assert {e.path.rsplit("/", 1)[1] for e in c.ls(unseen_dir)} == set(unseen)
@@ -182,7 +173,7 @@ def test_sigkill_of_the_leader_mid_load_and_mid_reads_loses_no_read_and_the_job_
         total = sum(-(-len(d) // BLOCK) for d in cold.values())
         assert finished.total_blocks == total and finished.failed_blocks == 0
         # Exact within seconds: the workers re-report to the new leader.
-        _until(lambda: c.report(cold_dir).cached_blocks == total)
+        eventually(lambda: c.report(cold_dir).cached_blocks == total)
         # The same workers, not registered again: their leases are their own.
         assert {(w.id, w.started_ms) for w in c.workers()} == workers_before
         for name, data in cold.items():
@@ -225,7 +216,7 @@ def test_a_paused_leader_past_its_lease_writes_nothing_and_comes_back_as_a_stand
         os.kill(cluster.processes[paused].pid, signal.SIGSTOP)
         # Another master leads once the paused one's lease has run out. (A call that went
         # to the paused one meanwhile ran into its deadline; the next goes elsewhere.)
-        _until(lambda: _leader_or_none(c, cluster) not in (None, paused))
+        eventually(lambda: _leader_or_none(c, cluster) not in (None, paused))
         changed = _mount(c, cluster, f"pause-{run}")
         # A call the paused leader will find waiting when it wakes, from a caller that
         # still takes it for the leader.
@@ -237,7 +228,9 @@ def test_a_paused_leader_past_its_lease_writes_nothing_and_comes_back_as_a_stand
         address = f"127.0.0.1:{cluster.processes[paused].port}"
         with channel(address) as ch:
             pending = master_pb2_grpc.MasterServiceStub(ch).Mount.future(stale, timeout=30)
-            time.sleep(0.5)  # the request is in the paused process's socket
+            # Time for the request to reach the paused process's socket (nothing outside it
+            # can see that it has): a fixed pause, not a wait for a condition.
+            time.sleep(0.5)
             os.kill(cluster.processes[paused].pid, signal.SIGCONT)
             with pytest.raises(grpc.RpcError) as refused:
                 pending.result()
@@ -254,7 +247,7 @@ def test_a_paused_leader_past_its_lease_writes_nothing_and_comes_back_as_a_stand
                 and listed.get(paused_master) == "standby"
             )
 
-        _until(one_leader_and_the_paused_one_stands_by)
+        eventually(one_leader_and_the_paused_one_stands_by)
         assert _leader(c, cluster)[1] > term
         assert c.stat(changed).is_dir
 
@@ -268,9 +261,9 @@ def test_a_standby_names_the_leader_to_a_caller_that_knows_only_the_standby(
     standby = next(n for n in cluster.master_names() if n != leader)
     address = f"127.0.0.1:{cluster.processes[standby].port}"
 
-    def refusal() -> grpc.RpcError | None:
+    def refusal() -> grpc.RpcError | str | None:
         """The standby's answer, once it knows the leader (a master that just stood down
-        reads who leads when it campaigns again)."""
+        reads who leads when it campaigns again); a reply instead is final, and wrong."""
         with channel(address) as ch:
             try:
                 master_pb2_grpc.MasterServiceStub(ch).ListMounts(
@@ -278,9 +271,10 @@ def test_a_standby_names_the_leader_to_a_caller_that_knows_only_the_standby(
                 )
             except grpc.RpcError as exc:
                 return exc if errors.LEADER_KEY in dict(exc.trailing_metadata() or ()) else None
-        raise AssertionError(f"the standby at {address} answered a call that needs the leader")
+        return f"the standby at {address} answered a call that needs the leader"
 
-    refused = _until(refusal)
+    refused = eventually(refusal)
+    assert isinstance(refused, grpc.RpcError), refused
     assert refused.code() == grpc.StatusCode.UNAVAILABLE
     trailing = dict(refused.trailing_metadata() or ())
     assert trailing[errors.LEADER_KEY] == f"127.0.0.1:{cluster.processes[leader].port}"

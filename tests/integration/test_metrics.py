@@ -31,6 +31,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from reservoir.client import Client
 from reservoir.common import worker_methods
 from reservoir.local.cluster import LocalCluster
+from tests.eventually import eventually
 
 from ..conftest import LEASE_TTL_S, own_cluster_env
 
@@ -78,13 +79,15 @@ class Collector:
 
     def wait_for(self, wanted: Any) -> list[Span]:
         """The received spans that `wanted` accepts, once there are some (or none)."""
-        deadline = time.monotonic() + WAIT_S
-        while True:
+
+        def found() -> list[Span]:
             with self.lock:
-                found = [s for s in self.spans if wanted(s)]
-            if found or time.monotonic() > deadline:
-                return found
-            time.sleep(0.1)
+                return [s for s in self.spans if wanted(s)]
+
+        try:
+            return eventually(found, timeout_s=WAIT_S, interval_s=0.1)
+        except AssertionError:
+            return []
 
 
 def _value(value: Any) -> Any:
@@ -266,11 +269,10 @@ def test_worker_counters_follow_reads_by_hit_miss_and_source(observed: Observed)
 
     # A call is timed when its handler returns, which can be just after the client has
     # its last byte: the second pass's call may land in the histogram a moment later.
-    deadline = time.monotonic() + 5
-    while read_calls(warm) - read_calls(before) < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
-        warm = scrape(cluster, "worker1")
-    assert read_calls(warm) - read_calls(before) >= 2  # a read call per pass, each timed
+    eventually(
+        lambda: read_calls(scrape(cluster, "worker1")) - read_calls(before) >= 2,
+        what="a read call per pass, each timed",
+    )
 
 
 def test_failed_s3_gets_count_as_under_store_errors(observed: Observed) -> None:

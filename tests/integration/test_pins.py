@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -16,6 +17,7 @@ import pytest
 from reservoir.client import Client
 from reservoir.common.errors import ResourceExhausted
 from reservoir.local.cluster import LocalCluster
+from tests.eventually import eventually
 
 from ..conftest import LEASE_TTL_S
 
@@ -82,10 +84,9 @@ def _read_all(c: Client, files: dict[str, bytes], name: str) -> None:
 def _reported_cached(c: Client, path: str, want: int, timeout_s: float = 10.0) -> int:
     """Cached bytes of `path`, once the worker's block reports (every 0.2 s) say `want`
     (or the time is up)."""
-    deadline = time.monotonic() + timeout_s
-    while (cached := c.report(path).cached_bytes) != want and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return cached
+    with contextlib.suppress(AssertionError):  # the caller asserts on what it is
+        eventually(lambda: c.report(path).cached_bytes == want, timeout_s=timeout_s)
+    return c.report(path).cached_bytes
 
 
 def _cli(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
@@ -195,7 +196,7 @@ def test_a_block_older_than_its_ttl_is_fetched_again_and_a_fresh_one_is_not(
             gets = _gets(cluster)
             _read_all(c, files, "ttl")
             assert _gets(cluster) == gets  # fresh: served from the cache
-            time.sleep(2.5)
+            time.sleep(2.5)  # time passes on purpose: past the 2 s TTL
             gets = _gets(cluster)
             _read_all(c, files, "ttl")
             assert _gets(cluster) - gets == SETS["ttl"]  # expired: fetched again

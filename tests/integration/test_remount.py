@@ -3,8 +3,8 @@ server goes away, errors say which endpoint failed."""
 
 from __future__ import annotations
 
+import functools
 import os
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +13,7 @@ import pytest
 from reservoir.client import Client
 from reservoir.local.cluster import LocalCluster, free_port
 from tests.conftest import new_mount_path
+from tests.eventually import eventually
 
 BLOCK = 64 * 1024
 BUCKET = "remount"
@@ -126,28 +127,29 @@ def test_workers_follow_remounts_again_after_an_etcd_restart(
         assert c.read(f"{root}/x.bin") == old
     own_cluster.stop("etcd")
     own_cluster.restart_etcd()
-    deadline = time.monotonic() + 30
-    while True:  # the master's own etcd client reconnects first
-        try:
-            with Client(own_cluster.master_address) as c:
-                c.mount(
-                    root, uri, endpoint_url=second_s3.s3_endpoint, block_size=BLOCK, replace=True
-                )
-            break
-        except ConnectionError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
+
+    def remounted() -> bool:
+        with Client(own_cluster.master_address) as c:
+            c.mount(root, uri, endpoint_url=second_s3.s3_endpoint, block_size=BLOCK, replace=True)
+        return True
+
+    # The master's own etcd client reconnects first.
+    eventually(remounted, interval_s=0.5, what="a remount once etcd is back")
     with Client(own_cluster.master_address) as c:
         assert c.read(f"{root}/x.bin") == new
+
     # Each worker has the new mount, and its watch came back on its own after the break
     # (a worker may hear of the remount from the master's recheck first, when its read
     # races the watch's reconnection).
-    deadline = time.monotonic() + 20
+    def followed(name: str) -> bool:
+        return _worker_saw_remount(
+            own_cluster, name, second_s3.s3_endpoint, root, any_source=True
+        ) and _watch_followed_again(own_cluster, name)
+
     for name in own_cluster.worker_names():
-        while not (
-            _worker_saw_remount(own_cluster, name, second_s3.s3_endpoint, root, any_source=True)
-            and _watch_followed_again(own_cluster, name)
-        ):
-            assert time.monotonic() < deadline, f"{name} never followed the mounts again"
-            time.sleep(0.2)
+        eventually(
+            functools.partial(followed, name),
+            timeout_s=20,
+            interval_s=0.2,
+            what=f"{name} following the mounts again",
+        )

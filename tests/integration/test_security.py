@@ -4,7 +4,6 @@ block reports refused, and no secret in any log line even at debug level."""
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from reservoir.common.rpc import CHANNEL_OPTIONS
 from reservoir.common.security import Transport
 from reservoir.local.cluster import LocalCluster
 from reservoir.v1 import common_pb2, master_pb2, master_pb2_grpc
+from tests.eventually import eventually
 
 BLOCK = 64 * 1024
 
@@ -97,10 +97,12 @@ def _master_stub(cluster: LocalCluster, token: str) -> tuple[grpc.Channel, objec
 def test_a_worker_cannot_report_blocks_for_another_worker(secure: LocalCluster) -> None:
     with Client(config=secure.client_config()) as c:
         c.read("/sec/a.bin")
-        deadline = time.monotonic() + 10  # workers report what they hold in batches
-        while not (before := c.stat("/sec/a.bin", with_locations=True).locations):
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
+
+        def located() -> dict[int, list[str]] | None:
+            info = c.stat("/sec/a.bin", with_locations=True)
+            return info.locations if len(info.locations) == info.block_count else None
+
+        before = eventually(located, what="every block located")  # reports come in batches
     forged = master_pb2.ReportBlocksRequest(
         worker_id="worker2", full=True, added=[common_pb2.BlockRef(file_id="x", index=0)]
     )
@@ -199,9 +201,8 @@ def test_a_readers_cache_aware_sampler_reads_cached_files_first_and_starts_no_lo
         jobs_before = len(admin.jobs())
         reader.read(paths[2])
         view = ClusterCacheView(reader)
-        deadline = time.monotonic() + 30
-        while not view.cached(paths)[2] and time.monotonic() < deadline:
-            time.sleep(0.1)  # the worker's block report reaches the master
+        # The worker's block report reaches the master.
+        eventually(lambda: view.cached(paths)[2], what="the read file reported cached")
         sampler = CacheAwareSampler(paths, cache=view, seed=3)
         order = list(sampler)
         assert order[0] == 2 and sorted(order) == [0, 1, 2, 3]

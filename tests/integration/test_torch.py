@@ -6,7 +6,6 @@ the cluster load the rest."""
 from __future__ import annotations
 
 import os
-import time
 import zlib
 from collections.abc import Iterator
 
@@ -25,6 +24,7 @@ from reservoir.torch import (  # noqa: E402
     ReservoirMapDataset,
 )
 from tests.conftest import new_mount_path  # noqa: E402
+from tests.eventually import eventually  # noqa: E402
 
 BLOCK = 64 * 1024
 START_METHODS = ["fork", "spawn"]
@@ -121,12 +121,6 @@ def _cached(view: ClusterCacheView, paths: list[str]) -> set[str]:
     return {p for p, hit in zip(paths, view.cached(paths), strict=True) if hit}
 
 
-def _until(condition: object, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition() and time.monotonic() < deadline:  # type: ignore[operator]
-        time.sleep(0.1)
-
-
 def test_sampler_reads_the_cached_half_first_and_the_cluster_loads_the_other_half(
     cluster: LocalCluster, client: Client
 ) -> None:
@@ -141,7 +135,7 @@ def test_sampler_reads_the_cached_half_first_and_the_cluster_loads_the_other_hal
     view = ClusterCacheView(client)
     warm = dataset.paths[::2]
     client.read_many(warm)
-    _until(lambda: _cached(view, dataset.paths) == set(warm))  # workers' block reports
+    eventually(lambda: _cached(view, dataset.paths) == set(warm))  # workers' block reports
     assert _cached(view, dataset.paths) == set(warm)
 
     sampler = CacheAwareSampler(dataset, seed=4)  # a ClusterCacheView over the dataset's client

@@ -13,6 +13,7 @@ import pytest
 
 from reservoir.client import Client, JobState, LoadJob
 from reservoir.local.cluster import LocalCluster
+from tests.eventually import eventually
 
 BLOCK = 64 * 1024
 
@@ -171,14 +172,14 @@ def test_cancel_stops_a_job_quickly_and_leaves_it_cancelled(
     cluster.s3_config(latency_ms=100)
     try:
         job = client.submit_load(data.mount)
-        time.sleep(1.0)
+        eventually(lambda: client.job(job.id).done_blocks > 0, what="the job under way")
         start = time.monotonic()
         cancelled = client.cancel_job(job.id)
         assert time.monotonic() - start < 3
     finally:
         cluster.s3_config(latency_ms=0)
     assert cancelled.state == "cancelled"
-    time.sleep(1.0)
+    time.sleep(1.0)  # time passes on purpose: a cancelled job must not go on meanwhile
     again = client.job(job.id)
     assert (
         again.state == "cancelled"
@@ -194,9 +195,7 @@ def test_load_survives_sigkill_of_the_master_and_its_report_is_exact_when_it_end
         data = _make(own_cluster, c, 150)
         own_cluster.s3_config(latency_ms=50)
         job = c.submit_load(data.mount)
-        deadline = time.monotonic() + 20
-        while c.job(job.id).done_blocks == 0 and time.monotonic() < deadline:
-            time.sleep(0.1)
+        eventually(lambda: c.job(job.id).done_blocks > 0, what="the job under way")
     own_cluster.kill("master")
     own_cluster.s3_config(latency_ms=0)
     own_cluster.start_master()
@@ -221,18 +220,15 @@ def test_block_that_fails_to_load_is_reported_failed_and_report_agrees(
         victim = max(p for p in data.files if len(data.files[p]) > 0)  # loaded last
         own_cluster.s3_config(latency_ms=150)
         job = c.submit_load(data.mount)
-        deadline = time.monotonic() + 20
-        while c.job(job.id).total_blocks == 0 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        eventually(lambda: c.job(job.id).total_blocks > 0, interval_s=0.02, what="job expanded")
         own_cluster.s3_client().delete_object(Bucket=data.bucket, Key=data.key(victim))
         final = c.watch_job(job.id)
         own_cluster.s3_config(latency_ms=0)
         assert final.state == "failed"
         assert final.failed_blocks >= 1 and any(victim in e for e in final.errors)
         assert final.done_blocks + final.failed_blocks == final.total_blocks
-        time.sleep(1.0)  # worker reports reach the location table
-        report = c.report(data.mount)
-        assert report.cached_blocks == final.done_blocks
+        # Worker reports reach the location table.
+        eventually(lambda: c.report(data.mount).cached_blocks == final.done_blocks)
         assert sum(s.blocks for s in c.worker_stats()) == final.done_blocks
 
 
