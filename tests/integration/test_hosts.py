@@ -1,10 +1,15 @@
 """Reads across hosts that are hosts: each worker runs in a network namespace of its own
 with its own address (host_network.py), etcd, S3 and the master in the root namespace on
-the bridge, and clients in the root namespace told which host they are on (RESERVOIR_HOST,
-the `host` setting). Every process of this machine has the same hostname, so what these
-tests see is decided by host ids and addresses, as on a real cluster: same-host
-short-circuit only where a client and a worker share a host, the data port across hosts,
-the nearest replica first, and reads that survive a host dropping off the network.
+the bridge, and clients in the root namespace told which host they are on.
+
+"Same host" is decided by host id (RESERVOIR_HOST, the `host` setting; the machine's host
+name by default). Namespaces of one machine share its host name and its files, so by
+default they are one host, which is right for short-circuit: each can read the others'
+block files. Here each namespace gets an id of its own and stands for a machine of its
+own; had the product decided by host name or 127.0.0.1, every worker would be "same
+host". Proven: short-circuit only where a client and a worker share a host, data ports
+(at each host's own address) across hosts, and reads that survive a host dropping off
+the network. Not yet true, marked xfail: a reader preferring a nearer replica.
 
 One cluster for the module (the last test cuts a host's link); everything is stopped and
 the namespaces removed afterwards.
@@ -122,7 +127,10 @@ def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostsCluster]:
     net = HostNetwork()
     processes = _Processes(state)
     try:
-        net.create(list(ZONES))
+        try:
+            net.create(list(ZONES))
+        except OSError as exc:
+            pytest.skip(f"the hosts' network could not be wired here: {exc}")
         yield _start(net, processes, state)
     finally:
         processes.stop_all()
