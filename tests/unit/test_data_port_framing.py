@@ -25,7 +25,7 @@ from reservoir.v1 import worker_pb2
 from reservoir.worker.data_port import _Connection
 from reservoir.worker.data_port_metrics import DataPortMetrics
 from reservoir.worker.data_port_transport import PlainChannel
-from reservoir.worker.service import BlockRequest
+from reservoir.worker.read_request import BlockRequest
 from tests.unit.worker_fixture import BLOCK, request, worker
 
 DATA = bytes(range(251)) * 40  # 10,040 bytes: blocks of 4096, 4096, 1848

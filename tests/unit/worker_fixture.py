@@ -10,7 +10,8 @@ from reservoir.common.metadata_store import MemoryMetadataStore
 from reservoir.common.models import Mount, file_id_for
 from reservoir.worker.cache_rules import CacheRuleTable
 from reservoir.worker.mount_table import MountTable
-from reservoir.worker.service import BlockRequest, WorkerService
+from reservoir.worker.read_request import BlockRequest
+from reservoir.worker.service import WorkerService
 
 MOUNT = "/d"
 BLOCK = 4096

@@ -48,9 +48,9 @@ from reservoir.v1 import worker_pb2
 from .block_read import BlockRead, FileRead
 from .data_port_metrics import DataPortMetrics
 from .data_port_transport import ByteChannel, PlainChannel, TlsChannel
-from .read_request import domain_request
+from .read_request import BlockRequest, domain_request
 from .read_trace import ReadTrace
-from .service import BlockRequest, WorkerService
+from .service import WorkerService
 
 log = logs.get_logger(__name__)
 _tracer = trace.get_tracer("reservoir.worker")
