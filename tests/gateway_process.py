@@ -42,7 +42,10 @@ def running_gateway(
     }
     creds = cluster.credentials
     if creds is not None:  # the gateway reads with a reader's token, never an admin's
-        environ |= {"RESERVOIR_TLS_CA": str(creds.ca), "RESERVOIR_TOKEN_FILE": str(creds.token("reader"))}
+        environ |= {
+            "RESERVOIR_TLS_CA": str(creds.ca),
+            "RESERVOIR_TOKEN_FILE": str(creds.token("reader")),
+        }
     environ |= env or {}
     scheme = "https" if "RESERVOIR_GATEWAY_TLS_CERT" in environ else "http"
     url = f"{scheme}://127.0.0.1:{port}"

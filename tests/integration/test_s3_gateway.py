@@ -24,7 +24,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from reservoir.client import Client
-from reservoir.local.cluster import DEV_CREDENTIALS, LocalCluster
+from reservoir.local.cluster import LocalCluster
 from tests.conftest import new_mount_path
 from tests.gateway_process import running_gateway
 
@@ -135,7 +135,9 @@ def _code(exc: pytest.ExceptionInfo[ClientError]) -> tuple[str, int]:
 # ---- GetObject and HeadObject ------------------------------------------------------------
 
 
-def test_get_object_returns_the_upstream_bytes_etag_and_size(setup: Setup, gw: Any, upstream: Any) -> None:
+def test_get_object_returns_the_upstream_bytes_etag_and_size(
+    setup: Setup, gw: Any, upstream: Any
+) -> None:
     for name, body in setup.data.items():
         got = gw.get_object(Bucket=setup.bucket, Key=setup.key(name))
         original = upstream.head_object(Bucket=setup.upstream_bucket, Key=name)
@@ -148,7 +150,13 @@ def test_get_object_returns_the_upstream_bytes_etag_and_size(setup: Setup, gw: A
 
 @pytest.mark.parametrize(
     "header",
-    ["bytes=0-9", "bytes=100-", "bytes=-7", "bytes=5-99999999", f"bytes={PIECE - 3}-{3 * PIECE + 5}"],
+    [
+        "bytes=0-9",
+        "bytes=100-",
+        "bytes=-7",
+        "bytes=5-99999999",
+        f"bytes={PIECE - 3}-{3 * PIECE + 5}",
+    ],
 )
 def test_ranged_get_answers_206_with_the_bytes_and_content_range_s3_gives(
     setup: Setup, gw: Any, upstream: Any, header: str
@@ -325,7 +333,10 @@ def test_list_objects_v1_pages_by_marker_to_the_upstreams_listing(
         listed = page.get("Contents", []) + page.get("CommonPrefixes", [])
         assert 0 < len(listed) <= 3
         if page["IsTruncated"] and "Delimiter" in params:
-            last = max([c["Key"] for c in page.get("Contents", [])] + [p["Prefix"] for p in page.get("CommonPrefixes", [])])
+            last = max(
+                [c["Key"] for c in page.get("Contents", [])]
+                + [p["Prefix"] for p in page.get("CommonPrefixes", [])]
+            )
             assert page["NextMarker"] == last
         else:
             assert "NextMarker" not in page
@@ -380,11 +391,18 @@ def test_s3fs_ls_find_cat_and_ranges_through_the_gateway(setup: Setup) -> None:
         key="any", secret="any", endpoint_url=setup.url, skip_instance_cache=True
     )
     base = f"t/{setup.mount_id}"
-    assert sorted(fs.ls(f"{base}/a", detail=False)) == [f"{base}/a/x.txt", f"{base}/a/y", f"{base}/a/y-1.txt"]
+    assert sorted(fs.ls(f"{base}/a", detail=False)) == [
+        f"{base}/a/x.txt",
+        f"{base}/a/y",
+        f"{base}/a/y-1.txt",
+    ]
     found = fs.find(base)
     assert found == sorted(f"{base}/{k}" for k in setup.data)
     assert fs.cat(f"{base}/{BIG}") == setup.data[BIG]
-    assert fs.cat_file(f"{base}/{BIG}", start=PIECE - 10, end=PIECE + 10) == setup.data[BIG][PIECE - 10 : PIECE + 10]
+    assert (
+        fs.cat_file(f"{base}/{BIG}", start=PIECE - 10, end=PIECE + 10)
+        == setup.data[BIG][PIECE - 10 : PIECE + 10]
+    )
     with fs.open(f"{base}/{MULTIPART}", "rb", block_size=1 << 20) as f:
         f.seek(3 << 20)
         assert f.read(2 << 20) == setup.data[MULTIPART][3 << 20 : 5 << 20]
@@ -414,14 +432,23 @@ def _aws_env() -> dict[str, str]:
 def test_aws_cli_ls_cp_and_sync_down(setup: Setup, aws: list[str], tmp_path: Path) -> None:
     base = f"s3://t/{setup.mount_id}"
     env = _aws_env()
-    listed = subprocess.run([*aws, "s3", "ls", f"{base}/"], env=env, capture_output=True, text=True, check=True)
+    listed = subprocess.run(
+        [*aws, "s3", "ls", f"{base}/"], env=env, capture_output=True, text=True, check=True
+    )
     lines = listed.stdout.splitlines()
     assert "PRE small/" in [line.strip() for line in lines]
     assert any(line.endswith(f" {len(setup.data[BIG])} {BIG}") for line in lines)
-    subprocess.run([*aws, "s3", "cp", f"{base}/{MULTIPART}", str(tmp_path / "m.bin")], env=env, check=True, capture_output=True)
+    subprocess.run(
+        [*aws, "s3", "cp", f"{base}/{MULTIPART}", str(tmp_path / "m.bin")],
+        env=env,
+        check=True,
+        capture_output=True,
+    )
     assert (tmp_path / "m.bin").read_bytes() == setup.data[MULTIPART]
     synced = tmp_path / "synced"
-    subprocess.run([*aws, "s3", "sync", f"{base}/small", str(synced)], env=env, check=True, capture_output=True)
+    subprocess.run(
+        [*aws, "s3", "sync", f"{base}/small", str(synced)], env=env, check=True, capture_output=True
+    )
     assert sorted(p.name for p in synced.iterdir()) == sorted(k.split("/")[1] for k in SMALL)
     for key in SMALL:
         assert (synced / key.split("/")[1]).read_bytes() == setup.data[key]

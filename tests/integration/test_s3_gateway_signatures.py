@@ -21,7 +21,12 @@ from botocore.exceptions import ClientError
 from reservoir.client import Client
 from reservoir.local import pki
 from reservoir.local.cluster import LocalCluster
-from reservoir.local.gateway_keys import READER_KEY, WRITER_KEY, read_gateway_key, write_gateway_keys
+from reservoir.local.gateway_keys import (
+    READER_KEY,
+    WRITER_KEY,
+    read_gateway_key,
+    write_gateway_keys,
+)
 from tests.conftest import new_mount_path
 from tests.gateway_process import running_gateway
 
@@ -69,14 +74,19 @@ def signed(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> I
 
 def _denied(exc: pytest.ExceptionInfo[ClientError]) -> bool:
     response = exc.value.response
-    return (response["Error"]["Code"], response["ResponseMetadata"]["HTTPStatusCode"]) == ("AccessDenied", 403)
+    return (response["Error"]["Code"], response["ResponseMetadata"]["HTTPStatusCode"]) == (
+        "AccessDenied",
+        403,
+    )
 
 
 def test_requests_signed_with_a_known_key_are_served_over_https(signed: Signed) -> None:
     reader = signed.client(READER_KEY)
     assert signed.url.startswith("https://")
     assert reader.get_object(Bucket="t", Key=signed.key)["Body"].read() == BODY
-    assert reader.get_object(Bucket="t", Key=signed.key, Range="bytes=0-5")["Body"].read() == BODY[:6]
+    assert (
+        reader.get_object(Bucket="t", Key=signed.key, Range="bytes=0-5")["Body"].read() == BODY[:6]
+    )
     listed = reader.list_objects_v2(Bucket="t", Prefix=signed.key.split("/")[0] + "/")
     assert [c["Key"] for c in listed["Contents"]] == [signed.key]
 
@@ -127,4 +137,7 @@ def test_the_role_decides_whether_a_write_is_tried(signed: Signed) -> None:
     with pytest.raises(ClientError) as exc:
         signed.client(WRITER_KEY).put_object(Bucket="t", Key=signed.key, Body=b"x")
     response = exc.value.response
-    assert (response["Error"]["Code"], response["ResponseMetadata"]["HTTPStatusCode"]) == ("NotImplemented", 501)
+    assert (response["Error"]["Code"], response["ResponseMetadata"]["HTTPStatusCode"]) == (
+        "NotImplemented",
+        501,
+    )

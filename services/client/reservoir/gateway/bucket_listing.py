@@ -19,9 +19,13 @@ def _max_keys(query: Mapping[str, str]) -> int:
     try:
         value = int(raw)
     except ValueError:
-        raise invalid_argument("Provided max-keys not an integer or within integer range", "max-keys", raw) from None
+        raise invalid_argument(
+            "Provided max-keys not an integer or within integer range", "max-keys", raw
+        ) from None
     if value < 0:
-        raise invalid_argument("Argument maxKeys must be an integer between 0 and 2147483647", "maxKeys", raw)
+        raise invalid_argument(
+            "Argument maxKeys must be an integer between 0 and 2147483647", "maxKeys", raw
+        )
     return min(value, MAX_KEYS)
 
 
@@ -30,7 +34,9 @@ def _encoding(query: Mapping[str, str]) -> bool:
     if kind is None:
         return False
     if kind.lower() != "url":
-        raise invalid_argument("Invalid Encoding Method specified in Request", "encoding-type", kind)
+        raise invalid_argument(
+            "Invalid Encoding Method specified in Request", "encoding-type", kind
+        )
     return True
 
 
@@ -50,7 +56,9 @@ def _key_of_token(token: str) -> str:
     return key
 
 
-async def _page(walk: KeyWalk, prefix: str, delimiter: str, after: str, limit: int) -> tuple[list[Item], bool]:
+async def _page(
+    walk: KeyWalk, prefix: str, delimiter: str, after: str, limit: int
+) -> tuple[list[Item], bool]:
     """Up to `limit` items after `after`, and whether more follow (one more is looked at)."""
     items: list[Item] = []
     if limit == 0:
@@ -81,9 +89,7 @@ async def list_objects_v2(walk: KeyWalk, bucket: str, query: Mapping[str, str]) 
         params["NextContinuationToken"] = _token(items[-1].key)
     if start_after and token is None:  # a continued listing goes on from its token alone
         params["StartAfter"] = start_after
-    return bucket_listing(
-        bucket, params, items, encode, ("Prefix", "Delimiter", "StartAfter")
-    )
+    return bucket_listing(bucket, params, items, encode, ("Prefix", "Delimiter", "StartAfter"))
 
 
 async def list_objects_v1(walk: KeyWalk, bucket: str, query: Mapping[str, str]) -> bytes:

@@ -77,7 +77,9 @@ class KeyWalk:
             if item.key.startswith(prefix) and (not after or item.key > after):
                 yield item
 
-    async def _directory(self, base: str, stem: str, rest: str, folded: bool) -> AsyncIterator[Item]:
+    async def _directory(
+        self, base: str, stem: str, rest: str, folded: bool
+    ) -> AsyncIterator[Item]:
         """The keys of directory `base` (a key prefix ending in `/`, or "") whose names
         start with `stem` and whose keys sort after `base + rest`."""
         path = self._root + ("/" + base.rstrip("/") if base else "")
@@ -109,7 +111,9 @@ class KeyWalk:
             async for item in self._emit(base, heapq.heappop(held)[1], rest, folded):
                 yield item
 
-    async def _emit(self, base: str, directory: Inode, rest: str, folded: bool) -> AsyncIterator[Item]:
+    async def _emit(
+        self, base: str, directory: Inode, rest: str, folded: bool
+    ) -> AsyncIterator[Item]:
         prefix = _name(directory) + "/"
         if rest and prefix <= rest and not rest.startswith(prefix):
             return

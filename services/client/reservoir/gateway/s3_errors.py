@@ -23,6 +23,7 @@ class S3Error(Exception):
         code: str,
         status: int,
         message: str,
+        *,
         headers: dict[str, str] | None = None,
         **fields: str,
     ) -> None:
@@ -47,8 +48,9 @@ def access_denied() -> S3Error:
 
 
 def invalid_argument(message: str, name: str = "", value: str = "") -> S3Error:
-    fields = {"ArgumentName": name, "ArgumentValue": value} if name else {}
-    return S3Error("InvalidArgument", 400, message, **fields)
+    if not name:
+        return S3Error("InvalidArgument", 400, message)
+    return S3Error("InvalidArgument", 400, message, ArgumentName=name, ArgumentValue=value)
 
 
 def not_implemented(what: str) -> S3Error:

@@ -33,13 +33,44 @@ log = logs.get_logger(__name__)
 _XML = "application/xml"
 # Subresources of a bucket or an object that this gateway does not serve (S3's names).
 _BUCKET_SUBRESOURCES = frozenset(
-    "accelerate acl analytics cors encryption intelligent-tiering inventory lifecycle "
-    "logging metrics notification object-lock ownershipControls policy policyStatus "
-    "publicAccessBlock replication requestPayment tagging uploads versioning versions "
-    "website".split()
+    [
+        "accelerate",
+        "acl",
+        "analytics",
+        "cors",
+        "encryption",
+        "intelligent-tiering",
+        "inventory",
+        "lifecycle",
+        "logging",
+        "metrics",
+        "notification",
+        "object-lock",
+        "ownershipControls",
+        "policy",
+        "policyStatus",
+        "publicAccessBlock",
+        "replication",
+        "requestPayment",
+        "tagging",
+        "uploads",
+        "versioning",
+        "versions",
+        "website",
+    ]
 )
 _OBJECT_SUBRESOURCES = frozenset(
-    "acl attributes legal-hold retention tagging torrent uploadId restore select".split()
+    [
+        "acl",
+        "attributes",
+        "legal-hold",
+        "retention",
+        "tagging",
+        "torrent",
+        "uploadId",
+        "restore",
+        "select",
+    ]
 )
 _REQUEST_ID = "reservoir_request_id"
 
@@ -75,7 +106,9 @@ class Gateway:
         if self._signatures is None:
             return None
         raw_query = request.raw_path.partition("?")[2]
-        signed = SignedRequest(request.method, request.raw_path, query_pairs(raw_query), request.headers)
+        signed = SignedRequest(
+            request.method, request.raw_path, query_pairs(raw_query), request.headers
+        )
         return self._signatures.signer(signed)
 
     async def _dispatch(
@@ -85,7 +118,11 @@ class Gateway:
         if method in WRITE_METHODS:
             raise write_operation(method, target, query, request.headers, signer)
         if method not in ("GET", "HEAD"):
-            raise S3Error("MethodNotAllowed", 405, "The specified method is not allowed against this resource.")
+            raise S3Error(
+                "MethodNotAllowed",
+                405,
+                "The specified method is not allowed against this resource.",
+            )
         if not target.bucket:
             return await self._list_buckets(method == "HEAD")
         if not target.valid_bucket():
@@ -169,7 +206,9 @@ class Gateway:
         await response.write_eof()
         return response
 
-    async def _send(self, response: web.StreamResponse, inode: Inode, first: int, length: int) -> None:
+    async def _send(
+        self, response: web.StreamResponse, inode: Inode, first: int, length: int
+    ) -> None:
         """The body in pieces of `read_piece_bytes`, `read_ahead` pieces read while one is
         sent: memory per response is bounded, and the cache and the socket work at once."""
         piece = self.config.read_piece_bytes

@@ -156,9 +156,7 @@ class SignatureCheck:
             raise ValueError("no x-amz-content-sha256")
         return self._verify(request, credential, signed, given, amz_date, payload, request.query)
 
-    def _presigned(
-        self, request: SignedRequest, query: dict[str, str], now: datetime
-    ) -> AccessKey:
+    def _presigned(self, request: SignedRequest, query: dict[str, str], now: datetime) -> AccessKey:
         if query.get("X-Amz-Algorithm") != ALGORITHM:
             raise ValueError("presigned with another algorithm")
         amz_date = query["X-Amz-Date"]
@@ -198,7 +196,12 @@ class SignatureCheck:
             raise ValueError("host is not signed")
         scoped = SignedRequest(request.method, request.raw_path, query, request.headers)
         expected = signature(
-            key.secret, scoped, signed_headers, amz_date, "/".join(credential.split("/")[1:]), payload
+            key.secret,
+            scoped,
+            signed_headers,
+            amz_date,
+            "/".join(credential.split("/")[1:]),
+            payload,
         )
         if not hmac.compare_digest(expected, given):
             raise ValueError("signature does not match")

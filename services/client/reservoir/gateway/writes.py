@@ -17,7 +17,9 @@ from .signatures import AccessKey
 WRITE_METHODS = frozenset({"PUT", "POST", "DELETE"})
 
 
-def operation_name(method: str, target: Target, query: Mapping[str, str], headers: Mapping[str, str]) -> str:
+def operation_name(
+    method: str, target: Target, query: Mapping[str, str], headers: Mapping[str, str]
+) -> str:
     """Which S3 write operation a request is (S3's API names)."""
     if not target.key:
         if method == "POST" and "delete" in query:

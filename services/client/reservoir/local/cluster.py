@@ -238,7 +238,9 @@ class LocalCluster:
         if GATEWAY not in self.processes:
             return {}
         keys = gateway_keys_file(self.state_dir)
-        return {"gateway": self.gateway_url} | ({"gateway_keys": str(keys)} if self.credentials else {})
+        return {"gateway": self.gateway_url} | (
+            {"gateway_keys": str(keys)} if self.credentials else {}
+        )
 
     def start_gateway(self) -> None:
         """`reservoir gateway` on a free port, reading through this cluster with a reader's
