@@ -60,6 +60,7 @@ def declared_settings() -> set[str]:
         config.MasterConfig,
         config.WorkerConfig,
         config.ClientConfig,
+        config.GatewayConfig,
     )
     for cls in classes:
         for f in dataclasses.fields(cls):
