@@ -12,6 +12,7 @@ import uuid
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import pytest
 

@@ -754,8 +754,6 @@ class GatewayConfig:
     # Signed requests dated further than this from the gateway's clock are refused
     # (RequestTimeTooSkewed), as S3 does after 15 minutes.
     clock_skew_s: float = field(default=900.0, metadata=env("RESERVOIR_GATEWAY_CLOCK_SKEW"))
-    # How long a client may take to send a request's headers before its connection is closed.
-    request_timeout_s: float = field(default=60.0, metadata=env("RESERVOIR_GATEWAY_TIMEOUT"))
     client: ClientConfig = field(default_factory=lambda: load(ClientConfig))
 
     def __post_init__(self) -> None:
