@@ -243,14 +243,14 @@ class LocalCluster:
         )
 
     def start_gateway(self) -> None:
-        """`reservoir gateway` on a free port, reading through this cluster with a reader's
-        token; on a secure cluster it serves HTTPS with the servers' certificate and checks
+        """`reservoir gateway` on a free port, reading through this cluster with the
+        gateway's token (a reader's); on a secure cluster it serves HTTPS with the servers' certificate and checks
         signatures of the keys in `<state dir>/gateway-keys` (made here)."""
         existing = self.processes.get(GATEWAY)
         port = existing.port if existing else free_port()
         env = {
             **self._server_env(),
-            **self._security_env("reader"),
+            **self._security_env(GATEWAY),
             "RESERVOIR_MASTER": self.master_address,
             "RESERVOIR_GATEWAY_LISTEN": f"127.0.0.1:{port}",
         }

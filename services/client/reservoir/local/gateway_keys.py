@@ -21,11 +21,12 @@ def gateway_keys_file(state_dir: Path) -> Path:
     return Path(state_dir) / "gateway-keys"
 
 
-def write_gateway_keys(state_dir: Path) -> Path:
+def write_gateway_keys(state_dir: Path, replace: bool = False) -> Path:
     """`ACCESS_KEY SECRET ROLE` lines for a reader and a writer, with new random secrets
-    (kept if the file exists: a restarted gateway takes the keys its clients hold)."""
+    (kept if the file exists, unless `replace`: a restarted gateway takes the keys its
+    clients hold)."""
     path = gateway_keys_file(state_dir)
-    if not path.exists():
+    if replace or not path.exists():
         lines = [f"{key} {secrets.token_urlsafe(30)} {role}" for key, role in ((READER_KEY, "reader"), (WRITER_KEY, "writer"))]  # fmt: skip
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
