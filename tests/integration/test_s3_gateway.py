@@ -290,6 +290,8 @@ def _relative(pages: list[dict[str, Any]], cut: int, echoed: tuple[str, ...]) ->
         {"StartAfter": "a/x.txt"},
         {"StartAfter": "small/f017.bin", "Prefix": "small/"},
         {"Delimiter": ".", "Prefix": "a"},
+        {"Prefix": "a//"},
+        {"Prefix": "a/./", "Delimiter": "/"},
     ],
     ids=lambda p: ",".join(f"{k}={v}" for k, v in p.items()) or "all",
 )

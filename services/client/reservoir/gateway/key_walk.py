@@ -65,6 +65,8 @@ class KeyWalk:
         the keys of a full walk (correct, but not in proportion to the page)."""
         slash = prefix.rfind("/")
         base, stem = prefix[: slash + 1], prefix[slash + 1 :]
+        if base and any(part in ("", ".", "..") for part in base[:-1].split("/")):
+            return  # `a//`, `a/./`: no path has such a key, so no key starts with it
         folded = delimiter == "/"
         if after and not after.startswith(base):
             if after > base:

@@ -202,7 +202,13 @@ class Gateway:
         response.content_length = length
         await response.prepare(request)
         if request.method == "GET" and length:
-            await self._send(response, inode, first, length)
+            try:
+                await self._send(response, inode, first, length)
+            except (ReservoirError, OSError) as exc:
+                # The status line is sent: no error response can follow. The connection is
+                # cut, so the client sees a short body as a failure, never as the object.
+                log.warning("gateway_body_failed", path=inode.path, error=str(exc))
+                raise ConnectionResetError(f"{inode.path}: {exc}") from exc
         await response.write_eof()
         return response
 
