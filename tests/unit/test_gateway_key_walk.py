@@ -32,7 +32,7 @@ class Tree:
     def _inode(self, path: str) -> Inode:
         return Inode(path, path in self.dirs, size=1, etag="e")
 
-    async def stat(self, path: str) -> Inode:
+    async def stat(self, path: str, fresh: bool = False) -> Inode:
         if path not in self.files and path not in self.dirs:
             raise NotFound(path)
         return self._inode(path)

@@ -130,7 +130,7 @@ class KeyWalk:
     async def _directories_before(self, path: str, seek: str, rest: str, stem: str) -> list[Inode]:
         """Directories whose names sort before `seek` but whose keys (`name/`) sort after
         `rest`: the prefixes of `rest`'s first component that a character below `/`
-        follows (`a` for `a-b`). One batched stat for all of them."""
+        follows (`a` for `a-b`). One stat each (a name has few such prefixes)."""
         if not rest:
             return []
         component = rest.split("/", 1)[0]
@@ -143,7 +143,9 @@ class KeyWalk:
         found = []
         for name in names:
             try:
-                inode = await self._client.stat(f"{path}/{name}")
+                # fresh: one GetFileInfo. A plain stat's first miss in a directory would
+                # list the directory to answer it, a cost in proportion to the directory.
+                inode = await self._client.stat(f"{path}/{name}", fresh=True)
             except (NotFound, NotADirectory):
                 continue
             if inode.is_dir:
