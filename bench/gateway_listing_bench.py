@@ -85,7 +85,8 @@ def main() -> None:
             for size in sizes:
                 data = Path(tmp) / f"data-{size}"
                 _make_directory(data, size)
-                with Client(config=cluster.client_config()) as rs:
+                # The first listing stores the whole directory: longer than a call's default.
+                with Client(config=cluster.client_config(rpc_timeout_s=600)) as rs:
                     rs.mount(f"/big/n{size}", f"file://{data}/", metadata_sync="interval:1h")
                     started = time.perf_counter()
                     count = sum(1 for _ in rs.iter_ls(f"/big/n{size}"))

@@ -37,7 +37,6 @@ def running_gateway(
     environ = {k: v for k, v in os.environ.items() if not k.startswith("RESERVOIR_TOKEN")}
     environ |= {
         "RESERVOIR_MASTER": cluster.master_address,
-        "RESERVOIR_GATEWAY_LISTEN": f"127.0.0.1:{port}",
         "RESERVOIR_LOG_FORMAT": "json",
     }
     creds = cluster.credentials
@@ -51,7 +50,16 @@ def running_gateway(
     url = f"{scheme}://127.0.0.1:{port}"
     with log.open("ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "reservoir.gateway"],
+            # The command an operator types (`reservoir local up --gateway` runs the module,
+            # `python -m reservoir.gateway`, with the same settings from its environment).
+            [
+                sys.executable,
+                "-m",
+                "reservoir.cli.main",
+                "gateway",
+                "--listen",
+                f"127.0.0.1:{port}",
+            ],
             env=environ,
             stdin=subprocess.DEVNULL,
             stdout=out,
