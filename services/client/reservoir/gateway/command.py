@@ -48,6 +48,12 @@ def cmd_gateway(args: argparse.Namespace) -> None:
 
 
 def run(config: cfg.GatewayConfig) -> None:
+    try:
+        import aiohttp  # noqa: F401
+    except ImportError as exc:  # the client-only install
+        raise ValueError(
+            "`reservoir gateway` needs aiohttp: pip install 'reservoir-cache[server]'"
+        ) from exc
     from .server import serve
 
     async def main() -> None:
