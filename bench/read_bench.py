@@ -9,7 +9,8 @@ Starts a local cluster (etcd, the S3 server with 20 ms first-byte latency, the m
 then measures the S3 reference rows, the cold Reservoir rows (fresh never-listed prefix,
 restarted workers, no ls first), the warm rows (remote, i.e. through workers' data ports,
 and gRPC only for comparison; short-circuit; read per file, read_many, the checkpoint,
-several processes) and the machine's ceilings (TCP loopback, page-cache readinto). Prints the target table (ratios of medians, target, met or not)
+several processes), boto3 through the S3 gateway (cold and warm), and the machine's
+ceilings (TCP loopback, page-cache readinto). Prints the target table (ratios of medians, target, met or not)
 and every row; writes --json and --png. See bench/README.md.
 """
 
@@ -113,6 +114,9 @@ class ReadBench:
     def cold_prefix(self, ds: Dataset, run: int) -> str:
         return f"cold{run + 1}/{ds.prefix}"
 
+    def gateway_cold_prefix(self, ds: Dataset, run: int) -> str:
+        return f"gwcold{run + 1}/{ds.prefix}"
+
     def upload(self) -> None:
         a = self.args
         cluster = self.s.cluster
@@ -121,6 +125,8 @@ class ReadBench:
         seconds: dict[str, float] = {}
         for ds in (self.small, self.large):
             prefixes = [ds.prefix] + [self.cold_prefix(ds, r) for r in range(a.runs)]
+            if ds is self.small:  # the gateway's cold rows read never-read copies too
+                prefixes += [self.gateway_cold_prefix(ds, r) for r in range(a.runs)]
             log(f"uploading {ds.name}: {len(ds.sizes)} files x {len(prefixes)} prefixes")
             start = time.perf_counter()
             upload(s3, ds, prefixes, 16, a.seed)
@@ -292,6 +298,37 @@ class ReadBench:
                     files=n * len(self.small.sizes),
                 )
 
+    def gateway_rows(self) -> None:
+        """boto3 from `concurrency` threads through `reservoir gateway` (one process beside
+        the cluster, reading it like any client): small files cold (never-read copies) and
+        warm, large files warm; beside boto3 straight to S3 and the SDK's own reads."""
+        a, s = self.args, self.s
+        log("starting the S3 gateway")
+        s.cluster.start_gateway()
+        bucket = MOUNT.strip("/")
+        conc = a.concurrency
+        gateway = readers.boto3_client(s.cluster.gateway_url, conc)
+        note = f"get_object per file, {conc} threads, through the gateway"
+        with cf.ThreadPoolExecutor(conc) as pool:
+            for run in range(a.runs):
+                fresh = self.small.at(self.gateway_cold_prefix(self.small, run))
+                log(f"gateway cold, small, run {run + 1}/{a.runs}")
+                s.measure(
+                    s.row("small", targets.GATEWAY_COLD, note + "; never-read copy"),
+                    fresh,
+                    readers.boto3_reader(gateway, fresh, pool, bucket, verify=True),
+                    cache=COLD,
+                )
+            for run in range(a.runs):
+                log(f"gateway warm, run {run + 1}/{a.runs}")
+                for ds in (self.small, self.large):
+                    s.measure(
+                        s.row(ds.name, targets.GATEWAY_WARM, note),
+                        ds,
+                        readers.boto3_reader(gateway, ds, pool, bucket, verify=True),
+                        cache=WARM,
+                    )
+
 
 # ---- output -------------------------------------------------------------------------------
 
@@ -406,6 +443,7 @@ def main(argv: list[str] | None = None) -> int:
         bench.cold_rows()
         bench.warm_up()
         bench.warm_rows()
+        bench.gateway_rows()
     finally:
         if session is not None:
             session.close()

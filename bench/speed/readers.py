@@ -71,15 +71,20 @@ def boto3_client(endpoint: str, pool: int) -> Any:
     )
 
 
-def boto3_reader(s3: Any, ds: Dataset, pool: cf.ThreadPoolExecutor) -> Reader:
+def boto3_reader(
+    s3: Any, ds: Dataset, pool: cf.ThreadPoolExecutor, bucket: str = BUCKET, verify: bool = False
+) -> Reader:
+    """get_object per file on `pool`; `bucket` names the S3 bucket, or for the S3 gateway
+    the mount's top-level directory (the keys are the same: the mount maps the bucket)."""
+
     def get(key: str) -> bytes:
-        body = s3.get_object(Bucket=BUCKET, Key=key)["Body"]
+        body = s3.get_object(Bucket=bucket, Key=key)["Body"]
         try:
             return bytes(body.read())
         finally:
             body.close()
 
-    return lambda: per_file(pool, get, ds, ds.s3_keys(), verify=False)
+    return lambda: per_file(pool, get, ds, ds.s3_keys(), verify=verify)
 
 
 def s3fs_options(endpoint: str) -> dict[str, Any]:

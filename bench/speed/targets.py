@@ -29,6 +29,9 @@ CKPT_SC_READINTO = "reservoir warm, short-circuit, readinto 16 MiB"
 CKPT_COLD = "reservoir cold, readinto 16 MiB"
 PROCS_1 = "reservoir warm, read_many, 1 process"
 PROCS_N = "reservoir warm, read_many, 4 processes"
+# boto3 (16 threads, get_object per file) through `reservoir gateway` (issue #22).
+GATEWAY_COLD = "gateway cold, boto3 get_object"
+GATEWAY_WARM = "gateway warm, boto3 get_object"
 TCP = "ceiling: TCP loopback"
 PAGE_CACHE = "ceiling: page-cache readinto"
 CEILING = "-"  # the dataset of the ceiling rows
@@ -110,6 +113,28 @@ TARGETS: tuple[Target, ...] = (
         ("checkpoint", BOTO3_ONE_GET),
         MB_S,
         3.0,
+    ),
+    # The S3 gateway (issue #22): boto3 against it, beside boto3 against S3 and the SDK.
+    Target(
+        "gateway cold small / boto3 direct",
+        ("small", GATEWAY_COLD),
+        ("small", BOTO3),
+        FILES_S,
+        1.0,
+    ),
+    Target(
+        "gateway warm small / boto3 direct",
+        ("small", GATEWAY_WARM),
+        ("small", BOTO3),
+        FILES_S,
+        3.0,
+    ),
+    Target(
+        "gateway warm large / SDK warm remote read",
+        ("large", GATEWAY_WARM),
+        ("large", WARM_REMOTE_READ),
+        MB_S,
+        0.5,
     ),
     Target(
         "4 processes read_many / 1 process",

@@ -12,6 +12,7 @@ import uuid
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -164,13 +165,18 @@ def test_local_cluster_up_status_down_from_the_command_line(tmp_path: Path, secu
             [*base, *args], capture_output=True, text=True, timeout=timeout, env=env
         )
 
-    up = run("local", "up", "--workers", "1", *(["--secure"] if secure else []), timeout=120)
+    up = run(
+        "local", "up", "--workers", "1", "--gateway", *(["--secure"] if secure else []), timeout=120
+    )  # fmt: skip
     try:
         assert up.returncode == 0, up.stderr
         master = up.stdout.strip()
         status = json.loads(run("--json", "local", "status").stdout)
         assert status["master"] == master
         assert all(p["alive"] for p in status["processes"].values())
+        assert "gateway" in status["processes"]
+        assert f"gateway {status['gateway']}" in run("local", "status").stdout
+        _check_local_gateway(json.loads((tmp_path / "state" / "cluster.json").read_text()))
         # The master address (and for --secure the CA and admin token) come from
         # cluster.json when no flag or variable names them.
         workers = run("--json", "workers")
@@ -195,6 +201,29 @@ def test_local_cluster_up_status_down_from_the_command_line(tmp_path: Path, secu
         down = run("local", "down", timeout=120)
     assert down.returncode == 0
     assert not (tmp_path / "state" / "cluster.json").exists()
+
+
+def _check_local_gateway(recorded: dict[str, Any]) -> None:
+    """The gateway `local up --gateway` started answers S3 at the URL cluster.json gives;
+    on a secure cluster over HTTPS, to a key of its keys file alone."""
+    import boto3
+    from botocore.exceptions import ClientError
+
+    secure = "tls_ca" in recorded
+    assert recorded["gateway"].startswith("https://" if secure else "http://")
+    options: dict[str, Any] = {"endpoint_url": recorded["gateway"], "region_name": "us-east-1"}
+    if not secure:
+        s3 = boto3.client("s3", aws_access_key_id="any", aws_secret_access_key="any", **options)
+        s3.list_buckets()
+        return
+    options["verify"] = recorded["tls_ca"]
+    keys = [line.split() for line in Path(recorded["gateway_keys"]).read_text().splitlines()]
+    reader = next(k for k in keys if k[-1] == "reader")
+    s3 = boto3.client("s3", aws_access_key_id=reader[0], aws_secret_access_key=reader[1], **options)
+    s3.list_buckets()
+    stranger = boto3.client("s3", aws_access_key_id=reader[0], aws_secret_access_key="x", **options)
+    with pytest.raises(ClientError, match="AccessDenied"):
+        stranger.list_buckets()
 
 
 # ---- conventions: global flags, tables, times, cp, help ---------------------------------

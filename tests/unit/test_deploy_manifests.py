@@ -60,6 +60,7 @@ def declared_settings() -> set[str]:
         config.MasterConfig,
         config.WorkerConfig,
         config.ClientConfig,
+        config.GatewayConfig,
     )
     for cls in classes:
         for f in dataclasses.fields(cls):
@@ -1024,13 +1025,26 @@ def secure_kustomization() -> dict[str, Any]:
     return yaml.safe_load((K8S_SECURE / "kustomization.yaml").read_text())
 
 
+GATEWAY_WORKLOAD = "reservoir-gateway"
+
+
 def secure_patches() -> dict[str, dict[str, Any]]:
-    """The overlay's patches by workload kind."""
+    """The overlay's patches of the cluster's servers by workload kind (the S3 gateway's,
+    a second Deployment, is `gateway_patch()`)."""
     patches = {}
     for entry in secure_kustomization()["patches"]:
         doc = yaml.safe_load((K8S_SECURE / entry["path"]).read_text())
-        patches[doc["kind"]] = doc
+        if doc["metadata"]["name"] != GATEWAY_WORKLOAD:
+            patches[doc["kind"]] = doc
     return patches
+
+
+def gateway_patch() -> dict[str, Any]:
+    for entry in secure_kustomization()["patches"]:
+        doc = yaml.safe_load((K8S_SECURE / entry["path"]).read_text())
+        if doc["metadata"]["name"] == GATEWAY_WORKLOAD:
+            return dict(doc)
+    raise AssertionError("the secure overlay does not patch the S3 gateway")
 
 
 def server_patches() -> dict[str, dict[str, Any]]:
@@ -1211,6 +1225,35 @@ def test_k8s_secure_every_process_checks_a_name_the_certificate_is_made_for(
         for key in keys:
             for node in ("node-a", "node-b"):
                 assert (tmp_path / "credentials" / key.format(node=node)).is_file(), secret
+
+
+def test_k8s_secure_gateway_serves_https_checks_signatures_and_reads_with_its_own_token() -> None:
+    patch = gateway_patch()
+    container = main_container(patch)
+    base = main_container(k8s_workload("Deployment", GATEWAY_WORKLOAD))
+    assert container["name"] == base["name"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert set(env) <= declared_settings()
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in patch["spec"]["template"]["spec"]["volumes"]}
+    expected = {
+        "RESERVOIR_TLS_CA": "ca.pem",
+        "RESERVOIR_TLS_CERT": "server.pem",
+        "RESERVOIR_TLS_KEY": "server-key.pem",
+        "RESERVOIR_TOKEN_FILE": "gateway.token",
+        "RESERVOIR_GATEWAY_KEYS_FILE": "gateway-keys",
+    }
+    for setting, file in expected.items():
+        path = Path(env[setting])
+        assert path.name == file, setting
+        mount = mounts[str(path.parent)]
+        assert mount["readOnly"] is True, setting
+        assert file in volume_keys(volumes[mount["name"]]), setting
+    tokens = {k for v in volumes.values() for k in volume_keys(v) if k.endswith(".token")}
+    assert tokens == {"gateway.token"}  # never the operators' admin or reader token
+    for volume in volumes.values():
+        assert volume["secret"]["defaultMode"] & 0o007 == 0, volume["name"]
+    assert patch["spec"]["template"]["spec"]["securityContext"]["fsGroup"] == 10001
 
 
 def test_k8s_secure_etcd_serves_clients_over_tls_from_a_read_only_secret_mount() -> None:

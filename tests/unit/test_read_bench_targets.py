@@ -26,14 +26,24 @@ T = load_targets()
 
 
 def medians(scale: float) -> dict[tuple[str, str], dict[str, float]]:
-    """Every row any target names: denominators 100, each numerator `scale` x the highest
-    target it has (warm large gRPC has two)."""
+    """Every row any target names: rows only ever divided by are 100, each numerator
+    `scale` x the highest target it has (warm large remote has two) times its
+    denominator, a row that is both (warm large remote, the gateway's baseline) once its
+    own numerators are set."""
+    numerators = {t.numerator for t in T.TARGETS}
     out: dict[tuple[str, str], dict[str, float]] = {}
     for t in T.TARGETS:
-        out[t.denominator] = {t.unit: 100.0}
-    for t in T.TARGETS:
-        value = out.setdefault(t.numerator, {}).get(t.unit, 0.0)
-        out[t.numerator][t.unit] = max(value, 100.0 * t.target * scale)
+        if t.denominator not in numerators:
+            out[t.denominator] = {t.unit: 100.0}
+    pending = list(T.TARGETS)
+    while pending:
+        for t in list(pending):
+            if any(other.numerator == t.denominator for other in pending):
+                continue  # its denominator is not final yet
+            base = out[t.denominator][t.unit]
+            value = out.setdefault(t.numerator, {}).get(t.unit, 0.0)
+            out[t.numerator][t.unit] = max(value, base * t.target * scale)
+            pending.remove(t)
     return out
 
 

@@ -18,6 +18,7 @@ COMPONENTS: dict[str, type] = {
     "master": cfg.MasterConfig,
     "worker": cfg.WorkerConfig,
     "fuse": cfg.FuseConfig,
+    "gateway": cfg.GatewayConfig,
     "log": cfg.LogConfig,
 }
 

@@ -16,6 +16,7 @@ def _names(text: str) -> list[str]:
 
 def cmd_credentials_create(args: argparse.Namespace) -> None:
     from reservoir.local import pki
+    from reservoir.local.gateway_keys import write_gateway_keys
     from reservoir.local.pki import LocalCredentials
 
     try:
@@ -38,12 +39,14 @@ def cmd_credentials_create(args: argparse.Namespace) -> None:
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     hosts = _names(args.hosts or "")
     creds = pki.create(directory, workers, days=args.days, hosts=hosts, label="reservoir")
+    gateway_keys = write_gateway_keys(directory, replace=True)
     files = {
         "ca": str(creds.ca),
         "cert": str(creds.cert),
         "key": str(creds.key),
         "tokens_file": str(creds.tokens_file),
         "tokens": {name: str(creds.token(name)) for name in (*pki.RESERVED_NAMES, *workers)},
+        "gateway_keys": str(gateway_keys),
         "hosts": pki.subject_alt_names(hosts),
         "days": args.days,
     }
@@ -59,6 +62,7 @@ def cmd_credentials_create(args: argparse.Namespace) -> None:
                 f"server key          {creds.key}",
                 f"tokens file         {creds.tokens_file}  (servers: RESERVOIR_AUTH_TOKENS_FILE)",
                 *(f"{name + ' token':19} {path}" for name, path in files["tokens"].items()),
+                f"S3 gateway keys     {gateway_keys}  (RESERVOIR_GATEWAY_KEYS_FILE)",
             ]
         ),
     )

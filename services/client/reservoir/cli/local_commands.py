@@ -26,6 +26,7 @@ def cmd_local_up(args: argparse.Namespace) -> None:
         shm=args.shm,
         disk_capacity=args.disk_capacity,
         secure=args.secure,
+        gateway=args.gateway,
         etcd_members=args.etcd_members,
         keep_s3_data=True,
         resume=args.resume,
@@ -62,6 +63,8 @@ def cmd_local_status(args: argparse.Namespace) -> None:
                 state = f"running ({p['role']})"  # which of several masters leads
             table.row(name, state, p["pid"], p["port"], p.get("metrics", "-"), p["log"])
         head = f"master {status['master']}   s3 {status['s3_endpoint']}"
+        if status.get("gateway"):
+            head += f"   gateway {status['gateway']}"
         return f"{head}   etcd {status['metadata_url']}\n{table.render()}"
 
     emit(args, status, text)
@@ -131,6 +134,12 @@ def register(commands: Subcommands) -> None:
         action=argparse.BooleanOptionalAction,
         help="TLS on every hop and tokens with roles: a local CA, certificates and one token "
         "per role in the state dir, recorded in cluster.json (default: no)",
+    )
+    up.add_argument(
+        "--gateway",
+        action=argparse.BooleanOptionalAction,
+        help="also run an S3 gateway (`reservoir gateway`) in front of the cluster; its URL "
+        "is `gateway` in cluster.json and `local status` (default: no)",
     )
     up.add_argument(
         "--etcd-members",

@@ -16,6 +16,7 @@ from reservoir.common import DISTRIBUTION, logs
 from reservoir.common import config as cfg
 from reservoir.common.errors import ReservoirError, Unavailable
 from reservoir.fuse import command as fuse_command
+from reservoir.gateway import command as gateway_command
 
 from . import (
     cache_rule_commands,
@@ -42,6 +43,7 @@ REGISTRATIONS: tuple[Callable[[Subcommands], None], ...] = (
     credential_commands.register,
     config_commands.register,
     fuse_command.register,
+    gateway_command.register,
 )
 
 

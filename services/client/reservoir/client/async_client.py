@@ -33,6 +33,8 @@ from reservoir.common.models import (
     WorkerRecord,
 )
 from reservoir.common.mounted_stores import MountedStores
+from reservoir.common.page_tokens import page_token
+from reservoir.common.paths import normalize
 from reservoir.common.rpc import CHANNEL_OPTIONS, ChannelPool, error_from_rpc
 from reservoir.common.security import Transport
 from reservoir.v1 import master_pb2, worker_pb2
@@ -151,16 +153,32 @@ class AsyncClient:
         return await self._view.ls(path, with_locations=with_locations)
 
     async def iter_ls(
-        self, path: str, *, page_size: int | None = None, with_locations: bool = False
+        self,
+        path: str,
+        *,
+        page_size: int | None = None,
+        with_locations: bool = False,
+        start_after: str = "",
     ) -> AsyncIterator[Inode]:
         """The entries of a directory in name order, as the master sends them a page at a
         time (`page_size` entries per call; default RESERVOIR_LIST_PAGE_SIZE): the first
         arrive after one call, and the client holds one page, however big the directory.
-        Errors raise where they happen, also between pages."""
-        async for page in self._view.ls_pages(
-            path, page_size=page_size, with_locations=with_locations
-        ):
-            for entry in page:
+        `start_after` (a name): only the entries whose names sort after it, found without
+        listing the ones before. Errors raise where they happen, also between pages."""
+        if not start_after:
+            async for page in self._view.ls_pages(
+                path, page_size=page_size, with_locations=with_locations
+            ):
+                for entry in page:
+                    yield entry
+            return
+        # A first page brings the directory up to date with the under-store (and says it
+        # is one); a page token naming `start_after` then seeks past the names before it.
+        await self._view.ls_page(path, 1, "", False)
+        token = page_token(normalize(path), start_after)
+        while token:
+            entries, token = await self._view.ls_page(path, page_size, token, with_locations)
+            for entry in entries:
                 yield entry
 
     async def _ls_page(

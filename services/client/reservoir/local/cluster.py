@@ -35,6 +35,7 @@ from .etcd_members import (
     recorded_members,
 )
 from .etcd_members import metadata_url as etcd_url
+from .gateway_keys import GATEWAY, gateway_answers, gateway_keys_file, write_gateway_keys
 from .pki import LocalCredentials
 from .process import ClusterError, Process, Supervisor, free_port
 from .state_dir import StateDir
@@ -72,6 +73,7 @@ class LocalCluster:
             **self._credential_paths(),
             "s3_endpoint": self.s3_endpoint,
             "s3_managed": self.s3_managed,
+            **self._gateway_fields(),
             "metadata_url": self.metadata_url,
             "settings": self.settings,
             "processes": {k: asdict(p) for k, p in self.processes.items()},
@@ -141,6 +143,8 @@ class LocalCluster:
             return lambda: self._etcd_healthy(proc.port)
         if proc.name == "s3":
             return lambda: _http_ok(f"http://127.0.0.1:{proc.port}/_reservoir/stats")
+        if proc.name == GATEWAY:
+            return lambda: gateway_answers(self.gateway_url, self.credentials)
         address = f"127.0.0.1:{proc.port}"
         if _is_master(proc.name):
             return lambda: _grpc_serving(address, self._transport())
@@ -217,6 +221,48 @@ class LocalCluster:
         )
         self.s3_endpoint = f"http://127.0.0.1:{port}"
         self.s3_managed = True
+        self._spawn(proc)
+        self._wait(proc, self._ready(proc))
+
+    # ---- the S3 gateway (`up --gateway`) ---------------------------------------------------
+
+    @property
+    def gateway_url(self) -> str:
+        """Where the gateway serves S3 ("" without one): https on a secure cluster."""
+        proc = self.processes.get(GATEWAY)
+        if proc is None:
+            return ""
+        return f"{'https' if self.credentials else 'http'}://127.0.0.1:{proc.port}"
+
+    def _gateway_fields(self) -> dict[str, str]:
+        if GATEWAY not in self.processes:
+            return {}
+        keys = gateway_keys_file(self.state_dir)
+        return {"gateway": self.gateway_url} | (
+            {"gateway_keys": str(keys)} if self.credentials else {}
+        )
+
+    def start_gateway(self) -> None:
+        """`reservoir gateway` on a free port, reading through this cluster with the
+        gateway's token (a reader's); on a secure cluster it serves HTTPS with the servers' certificate and checks
+        signatures of the keys in `<state dir>/gateway-keys` (made here)."""
+        existing = self.processes.get(GATEWAY)
+        port = existing.port if existing else free_port()
+        env = {
+            **self._server_env(),
+            **self._security_env(GATEWAY),
+            "RESERVOIR_MASTER": self.master_address,
+            "RESERVOIR_GATEWAY_LISTEN": f"127.0.0.1:{port}",
+        }
+        if self.credentials is not None:
+            env["RESERVOIR_GATEWAY_KEYS_FILE"] = str(write_gateway_keys(self.state_dir))
+        proc = Process(
+            name=GATEWAY,
+            argv=[sys.executable, "-m", "reservoir.gateway"],
+            env=env,
+            port=port,
+            log=str(self.state_dir / "gateway.log"),
+        )
         self._spawn(proc)
         self._wait(proc, self._ready(proc))
 
@@ -415,6 +461,7 @@ class LocalCluster:
         capacity: str | None = None,
         lease_ttl: int | None = None,
         env: dict[str, str] | None = None,
+        gateway: bool | None = None,
         shm: bool | None = None,
         disk_capacity: str | None = None,
         keep_s3_data: bool = False,
@@ -431,7 +478,7 @@ class LocalCluster:
         credentials made for it in the state dir, or the ones already in `credentials`
         (made by `pki.create`; the clusters of one test run can share them).
         `disk_capacity`: each worker also keeps blocks on disk, up to this size, in
-        `<state dir>/<worker>/disk`. `etcd_members`: etcd as a cluster of this many
+        `<state dir>/<worker>/disk`. `gateway`: an S3 gateway too. `etcd_members`: etcd as a cluster of this many
         members (1: a single etcd). `etcd_flags`: more flags for every member (tests: a
         small --quota-backend-bytes)."""
         state = StateDir(Path(state_dir))
@@ -445,6 +492,7 @@ class LocalCluster:
                 "disk_capacity": disk_capacity,
                 "shm": shm,
                 "secure": secure,
+                "gateway": gateway,
                 "s3_latency_ms": s3_latency_ms,
                 "lease_ttl": lease_ttl,
                 "env": env,
@@ -485,6 +533,8 @@ class LocalCluster:
                 cluster.start_master(n)
             for n in range(1, workers + 1):
                 cluster.start_worker(n)
+            if settings["gateway"]:
+                cluster.start_gateway()
         except BaseException:
             cluster.down()
             raise
@@ -505,6 +555,7 @@ class LocalCluster:
             "master": self.master_address,
             "s3_endpoint": self.s3_endpoint,
             "metadata_url": self.metadata_url,
+            **self._gateway_fields(),
             "processes": {
                 name: {"pid": p.pid, "port": p.port, "alive": p.alive(), "log": p.log}
                 | ({"metrics": self.metrics_url(name)} if p.metrics_port else {})

@@ -41,6 +41,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("disk_capacity", "--disk-capacity", ""),
     Setting("shm", "--shm", False),
     Setting("secure", "--secure", False),
+    # An S3 gateway in front of the cluster (`reservoir gateway`).
+    Setting("gateway", "--gateway", False),
     Setting("s3_latency_ms", "--s3-latency-ms", 0.0),
     # How many etcd members (1: a single etcd; 3: a cluster that survives one loss).
     Setting("etcd_members", "--etcd-members", 1),

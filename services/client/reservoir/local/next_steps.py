@@ -37,5 +37,17 @@ def next_steps(cluster: LocalCluster) -> str:
             '"data.bin", "my-bucket", "my-data/data.bin")\'',
             f"reservoir mount /datasets/my-data s3://my-bucket/my-data --endpoint-url {endpoint}",
             "reservoir ls /datasets/my-data",
+            *_gateway_lines(cluster),
         ]
     )
+
+
+def _gateway_lines(cluster: LocalCluster) -> list[str]:
+    if not cluster.gateway_url:
+        return []
+    ca = f" --ca-bundle {cluster.credentials.ca}" if cluster.credentials else ""
+    keys = " (keys: gateway_keys in cluster.json)" if cluster.credentials else ""
+    return [
+        f"# S3 gateway: {cluster.gateway_url}{keys}; the mount above is bucket `datasets`:",
+        f"# aws --endpoint-url {cluster.gateway_url}{ca} s3 ls s3://datasets/my-data/",
+    ]

@@ -10,7 +10,8 @@ are dialled by. Files:
   RESERVOIR_TLS_KEY); also a client certificate, for mutual TLS;
 - `tokens.sha256`: what servers accept, hashes only (RESERVOIR_AUTH_TOKENS_FILE);
 - `admin.token`, `reader.token`, `master.token` (a worker-role token with subject
-  `master`), and `<worker id>.token` per worker (RESERVOIR_TOKEN_FILE).
+  `master`), `gateway.token` (a reader-role token with subject `gateway`, for the S3
+  gateway), and `<worker id>.token` per worker (RESERVOIR_TOKEN_FILE).
 
 The CA's key is not kept: new host names or a rotation mean new credentials everywhere.
 """
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
     from cryptography import x509
 
 # Names of the non-worker token files; a worker id may not take one.
-RESERVED_NAMES = ("admin", "reader", "master")
+RESERVED_NAMES = ("admin", "reader", "master", "gateway")
 # A worker id becomes a file name and a field of the tokens file (no spaces, no slashes);
 # Kubernetes node names fit.
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
@@ -128,7 +129,7 @@ def create(
     label: str = "reservoir local",
 ) -> LocalCredentials:
     """A fresh CA and server certificate, and tokens: admin, reader, one for the master,
-    one per worker. The certificate is valid for localhost, 127.0.0.1, ::1 and `hosts`
+    one for the S3 gateway, one per worker. The certificate is valid for localhost, 127.0.0.1, ::1 and `hosts`
     (names or IP addresses); `hosts=None` (a local cluster) adds this machine's name.
     `label` names the CA (`<label> CA`) and the certificate."""
     from cryptography import x509
@@ -197,7 +198,14 @@ def create(
         private=True,
     )
     lines = ["# role  sha256(token)  subject"]
-    principals = [("admin", "admin", ""), ("reader", "reader", ""), ("master", "worker", "master")]
+    # The S3 gateway reads the cluster as a reader of its own (subject `gateway`): it can
+    # be given its token without being given the operators' reader token.
+    principals = [
+        ("admin", "admin", ""),
+        ("reader", "reader", ""),
+        ("master", "worker", "master"),
+        ("gateway", "reader", "gateway"),
+    ]
     principals += [(w, "worker", w) for w in worker_ids]
     for name, role, subject in principals:
         token = new_token()

@@ -728,6 +728,48 @@ class ClientConfig:
             raise InvalidArgument("RESERVOIR_LIST_PAGE_SIZE must be >= 1")
 
 
+@dataclass(frozen=True)
+class GatewayConfig:
+    """`reservoir gateway`: the S3 API in front of the cache (services/client/reservoir/gateway)."""
+
+    # host:port it serves on; port 0 lets it choose (it logs `gateway_serving`).
+    listen: str = field(default="127.0.0.1:19900", metadata=env("RESERVOIR_GATEWAY_LISTEN"))
+    # Lines `ACCESS_KEY SECRET ROLE` (role reader or writer): with a file, every request
+    # must carry an AWS Signature V4 of one of these keys; without one, any signature (or
+    # none) is accepted, as on a cluster without authentication.
+    keys_file: str = field(default="", metadata=env("RESERVOIR_GATEWAY_KEYS_FILE"))
+    # HTTPS: this certificate and key (empty: the process's RESERVOIR_TLS_CERT and
+    # RESERVOIR_TLS_KEY, so a secure cluster's gateway serves HTTPS with the servers' own).
+    tls_cert: str = field(default="", metadata=env("RESERVOIR_GATEWAY_TLS_CERT"))
+    tls_key: str = field(default="", metadata=env("RESERVOIR_GATEWAY_TLS_KEY"))
+    # What GetBucketLocation answers and signatures are scoped to (any region is accepted
+    # in a signature's scope; S3 clients sign with the one they are configured with).
+    region: str = field(default="us-east-1", metadata=env("RESERVOIR_GATEWAY_REGION"))
+    # Virtual-host style: a Host of `BUCKET.<domain>` names the bucket (empty: path style only).
+    virtual_host_domain: str = field(default="", metadata=env("RESERVOIR_GATEWAY_DOMAIN"))
+    # A GetObject body is read from the cache this many bytes at a time, `read_ahead`
+    # pieces ahead of the one being sent: what one response holds in memory is bounded.
+    read_piece_bytes: int = field(default=8 * MiB, metadata=env("RESERVOIR_GATEWAY_READ_PIECE"))
+    read_ahead: int = field(default=2, metadata=env("RESERVOIR_GATEWAY_READ_AHEAD"))
+    # Signed requests dated further than this from the gateway's clock are refused
+    # (RequestTimeTooSkewed), as S3 does after 15 minutes.
+    clock_skew_s: float = field(default=900.0, metadata=env("RESERVOIR_GATEWAY_CLOCK_SKEW"))
+    client: ClientConfig = field(default_factory=lambda: load(ClientConfig))
+
+    def __post_init__(self) -> None:
+        if self.read_piece_bytes < 1 or self.read_ahead < 0:
+            raise InvalidArgument(
+                "RESERVOIR_GATEWAY_READ_PIECE must be >= 1 and RESERVOIR_GATEWAY_READ_AHEAD >= 0"
+            )
+
+    @property
+    def certificate(self) -> tuple[str, str]:
+        """The certificate and key it serves HTTPS with; empty: plain HTTP."""
+        if self.tls_cert:
+            return self.tls_cert, self.tls_key
+        return self.client.security.tls_cert, self.client.security.tls_key
+
+
 # Every settings class; their variables are the names `warn_unknown_names` knows.
 ALL_SETTINGS: tuple[type, ...] = (
     SecuritySettings,
@@ -740,4 +782,5 @@ ALL_SETTINGS: tuple[type, ...] = (
     MasterConfig,
     WorkerConfig,
     ClientConfig,
+    GatewayConfig,
 )

@@ -12,9 +12,6 @@ read the store only. Mount points below a directory are entries too, merged in n
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
@@ -22,6 +19,7 @@ from reservoir.common import paths
 from reservoir.common.config import MasterConfig
 from reservoir.common.errors import InvalidArgument, NotADirectory
 from reservoir.common.models import Inode
+from reservoir.common.page_tokens import name_after, page_token
 
 from .metadata_sync import NamespaceSync, dir_inode
 from .mount_table import MountTable
@@ -32,26 +30,6 @@ from .namespace_store import NamespaceStore
 class DirectoryPage:
     entries: list[Inode]
     next_token: str  # "" when this page is the last
-
-
-def page_token(directory: str, after: str) -> str:
-    """The token of the page that follows `after` (a name) in `directory`."""
-    raw = json.dumps({"dir": directory, "after": after}, separators=(",", ":")).encode()
-    return base64.urlsafe_b64encode(raw).decode()
-
-
-def name_after(token: str, directory: str) -> str:
-    """The last name already listed, from a token of `directory`'s listing."""
-    try:
-        fields = json.loads(base64.urlsafe_b64decode(token.encode("ascii")))
-        owner, after = fields["dir"], fields["after"]
-    except (ValueError, TypeError, KeyError, UnicodeError, binascii.Error):
-        raise InvalidArgument("bad page token: pass next_page_token as it came") from None
-    if not isinstance(owner, str) or not isinstance(after, str) or not after:
-        raise InvalidArgument("bad page token: pass next_page_token as it came")
-    if owner != directory:
-        raise InvalidArgument(f"the page token is of a listing of {owner}, not of {directory}")
-    return after
 
 
 class DirectoryPages:

@@ -1,0 +1,81 @@
+"""`reservoir gateway [--listen HOST:PORT]`: the S3 API in front of the cluster, in the
+foreground until SIGTERM or Ctrl-C."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import signal
+
+from reservoir.cli.subcommands import Subcommands
+from reservoir.client import discovery
+from reservoir.common import config as cfg
+from reservoir.common import logs
+
+
+def register(commands: Subcommands) -> None:
+    """Registers `gateway` on the CLI's subcommands."""
+    p = commands.add(
+        "gateway",
+        "serve the S3 API (path style; GetObject, HeadObject, ListObjects v1 and v2, "
+        "ListBuckets...) in front of the cluster: any S3 client reads through the cache",
+        cmd_gateway,
+    )
+    p.add_argument(
+        "--listen",
+        metavar="HOST:PORT",
+        help="where to serve (default: $RESERVOIR_GATEWAY_LISTEN, else 127.0.0.1:19900)",
+    )
+    p.add_argument(
+        "--keys-file",
+        metavar="FILE",
+        help="check AWS Signature V4 against these keys (lines `ACCESS_KEY SECRET ROLE`, "
+        "ROLE reader or writer; default: $RESERVOIR_GATEWAY_KEYS_FILE, else accept any)",
+    )
+
+
+def cmd_gateway(args: argparse.Namespace) -> None:
+    client = discovery.client_config(args.master, state_dir=args.state_dir)
+    config = cfg.load(
+        cfg.GatewayConfig, client=client, listen=args.listen, keys_file=args.keys_file
+    )
+    # In the foreground its events (serving, refused signatures) are what the operator
+    # watches: at info.
+    logs.configure_output(cfg.load(cfg.LogConfig))
+    run(config)
+
+
+def run(config: cfg.GatewayConfig) -> None:
+    try:
+        import aiohttp  # noqa: F401
+    except ImportError as exc:  # the client-only install
+        raise ValueError(
+            "`reservoir gateway` needs aiohttp: pip install 'reservoir-cache[server]'"
+        ) from exc
+    from .server import serve
+
+    async def main() -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, task.cancel)
+        with contextlib.suppress(asyncio.CancelledError):
+            await serve(config)
+
+    try:
+        import uvloop
+
+        uvloop.run(main())
+    except ImportError:
+        asyncio.run(main())
+
+
+def main() -> None:
+    """`python -m reservoir.gateway`: the settings from the environment alone (the local
+    launcher, containers)."""
+    logs.configure_output(cfg.load(cfg.LogConfig))
+    client = discovery.client_config()
+    run(dataclasses.replace(cfg.load(cfg.GatewayConfig), client=client))

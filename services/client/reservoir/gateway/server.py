@@ -1,0 +1,298 @@
+"""The gateway's HTTP server (aiohttp): every request goes through `Gateway.handle`,
+which names the target, checks the signature, runs the operation and turns any error
+into S3's XML error (or a bare status for HEAD, whose responses have no body)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import secrets
+import ssl
+from collections import deque
+
+from aiohttp import web
+
+from reservoir.client.async_client import AsyncClient
+from reservoir.common import logs
+from reservoir.common.config import GatewayConfig
+from reservoir.common.errors import NotADirectory, NotFound, ReservoirError
+from reservoir.common.models import Inode
+
+from . import xml_replies
+from .bucket_listing import list_objects_v1, list_objects_v2
+from .key_walk import KeyWalk
+from .naming import Target
+from .object_headers import byte_range, check_conditions, object_headers, overrides
+from .s3_errors import S3Error, from_reservoir, no_such_bucket, no_such_key, not_implemented
+from .signatures import AccessKey, SignatureCheck, SignedRequest, query_pairs, read_keys
+from .writes import WRITE_METHODS, write_operation
+
+log = logs.get_logger(__name__)
+
+_XML = "application/xml"
+# Subresources of a bucket or an object that this gateway does not serve (S3's names).
+_BUCKET_SUBRESOURCES = frozenset(
+    [
+        "accelerate",
+        "acl",
+        "analytics",
+        "cors",
+        "encryption",
+        "intelligent-tiering",
+        "inventory",
+        "lifecycle",
+        "logging",
+        "metrics",
+        "notification",
+        "object-lock",
+        "ownershipControls",
+        "policy",
+        "policyStatus",
+        "publicAccessBlock",
+        "replication",
+        "requestPayment",
+        "tagging",
+        "uploads",
+        "versioning",
+        "versions",
+        "website",
+    ]
+)
+_OBJECT_SUBRESOURCES = frozenset(
+    [
+        "acl",
+        "attributes",
+        "legal-hold",
+        "retention",
+        "tagging",
+        "torrent",
+        "uploadId",
+        "restore",
+        "select",
+    ]
+)
+_REQUEST_ID = "reservoir_request_id"
+
+
+class Gateway:
+    def __init__(self, config: GatewayConfig, client: AsyncClient) -> None:
+        self.config = config
+        self._client = client
+        keys = read_keys(config.keys_file) if config.keys_file else None
+        self._signatures = SignatureCheck(keys, config.clock_skew_s) if keys is not None else None
+
+    def app(self) -> web.Application:
+        app = web.Application(handler_args={"max_field_size": 16384})
+        app.router.add_route("*", "/{tail:.*}", self.handle)
+        app.on_response_prepare.append(_stamp)
+        return app
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        request_id = secrets.token_hex(8).upper()
+        request[_REQUEST_ID] = request_id
+        head = request.method == "HEAD"
+        target = Target.of(request.raw_path, request.host, self.config.virtual_host_domain)
+        try:
+            signer = self._authenticate(request)
+            return await self._dispatch(request, target, signer)
+        except S3Error as err:
+            return _error(err, request, target, head)
+        except ReservoirError as exc:
+            log.info("gateway_request_failed", path=request.path, error=str(exc))
+            return _error(from_reservoir(exc, target.bucket, target.key), request, target, head)
+
+    def _authenticate(self, request: web.Request) -> AccessKey | None:
+        if self._signatures is None:
+            return None
+        raw_query = request.raw_path.partition("?")[2]
+        signed = SignedRequest(
+            request.method, request.raw_path, query_pairs(raw_query), request.headers
+        )
+        return self._signatures.signer(signed)
+
+    async def _dispatch(
+        self, request: web.Request, target: Target, signer: AccessKey | None
+    ) -> web.StreamResponse:
+        method, query = request.method, request.query
+        if method in WRITE_METHODS:
+            raise write_operation(method, target, query, request.headers, signer)
+        if method not in ("GET", "HEAD"):
+            raise S3Error(
+                "MethodNotAllowed",
+                405,
+                "The specified method is not allowed against this resource.",
+            )
+        if not target.bucket:
+            return await self._list_buckets(method == "HEAD")
+        if not target.valid_bucket():
+            raise no_such_bucket(target.bucket)
+        if not target.key:
+            return await self._bucket(request, target)
+        unsupported = _OBJECT_SUBRESOURCES.intersection(query)
+        if unsupported:
+            raise not_implemented(f"?{min(unsupported)}")
+        return await self._object(request, target)
+
+    # ---- the service and buckets ----------------------------------------------------------
+
+    async def _list_buckets(self, head: bool) -> web.StreamResponse:
+        names = [
+            (entry.path[1:], entry.mtime_ms)
+            async for entry in self._client.iter_ls("/")
+            if entry.is_dir
+        ]
+        return web.Response(body=b"" if head else xml_replies.buckets(names), content_type=_XML)
+
+    async def _check_bucket(self, target: Target) -> None:
+        try:
+            inode = await self._client.stat(target.bucket_path)
+        except NotFound:
+            raise no_such_bucket(target.bucket) from None
+        if not inode.is_dir:
+            raise no_such_bucket(target.bucket)
+
+    async def _bucket(self, request: web.Request, target: Target) -> web.StreamResponse:
+        await self._check_bucket(target)
+        query = request.query
+        if request.method == "HEAD":
+            return web.Response(headers={"x-amz-bucket-region": self.config.region})
+        if "location" in query:
+            return web.Response(body=xml_replies.location(self.config.region), content_type=_XML)
+        unsupported = _BUCKET_SUBRESOURCES.intersection(query)
+        if unsupported:
+            raise not_implemented(f"?{min(unsupported)}")
+        walk = KeyWalk(self._client, target.bucket, self.config.client.list_page_size)
+        if query.get("list-type") == "2":
+            body = await list_objects_v2(walk, target.bucket, query)
+        else:
+            body = await list_objects_v1(walk, target.bucket, query)
+        return web.Response(body=body, content_type=_XML)
+
+    # ---- objects ------------------------------------------------------------------------
+
+    async def _stat_object(self, target: Target) -> Inode:
+        path = target.object_path()
+        if path is None:
+            await self._check_bucket(target)
+            raise no_such_key(target.key)
+        try:
+            inode = await self._client.stat(path)
+        except (NotFound, NotADirectory):
+            await self._check_bucket(target)
+            raise no_such_key(target.key) from None
+        if inode.is_dir:
+            raise no_such_key(target.key)
+        return inode
+
+    async def _object(self, request: web.Request, target: Target) -> web.StreamResponse:
+        """GetObject and HeadObject."""
+        inode = await self._stat_object(target)
+        headers = object_headers(inode)
+        if check_conditions(request.headers, inode) == 304:
+            kept = {k: headers[k] for k in ("ETag", "Last-Modified")}
+            return web.Response(status=304, headers=kept)
+        wanted = byte_range(request.headers.get("Range"), inode.size)
+        first, length, status = 0, inode.size, 200
+        if wanted is not None:
+            first, length, status = wanted.first, wanted.length, 206
+            headers["Content-Range"] = f"bytes {wanted.first}-{wanted.last}/{inode.size}"
+        headers |= overrides(request.query)
+        response = web.StreamResponse(status=status, headers=headers)
+        response.content_length = length
+        await response.prepare(request)
+        if request.method == "GET" and length:
+            try:
+                await self._send(response, inode, first, length)
+            except (ReservoirError, OSError) as exc:
+                # The status line is sent: no error response can follow. The connection is
+                # cut, so the client sees a short body as a failure, never as the object.
+                log.warning("gateway_body_failed", path=inode.path, error=str(exc))
+                raise ConnectionResetError(f"{inode.path}: {exc}") from exc
+        await response.write_eof()
+        return response
+
+    async def _send(
+        self, response: web.StreamResponse, inode: Inode, first: int, length: int
+    ) -> None:
+        """The body in pieces of `read_piece_bytes`, `read_ahead` pieces read while one is
+        sent: memory per response is bounded, and the cache and the socket work at once."""
+        piece = self.config.read_piece_bytes
+        offsets = iter(range(first, first + length, piece))
+        end = first + length
+
+        def read(offset: int) -> asyncio.Future[list[memoryview]]:
+            size = min(piece, end - offset)
+            return asyncio.ensure_future(self._client.read_pieces(inode.path, offset, size))
+
+        reading = deque(read(o) for o in itertools.islice(offsets, 1 + self.config.read_ahead))
+        sent = 0
+        try:
+            while reading:
+                pieces = await reading.popleft()
+                following = next(offsets, None)
+                if following is not None:
+                    reading.append(read(following))
+                for part in pieces:
+                    await response.write(part)
+                    sent += len(part)
+        finally:
+            for pending in reading:
+                pending.cancel()
+        if sent != length:
+            # The object changed under the response: the client must not take a short body
+            # for the object, so the connection is cut rather than the body ended.
+            raise ConnectionResetError(f"{inode.path}: sent {sent} of {length} bytes")
+
+
+def _error(err: S3Error, request: web.Request, target: Target, head: bool) -> web.Response:
+    resource = request.path
+    headers = dict(err.headers)
+    if head:
+        return web.Response(status=err.status, headers=headers)
+    body = xml_replies.error(err, resource, request[_REQUEST_ID])
+    return web.Response(status=err.status, body=body, content_type=_XML, headers=headers)
+
+
+async def _stamp(request: web.Request, response: web.StreamResponse) -> None:
+    request_id = request.get(_REQUEST_ID, "")
+    response.headers["x-amz-request-id"] = request_id
+    response.headers["x-amz-id-2"] = request_id
+    response.headers["Server"] = "Reservoir"
+
+
+def _ssl_context(config: GatewayConfig) -> ssl.SSLContext | None:
+    cert, key = config.certificate
+    if not cert:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key or None)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    return context
+
+
+async def serve(config: GatewayConfig, started: asyncio.Event | None = None) -> None:
+    """Serves until cancelled (SIGTERM, Ctrl-C): logs `gateway_serving` with its address."""
+    host, _, port = config.listen.rpartition(":")
+    async with AsyncClient(config=config.client) as client:
+        gateway = Gateway(config, client)
+        runner = web.AppRunner(gateway.app(), access_log=None, handle_signals=False)
+        await runner.setup()
+        context = _ssl_context(config)
+        site = web.TCPSite(runner, host.strip("[]") or "0.0.0.0", int(port), ssl_context=context)
+        try:
+            await site.start()
+            bound = runner.addresses[0]
+            scheme = "https" if context else "http"
+            log.info(
+                "gateway_serving",
+                url=f"{scheme}://{bound[0]}:{bound[1]}",
+                master=config.client.master,
+                signatures="checked" if config.keys_file else "not checked",
+            )
+            if started is not None:
+                started.set()
+            await asyncio.Event().wait()
+        finally:
+            with contextlib.suppress(Exception):
+                await runner.cleanup()
