@@ -13,6 +13,7 @@ import http.client
 import os
 import re
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -29,7 +30,14 @@ from .errors import (
 )
 from .redaction import install as redact_sdk_logs
 from .s3_range_reader import S3RangeReader
-from .under_store import BodyRetry, Listing, ObjectInfo, UnderStore, UnderStoreSettings
+from .under_store import (
+    BodyRetry,
+    Listing,
+    ObjectInfo,
+    ObjectPage,
+    UnderStore,
+    UnderStoreSettings,
+)
 
 log = logs.get_logger(__name__)
 
@@ -254,6 +262,28 @@ class S3UnderStore(UnderStore):
         except Exception as exc:
             raise self._error(exc, f"list {self.uri_of(prefix)}") from exc
         return Listing(objects, prefixes, complete)
+
+    def walk(self, prefix: str) -> Iterator[ObjectPage]:
+        """One listing without a delimiter: S3 walks the tree and streams every key below
+        `prefix` in order, 1,000 a page, however the keys nest."""
+        full = self.prefix + prefix
+        strip = len(self.prefix)
+        try:
+            pages = self._s3.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=full
+            )
+            for page in pages:
+                yield [
+                    ObjectInfo(
+                        key=item["Key"][strip:],
+                        size=int(item["Size"]),
+                        mtime_ms=int(item["LastModified"].timestamp() * 1000),
+                        etag=str(item.get("ETag", "")).strip('"'),
+                    )
+                    for item in page.get("Contents", ())
+                ]
+        except Exception as exc:
+            raise self._error(exc, f"list {self.uri_of(prefix)}") from exc
 
     def get_range(self, key: str, offset: int, length: int, etag: str = "") -> bytes:
         if length <= 0:
