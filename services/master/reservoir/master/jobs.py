@@ -266,6 +266,7 @@ class LoadJobs:
                 job.total_files += len(files)
                 job.total_bytes += sum(f.size for f in files) * job.replicas
                 job.total_blocks += sum(f.block_count for f in files) * job.replicas
+                await self._save(job)  # what a watcher sees before the page's blocks land
                 if homes is not None:
                     await self._load(job, files, *homes)
             job.state = "failed" if job.failed_blocks else "completed"

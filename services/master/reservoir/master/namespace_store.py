@@ -157,14 +157,20 @@ class NamespaceStore:
         return [i async for page in self.children_pages(directory) for i in page]
 
     async def walk(self, top: str) -> AsyncIterator[list[Inode]]:
-        """Every stored inode below `top` (reachable through stored directories), a page
-        at a time: memory holds a page and the directories still to visit."""
-        pending = [top]
-        while pending:
-            directory = pending.pop()
-            async for page in self.children_pages(directory):
-                pending.extend(i.path for i in page if i.is_dir)
-                yield page
+        """Every stored inode below `top` (reachable through stored directories), in
+        depth-first name order (a directory, then what is below it, then its next
+        sibling), a run of entries at a time: memory holds a page per level."""
+        async for page in self.children_pages(top):
+            run: list[Inode] = []
+            for inode in page:
+                run.append(inode)
+                if inode.is_dir:
+                    yield run
+                    run = []
+                    async for below in self.walk(inode.path):
+                        yield below
+            if run:
+                yield run
 
     async def walk_files(
         self, top: str, with_ids: bool
