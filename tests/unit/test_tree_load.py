@@ -158,3 +158,20 @@ def test_a_store_listing_keys_out_of_order_is_loaded_level_by_level(
         assert progress[-1][0] == len(files) + len(dirs) and progress[-1][3]
 
     asyncio.run(scenario())
+
+
+def test_report_of_a_loaded_tree_counts_every_file_once(tmp_path: Path) -> None:
+    uri = _tree(tmp_path / "ufs", KEYS)
+    files, _ = _expected(KEYS)
+
+    async def scenario() -> None:
+        master = _master()
+        await master.mount("/m", uri, HOUR)
+        await _load(master)
+        # Directories are read several at a time: each file still counts once.
+        report = await master.report("/m")
+        assert report["files"] == len(files)
+        assert report["bytes"] == sum(len(k) for k in KEYS)
+        assert (await master.report("/m/wide"))["files"] == 36
+
+    asyncio.run(scenario())
