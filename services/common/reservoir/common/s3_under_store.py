@@ -9,6 +9,7 @@ endpoint, the credential source.
 from __future__ import annotations
 
 import configparser
+import datetime
 import http.client
 import os
 import re
@@ -72,6 +73,22 @@ def _expected_length(response: dict[str, Any], offset: int, length: int) -> int:
     if match and match.group(3) != "*":
         return max(0, min(length, int(match.group(3)) - offset))
     return int(response.get("ContentLength", length))
+
+
+def _timestamp(value: str | int | float) -> datetime.datetime:
+    """A response timestamp as botocore's parser reads it (timezone-aware), fast for the
+    ISO 8601 form S3 lists in."""
+    from botocore.parsers import DEFAULT_TIMESTAMP_PARSER
+
+    if isinstance(value, str):
+        try:
+            parsed = datetime.datetime.fromisoformat(value)
+        except ValueError:
+            pass
+        else:
+            if parsed.tzinfo is not None:  # a zone-less time is botocore's to interpret
+                return parsed
+    return DEFAULT_TIMESTAMP_PARSER(value)  # type: ignore[no-any-return,arg-type]
 
 
 def _read_credentials_file(path: str) -> tuple[str, str, str | None]:
@@ -171,6 +188,11 @@ class S3UnderStore(UnderStore):
         if anonymous:
             config_args["signature_version"] = botocore.UNSIGNED
         redact_sdk_logs()
+        # botocore reads every timestamp with dateutil, ~100 us apiece: most of the CPU a
+        # listing costs (one LastModified per object). S3's ISO 8601 form parses in well
+        # under a microsecond; anything else still goes to botocore's parser.
+        factory = session._session.get_component("response_parser_factory")
+        factory.set_parser_defaults(timestamp_parser=_timestamp)
         client = session.client(
             "s3",
             endpoint_url=settings.endpoint_url or None,
