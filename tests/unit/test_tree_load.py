@@ -75,9 +75,13 @@ async def _load(master: MasterService) -> list[tuple[int, int, int, bool]]:
     return [p async for p in master.load_metadata("/m", recursive=True)]
 
 
-@pytest.mark.parametrize("parallelism", [1, 4, 8])
+@pytest.mark.parametrize(
+    ("parallelism", "list_bound"),
+    # 3: the mount's own 5 entries are too many to list: it is walked whole, from its root.
+    [(1, 10_000), (4, 10_000), (8, 10_000), (4, 3)],
+)
 def test_every_object_is_stored_once_with_its_directories_marked_listed(
-    tmp_path: Path, parallelism: int, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, parallelism: int, list_bound: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A tiny flush bound: the 12-entry directory writes entries before it is complete.
     monkeypatch.setattr(tree_load, "_FLUSH_ENTRIES", 5)
@@ -85,7 +89,9 @@ def test_every_object_is_stored_once_with_its_directories_marked_listed(
     files, dirs = _expected(KEYS)
 
     async def scenario() -> None:
-        master = _master(metadata_load_parallelism=parallelism)
+        master = _master(
+            metadata_load_parallelism=parallelism, metadata_list_max_entries=list_bound
+        )
         await master.mount("/m", uri, HOUR)
         progress = await _load(master)
         stored = await _stored(master)
@@ -108,12 +114,15 @@ def test_every_object_is_stored_once_with_its_directories_marked_listed(
     asyncio.run(scenario())
 
 
-def test_a_second_load_writes_nothing_and_removes_what_vanished(tmp_path: Path) -> None:
+@pytest.mark.parametrize("list_bound", [10_000, 3])
+def test_a_second_load_writes_nothing_and_removes_what_vanished(
+    tmp_path: Path, list_bound: int
+) -> None:
     root = tmp_path / "ufs"
     uri = _tree(root, KEYS)
 
     async def scenario() -> None:
-        master = _master(metadata_load_parallelism=2)
+        master = _master(metadata_load_parallelism=2, metadata_list_max_entries=list_bound)
         await master.mount("/m", uri, HOUR)
         await _load(master)
         first = await _stored(master)

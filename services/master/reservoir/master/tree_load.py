@@ -91,17 +91,27 @@ class TreeLoad:
         # enough to walk several subtrees at a time.
         level = [top]
         subtrees: list[str] = []
+        # A level's directory listed past this many entries is walked flat, files and
+        # all, instead: a directory of millions is never one listing held in memory.
+        bound = self._sync.list_bound
         for depth in range(_SPLIT_LEVELS):
-            listings = await asyncio.gather(*(self._sync.sync_directory(mount, d) for d in level))
+            listings = await asyncio.gather(
+                *(self._sync.sync_directory(mount, d, limit=bound) for d in level)
+            )
             below: list[str] = []
-            for listing in listings:
-                counts.listed += len(listing.children)
+            for directory, listing in zip(level, listings, strict=True):
+                if not listing.complete:
+                    # Its walk counts what it lists (the few files already written here
+                    # are not counted as written twice, nor on every later load).
+                    subtrees.append(directory)
+                    continue
                 counts.written += listing.written
+                counts.listed += len(listing.children)
                 counts.removed += listing.removed
                 below.extend(c.path for c in listing.children if c.is_dir)
             yield counts
             if not below or len(below) >= self._parallelism or depth == _SPLIT_LEVELS - 1:
-                subtrees = below
+                subtrees.extend(below)
                 break
             level = below
         ufs = await self._sync.under_store(mount)
@@ -129,7 +139,7 @@ class TreeLoad:
 
     async def _walk(self, mount: Mount, ufs: UnderStore, root: str, counts: LoadCounts) -> None:
         """One subtree from one flat listing; its root's marker is written last."""
-        prefix = root[len(mount.path) + 1 :] + "/"
+        prefix = "" if root == mount.path else root[len(mount.path) + 1 :] + "/"
         tasks: list[asyncio.Task[None]] = []
         try:
             await self._walk_keys(mount, ufs, root, prefix, counts, tasks)
