@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
+import pytest
 from prometheus_client import CollectorRegistry
 
 from reservoir.common.config import MasterConfig
 from reservoir.common.errors import ReservoirError, Unavailable
 from reservoir.common.metadata_store import MemoryMetadataStore
 from reservoir.common.models import Inode, WorkerRecord
+from reservoir.master import jobs as jobs_module
 from reservoir.master.job_counters import LoadJobCounters
 from reservoir.master.jobs import TERMINAL, LoadJobs
 from reservoir.master.locations import BlockLocationTable
@@ -149,7 +151,11 @@ class _SignallingLoader:
         return [None] * len(blocks)
 
 
-def test_a_job_loads_its_first_page_of_files_before_it_reads_the_next() -> None:
+def test_a_job_loads_its_first_page_of_files_before_it_reads_the_next(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(jobs_module, "_PAGE_FILES", 3)  # a round is one page of 3 files
+
     async def run() -> None:
         store = MemoryMetadataStore()
         loaded = asyncio.Event()

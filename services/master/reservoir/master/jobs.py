@@ -33,6 +33,8 @@ log = logs.get_logger(__name__)
 
 TERMINAL = ("completed", "failed", "cancelled")
 MAX_ERRORS = 20
+# Files a job places and loads per round, at least (a round waits for its last block).
+_PAGE_FILES = 4096
 
 
 @dataclass
@@ -325,14 +327,21 @@ class LoadJobs:
             yield files
 
     async def _files_below(self, top: str, skip: list[str]) -> AsyncIterator[list[Inode]]:
+        """The files below `top` (but those below `skip`), in runs of at least
+        _PAGE_FILES: each run is one round of loads, so many small directories do not
+        each wait on their own round."""
+        files: list[Inode] = []
         async for page in self._namespace.subtree(top):
-            files = [
+            files.extend(
                 i
                 for i in page
                 if not i.is_dir and not any(paths.is_within(i.path, s) for s in skip)
-            ]
-            if files:
+            )
+            if len(files) >= _PAGE_FILES:
                 yield sorted(files, key=lambda f: f.path)
+                files = []
+        if files:
+            yield sorted(files, key=lambda f: f.path)
 
     async def _named(self, job: Job) -> list[Inode]:
         """The job's named files, in its order; one that is gone or a directory is an
