@@ -124,6 +124,19 @@ def test_a_bounded_list_stops_at_the_bound_and_says_it_is_incomplete(store: Unde
     assert store.list("d/").complete
 
 
+def test_walk_lists_every_key_below_a_prefix_at_any_depth_in_key_order(
+    store: UnderStore,
+) -> None:
+    # "d/b-x" sorts before the keys below "d/b/", "d/b0" after them.
+    keys = ["d/b-x", "d/b/1.bin", "d/b/c/deep.bin", "d/b0", "d/z.bin", "e/out.bin"]
+    for key in keys:
+        store.put(key, key.encode())
+    walked = [(o.key, o.size) for page in store.walk("d/") for o in page]
+    below = [k for k in keys if k.startswith("d/")]
+    assert walked == [(k, len(k)) for k in below]
+    assert [o.key for page in store.walk("") for o in page] == keys
+
+
 def test_uri_and_key_are_inverse(store: UnderStore) -> None:
     assert store.key_of(store.uri_of("a/b")) == "a/b"
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
+import pytest
 from prometheus_client import CollectorRegistry
 
 from reservoir.common.config import MasterConfig
 from reservoir.common.errors import ReservoirError, Unavailable
 from reservoir.common.metadata_store import MemoryMetadataStore
 from reservoir.common.models import Inode, WorkerRecord
+from reservoir.master import jobs as jobs_module
 from reservoir.master.job_counters import LoadJobCounters
 from reservoir.master.jobs import TERMINAL, LoadJobs
 from reservoir.master.locations import BlockLocationTable
@@ -118,3 +120,60 @@ def test_load_job_counters_add_up_the_blocks_and_bytes_loaded_and_failed() -> No
     assert value("reservoir_master_load_job_bytes_total", "loaded") == 2 * 8
     assert value("reservoir_master_load_job_blocks_total", "failed") == 2 * 1
     assert value("reservoir_master_load_job_bytes_total", "failed") == 2 * 2
+
+
+class _EndlessTree(_Namespace):
+    """A directory whose pages of files keep coming until the test has seen a load."""
+
+    def __init__(self, loaded: asyncio.Event) -> None:
+        self.loaded = loaded
+        self.pages_read = 0
+
+    async def subtree(self, path: str) -> AsyncIterator[list[Inode]]:
+        for page in range(1000):
+            if self.loaded.is_set():
+                return
+            self.pages_read += 1
+            yield [
+                Inode(f"/d/p{page}-{i}", False, size=4, block_size=4, file_id=f"{page}-{i}")
+                for i in range(3)
+            ]
+
+
+class _SignallingLoader:
+    def __init__(self, loaded: asyncio.Event) -> None:
+        self.loaded = loaded
+
+    async def load_blocks(
+        self, worker: WorkerRecord, blocks: list[tuple[Inode, int]]
+    ) -> list[ReservoirError | None]:
+        self.loaded.set()
+        return [None] * len(blocks)
+
+
+def test_a_job_loads_its_first_page_of_files_before_it_reads_the_next(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(jobs_module, "_PAGE_FILES", 3)  # a round is one page of 3 files
+
+    async def run() -> None:
+        store = MemoryMetadataStore()
+        loaded = asyncio.Event()
+        namespace = _EndlessTree(loaded)
+        jobs = LoadJobs(
+            store,
+            MasterConfig(),
+            namespace,
+            _SignallingLoader(loaded),
+            BlockLocationTable(store),
+            LoadJobCounters(CollectorRegistry()),
+        )
+        job = await jobs.submit("/d", replicas=1, priority_paths=[], metadata_only=False)
+        await asyncio.wait_for(jobs._tasks[job.id], timeout=10)
+        done = await jobs.get(job.id)
+        # The first page's blocks went out before the second page was asked for: a job
+        # over millions of files starts at once and holds a page, not its file list.
+        assert namespace.pages_read == 1
+        assert (done.state, done.total_files, done.done_blocks) == ("completed", 3, 3)
+
+    asyncio.run(run())

@@ -479,6 +479,8 @@ class MasterConfig:
         default=1.0, metadata=env("RESERVOIR_WORKER_REFRESH_INTERVAL")
     )
     grace_s: float = field(default=3.0, metadata=env("RESERVOIR_SHUTDOWN_GRACE"))
+    # Subtrees a metadata load lists at a time (each one listing without a delimiter), and
+    # directories it lists at a time where it goes level by level.
     metadata_load_parallelism: int = field(
         default=8, metadata=env("RESERVOIR_METADATA_LOAD_PARALLELISM")
     )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from .errors import InvalidArgument
@@ -31,6 +32,12 @@ class Listing:
     prefixes: list[str]  # relative "directories", without the trailing slash
     # False when the listing stopped at the caller's bound with more entries left.
     complete: bool = True
+
+
+# A page of a flat listing (`UnderStore.walk`); named here because inside the store
+# classes `list` is their own method.
+ObjectPage = list[ObjectInfo]
+_Items = list[tuple[bytes, ObjectInfo | str]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +80,29 @@ class UnderStore(abc.ABC):
         """One level below `prefix` ('' is the root; otherwise it ends with '/'). With
         `limit`, the listing may stop once it holds at least that many entries (objects
         and prefixes), marked incomplete when more are left."""
+
+    def walk(self, prefix: str) -> Iterator[ObjectPage]:
+        """Every object below `prefix` ('' or ending with '/'), at any depth, a page at a
+        time, in key order (UTF-8 byte order, as S3 lists). This default lists level by
+        level; a store that can list a whole tree in one stream (S3 without a delimiter)
+        does so, and the tree walk is the store's work."""
+        listing = self.list(prefix)
+        # A prefix sorts as its name followed by '/', which is how its keys sort among
+        # the level's objects.
+        items: _Items = [(o.key.encode(), o) for o in listing.objects]
+        items.extend(((p + "/").encode(), p) for p in listing.prefixes)
+        items.sort(key=lambda item: item[0])
+        page: ObjectPage = []
+        for _, item in items:
+            if isinstance(item, ObjectInfo):
+                page.append(item)
+                continue
+            if page:
+                yield page
+                page = []
+            yield from self.walk(item + "/")
+        if page:
+            yield page
 
     @abc.abstractmethod
     def get_range(self, key: str, offset: int, length: int, etag: str = "") -> bytes:

@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry, Histogram
 
 from .errors import ReservoirError
 from .rpc_metrics import LATENCY_BUCKETS_S
-from .under_store import Listing, ObjectInfo, UnderStore
+from .under_store import Listing, ObjectInfo, ObjectPage, UnderStore
 
 OK = "ok"
 
@@ -84,6 +84,15 @@ class MeasuredUnderStore(UnderStore):
     def list(self, prefix: str, limit: int | None = None) -> Listing:
         with self._metrics.timing("list", self._scheme):
             return self.inner.list(prefix, limit)
+
+    def walk(self, prefix: str) -> Iterator[ObjectPage]:
+        pages = self.inner.walk(prefix)
+        while True:
+            with self._metrics.timing("list", self._scheme):
+                page = next(pages, None)
+            if page is None:
+                return
+            yield page
 
     def get_range(self, key: str, offset: int, length: int, etag: str = "") -> bytes:
         with self._metrics.timing("get", self._scheme):

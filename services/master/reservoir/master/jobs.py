@@ -24,7 +24,7 @@ from reservoir.common.config import MasterConfig
 from reservoir.common.errors import InvalidArgument, NotFound, ReservoirError
 from reservoir.common.metadata_store import MetadataStore
 from reservoir.common.models import Inode, WorkerRecord
-from reservoir.common.placement import Candidate, block_key, placement
+from reservoir.common.placement import Candidate, Placement, block_key, placement
 
 from .job_counters import FAILED, LOADED, LoadJobCounters
 from .locations import BlockLocationTable
@@ -33,6 +33,8 @@ log = logs.get_logger(__name__)
 
 TERMINAL = ("completed", "failed", "cancelled")
 MAX_ERRORS = 20
+# Files a job places and loads per round, at least (a round waits for its last block).
+_PAGE_FILES = 4096
 
 
 @dataclass
@@ -256,14 +258,19 @@ class LoadJobs:
             await self._save(job)
             if not job.files:
                 await self._namespace.load_all_metadata(job.path)
-            files = await self._files(job)
-            job.total_files = len(files)
-            job.total_bytes = sum(f.size for f in files) * job.replicas
-            job.total_blocks = sum(f.block_count for f in files) * job.replicas
-            await self._save(job)
-            if not job.metadata_only:
-                saver = asyncio.create_task(self._save_every(job))
-                await self._load(job, files)
+            job.total_files = job.total_bytes = job.total_blocks = 0
+            homes = None if job.metadata_only else await self._homes(job)
+            saver = asyncio.create_task(self._save_every(job))
+            # A page of files at a time, loaded as it comes: a job over millions of files
+            # starts at once, and the master never holds its whole file list. The totals
+            # grow with the pages (they are whole when the last page is in).
+            async for files in self._file_pages(job):
+                job.total_files += len(files)
+                job.total_bytes += sum(f.size for f in files) * job.replicas
+                job.total_blocks += sum(f.block_count for f in files) * job.replicas
+                await self._save(job)  # what a watcher sees before the page's blocks land
+                if homes is not None:
+                    await self._load(job, files, *homes)
             job.state = "failed" if job.failed_blocks else "completed"
         except asyncio.CancelledError:
             raise
@@ -292,16 +299,49 @@ class LoadJobs:
             except ReservoirError as exc:
                 log.warning("load_job_save_failed", job=job.id, error=str(exc))
 
-    async def _files(self, job: Job) -> list[Inode]:
+    async def _file_pages(self, job: Job) -> AsyncIterator[list[Inode]]:
+        """The job's files a page at a time: its named files; or the files below its
+        path, those below its priority paths first, each page in path order."""
         if job.files:
-            return await self._named(job)
+            yield await self._named(job)
+            return
         info = await self._namespace.file_info(job.path)
         if not info.is_dir:
-            return [info]
-        below = [
-            i async for page in self._namespace.subtree(info.path) for i in page if not i.is_dir
-        ]
-        return sorted(below, key=lambda f: f.path)
+            yield [info]
+            return
+        tops: list[str] = []
+        for top in job.priority_paths:
+            if paths.is_within(top, info.path) and not any(paths.is_within(top, t) for t in tops):
+                tops.append(top)
+        for top in tops:
+            try:
+                first = await self._namespace.file_info(top)
+            except NotFound:
+                continue
+            if not first.is_dir:
+                yield [first]
+                continue
+            async for files in self._files_below(top, []):
+                yield files
+        async for files in self._files_below(info.path, tops):
+            yield files
+
+    async def _files_below(self, top: str, skip: list[str]) -> AsyncIterator[list[Inode]]:
+        """The files below `top` (but those below `skip`), in runs of at least
+        _PAGE_FILES: each run is one round of loads, so many small directories do not
+        each wait on their own round."""
+        files: list[Inode] = []
+        async for page in self._namespace.subtree(top):
+            files.extend(
+                i
+                for i in page
+                if not i.is_dir and not any(paths.is_within(i.path, s) for s in skip)
+            )
+            if len(files) >= _PAGE_FILES:
+                yield sorted(files, key=lambda f: f.path)
+                files = []
+        if files:
+            yield sorted(files, key=lambda f: f.path)
 
     async def _named(self, job: Job) -> list[Inode]:
         """The job's named files, in its order; one that is gone or a directory is an
@@ -317,13 +357,17 @@ class LoadJobs:
                 found.append(answer)
         return found
 
-    async def _load(self, job: Job, files: list[Inode]) -> None:
+    async def _homes(self, job: Job) -> tuple[dict[str, WorkerRecord], Placement]:
+        """The live workers by id and the placement over them, for the whole job."""
         workers = await self._namespace.workers()
         if len(workers) < job.replicas:
             raise InvalidArgument(f"{job.replicas} replicas asked, {len(workers)} workers live")
         by_id = {w.id: w for w in workers}
-        table = placement([Candidate(w.id, float(w.capacity_bytes or 1)) for w in workers])
+        return by_id, placement([Candidate(w.id, float(w.capacity_bytes or 1)) for w in workers])
 
+    async def _load(
+        self, job: Job, files: list[Inode], by_id: dict[str, WorkerRecord], table: Placement
+    ) -> None:
         def priority(inode: Inode) -> int:
             return 0 if any(paths.is_within(inode.path, p) for p in job.priority_paths) else 1
 

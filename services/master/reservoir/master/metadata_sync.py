@@ -116,6 +116,11 @@ class NamespaceSync:
     async def under_store(self, mount: Mount) -> UnderStore:
         return await self._under_stores.open(mount)
 
+    @property
+    def list_bound(self) -> int:
+        """Entries a directory listing stops at (`metadata_list_max_entries`)."""
+        return self._config.metadata_list_max_entries
+
     def ttl_ms(self, mount: Mount) -> int | None:
         return mount.options.sync_ttl_ms(int(self._config.metadata_ttl_s * 1000))
 

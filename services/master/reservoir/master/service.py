@@ -38,6 +38,7 @@ from .metadata_sync import DirectoryListing, NamespaceSync, dir_inode, now_ms
 from .mount_policy import MountPolicy
 from .mount_table import MountTable
 from .namespace_store import NamespaceStore
+from .tree_load import KeysOutOfOrder, TreeLoad
 from .worker_link import WorkerLink
 
 log = logs.get_logger(__name__)
@@ -78,6 +79,7 @@ class MasterService:
         self.sync = NamespaceSync(
             self.namespace, config, self.mount_table, self._under_stores, self._pool
         )
+        self.tree_load = TreeLoad(self.namespace, self.sync, config.metadata_load_parallelism)
         self.directories = DirectoryPages(
             self.namespace,
             config,
@@ -313,8 +315,9 @@ class MasterService:
     async def load_metadata(
         self, path: str, recursive: bool = True
     ) -> AsyncIterator[tuple[int, int, int, bool]]:
-        """Syncs the namespace below `path` with the under-store, level by level with
-        bounded parallelism; yields (listed, written, removed, done) as it goes."""
+        """Syncs the namespace below `path` with the under-store; yields (listed, written,
+        removed, done) as it goes. A tree is listed flat, subtrees side by side
+        (`TreeLoad`); one level, or a store that lists keys out of order, level by level."""
         info = await self.file_info(path)
         mount = self.mount_table.mount_for(info.path)
         if mount is None:
@@ -323,8 +326,30 @@ class MasterService:
             await self.sync.sync_inode(mount, info.path)
             yield (1, 1, 0, True)
             return
+        if recursive:
+            try:
+                async for counts in self.tree_load.run(mount, info.path):
+                    yield (counts.listed, counts.written, counts.removed, False)
+            except KeysOutOfOrder as exc:
+                log.warning("metadata_load_level_by_level", path=info.path, reason=str(exc))
+            else:
+                await self._mark_tree_listed(info.path)
+                yield (counts.listed, counts.written, counts.removed, True)
+                return
+        async for progress in self._load_levels(mount, info.path, recursive):
+            yield progress
+
+    async def _mark_tree_listed(self, path: str) -> None:
+        stored = await self.namespace.get(path)
+        if stored is not None:
+            await self.namespace.put(replace(stored, tree_listed_ms=now_ms()))
+
+    async def _load_levels(
+        self, mount: Mount, top: str, recursive: bool
+    ) -> AsyncIterator[tuple[int, int, int, bool]]:
+        """Level by level, with bounded parallelism: a LIST per directory."""
         listed = written = removed = 0
-        pending = [info.path]
+        pending = [top]
         limit = asyncio.Semaphore(self._config.metadata_load_parallelism)
 
         async def one(directory: str) -> DirectoryListing:
@@ -341,9 +366,7 @@ class MasterService:
                     pending.extend(c.path for c in level.children if c.is_dir)
             yield (listed, written, removed, False)
         if recursive:
-            stored = await self.namespace.get(info.path)
-            if stored is not None:
-                await self.namespace.put(replace(stored, tree_listed_ms=now_ms()))
+            await self._mark_tree_listed(top)
         yield (listed, written, removed, True)
 
     async def tree_is_fresh(self, path: str) -> bool:
