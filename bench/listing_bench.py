@@ -5,8 +5,8 @@ entry and to the last, and what the client and the master hold meanwhile.
     python bench/listing_bench.py --entries 10000 --runs 1 --quick-json
 
 Starts a local cluster (etcd, S3, the master, one worker), mounts an empty bucket and
-writes the directory's inodes straight into etcd in the master's layout (keyspace,
-models.Inode), its listing marked fresh, so the master answers from etcd alone, as it
+writes the directory's inodes straight into etcd in the master's layout (NamespaceStore's
+chunks), its listing marked fresh, so the master answers from etcd alone, as it
 does for any directory listed within its sync interval. Rows:
 
   sdk iter_ls      Client.iter_ls at --page-size entries per call: first entry, last entry
@@ -37,10 +37,12 @@ from pathlib import Path
 from typing import Any
 
 from reservoir.client import Client
-from reservoir.common import keyspace
-from reservoir.common.metadata_store import MAX_TXN_OPS, open_metadata_store
-from reservoir.common.models import Inode
+from reservoir.common.metadata_store import open_metadata_store
+from reservoir.common.models import Inode, file_id_for
 from reservoir.local.cluster import LocalCluster
+from reservoir.master.mount_policy import MountPolicy
+from reservoir.master.mount_table import MountTable
+from reservoir.master.namespace_store import NamespaceStore
 
 HERE = Path(__file__).resolve().parent
 MOUNT = "/big"
@@ -51,28 +53,34 @@ async def _write_directory(metadata_url: str, entries: int) -> None:
     store = open_metadata_store(metadata_url, timeout_s=30)
     now = int(time.time() * 1000)
     try:
+        mounts = MountTable(store, MountPolicy("s3"), 4 * 1024 * 1024)
+        await mounts.load()
+        namespace = NamespaceStore(store, mounts)
         marker = Inode(path=DIRECTORY, is_dir=True, mount_path=MOUNT, synced_ms=now, listed_ms=now)
-        await store.put(keyspace.inode_key(DIRECTORY), marker.to_json())
-        batch: list[tuple[bytes, bytes]] = []
+        await namespace.put_many([marker])
+        batch: list[Inode] = []
         for i in range(entries):
             path = f"{DIRECTORY}/part-{i:07d}.bin"
-            inode = Inode(
-                path=path,
-                is_dir=False,
-                size=4096 + i % 1000,
-                mtime_ms=now,
-                etag=f"{i:032x}",
-                block_size=4 * 1024 * 1024,
-                file_id=f"{i:040x}",
-                ufs_uri=f"s3://listing/d/part-{i:07d}.bin",
-                mount_path=MOUNT,
-                synced_ms=now,
+            uri = f"s3://listing/d/part-{i:07d}.bin"
+            etag, size = f"{i:032x}", 4096 + i % 1000
+            batch.append(
+                Inode(
+                    path=path,
+                    is_dir=False,
+                    size=size,
+                    mtime_ms=now - now % 1000,
+                    etag=etag,
+                    block_size=4 * 1024 * 1024,
+                    file_id=file_id_for(uri, etag, size, 4 * 1024 * 1024),
+                    ufs_uri=uri,
+                    mount_path=MOUNT,
+                    synced_ms=now,
+                )
             )
-            batch.append((keyspace.inode_key(path), inode.to_json()))
-            if len(batch) == MAX_TXN_OPS * 10:
-                await store.put_many(batch)
+            if len(batch) == 10_000:
+                await namespace.put_many(batch)
                 batch = []
-        await store.put_many(batch)
+        await namespace.put_many(batch)
     finally:
         await store.close()
 
