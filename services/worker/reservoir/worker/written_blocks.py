@@ -1,0 +1,147 @@
+"""Blocks of files being written through Reservoir (checkpoints), held until publish.
+
+A written file's identity (its file id, from the ETag) exists only once the upload is
+complete, and its blocks' homes follow from that id. So a writer stages each block on
+some worker under the write's id, as it writes; once the file is published it tells each
+staging worker the file's identity and every block's home. The worker then keeps each
+block under the real id, or sends it on to its home, which keeps it there. Readers then
+find every block at its home: reading a file right after it was written costs the
+under-store nothing.
+
+Staged blocks live in the worker's ordinary tiers under a staging id, so they take room
+within its capacity and are evicted like any other block: a staged block that is gone by
+commit time is only a block the first reader fetches from the store. Nothing here is ever
+served under a published id unless its length and checksum match what was staged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+import grpc
+import grpc.aio
+
+from reservoir.common import logs
+from reservoir.common.block_file import checksum
+from reservoir.common.errors import DataLoss, InvalidArgument
+from reservoir.common.observability import inject_metadata
+from reservoir.common.rpc import ChannelPool, error_from_rpc
+from reservoir.v1 import worker_pb2
+
+from .memory_tier import BlockId
+
+if TYPE_CHECKING:
+    from .service import BlockRequest, WorkerService
+
+log = logs.get_logger(__name__)
+
+STAGE_BLOCK = "/reservoir.v1.WorkerService/StageBlock"
+COMMIT_BLOCKS = "/reservoir.v1.WorkerService/CommitBlocks"
+# Staged blocks' file ids: never a published file's (those are hex digests).
+STAGED_PREFIX = "staged-"
+
+
+def staged_id(write_id: str, index: int) -> BlockId:
+    return (STAGED_PREFIX + write_id, index)
+
+
+class WrittenBlocks:
+    def __init__(self, service: WorkerService, channels: ChannelPool, rpc_timeout_s: float) -> None:
+        self._service = service
+        self._channels = channels
+        self._timeout = rpc_timeout_s
+
+    def stage(self, write_id: str, index: int, data: bytes, crc: int) -> bool:
+        """Holds a written block until its file is published; False when no tier took it
+        (full of pinned or hotter blocks): the block is then read from the store later."""
+        if not write_id or "/" in write_id or index < 0:
+            raise InvalidArgument("write_id and a non-negative index are required")
+        if checksum(data) != crc:
+            raise DataLoss(f"block {index} of write {write_id}: checksum mismatch on arrival")
+        return self._service.store.put(staged_id(write_id, index), data, crc, 0)
+
+    async def commit(
+        self, write_id: str, file: BlockRequest, homes: dict[int, str]
+    ) -> tuple[int, int]:
+        """Keeps each staged block of the write under the published file's id, here or at
+        its home (`homes[index]`, '' for here); returns (committed, missing)."""
+        await self._service.check_mount(file)
+        committed = missing = 0
+        forwards: dict[str, list[tuple[int, bytes, int]]] = {}
+        for index, home in sorted(homes.items()):
+            staged = staged_id(write_id, index)
+            held = await self._service.store.get(staged)
+            self._service.store.evict([staged])
+            length = max(0, min(file.block_size, file.file_size - index * file.block_size))
+            if held is None or len(held[0]) != length:
+                missing += 1
+                continue
+            data, crc = bytes(held[0]), held[1]
+            if home:
+                forwards.setdefault(home, []).append((index, data, crc))
+                continue
+            self._service.keep((file.file_id, index), data, crc, index * file.block_size)
+            committed += 1
+        results = await asyncio.gather(
+            *(
+                self._forward(address, write_id, file, blocks)
+                for address, blocks in forwards.items()
+            ),
+            return_exceptions=True,
+        )
+        for (address, blocks), result in zip(forwards.items(), results, strict=True):
+            if isinstance(result, BaseException):
+                log.warning("written_blocks_not_forwarded", home=address, error=str(result))
+                missing += len(blocks)
+            else:
+                committed += result[0]
+                missing += len(blocks) - result[0]
+        return committed, missing
+
+    async def _forward(
+        self, address: str, write_id: str, file: BlockRequest, blocks: list[tuple[int, bytes, int]]
+    ) -> tuple[int, int]:
+        channel = self._channels.get(address)
+        stage = channel.unary_unary(
+            STAGE_BLOCK,
+            request_serializer=worker_pb2.StageBlockRequest.SerializeToString,
+            response_deserializer=worker_pb2.StageBlockResponse.FromString,
+        )
+        commit = channel.unary_unary(
+            COMMIT_BLOCKS,
+            request_serializer=worker_pb2.CommitBlocksRequest.SerializeToString,
+            response_deserializer=worker_pb2.CommitBlocksResponse.FromString,
+        )
+        try:
+            for index, data, crc in blocks:
+                await stage(
+                    worker_pb2.StageBlockRequest(
+                        write_id=write_id, index=index, data=data, crc32c=crc
+                    ),
+                    timeout=self._timeout,
+                    metadata=inject_metadata(),
+                )
+            reply = await commit(
+                worker_pb2.CommitBlocksRequest(
+                    write_id=write_id,
+                    file=file_message(file),
+                    homes={index: "" for index, _, _ in blocks},
+                ),
+                timeout=self._timeout,
+                metadata=inject_metadata(),
+            )
+        except grpc.RpcError as exc:
+            raise error_from_rpc(exc, f"forward written blocks to {address}") from None
+        return reply.committed, reply.missing
+
+
+def file_message(file: BlockRequest) -> worker_pb2.ReadBlockRequest:
+    return worker_pb2.ReadBlockRequest(
+        file_id=file.file_id,
+        ufs_uri=file.ufs_uri,
+        etag=file.etag,
+        file_size=file.file_size,
+        block_size=file.block_size,
+        mount_path=file.mount_path,
+    )
