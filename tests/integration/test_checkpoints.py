@@ -175,9 +175,11 @@ def test_failing_s3_parts_are_retried_within_the_bound_then_fail_the_write_leavi
     assert writer.read(f"{root}/retried.pt") == data
     cluster.s3_config(fail_parts=100)  # more than any bound
     try:
-        with pytest.raises(Unavailable, match="part 1 failed 2 times"):
-            with writer.open(f"{root}/failed.pt", "wb") as f:
-                f.write(data)
+        with (
+            pytest.raises(Unavailable, match="part 1 failed 2 times"),
+            writer.open(f"{root}/failed.pt", "wb") as f,
+        ):
+            f.write(data)
     finally:
         cluster.s3_config(fail_parts=0)
     with pytest.raises(FileNotFoundError):
