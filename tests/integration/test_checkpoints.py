@@ -242,6 +242,10 @@ def test_torch_save_and_load_round_trip_through_fsspec(
         loaded = torch.load(io.BytesIO(f.read()))
     assert _gets(cluster) == before
     assert loaded["step"] == 100 and torch.equal(loaded["w"], state["w"])
+    # A file object never closed is published when collected, as with open() and s3fs.
+    torch.save({"step": 101}, fs.open(f"reservoir://{root}/unclosed.pt", "wb"))
+    with fs.open(f"reservoir://{root}/unclosed.pt", "rb") as f:
+        assert torch.load(io.BytesIO(f.read()))["step"] == 101
     fs.pipe_file(f"reservoir://{root}/small.bin", b"xyz")
     assert fs.cat_file(f"reservoir://{root}/small.bin") == b"xyz"
     assert fs.exists(f"reservoir://{root}/small.bin")

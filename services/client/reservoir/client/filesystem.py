@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 from fsspec.spec import AbstractBufferedFile, AbstractFileSystem
 from fsspec.utils import stringify_path
 
-from reservoir.common.errors import NotADirectory, ReadOnly
+from reservoir.common.errors import InvalidArgument, NotADirectory, ReadOnly
 from reservoir.common.models import Inode
 
 from .client import Client
@@ -226,6 +226,11 @@ class ReservoirFileSystem(AbstractFileSystem):  # type: ignore[misc]
         **kwargs: Any,
     ) -> ReservoirBufferedFile:
         if mode in ("wb", "xb"):
+            if not autocommit:
+                raise InvalidArgument(
+                    f"{path}: reservoir:// files are published when closed; fsspec "
+                    "transactions (autocommit=False) are not supported"
+                )
             if mode == "xb" and self.exists(path):
                 raise FileExistsError(f"{path}: exists")
             return self.client.open(self._strip_protocol(path), "wb")  # type: ignore[return-value]

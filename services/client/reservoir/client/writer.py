@@ -285,7 +285,11 @@ class WriteSession:
 class ReservoirWriter(io.RawIOBase):
     """A file being written (`Client.open(path, "wb")`): bytes go to the store in parts
     as they come; `close` publishes the file. Leaving a `with` block by an exception
-    aborts it instead: nothing is published. Not seekable."""
+    aborts it instead: nothing is published. Not seekable.
+
+    Like a Python file (and s3fs's), one dropped without `close` is closed — published —
+    when it is collected (`torch.save(obj, fs.open(url, "wb"))` relies on it); a write
+    that failed is never published."""
 
     def __init__(self, client: Client, session: WriteSession) -> None:
         super().__init__()
