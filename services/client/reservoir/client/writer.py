@@ -230,7 +230,7 @@ class WriteSession:
                 continue
             home_id = table.homes(block_key(inode.file_id, index), 1)[0]
             home = by_id.get(home_id)
-            target = "" if home is None or home.id == worker.id else home.address
+            target = "" if home is None or home.id == worker.id else home.id
             homes.setdefault(worker.id, {})[index] = target
             stagers[worker.id] = worker
         file = worker_pb2.ReadBlockRequest(

@@ -96,8 +96,9 @@ class CommitBlocksRequest(_message.Message):
 
     @_builtins.property
     def homes(self) -> _containers.ScalarMap[_builtins.int, _builtins.str]:
-        """Every staged block to commit: index -> address of the worker that caches it (its
-        home), or "" for this worker.
+        """Every staged block to commit: index -> id of the live worker that caches it (its
+        home), or "" for this worker. Ids, not addresses: a worker sends blocks, with its
+        own token, only to workers registered in etcd.
         """
 
     def __init__(

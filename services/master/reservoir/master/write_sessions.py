@@ -14,16 +14,14 @@ close came last.
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass
+from dataclasses import replace
 
-from reservoir.common import keyspace, logs, paths
+from reservoir.common import logs, paths
 from reservoir.common.config import MasterConfig
 from reservoir.common.errors import (
     DataLoss,
-    InvalidArgument,
     IsADirectory,
     NotFound,
     ReadOnly,
@@ -32,6 +30,7 @@ from reservoir.common.errors import (
 from reservoir.common.metadata_store import MetadataStore
 from reservoir.common.models import Inode, Mount
 from reservoir.common.object_writes import ObjectWrites, Part
+from reservoir.common.write_records import WRITES, WriteRecord, write_key
 
 from .metadata_sync import NamespaceSync, dir_inode, now_ms
 from .mount_table import MountTable
@@ -39,25 +38,9 @@ from .namespace_store import NamespaceStore
 
 log = logs.get_logger(__name__)
 
-WRITES = keyspace.ROOT + b"writes/"
-
-
-@dataclass(frozen=True, slots=True)
-class WriteRecord:
-    id: str
-    path: str
-    mount_path: str
-    key: str  # the object's key, relative to the mount's store
-    upload_id: str
-    started_ms: int
-    expires_ms: int
-
-    def to_json(self) -> bytes:
-        return json.dumps(asdict(self)).encode()
-
-    @classmethod
-    def from_json(cls, raw: bytes) -> WriteRecord:
-        return cls(**json.loads(raw))
+# How long at least a published write's record stays (its writer commits its staged
+# blocks right after publishing; a slow one still finds the record).
+_PUBLISHED_KEPT_MS = 60_000
 
 
 def writable_mount(mounts: MountTable, path: str) -> tuple[str, Mount]:
@@ -126,15 +109,13 @@ class WriteSessions:
             started_ms=now,
             expires_ms=now + self.timeout_ms,
         )
-        await self._store.put(WRITES + record.id.encode(), record.to_json())
+        await self._store.put(write_key(record.id), record.to_json())
         log.info("write_started", path=path, write=record.id)
         return record, mount
 
     async def _record(self, write_id: str) -> WriteRecord:
-        if not write_id or "/" in write_id:
-            raise InvalidArgument("write_id is required")
-        raw = await self._store.get(WRITES + write_id.encode())
-        if raw is None:
+        raw = await self._store.get(write_key(write_id))
+        if raw is None or WriteRecord.from_json(raw).published_file_id:
             raise NotFound(
                 f"write {write_id} is not open: it was published, aborted, or timed out "
                 "(RESERVOIR_WRITE_ABORT_TIMEOUT) and its upload was dropped"
@@ -143,8 +124,8 @@ class WriteSessions:
 
     async def keep(self, write_id: str) -> None:
         record = await self._record(write_id)
-        kept = WriteRecord(**{**asdict(record), "expires_ms": now_ms() + self.timeout_ms})
-        await self._store.put(WRITES + write_id.encode(), kept.to_json())
+        kept = replace(record, expires_ms=now_ms() + self.timeout_ms)
+        await self._store.put(write_key(write_id), kept.to_json())
 
     async def publish(self, write_id: str, parts: list[Part], size: int) -> Inode:
         """Completes the upload, then stores the inode; the new version's file id."""
@@ -167,15 +148,23 @@ class WriteSessions:
             if info.size != size:
                 # Another writer's object replaced ours between completion and HEAD: only
                 # possible outside Reservoir. Its object is not ours to describe.
-                await self._store.delete(WRITES + write_id.encode())
+                await self._store.delete(write_key(write_id))
                 raise DataLoss(
                     f"{record.path}: the store holds {info.size} bytes after the upload of "
                     f"{size}: the object was replaced outside Reservoir meanwhile"
                 )
             ufs = await self.sync.under_store(mount)
             inode = self.sync.file_inode(mount, ufs, record.path, info)
-            await self.namespace.write([inode, *await self.missing_parents(mount, record.path)], ())
-            await self._store.delete(WRITES + write_id.encode())
+            parents = await self.missing_parents(mount, record.path)
+            await self.namespace.write([inode, *parents], ())
+            # Kept a while as published: workers keep the write's staged blocks under
+            # this file id, and under no other.
+            published = replace(
+                record,
+                published_file_id=inode.file_id,
+                expires_ms=now_ms() + max(self.timeout_ms, _PUBLISHED_KEPT_MS),
+            )
+            await self._store.put(write_key(write_id), published.to_json())
         if old is not None and old.file_id and old.file_id != inode.file_id:
             await self._drop_blocks([old.file_id])
         log.info("write_published", path=record.path, size=size, etag=inode.etag, write=write_id)
@@ -191,10 +180,12 @@ class WriteSessions:
 
     async def _abort(self, record: WriteRecord, why: str) -> None:
         mount = self.mounts.mount_for(record.path)
-        if mount is not None and mount.path == record.mount_path:
+        if record.published_file_id:
+            pass  # completed: nothing left in the store to drop
+        elif mount is not None and mount.path == record.mount_path:
             writes = await self.writes_of(mount)
             await self.sync.ufs(writes.abort_upload, record.key, record.upload_id)
-        await self._store.delete(WRITES + record.id.encode())
+        await self._store.delete(write_key(record.id))
         log.info("write_" + why, path=record.path, write=record.id)
 
     async def missing_parents(self, mount: Mount, path: str) -> list[Inode]:
@@ -222,7 +213,7 @@ class WriteSessions:
             if record.expires_ms > now:
                 continue
             try:
-                await self._abort(record, "timed_out")
+                await self._abort(record, "forgotten" if record.published_file_id else "timed_out")
                 reaped += 1
             except ReservoirError as exc:
                 log.warning("write_abort_failed", path=record.path, error=str(exc))

@@ -17,6 +17,7 @@ from reservoir.common.models import WorkerRecord
 from reservoir.common.rpc import CHANNEL_OPTIONS, ChannelPool
 from reservoir.common.rpc_metrics import RpcMetrics
 from reservoir.common.security import SecuritySettings, Transport, data_port_server_context
+from reservoir.common.worker_registry import WorkerRegistry
 
 from .block_reporter import BlockReporter
 from .cache_rules import CacheRuleTable
@@ -129,7 +130,9 @@ async def serve(config: cfg.WorkerConfig, transport: Transport) -> None:
         registry=registry,
     )
     # Written files' blocks (checkpoints): forwarded to their homes with this worker's token.
-    written = WrittenBlocks(service, ChannelPool(transport), config.rpc_timeout_s)
+    written = WrittenBlocks(
+        service, ChannelPool(transport), config.rpc_timeout_s, WorkerRegistry(store).live, store
+    )
     server.add_generic_rpc_handlers([WorkerServicer(service, written).handler()])
     # With TLS the data port speaks it too, and checks the tokens gRPC checks.
     security = transport.settings

@@ -17,6 +17,7 @@ served under a published id unless its length and checksum match what was staged
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import grpc
@@ -24,9 +25,12 @@ import grpc.aio
 
 from reservoir.common import logs
 from reservoir.common.block_file import checksum
-from reservoir.common.errors import DataLoss, InvalidArgument
+from reservoir.common.errors import DataLoss, InvalidArgument, PermissionDenied
+from reservoir.common.metadata_store import MetadataStore
+from reservoir.common.models import WorkerRecord
 from reservoir.common.observability import inject_metadata
 from reservoir.common.rpc import ChannelPool, error_from_rpc
+from reservoir.common.write_records import WriteRecord, check_write_id, write_key
 from reservoir.v1 import worker_pb2
 
 from .memory_tier import BlockId
@@ -43,38 +47,62 @@ STAGED_PREFIX = "staged-"
 
 
 def staged_id(write_id: str, index: int) -> BlockId:
-    return (STAGED_PREFIX + write_id, index)
+    # The id names files in the disk tier: only what the master makes is taken.
+    if index < 0:
+        raise InvalidArgument("index must not be negative")
+    return (STAGED_PREFIX + check_write_id(write_id), index)
 
 
 class WrittenBlocks:
-    def __init__(self, service: WorkerService, channels: ChannelPool, rpc_timeout_s: float) -> None:
+    def __init__(
+        self,
+        service: WorkerService,
+        channels: ChannelPool,
+        rpc_timeout_s: float,
+        live_workers: Callable[[], Awaitable[list[WorkerRecord]]],
+        store: MetadataStore,
+    ) -> None:
+        """`live_workers`: the workers registered now (where blocks may be sent); `store`:
+        where the master records writes (a write's blocks are kept only under the file id
+        it published)."""
+        self._store = store
         self._service = service
         self._channels = channels
         self._timeout = rpc_timeout_s
+        self._live_workers = live_workers
 
     def stage(self, write_id: str, index: int, data: bytes, crc: int) -> bool:
         """Holds a written block until its file is published; False when no tier took it
         (full of pinned or hotter blocks): the block is then read from the store later."""
-        if not write_id or "/" in write_id or index < 0:
-            raise InvalidArgument("write_id and a non-negative index are required")
+        block = staged_id(write_id, index)
         if checksum(data) != crc:
             raise DataLoss(f"block {index} of write {write_id}: checksum mismatch on arrival")
-        return self._service.store.put(staged_id(write_id, index), data, crc, 0)
+        return self._service.store.put(block, data, crc, 0)
 
     async def commit(
         self, write_id: str, file: BlockRequest, homes: dict[int, str]
     ) -> tuple[int, int]:
         """Keeps each staged block of the write under the published file's id, here or at
-        its home (`homes[index]`, '' for here); returns (committed, missing)."""
+        its home (`homes[index]`: a worker id, '' for here); returns (committed, missing)."""
         await self._service.check_mount(file)
+        raw = await self._store.get(write_key(write_id))
+        record = WriteRecord.from_json(raw) if raw is not None else None
+        if record is None or record.published_file_id != file.file_id:
+            # Staged bytes become a file's cached blocks only for the file their write
+            # published: never another file's (a poisoned cache), never an unpublished one.
+            raise PermissionDenied(f"write {write_id} did not publish file {file.file_id}")
+        addresses: dict[str, str] = {}
+        if any(homes.values()):
+            addresses = {w.id: w.address for w in await self._live_workers()}
         committed = missing = 0
         forwards: dict[str, list[tuple[int, bytes, int]]] = {}
-        for index, home in sorted(homes.items()):
+        for index, home_id in sorted(homes.items()):
             staged = staged_id(write_id, index)
+            home = "" if home_id in ("", self._service.worker_id) else addresses.get(home_id)
             held = await self._service.store.get(staged)
             self._service.store.evict([staged])
             length = max(0, min(file.block_size, file.file_size - index * file.block_size))
-            if held is None or len(held[0]) != length:
+            if held is None or home is None or len(held[0]) != length:
                 missing += 1
                 continue
             data, crc = bytes(held[0]), held[1]
@@ -126,7 +154,7 @@ class WrittenBlocks:
                 worker_pb2.CommitBlocksRequest(
                     write_id=write_id,
                     file=file_message(file),
-                    homes={index: "" for index, _, _ in blocks},
+                    homes=dict.fromkeys((index for index, _, _ in blocks), ""),
                 ),
                 timeout=self._timeout,
                 metadata=inject_metadata(),
