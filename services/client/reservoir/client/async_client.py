@@ -420,14 +420,7 @@ class AsyncClient:
         this returns, what was there before."""
         session = await self.begin_write(path)
         try:
-            size = session.part_size
-            view = memoryview(data)
-            await asyncio.gather(
-                *(
-                    session.put_part(n + 1, bytes(view[start : start + size]))
-                    for n, start in enumerate(range(0, len(view), size))
-                )
-            )
+            await session.put_all(data)
         except BaseException:
             await session.abort()
             raise

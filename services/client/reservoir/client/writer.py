@@ -131,6 +131,19 @@ class WriteSession:
                 await staging
             self._parts.append(part)
 
+    async def put_all(self, data: bytes) -> None:
+        """Every part of `data`; a part is copied out of it only when its turn comes, so
+        at most `write_concurrency` copies exist at once."""
+        view = memoryview(data)
+        size = self.part_size
+        turns = asyncio.Semaphore(self._config.write_concurrency)
+
+        async def one(number: int, start: int) -> None:
+            async with turns:
+                await self.put_part(number, bytes(view[start : start + size]))
+
+        await asyncio.gather(*(one(n + 1, s) for n, s in enumerate(range(0, len(view), size))))
+
     async def _upload(self, number: int, data: bytes) -> Part:
         assert self._store is not None
         loop = asyncio.get_running_loop()
@@ -317,14 +330,22 @@ class ReservoirWriter(io.RawIOBase):
         if self.closed:
             raise ValueError("write to a closed file")
         view = memoryview(data).cast("B")
-        self._buffer += view
-        self._size += len(view)
+        written = len(view)
+        self._size += written
         part = self._session.part_size
-        while len(self._buffer) >= part:
-            chunk = bytes(self._buffer[:part])
-            del self._buffer[:part]
-            self._send(chunk)
-        return len(view)
+        if self._buffer:  # top up the part being gathered first
+            take = min(part - len(self._buffer), len(view))
+            self._buffer += view[:take]
+            view = view[take:]
+            if len(self._buffer) == part:
+                self._send(bytes(self._buffer))
+                self._buffer.clear()
+        # Whole parts straight from the caller's buffer: one copy each, however big the write.
+        while len(view) >= part:
+            self._send(bytes(view[:part]))
+            view = view[part:]
+        self._buffer += view
+        return written
 
     def _send(self, chunk: bytes) -> None:
         self._number += 1
