@@ -194,7 +194,8 @@ class WriteSession:
                 write_id=self.write_id, index=index, data=block, crc32c=checksum(block)
             )
             try:
-                await call(request, timeout=self._config.rpc_timeout_s, metadata=inject_metadata())
+                # A block's bytes on the wire: the deadline of a block read.
+                await call(request, timeout=self._config.read_timeout_s, metadata=inject_metadata())
             except grpc.RpcError as exc:
                 log.info("block_not_staged", path=self.path, block=index, error=str(exc.details()))
                 return
@@ -266,7 +267,9 @@ class WriteSession:
             )
             try:
                 reply = await call(
-                    request, timeout=self._config.rpc_timeout_s, metadata=inject_metadata()
+                    request,
+                    timeout=self._config.write_commit_timeout_s,
+                    metadata=inject_metadata(),
                 )
             except grpc.RpcError as exc:
                 error = error_from_rpc(exc, f"commit blocks on worker {worker.id}")

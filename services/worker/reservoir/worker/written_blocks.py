@@ -44,6 +44,8 @@ STAGE_BLOCK = "/reservoir.v1.WorkerService/StageBlock"
 COMMIT_BLOCKS = "/reservoir.v1.WorkerService/CommitBlocks"
 # Staged blocks' file ids: never a published file's (those are hex digests).
 STAGED_PREFIX = "staged-"
+# Blocks sent to one home at once (each a unary call with one block).
+_FORWARDS_IN_FLIGHT = 4
 
 
 def staged_id(write_id: str, index: int) -> BlockId:
@@ -141,8 +143,10 @@ class WrittenBlocks:
             request_serializer=worker_pb2.CommitBlocksRequest.SerializeToString,
             response_deserializer=worker_pb2.CommitBlocksResponse.FromString,
         )
-        try:
-            for index, data, crc in blocks:
+        slots = asyncio.Semaphore(_FORWARDS_IN_FLIGHT)
+
+        async def one(index: int, data: bytes, crc: int) -> None:
+            async with slots:
                 await stage(
                     worker_pb2.StageBlockRequest(
                         write_id=write_id, index=index, data=data, crc32c=crc
@@ -150,13 +154,17 @@ class WrittenBlocks:
                     timeout=self._timeout,
                     metadata=inject_metadata(),
                 )
+
+        try:
+            await asyncio.gather(*(one(*block) for block in blocks))
             reply = await commit(
                 worker_pb2.CommitBlocksRequest(
                     write_id=write_id,
                     file=file_message(file),
                     homes=dict.fromkeys((index for index, _, _ in blocks), ""),
                 ),
-                timeout=self._timeout,
+                # The home keeps them all before it answers: more than one call's time.
+                timeout=self._timeout * 3,
                 metadata=inject_metadata(),
             )
         except grpc.RpcError as exc:
