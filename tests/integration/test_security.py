@@ -83,6 +83,29 @@ def test_each_role_may_make_its_calls_and_no_others(secure: LocalCluster) -> Non
     assert set(seen["None"].values()) == {"unauthenticated"}
 
 
+def test_writing_takes_the_writer_or_admin_role_and_a_reader_sends_nothing_to_s3(
+    secure: LocalCluster,
+) -> None:
+    secure.s3_client().create_bucket(Bucket="secw")
+    with _client(secure, "admin") as admin:
+        admin.mount("/secw", "s3://secw/", endpoint_url=secure.s3_endpoint, writable=True)
+        data = os.urandom(2 * BLOCK + 1)
+        with _client(secure, "writer") as writer:
+            # Blocks staged and committed on the workers under the writer's token too.
+            gets = secure.s3_counts().get("GET", 0)
+            writer.write("/secw/by-writer.bin", data)
+            assert writer.read("/secw/by-writer.bin") == data
+            assert secure.s3_counts().get("GET", 0) == gets
+            assert _outcome(lambda: writer.mount("/x", "s3://secw/")) == "denied"
+        admin.write("/secw/by-admin.bin", b"admin")
+        with _client(secure, "reader") as reader:
+            before = secure.s3_counts()
+            assert _outcome(lambda: reader.write("/secw/by-reader.bin", b"no")) == "denied"
+            assert _outcome(lambda: reader.rm("/secw/by-admin.bin")) == "denied"
+            assert secure.s3_counts().get("POST", 0) == before.get("POST", 0)
+            assert reader.read("/secw/by-admin.bin") == b"admin"
+
+
 def _master_stub(cluster: LocalCluster, token: str) -> tuple[grpc.Channel, object]:
     creds = cluster.credentials
     assert creds is not None

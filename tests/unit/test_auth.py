@@ -47,6 +47,26 @@ def test_a_reader_may_stat_but_not_mount() -> None:
     assert not isinstance(caught.value, Unauthenticated)
 
 
+def test_writes_take_a_writer_or_an_admin_and_a_writer_may_read_but_not_mount() -> None:
+    table = _table(w=("writer", ""), a=("admin", ""), r=("reader", ""))
+    writes = [
+        "/reservoir.v1.MasterService/BeginWrite",
+        "/reservoir.v1.MasterService/PublishWrite",
+        "/reservoir.v1.MasterService/Rename",
+        "/reservoir.v1.MasterService/Remove",
+        "/reservoir.v1.WorkerService/StageBlock",
+        "/reservoir.v1.WorkerService/CommitBlocks",
+    ]
+    for method in writes:
+        assert authorize(table, method, _md("w")) is not None
+        assert authorize(table, method, _md("a")) is not None
+        with pytest.raises(PermissionDenied):
+            authorize(table, method, _md("r"))
+    assert authorize(table, STAT, _md("w")) is not None
+    with pytest.raises(PermissionDenied):
+        authorize(table, MOUNT, _md("w"))
+
+
 def test_health_checks_need_no_token() -> None:
     assert authorize(_table(), "/grpc.health.v1.Health/Check", ()) is None
 

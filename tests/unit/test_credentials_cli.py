@@ -87,6 +87,7 @@ def test_credentials_create_writes_tokens_the_tokens_file_accepts_with_their_rol
     expected = {
         "admin": Principal("admin"),
         "reader": Principal("reader"),
+        "writer": Principal("writer"),
         "master": Principal("worker", "master"),
         "gateway": Principal("reader", "gateway"),
         **{w: Principal("worker", w) for w in WORKERS},
@@ -111,7 +112,7 @@ def test_credentials_create_json_lists_every_file(tmp_path: Path) -> None:
     done = _cli("--json", "credentials", "create", str(tmp_path / "c"), "--workers", "w1")
     assert done.returncode == 0, done.stderr
     listing = json.loads(done.stdout)
-    assert set(listing["tokens"]) == {"admin", "reader", "master", "gateway", "w1"}
+    assert set(listing["tokens"]) == {"admin", "reader", "writer", "master", "gateway", "w1"}
     assert listing["hosts"] == ["localhost", "127.0.0.1", "::1"]
     for path in (listing["ca"], listing["cert"], listing["key"], listing["tokens_file"]):
         assert Path(path).is_file()

@@ -27,6 +27,7 @@ from . import (
     local_commands,
     namespace_commands,
     read_commands,
+    write_commands,
 )
 from .connection import unreachable_hint
 from .output import EXIT_ERROR
@@ -37,6 +38,7 @@ REGISTRATIONS: tuple[Callable[[Subcommands], None], ...] = (
     local_commands.register,
     namespace_commands.register,
     read_commands.register,
+    write_commands.register,
     job_commands.register,
     cache_rule_commands.register,
     cluster_commands.register,

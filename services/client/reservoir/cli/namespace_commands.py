@@ -39,6 +39,7 @@ def mount_dict(m: Mount) -> dict[str, Any]:
         "block_size": m.options.block_size,
         "credentials": m.options.credentials,
         "metadata_sync": m.options.metadata_sync,
+        "writable": m.options.writable,
         "created": iso_time_or_none(m.created_ms),
     }
 
@@ -58,6 +59,7 @@ def cmd_mount(args: argparse.Namespace) -> None:
             credentials=args.credentials or "",
             metadata_sync=args.metadata_sync or "",
             replace=args.replace,
+            writable=args.writable,
         )
     emit(args, mount_dict(mount), lambda: f"mounted {mount.uri} at {mount.path}")
 
@@ -74,7 +76,14 @@ def cmd_mounts(args: argparse.Namespace) -> None:
 
     def text() -> str:
         table = Table(
-            "PATH", "URI", "ENDPOINT", "BLOCK SIZE", "CREDENTIALS", "METADATA SYNC", "MOUNTED"
+            "PATH",
+            "URI",
+            "ENDPOINT",
+            "BLOCK SIZE",
+            "CREDENTIALS",
+            "METADATA SYNC",
+            "ACCESS",
+            "MOUNTED",
         )
         for m in mounts:
             o = m.options
@@ -85,6 +94,7 @@ def cmd_mounts(args: argparse.Namespace) -> None:
                 human(o.block_size) if o.block_size else "default",
                 o.credentials or "env",
                 o.metadata_sync or "default",
+                "rw" if o.writable else "ro",
                 iso_time(m.created_ms),
             )
         return table.render(empty="(no mounts)")
@@ -180,6 +190,12 @@ def register(commands: Subcommands) -> None:
         "--replace",
         action="store_true",
         help="replace the mount already at PATH (new URI, endpoint, credentials, block size)",
+    )
+    p.add_argument(
+        "--writable",
+        action="store_true",
+        help="files may be written, moved and removed through Reservoir (checkpoints); "
+        "s3:// only. Default: read-only",
     )
     p = commands.add("unmount", "remove a mount (the under-store is not touched)", cmd_unmount)
     p.add_argument("path", help="the mount's path")

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import BinaryIO
 
+from . import write_commands
 from .connection import open_client
 from .output import emit, human, note
 from .subcommands import Subcommands
@@ -58,6 +59,9 @@ def write_atomically(target: Path, source: BinaryIO) -> int:
 
 
 def cmd_cp(args: argparse.Namespace) -> None:
+    if write_commands.is_upload(args.path, args.dest):
+        write_commands.cmd_upload(args)
+        return
     start = time.perf_counter()
     with open_client(args) as rs, rs.open(args.path) as src:
         if args.dest == STDOUT:
@@ -79,12 +83,14 @@ def register(commands: Subcommands) -> None:
     p.add_argument("path", help="the file")
     p = commands.add(
         "cp",
-        "copy a file out of Reservoir (to a file, into a directory, or to stdout with -); "
-        "a failed copy leaves no partial file",
+        "copy a file out of Reservoir (to a file, into a directory, or to stdout with -), "
+        "or into it (from a local file or - for stdin, to a writable mount); a failed copy "
+        "leaves no partial file",
         cmd_cp,
     )
-    p.add_argument("path", help="the file in Reservoir")
+    p.add_argument("path", help="the file in Reservoir, or a local file or - to copy in")
     p.add_argument(
         "dest",
-        help="a file, a directory (the file keeps its name), or - for stdout",
+        help="a file, a directory (the file keeps its name), or - for stdout; or the path "
+        "in Reservoir (reservoir:///path when it could also name a local path)",
     )

@@ -8,6 +8,7 @@ from .async_client import AsyncClient
 from .cache_state import CacheReport, FreeResult, PinResult, TierStats, WorkerStats
 from .client import Client, ReservoirFile
 from .load_jobs import JobState, LoadJob, MetadataLoadProgress
+from .writer import ReservoirWriter, WriteSession
 
 __all__ = [
     "AsyncClient",
@@ -23,7 +24,9 @@ __all__ = [
     "PinResult",
     "ReservoirError",
     "ReservoirFile",
+    "ReservoirWriter",
     "TierStats",
     "WorkerRecord",
     "WorkerStats",
+    "WriteSession",
 ]

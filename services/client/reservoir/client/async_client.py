@@ -14,7 +14,7 @@ import grpc.aio
 from opentelemetry import trace
 
 from reservoir.common import config as cfg
-from reservoir.common import logs, worker_methods
+from reservoir.common import logs, paths, worker_methods
 from reservoir.common.config import parse_duration
 from reservoir.common.errors import (
     Conflict,
@@ -46,6 +46,7 @@ from .cluster_view import ClusterView
 from .data_port import DataPortReader
 from .load_jobs import LoadJob, MetadataLoadProgress
 from .thread_reads import ThreadReads
+from .writer import Writes, WriteSession
 
 log = logs.get_logger(__name__)
 _tracer = trace.get_tracer("reservoir.client")
@@ -75,12 +76,15 @@ class AsyncClient:
         self.thread_reads = ThreadReads(
             self._view, self._reader, self._reader.short_circuit, self.data_port
         )
+        self._writes: Writes | None = None
 
     async def close(self) -> None:
         """Closes its channels and sockets; the client is not used after this."""
         await self._worker_channels.close()
         await self._view.close()
         self.data_port.close()
+        if self._writes is not None:
+            self._writes.close()
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -112,10 +116,12 @@ class AsyncClient:
         metadata_ttl_ms: int = 0,
         metadata_sync: str = "",
         replace: bool = False,
+        writable: bool = False,
     ) -> Mount:
-        """Mounts `uri` at `path`; `replace` swaps out a mount already at `path`."""
+        """Mounts `uri` at `path`; `replace` swaps out a mount already at `path`;
+        `writable`: files may be written, renamed and removed through Reservoir."""
         options = MountOptions(
-            endpoint_url, region, block_size, credentials, metadata_ttl_ms, metadata_sync
+            endpoint_url, region, block_size, credentials, metadata_ttl_ms, metadata_sync, writable
         )
         return await self._view.mount(path, uri, options, replace=replace)
 
@@ -417,3 +423,52 @@ class AsyncClient:
         """Evicts the blocks below `path` from every worker now (pinned files are kept)."""
         reply = await self._view.call("Free", master_pb2.PathRequest(path=path), f"free {path}")
         return FreeResult.from_proto(path, reply)
+
+    # ---- writes to writable mounts (writer.py) -------------------------------------------
+
+    async def begin_write(self, path: str) -> WriteSession:
+        """A file being written at `path` (see WriteSession): put its parts, then publish
+        it, or abort. ReadOnly (a PermissionError) on a read-only mount."""
+        if self._writes is None:
+            self._writes = Writes(self.config, self._view, self._worker_channels)
+        return await self._writes.begin(path)
+
+    async def write(self, path: str, data: bytes) -> Inode:
+        """Writes the whole file and publishes it: readers see all of `data` or, until
+        this returns, what was there before."""
+        session = await self.begin_write(path)
+        try:
+            await session.put_all(data)
+        except BaseException:
+            await session.abort()
+            raise
+        return await session.publish(len(data))
+
+    async def rm(self, path: str, *, recursive: bool = False) -> int:
+        """Removes a file (or, `recursive`, a directory and all below it) from the store
+        and the namespace; how many objects were deleted."""
+        reply = await self._view.call(
+            "Remove", master_pb2.RemoveRequest(path=path, recursive=recursive), f"rm {path}"
+        )
+        self._view.forget_below(path)
+        return int(reply.removed)
+
+    async def rename(self, source: str, destination: str) -> Inode:
+        """Moves a file within its mount; readers see the destination's old version or
+        the whole new one."""
+        reply = await self._view.call(
+            "Rename",
+            master_pb2.RenameRequest(source=source, destination=destination),
+            f"rename {source}",
+        )
+        self._view.forget(paths.normalize(source))
+        inode = Inode.from_proto(reply)
+        self._view.remember(inode)
+        return inode
+
+    async def makedirs(self, path: str) -> Inode:
+        """The directory and its parents (an existing directory is fine)."""
+        reply = await self._view.call(
+            "MakeDirs", master_pb2.PathRequest(path=path), f"makedirs {path}"
+        )
+        return Inode.from_proto(reply)

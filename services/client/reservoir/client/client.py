@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import io
+import typing
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -19,6 +20,7 @@ from .load_jobs import LoadJob, MetadataLoadProgress
 from .loop_runtime import LoopRuntime
 from .reservoir_file import ReservoirFile, joined
 from .thread_reads import ThreadReads
+from .writer import ReservoirWriter
 
 T = TypeVar("T")
 
@@ -82,10 +84,11 @@ class Client:
         metadata_ttl_ms: int = 0,
         metadata_sync: str = "",
         replace: bool = False,
+        writable: bool = False,
     ) -> Mount:
         """Mounts the under-store `uri` (e.g. "s3://bucket/prefix/") at `path`, with
         the options `reservoir mount` documents; `replace` swaps out a mount already
-        at `path`."""
+        at `path`; `writable` lets files be written there through Reservoir."""
         return self._run(
             self._async.mount(
                 path,
@@ -97,6 +100,7 @@ class Client:
                 metadata_ttl_ms=metadata_ttl_ms,
                 metadata_sync=metadata_sync,
                 replace=replace,
+                writable=writable,
             )
         )
 
@@ -283,12 +287,42 @@ class Client:
         """Every load job the cluster remembers, oldest first."""
         return self._run(self._async.jobs())
 
-    def open(self, path: str, mode: str = "rb", buffering: int = -1) -> io.BufferedReader:
-        """A read-only binary file object (seekable, readinto, usable with io wrappers)."""
+    @typing.overload
+    def open(
+        self, path: str, mode: typing.Literal["r", "rb"] = "rb", buffering: int = -1
+    ) -> io.BufferedReader: ...
+    @typing.overload
+    def open(
+        self, path: str, mode: typing.Literal["w", "wb"], buffering: int = -1
+    ) -> ReservoirWriter: ...
+    def open(
+        self, path: str, mode: str = "rb", buffering: int = -1
+    ) -> io.BufferedReader | ReservoirWriter:
+        """A binary file object: "rb" reads (seekable, readinto, usable with io wrappers);
+        "wb" writes a new version on a writable mount, published whole on close
+        (`with` aborts it on an exception)."""
+        if mode in ("w", "wb"):
+            return ReservoirWriter(self, self._run(self._async.begin_write(path)))
         if mode not in ("r", "rb"):
-            raise ValueError(f"unsupported mode {mode!r}: Reservoir files are read-only")
+            raise ValueError(f"unsupported mode {mode!r}: rb or wb")
         raw = ReservoirFile(self, self.stat(path))
         return io.BufferedReader(raw, buffer_size=buffering if buffering > 0 else 1 << 20)
+
+    def write(self, path: str, data: bytes) -> Inode:
+        """Writes a whole file on a writable mount (see `open(path, "wb")`)."""
+        return self._run(self._async.write(path, data))
+
+    def rm(self, path: str, *, recursive: bool = False) -> int:
+        """Removes a file, or (`recursive`) a directory tree; objects deleted."""
+        return self._run(self._async.rm(path, recursive=recursive))
+
+    def rename(self, source: str, destination: str) -> Inode:
+        """Moves a file within its mount, atomically for readers."""
+        return self._run(self._async.rename(source, destination))
+
+    def makedirs(self, path: str) -> Inode:
+        """Makes the directory and its parents; an existing one is fine."""
+        return self._run(self._async.makedirs(path))
 
     # ---- cache rules: pin, TTL, free (see AsyncClient) -----------------------------------
 

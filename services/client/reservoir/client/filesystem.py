@@ -7,7 +7,12 @@ from the `master` storage option or the usual resolution (`client/discovery.py`)
 
 Reads go through one `Client` per filesystem instance: `cat` of many paths is one
 `read_many` (small files batched per worker), `cat_ranges` runs its reads concurrently,
-and files opened for reading fetch ahead. Everything that would write is refused.
+and files opened for reading fetch ahead.
+
+Writes go to writable mounts (`reservoir mount --writable`): `open(path, "wb")`,
+`pipe_file`, `put_file` write through to the under-store and publish the file whole on
+close; `rm`, `mv` (a rename within a mount, atomic for readers), `makedirs`. On a read-only
+mount they raise PermissionError, and nothing reaches the store.
 
 Only "not found" reads as absence: `exists`, `isdir`, `isfile` answer False and `walk`
 (so `find`, `glob`, `du`) leaves a path out only when it is missing. Any other failure
@@ -18,6 +23,7 @@ own defaults would turn it into False, [] or 0.
 from __future__ import annotations
 
 import datetime
+import shutil
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
@@ -25,7 +31,7 @@ from typing import Any, TypeVar
 from fsspec.spec import AbstractBufferedFile, AbstractFileSystem
 from fsspec.utils import stringify_path
 
-from reservoir.common.errors import NotADirectory, ReadOnly
+from reservoir.common.errors import InvalidArgument, NotADirectory, ReadOnly
 from reservoir.common.models import Inode
 
 from .client import Client
@@ -219,11 +225,17 @@ class ReservoirFileSystem(AbstractFileSystem):  # type: ignore[misc]
         cache_options: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> ReservoirBufferedFile:
+        if mode in ("wb", "xb"):
+            if not autocommit:
+                raise InvalidArgument(
+                    f"{path}: reservoir:// files are published when closed; fsspec "
+                    "transactions (autocommit=False) are not supported"
+                )
+            if mode == "xb" and self.exists(path):
+                raise FileExistsError(f"{path}: exists")
+            return self.client.open(self._strip_protocol(path), "wb")  # type: ignore[return-value]
         if mode != "rb":
-            raise ReadOnly(
-                f"{path}: reservoir:// is read-only (mode {mode!r}); write to the "
-                "under-store and the cache sees the new object"
-            )
+            raise ReadOnly(f"{path}: mode {mode!r} is not supported (rb, wb or xb)")
         inode = self.client.stat(self._strip_protocol(path))
         return ReservoirBufferedFile(
             self,
@@ -233,13 +245,50 @@ class ReservoirFileSystem(AbstractFileSystem):  # type: ignore[misc]
             cache_options=cache_options,
         )
 
-    # ---- writes: refused until the cache has a write path -----------------------------------
+    # ---- writes (writable mounts; see client/writer.py) ------------------------------------
 
-    def _read_only(self, path: Any, *args: Any, **kwargs: Any) -> Any:
-        raise ReadOnly(f"{path}: reservoir:// is read-only; write to the under-store")
+    def makedirs(self, path: str, exist_ok: bool = False) -> None:
+        path = self._strip_protocol(path)
+        found = _unless_missing(lambda: self.info(path), None)
+        if found is not None:
+            if found["type"] != "directory":
+                raise FileExistsError(f"{path}: is a file")
+            if not exist_ok:
+                raise FileExistsError(f"{path}: exists")
+            return
+        self.client.makedirs(path)
 
-    mkdir = makedirs = rm = rm_file = rmdir = _rm = touch = _read_only
-    pipe_file = put_file = cp_file = mv = _read_only
+    def mkdir(self, path: str, create_parents: bool = True, **kwargs: Any) -> None:
+        self.makedirs(path, exist_ok=True)
+
+    def rm_file(self, path: str) -> None:
+        self.client.rm(self._strip_protocol(path))
+
+    _rm = rm_file
+
+    def rm(self, path: Any, recursive: bool = False, maxdepth: int | None = None) -> None:
+        for one in path if isinstance(path, list) else [path]:
+            self.client.rm(self._strip_protocol(one), recursive=recursive)
+
+    def rmdir(self, path: str) -> None:
+        path = self._strip_protocol(path)
+        if self.client.ls(path):
+            raise OSError(f"{path}: directory not empty")
+        self.client.rm(path, recursive=True)
+
+    def mv(self, path1: str, path2: str, recursive: bool = False, **kwargs: Any) -> None:
+        """A rename within one mount: readers see the old destination or the whole new
+        one (a copy and a delete in S3, one namespace change)."""
+        self.client.rename(self._strip_protocol(path1), self._strip_protocol(path2))
+
+    def cp_file(self, path1: str, path2: str, **kwargs: Any) -> None:
+        with self.open(path1, "rb") as source, self.open(path2, "wb") as dest:
+            shutil.copyfileobj(source, dest, DEFAULT_READ_AHEAD)
+
+    def touch(self, path: str, truncate: bool = True, **kwargs: Any) -> None:
+        if not truncate and self.exists(path):
+            return
+        self.client.write(self._strip_protocol(path), b"")
 
 
 class ReservoirBufferedFile(AbstractBufferedFile):  # type: ignore[misc]

@@ -281,7 +281,7 @@ class LocalCluster:
             return {}
         return {
             "tls_ca": str(creds.ca),
-            "tokens": {role: str(creds.token(role)) for role in ("admin", "reader")}
+            "tokens": {role: str(creds.token(role)) for role in ("admin", "reader", "writer")}
             | {"worker": str(creds.token("worker1"))},
         }
 

@@ -9,8 +9,8 @@ are dialled by. Files:
 - `server.pem`, `server-key.pem`: the certificate every server presents (RESERVOIR_TLS_CERT,
   RESERVOIR_TLS_KEY); also a client certificate, for mutual TLS;
 - `tokens.sha256`: what servers accept, hashes only (RESERVOIR_AUTH_TOKENS_FILE);
-- `admin.token`, `reader.token`, `master.token` (a worker-role token with subject
-  `master`), `gateway.token` (a reader-role token with subject `gateway`, for the S3
+- `admin.token`, `reader.token`, `writer.token`, `master.token` (a worker-role token with
+  subject `master`), `gateway.token` (a reader-role token with subject `gateway`, for the S3
   gateway), and `<worker id>.token` per worker (RESERVOIR_TOKEN_FILE).
 
 The CA's key is not kept: new host names or a rotation mean new credentials everywhere.
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from cryptography import x509
 
 # Names of the non-worker token files; a worker id may not take one.
-RESERVED_NAMES = ("admin", "reader", "master", "gateway")
+RESERVED_NAMES = ("admin", "reader", "writer", "master", "gateway")
 # A worker id becomes a file name and a field of the tokens file (no spaces, no slashes);
 # Kubernetes node names fit.
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
@@ -203,6 +203,7 @@ def create(
     principals = [
         ("admin", "admin", ""),
         ("reader", "reader", ""),
+        ("writer", "writer", ""),
         ("master", "worker", "master"),
         ("gateway", "reader", "gateway"),
     ]

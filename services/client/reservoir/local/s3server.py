@@ -7,9 +7,10 @@ and (2) can add a first-byte latency, so a loopback store behaves like a remote 
     python -m reservoir.local.s3server --port 9000 --latency-ms 20
 
 Admin endpoints: GET /_reservoir/stats, POST /_reservoir/reset,
-POST /_reservoir/config?latency_ms=N&fail_gets=N&truncate_gets=N (fail the next N object
-GETs with 503; cut the body of the next N successful object GETs in half, then drop the
-connection: what a reset or truncated stream looks like to the reader).
+POST /_reservoir/config?latency_ms=N&fail_gets=N&truncate_gets=N&fail_parts=N (fail the
+next N object GETs with 503; cut the body of the next N successful object GETs in half,
+then drop the connection: what a reset or truncated stream looks like to the reader; fail
+the next N multipart part uploads with 503).
 
 With `--data-dir`, the objects outlive the process: they are loaded from that directory at
 start and written back there (with their ETags, so cached file ids stay valid) when the
@@ -40,6 +41,7 @@ class S3Observer:
         self.latency_s = latency_ms / 1000
         self.fail_gets = 0
         self.truncate_gets = 0
+        self.fail_parts = 0
         self.counts: Counter[str] = Counter()
         self._lock = threading.Lock()
 
@@ -58,12 +60,16 @@ class S3Observer:
         path = environ.get("PATH_INFO", "")
         if path.startswith(ADMIN):
             return self._admin(environ, path[len(ADMIN) :], start_response)
-        kind = self.kind(environ["REQUEST_METHOD"], path, environ.get("QUERY_STRING", ""))
+        query = environ.get("QUERY_STRING", "")
+        kind = self.kind(environ["REQUEST_METHOD"], path, query)
         with self._lock:
             self.counts[kind] += 1
             failing = kind == "GET" and self.fail_gets > 0
             if failing:
                 self.fail_gets -= 1
+            elif kind == "PUT" and "partNumber=" in query and self.fail_parts > 0:
+                self.fail_parts -= 1
+                failing = True
             truncating = kind == "GET" and not failing and self.truncate_gets > 0
             if truncating:
                 self.truncate_gets -= 1
@@ -112,6 +118,8 @@ class S3Observer:
                 self.fail_gets = int(query["fail_gets"][0])
             if "truncate_gets" in query:
                 self.truncate_gets = int(query["truncate_gets"][0])
+            if "fail_parts" in query:
+                self.fail_parts = int(query["fail_parts"][0])
         body = json.dumps(
             {"counts": dict(self.counts), "latency_ms": self.latency_s * 1000}
         ).encode()

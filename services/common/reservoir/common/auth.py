@@ -4,6 +4,8 @@ Roles:
 - `admin`: everything a reader may, plus mount, unmount, metadata loads, load jobs,
   pin, unpin, TTLs and free.
 - `reader`: stat, ls, read, report, list and watch jobs, list cache rules, worker stats.
+- `writer`: everything a reader may, plus writing, renaming and removing files on
+  writable mounts (checkpoints); `admin` may too.
 - `worker`: the cluster's own processes: fetch mounts, report blocks (a worker token
   names the worker it speaks for, and may report only for it), drive loads and frees
   on workers.
@@ -31,8 +33,9 @@ from . import worker_methods as worker
 from .errors import InvalidArgument, PermissionDenied, ReservoirError, Unauthenticated
 from .rpc import abort_with
 
-ROLES = ("admin", "reader", "worker")
-_READ = frozenset({"reader", "admin", "worker"})
+ROLES = ("admin", "reader", "worker", "writer")
+_READ = frozenset({"reader", "admin", "worker", "writer"})
+_WRITE = frozenset({"writer", "admin"})
 _ADMIN = frozenset({"admin"})
 _CLUSTER = frozenset({"worker"})
 
@@ -76,6 +79,21 @@ RULES: dict[str, Rule] = {
     worker.GET_STATS: Rule(_READ),
     worker.LOAD_BLOCKS: Rule(_ADMIN | _CLUSTER),
     worker.FREE_BLOCKS: Rule(_ADMIN | _CLUSTER),
+    # A written file's blocks: from its writer, or forwarded by a worker to their home.
+    worker.STAGE_BLOCK: Rule(_WRITE | _CLUSTER),
+    worker.COMMIT_BLOCKS: Rule(_WRITE | _CLUSTER),
+    **{
+        _MASTER + method: Rule(_WRITE)
+        for method in (
+            "BeginWrite",
+            "KeepWrite",
+            "PublishWrite",
+            "AbortWrite",
+            "Remove",
+            "Rename",
+            "MakeDirs",
+        )
+    },
     "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo": Rule(_READ),
 }
 OPEN_PREFIXES = ("/grpc.health.v1.Health/",)

@@ -517,6 +517,11 @@ class MasterConfig:
     # The leader's etcd lease: a leader that dies is replaced within about this long. etcd
     # leases count whole seconds (rounded up).
     lease_ttl_s: float = field(default=3.0, metadata=env("RESERVOIR_MASTER_LEASE_TTL"))
+    # A write (checkpoint file) whose writer sends no keep-alive for this long is aborted:
+    # its multipart upload is dropped in the store (writers keep alive every third of it).
+    write_abort_timeout_s: float = field(
+        default=300.0, metadata=env("RESERVOIR_WRITE_ABORT_TIMEOUT")
+    )
 
     def __post_init__(self) -> None:
         if not 1 <= self.list_page_size <= self.list_max_page_size:
@@ -724,10 +729,27 @@ class ClientConfig:
     tune_malloc: bool = field(default=True, metadata=env("RESERVOIR_TUNE_MALLOC"))
     # TLS and the token this client presents (RESERVOIR_TLS_CA, RESERVOIR_TOKEN_FILE, ...).
     security: SecuritySettings = field(default_factory=lambda: load(SecuritySettings))
+    # Writes (client/writer.py): a file goes to the store in parts of this size (rounded
+    # up to whole blocks; at least S3's 5 MiB), this many in flight at once, each part
+    # tried this many more times when the store fails it.
+    write_part_size: int = field(default=16 * MiB, metadata=env("RESERVOIR_WRITE_PART_SIZE"))
+    write_concurrency: int = field(default=8, metadata=env("RESERVOIR_WRITE_CONCURRENCY"))
+    write_part_retries: int = field(default=3, metadata=env("RESERVOIR_WRITE_PART_RETRIES"))
+    # How long the workers may take, at close, to keep a written file's staged blocks at
+    # their homes (a big file's blocks move between workers meanwhile).
+    write_commit_timeout_s: float = field(
+        default=300.0, metadata=env("RESERVOIR_WRITE_COMMIT_TIMEOUT")
+    )
 
     def __post_init__(self) -> None:
         if self.list_page_size < 1:
             raise InvalidArgument("RESERVOIR_LIST_PAGE_SIZE must be >= 1")
+        if self.write_part_size < 5 * MiB:
+            raise InvalidArgument("RESERVOIR_WRITE_PART_SIZE must be at least 5MiB (S3's floor)")
+        if self.write_concurrency < 1 or self.write_part_retries < 0:
+            raise InvalidArgument(
+                "RESERVOIR_WRITE_CONCURRENCY must be >= 1, RESERVOIR_WRITE_PART_RETRIES >= 0"
+            )
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,9 @@ class MountOptions:
     credentials: str = ""
     metadata_ttl_ms: int = 0
     metadata_sync: str = ""
+    # Writes, renames and removals through Reservoir are allowed (checkpoints); read-only
+    # unless mounted with it.
+    writable: bool = False
 
     @classmethod
     def from_proto(cls, o: common_pb2.MountOptions) -> MountOptions:
@@ -44,6 +47,7 @@ class MountOptions:
             o.credentials,
             o.metadata_ttl_ms,
             o.metadata_sync,
+            o.writable,
         )
 
     def sync_ttl_ms(self, default_ms: int) -> int | None:

@@ -14,6 +14,8 @@ READ_BLOCKS_NAME = "ReadBlocks"
 LOAD_BLOCKS_NAME = "LoadBlocks"
 FREE_BLOCKS_NAME = "FreeBlocks"
 GET_STATS_NAME = "GetStats"
+STAGE_BLOCK_NAME = "StageBlock"
+COMMIT_BLOCKS_NAME = "CommitBlocks"
 
 
 def method_path(name: str) -> str:
@@ -27,6 +29,8 @@ READ_BLOCKS = method_path(READ_BLOCKS_NAME)
 LOAD_BLOCKS = method_path(LOAD_BLOCKS_NAME)
 FREE_BLOCKS = method_path(FREE_BLOCKS_NAME)
 GET_STATS = method_path(GET_STATS_NAME)
+STAGE_BLOCK = method_path(STAGE_BLOCK_NAME)
+COMMIT_BLOCKS = method_path(COMMIT_BLOCKS_NAME)
 
 # The methods that hand out block bytes (a span or a rule about reads names these).
 READS = (READ_BLOCK, READ_SMALL, READ_BLOCKS)

@@ -20,6 +20,229 @@ else:
 DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
+class BeginWriteRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PATH_FIELD_NUMBER: _builtins.int
+    path: _builtins.str
+    def __init__(
+        self,
+        *,
+        path: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["path", b"path"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BeginWriteRequest: _TypeAlias = BeginWriteRequest  # noqa: Y015
+
+@_typing.final
+class BeginWriteResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WRITE_ID_FIELD_NUMBER: _builtins.int
+    UPLOAD_ID_FIELD_NUMBER: _builtins.int
+    UFS_URI_FIELD_NUMBER: _builtins.int
+    MOUNT_PATH_FIELD_NUMBER: _builtins.int
+    BLOCK_SIZE_FIELD_NUMBER: _builtins.int
+    KEEPALIVE_MS_FIELD_NUMBER: _builtins.int
+    MOUNT_FIELD_NUMBER: _builtins.int
+    write_id: _builtins.str
+    upload_id: _builtins.str
+    ufs_uri: _builtins.str
+    """the object being written"""
+    mount_path: _builtins.str
+    block_size: _builtins.int
+    """the mount's: how the file's blocks are cut"""
+    keepalive_ms: _builtins.int
+    """send KeepWrite at least this often, or the write is aborted"""
+    @_builtins.property
+    def mount(self) -> _common_pb2.MountInfo:
+        """the mount as it is (the writer opens its store to upload parts)"""
+
+    def __init__(
+        self,
+        *,
+        write_id: _builtins.str = ...,
+        upload_id: _builtins.str = ...,
+        ufs_uri: _builtins.str = ...,
+        mount_path: _builtins.str = ...,
+        block_size: _builtins.int = ...,
+        keepalive_ms: _builtins.int = ...,
+        mount: _common_pb2.MountInfo | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["mount", b"mount"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["block_size", b"block_size", "keepalive_ms", b"keepalive_ms", "mount", b"mount", "mount_path", b"mount_path", "ufs_uri", b"ufs_uri", "upload_id", b"upload_id", "write_id", b"write_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BeginWriteResponse: _TypeAlias = BeginWriteResponse  # noqa: Y015
+
+@_typing.final
+class WriteRef(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WRITE_ID_FIELD_NUMBER: _builtins.int
+    write_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        write_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["write_id", b"write_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WriteRef: _TypeAlias = WriteRef  # noqa: Y015
+
+@_typing.final
+class KeepWriteResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___KeepWriteResponse: _TypeAlias = KeepWriteResponse  # noqa: Y015
+
+@_typing.final
+class AbortWriteResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AbortWriteResponse: _TypeAlias = AbortWriteResponse  # noqa: Y015
+
+@_typing.final
+class UploadedPart(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NUMBER_FIELD_NUMBER: _builtins.int
+    ETAG_FIELD_NUMBER: _builtins.int
+    number: _builtins.int
+    etag: _builtins.str
+    def __init__(
+        self,
+        *,
+        number: _builtins.int = ...,
+        etag: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["etag", b"etag", "number", b"number"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UploadedPart: _TypeAlias = UploadedPart  # noqa: Y015
+
+@_typing.final
+class PublishWriteRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WRITE_ID_FIELD_NUMBER: _builtins.int
+    PARTS_FIELD_NUMBER: _builtins.int
+    SIZE_FIELD_NUMBER: _builtins.int
+    write_id: _builtins.str
+    size: _builtins.int
+    """bytes written: the completed object must have exactly this many"""
+    @_builtins.property
+    def parts(self) -> _containers.RepeatedCompositeFieldContainer[Global___UploadedPart]: ...
+    def __init__(
+        self,
+        *,
+        write_id: _builtins.str = ...,
+        parts: _abc.Iterable[Global___UploadedPart] | None = ...,
+        size: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["parts", b"parts", "size", b"size", "write_id", b"write_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PublishWriteRequest: _TypeAlias = PublishWriteRequest  # noqa: Y015
+
+@_typing.final
+class RemoveRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PATH_FIELD_NUMBER: _builtins.int
+    RECURSIVE_FIELD_NUMBER: _builtins.int
+    path: _builtins.str
+    recursive: _builtins.bool
+    def __init__(
+        self,
+        *,
+        path: _builtins.str = ...,
+        recursive: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["path", b"path", "recursive", b"recursive"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RemoveRequest: _TypeAlias = RemoveRequest  # noqa: Y015
+
+@_typing.final
+class RemoveResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REMOVED_FIELD_NUMBER: _builtins.int
+    removed: _builtins.int
+    def __init__(
+        self,
+        *,
+        removed: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["removed", b"removed"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RemoveResponse: _TypeAlias = RemoveResponse  # noqa: Y015
+
+@_typing.final
+class RenameRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SOURCE_FIELD_NUMBER: _builtins.int
+    DESTINATION_FIELD_NUMBER: _builtins.int
+    source: _builtins.str
+    destination: _builtins.str
+    def __init__(
+        self,
+        *,
+        source: _builtins.str = ...,
+        destination: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["destination", b"destination", "source", b"source"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RenameRequest: _TypeAlias = RenameRequest  # noqa: Y015
+
+@_typing.final
 class PathRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -146,6 +146,41 @@ class MasterServiceStub:
                 request_serializer=reservoir_dot_v1_dot_master__pb2.PathRequest.SerializeToString,
                 response_deserializer=reservoir_dot_v1_dot_master__pb2.FreeResponse.FromString,
                 _registered_method=True)
+        self.BeginWrite = channel.unary_unary(
+                '/reservoir.v1.MasterService/BeginWrite',
+                request_serializer=reservoir_dot_v1_dot_master__pb2.BeginWriteRequest.SerializeToString,
+                response_deserializer=reservoir_dot_v1_dot_master__pb2.BeginWriteResponse.FromString,
+                _registered_method=True)
+        self.KeepWrite = channel.unary_unary(
+                '/reservoir.v1.MasterService/KeepWrite',
+                request_serializer=reservoir_dot_v1_dot_master__pb2.WriteRef.SerializeToString,
+                response_deserializer=reservoir_dot_v1_dot_master__pb2.KeepWriteResponse.FromString,
+                _registered_method=True)
+        self.PublishWrite = channel.unary_unary(
+                '/reservoir.v1.MasterService/PublishWrite',
+                request_serializer=reservoir_dot_v1_dot_master__pb2.PublishWriteRequest.SerializeToString,
+                response_deserializer=reservoir_dot_v1_dot_common__pb2.FileInfo.FromString,
+                _registered_method=True)
+        self.AbortWrite = channel.unary_unary(
+                '/reservoir.v1.MasterService/AbortWrite',
+                request_serializer=reservoir_dot_v1_dot_master__pb2.WriteRef.SerializeToString,
+                response_deserializer=reservoir_dot_v1_dot_master__pb2.AbortWriteResponse.FromString,
+                _registered_method=True)
+        self.Remove = channel.unary_unary(
+                '/reservoir.v1.MasterService/Remove',
+                request_serializer=reservoir_dot_v1_dot_master__pb2.RemoveRequest.SerializeToString,
+                response_deserializer=reservoir_dot_v1_dot_master__pb2.RemoveResponse.FromString,
+                _registered_method=True)
+        self.Rename = channel.unary_unary(
+                '/reservoir.v1.MasterService/Rename',
+                request_serializer=reservoir_dot_v1_dot_master__pb2.RenameRequest.SerializeToString,
+                response_deserializer=reservoir_dot_v1_dot_common__pb2.FileInfo.FromString,
+                _registered_method=True)
+        self.MakeDirs = channel.unary_unary(
+                '/reservoir.v1.MasterService/MakeDirs',
+                request_serializer=reservoir_dot_v1_dot_master__pb2.PathRequest.SerializeToString,
+                response_deserializer=reservoir_dot_v1_dot_common__pb2.FileInfo.FromString,
+                _registered_method=True)
 
 
 class MasterServiceServicer:
@@ -296,6 +331,55 @@ class MasterServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def BeginWrite(self, request, context):
+        """Writes to writable mounts (write_sessions.py). A file is written as a multipart upload
+        the master opens and records in etcd; it becomes visible only through PublishWrite.
+        A write the writer neither publishes nor keeps alive is aborted after the master's
+        RESERVOIR_WRITE_ABORT_TIMEOUT.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def KeepWrite(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PublishWrite(self, request, context):
+        """Completes the upload and stores the new inode in one etcd write: the new version
+        replaces the old one whole, for every reader at once.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AbortWrite(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Remove(self, request, context):
+        """Namespace changes on writable mounts, in the under-store first, then in etcd.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Rename(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def MakeDirs(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MasterServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -408,6 +492,41 @@ def add_MasterServiceServicer_to_server(servicer, server):
                     servicer.Free,
                     request_deserializer=reservoir_dot_v1_dot_master__pb2.PathRequest.FromString,
                     response_serializer=reservoir_dot_v1_dot_master__pb2.FreeResponse.SerializeToString,
+            ),
+            'BeginWrite': grpc.unary_unary_rpc_method_handler(
+                    servicer.BeginWrite,
+                    request_deserializer=reservoir_dot_v1_dot_master__pb2.BeginWriteRequest.FromString,
+                    response_serializer=reservoir_dot_v1_dot_master__pb2.BeginWriteResponse.SerializeToString,
+            ),
+            'KeepWrite': grpc.unary_unary_rpc_method_handler(
+                    servicer.KeepWrite,
+                    request_deserializer=reservoir_dot_v1_dot_master__pb2.WriteRef.FromString,
+                    response_serializer=reservoir_dot_v1_dot_master__pb2.KeepWriteResponse.SerializeToString,
+            ),
+            'PublishWrite': grpc.unary_unary_rpc_method_handler(
+                    servicer.PublishWrite,
+                    request_deserializer=reservoir_dot_v1_dot_master__pb2.PublishWriteRequest.FromString,
+                    response_serializer=reservoir_dot_v1_dot_common__pb2.FileInfo.SerializeToString,
+            ),
+            'AbortWrite': grpc.unary_unary_rpc_method_handler(
+                    servicer.AbortWrite,
+                    request_deserializer=reservoir_dot_v1_dot_master__pb2.WriteRef.FromString,
+                    response_serializer=reservoir_dot_v1_dot_master__pb2.AbortWriteResponse.SerializeToString,
+            ),
+            'Remove': grpc.unary_unary_rpc_method_handler(
+                    servicer.Remove,
+                    request_deserializer=reservoir_dot_v1_dot_master__pb2.RemoveRequest.FromString,
+                    response_serializer=reservoir_dot_v1_dot_master__pb2.RemoveResponse.SerializeToString,
+            ),
+            'Rename': grpc.unary_unary_rpc_method_handler(
+                    servicer.Rename,
+                    request_deserializer=reservoir_dot_v1_dot_master__pb2.RenameRequest.FromString,
+                    response_serializer=reservoir_dot_v1_dot_common__pb2.FileInfo.SerializeToString,
+            ),
+            'MakeDirs': grpc.unary_unary_rpc_method_handler(
+                    servicer.MakeDirs,
+                    request_deserializer=reservoir_dot_v1_dot_master__pb2.PathRequest.FromString,
+                    response_serializer=reservoir_dot_v1_dot_common__pb2.FileInfo.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1005,6 +1124,195 @@ class MasterService:
             '/reservoir.v1.MasterService/Free',
             reservoir_dot_v1_dot_master__pb2.PathRequest.SerializeToString,
             reservoir_dot_v1_dot_master__pb2.FreeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BeginWrite(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/reservoir.v1.MasterService/BeginWrite',
+            reservoir_dot_v1_dot_master__pb2.BeginWriteRequest.SerializeToString,
+            reservoir_dot_v1_dot_master__pb2.BeginWriteResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def KeepWrite(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/reservoir.v1.MasterService/KeepWrite',
+            reservoir_dot_v1_dot_master__pb2.WriteRef.SerializeToString,
+            reservoir_dot_v1_dot_master__pb2.KeepWriteResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PublishWrite(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/reservoir.v1.MasterService/PublishWrite',
+            reservoir_dot_v1_dot_master__pb2.PublishWriteRequest.SerializeToString,
+            reservoir_dot_v1_dot_common__pb2.FileInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AbortWrite(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/reservoir.v1.MasterService/AbortWrite',
+            reservoir_dot_v1_dot_master__pb2.WriteRef.SerializeToString,
+            reservoir_dot_v1_dot_master__pb2.AbortWriteResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Remove(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/reservoir.v1.MasterService/Remove',
+            reservoir_dot_v1_dot_master__pb2.RemoveRequest.SerializeToString,
+            reservoir_dot_v1_dot_master__pb2.RemoveResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Rename(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/reservoir.v1.MasterService/Rename',
+            reservoir_dot_v1_dot_master__pb2.RenameRequest.SerializeToString,
+            reservoir_dot_v1_dot_common__pb2.FileInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def MakeDirs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/reservoir.v1.MasterService/MakeDirs',
+            reservoir_dot_v1_dot_master__pb2.PathRequest.SerializeToString,
+            reservoir_dot_v1_dot_common__pb2.FileInfo.FromString,
             options,
             channel_credentials,
             insecure,

@@ -70,6 +70,22 @@ class MasterServiceStub:
     ListCacheRules: _grpc.UnaryUnaryMultiCallable[_master_pb2.ListCacheRulesRequest, _master_pb2.ListCacheRulesResponse]
     Free: _grpc.UnaryUnaryMultiCallable[_master_pb2.PathRequest, _master_pb2.FreeResponse]
     """Evicts the path's blocks now from every worker, every tier (pinned files are kept)."""
+    BeginWrite: _grpc.UnaryUnaryMultiCallable[_master_pb2.BeginWriteRequest, _master_pb2.BeginWriteResponse]
+    """Writes to writable mounts (write_sessions.py). A file is written as a multipart upload
+    the master opens and records in etcd; it becomes visible only through PublishWrite.
+    A write the writer neither publishes nor keeps alive is aborted after the master's
+    RESERVOIR_WRITE_ABORT_TIMEOUT.
+    """
+    KeepWrite: _grpc.UnaryUnaryMultiCallable[_master_pb2.WriteRef, _master_pb2.KeepWriteResponse]
+    PublishWrite: _grpc.UnaryUnaryMultiCallable[_master_pb2.PublishWriteRequest, _common_pb2.FileInfo]
+    """Completes the upload and stores the new inode in one etcd write: the new version
+    replaces the old one whole, for every reader at once.
+    """
+    AbortWrite: _grpc.UnaryUnaryMultiCallable[_master_pb2.WriteRef, _master_pb2.AbortWriteResponse]
+    Remove: _grpc.UnaryUnaryMultiCallable[_master_pb2.RemoveRequest, _master_pb2.RemoveResponse]
+    """Namespace changes on writable mounts, in the under-store first, then in etcd."""
+    Rename: _grpc.UnaryUnaryMultiCallable[_master_pb2.RenameRequest, _common_pb2.FileInfo]
+    MakeDirs: _grpc.UnaryUnaryMultiCallable[_master_pb2.PathRequest, _common_pb2.FileInfo]
 
 @_typing.type_check_only
 class MasterServiceAsyncStub(MasterServiceStub):
@@ -112,6 +128,22 @@ class MasterServiceAsyncStub(MasterServiceStub):
     ListCacheRules: _aio.UnaryUnaryMultiCallable[_master_pb2.ListCacheRulesRequest, _master_pb2.ListCacheRulesResponse]  # type: ignore[assignment]
     Free: _aio.UnaryUnaryMultiCallable[_master_pb2.PathRequest, _master_pb2.FreeResponse]  # type: ignore[assignment]
     """Evicts the path's blocks now from every worker, every tier (pinned files are kept)."""
+    BeginWrite: _aio.UnaryUnaryMultiCallable[_master_pb2.BeginWriteRequest, _master_pb2.BeginWriteResponse]  # type: ignore[assignment]
+    """Writes to writable mounts (write_sessions.py). A file is written as a multipart upload
+    the master opens and records in etcd; it becomes visible only through PublishWrite.
+    A write the writer neither publishes nor keeps alive is aborted after the master's
+    RESERVOIR_WRITE_ABORT_TIMEOUT.
+    """
+    KeepWrite: _aio.UnaryUnaryMultiCallable[_master_pb2.WriteRef, _master_pb2.KeepWriteResponse]  # type: ignore[assignment]
+    PublishWrite: _aio.UnaryUnaryMultiCallable[_master_pb2.PublishWriteRequest, _common_pb2.FileInfo]  # type: ignore[assignment]
+    """Completes the upload and stores the new inode in one etcd write: the new version
+    replaces the old one whole, for every reader at once.
+    """
+    AbortWrite: _aio.UnaryUnaryMultiCallable[_master_pb2.WriteRef, _master_pb2.AbortWriteResponse]  # type: ignore[assignment]
+    Remove: _aio.UnaryUnaryMultiCallable[_master_pb2.RemoveRequest, _master_pb2.RemoveResponse]  # type: ignore[assignment]
+    """Namespace changes on writable mounts, in the under-store first, then in etcd."""
+    Rename: _aio.UnaryUnaryMultiCallable[_master_pb2.RenameRequest, _common_pb2.FileInfo]  # type: ignore[assignment]
+    MakeDirs: _aio.UnaryUnaryMultiCallable[_master_pb2.PathRequest, _common_pb2.FileInfo]  # type: ignore[assignment]
 
 class MasterServiceServicer(metaclass=_abc_1.ABCMeta):
     """The metadata authority: mounts, namespace, worker membership, block locations."""
@@ -283,5 +315,63 @@ class MasterServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_master_pb2.FreeResponse, _abc.Awaitable[_master_pb2.FreeResponse]]:
         """Evicts the path's blocks now from every worker, every tier (pinned files are kept)."""
+
+    @_abc_1.abstractmethod
+    def BeginWrite(
+        self,
+        request: _master_pb2.BeginWriteRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_master_pb2.BeginWriteResponse, _abc.Awaitable[_master_pb2.BeginWriteResponse]]:
+        """Writes to writable mounts (write_sessions.py). A file is written as a multipart upload
+        the master opens and records in etcd; it becomes visible only through PublishWrite.
+        A write the writer neither publishes nor keeps alive is aborted after the master's
+        RESERVOIR_WRITE_ABORT_TIMEOUT.
+        """
+
+    @_abc_1.abstractmethod
+    def KeepWrite(
+        self,
+        request: _master_pb2.WriteRef,
+        context: _ServicerContext,
+    ) -> _typing.Union[_master_pb2.KeepWriteResponse, _abc.Awaitable[_master_pb2.KeepWriteResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def PublishWrite(
+        self,
+        request: _master_pb2.PublishWriteRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_common_pb2.FileInfo, _abc.Awaitable[_common_pb2.FileInfo]]:
+        """Completes the upload and stores the new inode in one etcd write: the new version
+        replaces the old one whole, for every reader at once.
+        """
+
+    @_abc_1.abstractmethod
+    def AbortWrite(
+        self,
+        request: _master_pb2.WriteRef,
+        context: _ServicerContext,
+    ) -> _typing.Union[_master_pb2.AbortWriteResponse, _abc.Awaitable[_master_pb2.AbortWriteResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def Remove(
+        self,
+        request: _master_pb2.RemoveRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_master_pb2.RemoveResponse, _abc.Awaitable[_master_pb2.RemoveResponse]]:
+        """Namespace changes on writable mounts, in the under-store first, then in etcd."""
+
+    @_abc_1.abstractmethod
+    def Rename(
+        self,
+        request: _master_pb2.RenameRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_common_pb2.FileInfo, _abc.Awaitable[_common_pb2.FileInfo]]: ...
+
+    @_abc_1.abstractmethod
+    def MakeDirs(
+        self,
+        request: _master_pb2.PathRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_common_pb2.FileInfo, _abc.Awaitable[_common_pb2.FileInfo]]: ...
 
 def add_MasterServiceServicer_to_server(servicer: MasterServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

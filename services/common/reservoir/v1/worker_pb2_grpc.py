@@ -66,6 +66,16 @@ class WorkerServiceStub:
                 request_serializer=reservoir_dot_v1_dot_worker__pb2.FreeBlocksRequest.SerializeToString,
                 response_deserializer=reservoir_dot_v1_dot_worker__pb2.FreeBlocksResponse.FromString,
                 _registered_method=True)
+        self.StageBlock = channel.unary_unary(
+                '/reservoir.v1.WorkerService/StageBlock',
+                request_serializer=reservoir_dot_v1_dot_worker__pb2.StageBlockRequest.SerializeToString,
+                response_deserializer=reservoir_dot_v1_dot_worker__pb2.StageBlockResponse.FromString,
+                _registered_method=True)
+        self.CommitBlocks = channel.unary_unary(
+                '/reservoir.v1.WorkerService/CommitBlocks',
+                request_serializer=reservoir_dot_v1_dot_worker__pb2.CommitBlocksRequest.SerializeToString,
+                response_deserializer=reservoir_dot_v1_dot_worker__pb2.CommitBlocksResponse.FromString,
+                _registered_method=True)
 
 
 class WorkerServiceServicer:
@@ -120,6 +130,23 @@ class WorkerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def StageBlock(self, request, context):
+        """Blocks of a file being written, held under the write's id until the file is published
+        (its identity, with the ETag, is known only then); bounded by
+        RESERVOIR_WRITE_STAGING_BYTES, dropped when not committed within the write timeout.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CommitBlocks(self, request, context):
+        """The published file's identity for a write's staged blocks: each is cached under it
+        here, or sent to the worker named for its index (its home), which caches it there.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WorkerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -152,6 +179,16 @@ def add_WorkerServiceServicer_to_server(servicer, server):
                     servicer.FreeBlocks,
                     request_deserializer=reservoir_dot_v1_dot_worker__pb2.FreeBlocksRequest.FromString,
                     response_serializer=reservoir_dot_v1_dot_worker__pb2.FreeBlocksResponse.SerializeToString,
+            ),
+            'StageBlock': grpc.unary_unary_rpc_method_handler(
+                    servicer.StageBlock,
+                    request_deserializer=reservoir_dot_v1_dot_worker__pb2.StageBlockRequest.FromString,
+                    response_serializer=reservoir_dot_v1_dot_worker__pb2.StageBlockResponse.SerializeToString,
+            ),
+            'CommitBlocks': grpc.unary_unary_rpc_method_handler(
+                    servicer.CommitBlocks,
+                    request_deserializer=reservoir_dot_v1_dot_worker__pb2.CommitBlocksRequest.FromString,
+                    response_serializer=reservoir_dot_v1_dot_worker__pb2.CommitBlocksResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -318,6 +355,60 @@ class WorkerService:
             '/reservoir.v1.WorkerService/FreeBlocks',
             reservoir_dot_v1_dot_worker__pb2.FreeBlocksRequest.SerializeToString,
             reservoir_dot_v1_dot_worker__pb2.FreeBlocksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StageBlock(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/reservoir.v1.WorkerService/StageBlock',
+            reservoir_dot_v1_dot_worker__pb2.StageBlockRequest.SerializeToString,
+            reservoir_dot_v1_dot_worker__pb2.StageBlockResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CommitBlocks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/reservoir.v1.WorkerService/CommitBlocks',
+            reservoir_dot_v1_dot_worker__pb2.CommitBlocksRequest.SerializeToString,
+            reservoir_dot_v1_dot_worker__pb2.CommitBlocksResponse.FromString,
             options,
             channel_credentials,
             insecure,

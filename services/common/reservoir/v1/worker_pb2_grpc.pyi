@@ -55,6 +55,15 @@ class WorkerServiceStub:
     """
     FreeBlocks: _grpc.UnaryUnaryMultiCallable[_worker_pb2.FreeBlocksRequest, _worker_pb2.FreeBlocksResponse]
     """Drops every block of the given files from every tier now (for `reservoir free`)."""
+    StageBlock: _grpc.UnaryUnaryMultiCallable[_worker_pb2.StageBlockRequest, _worker_pb2.StageBlockResponse]
+    """Blocks of a file being written, held under the write's id until the file is published
+    (its identity, with the ETag, is known only then); bounded by
+    RESERVOIR_WRITE_STAGING_BYTES, dropped when not committed within the write timeout.
+    """
+    CommitBlocks: _grpc.UnaryUnaryMultiCallable[_worker_pb2.CommitBlocksRequest, _worker_pb2.CommitBlocksResponse]
+    """The published file's identity for a write's staged blocks: each is cached under it
+    here, or sent to the worker named for its index (its home), which caches it there.
+    """
 
 @_typing.type_check_only
 class WorkerServiceAsyncStub(WorkerServiceStub):
@@ -83,6 +92,15 @@ class WorkerServiceAsyncStub(WorkerServiceStub):
     """
     FreeBlocks: _aio.UnaryUnaryMultiCallable[_worker_pb2.FreeBlocksRequest, _worker_pb2.FreeBlocksResponse]  # type: ignore[assignment]
     """Drops every block of the given files from every tier now (for `reservoir free`)."""
+    StageBlock: _aio.UnaryUnaryMultiCallable[_worker_pb2.StageBlockRequest, _worker_pb2.StageBlockResponse]  # type: ignore[assignment]
+    """Blocks of a file being written, held under the write's id until the file is published
+    (its identity, with the ETag, is known only then); bounded by
+    RESERVOIR_WRITE_STAGING_BYTES, dropped when not committed within the write timeout.
+    """
+    CommitBlocks: _aio.UnaryUnaryMultiCallable[_worker_pb2.CommitBlocksRequest, _worker_pb2.CommitBlocksResponse]  # type: ignore[assignment]
+    """The published file's identity for a write's staged blocks: each is cached under it
+    here, or sent to the worker named for its index (its home), which caches it there.
+    """
 
 class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
     """A cache node. Blocks are fetched from the under-store on a miss (once, however many
@@ -144,5 +162,26 @@ class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_worker_pb2.FreeBlocksResponse, _abc.Awaitable[_worker_pb2.FreeBlocksResponse]]:
         """Drops every block of the given files from every tier now (for `reservoir free`)."""
+
+    @_abc_1.abstractmethod
+    def StageBlock(
+        self,
+        request: _worker_pb2.StageBlockRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_worker_pb2.StageBlockResponse, _abc.Awaitable[_worker_pb2.StageBlockResponse]]:
+        """Blocks of a file being written, held under the write's id until the file is published
+        (its identity, with the ETag, is known only then); bounded by
+        RESERVOIR_WRITE_STAGING_BYTES, dropped when not committed within the write timeout.
+        """
+
+    @_abc_1.abstractmethod
+    def CommitBlocks(
+        self,
+        request: _worker_pb2.CommitBlocksRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_worker_pb2.CommitBlocksResponse, _abc.Awaitable[_worker_pb2.CommitBlocksResponse]]:
+        """The published file's identity for a write's staged blocks: each is cached under it
+        here, or sent to the worker named for its index (its home), which caches it there.
+        """
 
 def add_WorkerServiceServicer_to_server(servicer: WorkerServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

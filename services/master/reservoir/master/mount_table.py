@@ -50,6 +50,8 @@ class MountTable:
             raise InvalidArgument("cannot mount on /")
         options = options.validated()
         self._policy.check(uri, options)
+        if options.writable and not uri.startswith("s3://"):
+            raise InvalidArgument(f"{uri}: only s3:// mounts can be writable")
         return path, dataclasses.replace(options, block_size=self.block_size_of(options))
 
     def already(self, path: str, uri: str, options: MountOptions) -> Mount | None:

@@ -37,9 +37,11 @@ from .locations import BlockLocationTable
 from .metadata_sync import DirectoryListing, NamespaceSync, dir_inode, now_ms
 from .mount_policy import MountPolicy
 from .mount_table import MountTable
+from .namespace_edits import NamespaceEdits
 from .namespace_store import NamespaceStore
 from .tree_load import KeysOutOfOrder, TreeLoad
 from .worker_link import WorkerLink
+from .write_sessions import WriteSessions
 
 log = logs.get_logger(__name__)
 
@@ -105,6 +107,10 @@ class MasterService:
             jobs=self.jobs,
             locations=self.locations,
         )
+        self.writes = WriteSessions(
+            store, config, self.mount_table, self.namespace, self.sync, self.drop_blocks
+        )
+        self.edits = NamespaceEdits(self.writes, self.file_info, self.drop_blocks)
 
     async def start(self) -> None:
         """Loads the state from etcd and resumes the load jobs: what a master does when it
@@ -118,6 +124,7 @@ class MasterService:
         await self.locations.load()
         await self.refresh_workers()
         await self.jobs.resume()
+        self.writes.start()  # aborts the uploads of writers that died, this master's or not
         log.info("master_state_loaded", mounts=len(self.mount_table))
 
     async def metadata_health(self) -> None:
@@ -128,6 +135,7 @@ class MasterService:
     async def stand_down(self) -> None:
         """Stops what only the leader does: load jobs stop with their records as they are,
         for the next leader to resume; the last block reports go to etcd first."""
+        await self.writes.stop()
         await self.jobs.close()
         try:
             await self.flush_locations()
@@ -135,6 +143,7 @@ class MasterService:
             log.warning("final_location_flush_failed", error=str(exc))
 
     async def close(self) -> None:
+        await self.writes.stop()
         await self.jobs.close()
         await self._worker_link.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -421,6 +430,21 @@ class MasterService:
         return inode.with_locations(self.locations.holders(inode.file_id))
 
     # ---- workers and block locations ----------------------------------------------------
+
+    async def drop_blocks(self, file_ids: list[str]) -> None:
+        """Evicts these files' blocks from every live worker now (an overwritten, renamed
+        or removed version is never served again). A worker that cannot be reached is
+        logged and left: a reader it serves meets the changed ETag and asks again."""
+        if not file_ids:
+            return
+        workers = await self.workers()
+        results = await asyncio.gather(
+            *(self._worker_link.free_blocks(w, file_ids) for w in workers),
+            return_exceptions=True,
+        )
+        for worker, result in zip(workers, results, strict=True):
+            if isinstance(result, BaseException):
+                log.warning("drop_blocks_failed", worker=worker.id, error=str(result))
 
     async def workers(self) -> list[WorkerRecord]:
         return sorted(await self._registry.live(), key=lambda w: w.id)

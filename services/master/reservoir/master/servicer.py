@@ -10,6 +10,7 @@ import grpc.aio
 
 from reservoir.common.errors import ReservoirError, code_value
 from reservoir.common.models import Inode, Mount, MountOptions
+from reservoir.common.object_writes import Part
 from reservoir.common.rpc import translate_errors, translate_stream_errors
 from reservoir.v1 import common_pb2, master_pb2, master_pb2_grpc
 
@@ -207,6 +208,65 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
         self, request: master_pb2.PathRequest, context: grpc.aio.ServicerContext
     ) -> master_pb2.FreeResponse:
         return master_pb2.FreeResponse(**asdict(await self._service.cache_rules.free(request.path)))
+
+    # ---- writes to writable mounts (write_sessions.py, namespace_edits.py) ---------------
+
+    @translate_errors
+    async def BeginWrite(
+        self, request: master_pb2.BeginWriteRequest, context: grpc.aio.ServicerContext
+    ) -> master_pb2.BeginWriteResponse:
+        record, mount = await self._service.writes.begin(request.path)
+        return master_pb2.BeginWriteResponse(
+            write_id=record.id,
+            upload_id=record.upload_id,
+            ufs_uri=mount.uri + record.key,
+            mount_path=mount.path,
+            block_size=self._service.mount_table.block_size(mount),
+            keepalive_ms=self._service.writes.timeout_ms // 3,
+            mount=mount.to_proto(),
+        )
+
+    @translate_errors
+    async def KeepWrite(
+        self, request: master_pb2.WriteRef, context: grpc.aio.ServicerContext
+    ) -> master_pb2.KeepWriteResponse:
+        await self._service.writes.keep(request.write_id)
+        return master_pb2.KeepWriteResponse()
+
+    @translate_errors
+    async def PublishWrite(
+        self, request: master_pb2.PublishWriteRequest, context: grpc.aio.ServicerContext
+    ) -> common_pb2.FileInfo:
+        parts = [Part(p.number, p.etag) for p in request.parts]
+        inode = await self._service.writes.publish(request.write_id, parts, request.size)
+        return inode.to_proto()
+
+    @translate_errors
+    async def AbortWrite(
+        self, request: master_pb2.WriteRef, context: grpc.aio.ServicerContext
+    ) -> master_pb2.AbortWriteResponse:
+        await self._service.writes.abort(request.write_id)
+        return master_pb2.AbortWriteResponse()
+
+    @translate_errors
+    async def Remove(
+        self, request: master_pb2.RemoveRequest, context: grpc.aio.ServicerContext
+    ) -> master_pb2.RemoveResponse:
+        removed = await self._service.edits.remove(request.path, request.recursive)
+        return master_pb2.RemoveResponse(removed=removed)
+
+    @translate_errors
+    async def Rename(
+        self, request: master_pb2.RenameRequest, context: grpc.aio.ServicerContext
+    ) -> common_pb2.FileInfo:
+        inode = await self._service.edits.rename(request.source, request.destination)
+        return inode.to_proto()
+
+    @translate_errors
+    async def MakeDirs(
+        self, request: master_pb2.PathRequest, context: grpc.aio.ServicerContext
+    ) -> common_pb2.FileInfo:
+        return (await self._service.edits.make_dirs(request.path)).to_proto()
 
 
 def _job(job: Job) -> master_pb2.Job:

@@ -257,6 +257,28 @@ class WorkerService:
         log.debug("block_fetched", file_id=request.file_id, index=request.index, bytes=length)
         return data, crc
 
+    # ---- written files (written_blocks.py) ---------------------------------------------
+
+    async def check_mount(self, request: BlockRequest) -> None:
+        """Raises unless the file lies under its mount, as the mount is now, with the
+        mount's block size (what `_fetch` checks before a fetch)."""
+        request.validated()
+        mount, _ = await self._under_store(request.mount_path, request.ufs_uri)
+        if mount.options.block_size and request.block_size != mount.options.block_size:
+            raise InvalidArgument(
+                f"block_size {request.block_size} disagrees with the mount at "
+                f"{mount.path} ({mount.options.block_size})"
+            )
+
+    def keep(self, block: BlockId, data: bytes, crc: int, offset: int) -> bool:
+        """Holds a block whose bytes came from its writer, as if fetched (reported to
+        the master, TTL clock started); False when no tier took it."""
+        if not self.store.put(block, data, crc, offset):
+            return False
+        self.removed.discard(block)
+        self.added.add(block)
+        return True
+
     # ---- cache rules: TTL expiry and free (see cache_rules.py) -------------------------
 
     def _expire_if_stale(self, request: BlockRequest) -> None:

@@ -15,14 +15,15 @@ import grpc
 import grpc.aio
 
 from reservoir.common import worker_methods as methods
-from reservoir.common.errors import ReservoirError, code_value
+from reservoir.common.errors import InvalidArgument, ReservoirError, ResourceExhausted, code_value
 from reservoir.common.rpc import translate_errors, translate_stream_errors
 from reservoir.v1 import common_pb2, worker_pb2
 
 from .read_request import domain_request
 from .read_trace import ReadTrace
-from .service import WorkerService
+from .service import BlockRequest, WorkerService
 from .stats import worker_stats
+from .written_blocks import WrittenBlocks
 
 SERVICE = methods.SERVICE
 _DATA_TAG = b"\x0a"  # field 1, wire type 2 (length-delimited)
@@ -67,8 +68,11 @@ def encode_payload(payload: memoryview, crc: int) -> bytes:
 
 
 class WorkerServicer:
-    def __init__(self, service: WorkerService) -> None:
+    def __init__(self, service: WorkerService, written: WrittenBlocks | None = None) -> None:
+        """`written`: where written files' blocks are staged and committed (absent: the
+        worker refuses them)."""
         self._service = service
+        self._written = written
 
     @translate_stream_errors
     async def ReadBlock(
@@ -152,6 +156,29 @@ class WorkerServicer:
     ) -> worker_pb2.WorkerStats:
         return worker_stats(self._service)
 
+    @translate_errors
+    async def StageBlock(
+        self, request: worker_pb2.StageBlockRequest, context: grpc.aio.ServicerContext
+    ) -> worker_pb2.StageBlockResponse:
+        if self._written is None:
+            raise InvalidArgument("this worker takes no written blocks")
+        if not self._written.stage(request.write_id, request.index, request.data, request.crc32c):
+            raise ResourceExhausted(f"block {request.index}: no tier of this worker took it")
+        return worker_pb2.StageBlockResponse()
+
+    @translate_errors
+    async def CommitBlocks(
+        self, request: worker_pb2.CommitBlocksRequest, context: grpc.aio.ServicerContext
+    ) -> worker_pb2.CommitBlocksResponse:
+        if self._written is None:
+            raise InvalidArgument("this worker takes no written blocks")
+        f = request.file
+        file = BlockRequest(
+            f.file_id, 0, 0, -1, f.ufs_uri, f.etag, f.file_size, f.block_size, f.mount_path
+        )
+        committed, missing = await self._written.commit(request.write_id, file, dict(request.homes))
+        return worker_pb2.CommitBlocksResponse(committed=committed, missing=missing)
+
     def handler(self) -> grpc.GenericRpcHandler:
         return grpc.method_handlers_generic_handler(
             SERVICE,
@@ -180,6 +207,16 @@ class WorkerServicer:
                     self.FreeBlocks,
                     request_deserializer=worker_pb2.FreeBlocksRequest.FromString,
                     response_serializer=worker_pb2.FreeBlocksResponse.SerializeToString,
+                ),
+                methods.STAGE_BLOCK_NAME: grpc.unary_unary_rpc_method_handler(
+                    self.StageBlock,
+                    request_deserializer=worker_pb2.StageBlockRequest.FromString,
+                    response_serializer=worker_pb2.StageBlockResponse.SerializeToString,
+                ),
+                methods.COMMIT_BLOCKS_NAME: grpc.unary_unary_rpc_method_handler(
+                    self.CommitBlocks,
+                    request_deserializer=worker_pb2.CommitBlocksRequest.FromString,
+                    response_serializer=worker_pb2.CommitBlocksResponse.SerializeToString,
                 ),
                 methods.GET_STATS_NAME: grpc.unary_unary_rpc_method_handler(
                     self.GetStats,

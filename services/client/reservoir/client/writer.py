@@ -1,0 +1,408 @@
+"""Writing a file through Reservoir: write-through to the store, published on close.
+
+`WriteSession` is one file being written (asyncio): the master opens a multipart upload
+and records it (`BeginWrite`); each part goes to the store straight from this process
+(parts in parallel, each retried within a bound) while its blocks are staged on workers;
+closing completes the upload and publishes the file in one namespace write
+(`PublishWrite`), then has the staged blocks kept under the published file's id at their
+homes, so a read right after costs the store nothing. Until the publish, readers see the
+previous version or nothing; a write that fails is aborted at once, and one whose process
+died is aborted by the master when its keep-alives stop.
+
+`ReservoirWriter` is the blocking file object (`Client.open(path, "wb")`) over a session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import random
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from reservoir.common import config as cfg
+from reservoir.common import logs, worker_methods
+from reservoir.common.block_file import Buffer, checksum
+from reservoir.common.errors import InvalidArgument, ReservoirError, Unavailable
+from reservoir.common.models import Inode, Mount, WorkerRecord
+from reservoir.common.mounted_stores import MountedStores
+from reservoir.common.object_writes import MAX_PARTS, ObjectWrites, Part
+from reservoir.common.observability import inject_metadata
+from reservoir.common.placement import block_key
+from reservoir.common.rpc import ChannelPool, error_from_rpc
+from reservoir.v1 import master_pb2, worker_pb2
+
+from .cluster_view import ClusterView
+
+if TYPE_CHECKING:
+    from .client import Client
+
+log = logs.get_logger(__name__)
+
+_STAGE_BLOCK = worker_methods.STAGE_BLOCK
+_COMMIT_BLOCKS = worker_methods.COMMIT_BLOCKS
+
+
+class Writes:
+    """What the writes of one client share: its under-store clients and the threads
+    that run boto3's blocking part uploads."""
+
+    def __init__(self, config: cfg.ClientConfig, view: ClusterView, channels: ChannelPool) -> None:
+        self.config = config
+        self.view = view
+        self.channels = channels
+        self.stores = MountedStores.from_settings(config.ufs)
+        self.pool = ThreadPoolExecutor(config.write_concurrency, thread_name_prefix="write")
+
+    async def begin(self, path: str) -> WriteSession:
+        reply = await self.view.call(
+            "BeginWrite", master_pb2.BeginWriteRequest(path=path), f"write {path}"
+        )
+        session = WriteSession(self, path, reply)
+        try:
+            session.start(ObjectWrites.of(await self.stores.open(session.mount)))
+        except BaseException:
+            await session.abort()
+            raise
+        return session
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+class WriteSession:
+    def __init__(self, writes: Writes, path: str, reply: master_pb2.BeginWriteResponse) -> None:
+        self._writes = writes
+        self._config = writes.config
+        self.path = path
+        self.write_id = reply.write_id
+        self._upload_id = reply.upload_id
+        self.mount = Mount.from_proto(reply.mount)
+        self._key = reply.ufs_uri[len(self.mount.uri) :]
+        self.block_size = reply.block_size
+        # Parts are whole blocks: a block never straddles two parts.
+        blocks_per_part = max(1, -(-self._config.write_part_size // self.block_size))
+        self.part_size = blocks_per_part * self.block_size
+        self._keepalive_s = max(0.05, reply.keepalive_ms / 1000)
+        self._parts: list[Part] = []
+        self._staged: dict[int, WorkerRecord] = {}  # block index -> worker holding it
+        self._store: ObjectWrites | None = None
+        self._keeper: asyncio.Task[None] | None = None
+        self._lost: ReservoirError | None = None
+        self._slots = asyncio.Semaphore(self._config.write_concurrency)
+
+    def start(self, store: ObjectWrites) -> None:
+        self._store = store
+        self._keeper = asyncio.create_task(self._keep_alive())
+
+    async def _keep_alive(self) -> None:
+        request = master_pb2.WriteRef(write_id=self.write_id)
+        while True:
+            await asyncio.sleep(self._keepalive_s)
+            try:
+                await self._writes.view.call("KeepWrite", request, f"keep writing {self.path}")
+            except ReservoirError as exc:
+                # Unreachable for a while is survivable (the next keep-alive may get
+                # through before the timeout); a write the master no longer knows is not.
+                if isinstance(exc, FileNotFoundError):
+                    self._lost = exc
+                    return
+                log.info("write_keepalive_failed", path=self.path, error=str(exc))
+
+    # ---- parts ------------------------------------------------------------------------
+
+    async def put_part(self, number: int, data: bytes) -> None:
+        """Uploads part `number` (1-based; every part but the last `part_size` long) and
+        stages its blocks on workers, at most `write_concurrency` parts at once."""
+        if self._lost is not None:
+            raise self._lost
+        if number > MAX_PARTS:
+            raise InvalidArgument(
+                f"{self.path}: more than {MAX_PARTS} parts (raise RESERVOIR_WRITE_PART_SIZE)"
+            )
+        async with self._slots:
+            first = (number - 1) * self.part_size // self.block_size
+            staging = asyncio.ensure_future(self._stage(first, data))
+            try:
+                part = await self._upload(number, data)
+            finally:
+                await staging
+            self._parts.append(part)
+
+    async def put_all(self, data: bytes) -> None:
+        """Every part of `data`; a part is copied out of it only when its turn comes, so
+        at most `write_concurrency` copies exist at once."""
+        view = memoryview(data)
+        size = self.part_size
+        turns = asyncio.Semaphore(self._config.write_concurrency)
+
+        async def one(number: int, start: int) -> None:
+            async with turns:
+                await self.put_part(number, bytes(view[start : start + size]))
+
+        await asyncio.gather(*(one(n + 1, s) for n, s in enumerate(range(0, len(view), size))))
+
+    async def _upload(self, number: int, data: bytes) -> Part:
+        assert self._store is not None
+        loop = asyncio.get_running_loop()
+        attempts = self._config.write_part_retries + 1
+        for attempt in range(attempts):
+            try:
+                return await loop.run_in_executor(
+                    self._writes.pool,
+                    self._store.upload_part,
+                    self._key,
+                    self._upload_id,
+                    number,
+                    data,
+                )
+            except Unavailable as exc:
+                if attempt == attempts - 1:
+                    raise Unavailable(
+                        f"{self.path}: part {number} failed {attempts} times; the write is "
+                        f"aborted ({exc})"
+                    ) from exc
+                delay = min(2.0, 0.1 * 2**attempt) * random.uniform(0.5, 1.0)
+                log.info("write_part_retry", path=self.path, part=number, error=str(exc))
+                await asyncio.sleep(delay)
+        raise AssertionError("unreachable")
+
+    async def _stage(self, first: int, data: bytes) -> None:
+        """Offers each block of the part to a worker; one that cannot take it is read
+        from the store later (never an error for the write)."""
+        try:
+            workers = await self._writes.view.workers(fresh=False)
+        except ReservoirError:
+            return
+        if not workers:
+            return
+        table = self._writes.view.placement(workers)
+        by_id = {w.id: w for w in workers}
+        view = memoryview(data)
+
+        async def one(index: int, start: int) -> None:
+            block = bytes(view[start : start + self.block_size])
+            worker = by_id[table.homes(block_key(self.write_id, index), 1)[0]]
+            call = self._writes.channels.get(worker.address).unary_unary(
+                _STAGE_BLOCK,
+                request_serializer=worker_pb2.StageBlockRequest.SerializeToString,
+                response_deserializer=worker_pb2.StageBlockResponse.FromString,
+            )
+            request = worker_pb2.StageBlockRequest(
+                write_id=self.write_id, index=index, data=block, crc32c=checksum(block)
+            )
+            try:
+                # A block's bytes on the wire: the deadline of a block read.
+                await call(request, timeout=self._config.read_timeout_s, metadata=inject_metadata())
+            except grpc.RpcError as exc:
+                log.info("block_not_staged", path=self.path, block=index, error=str(exc.details()))
+                return
+            self._staged[index] = worker
+
+        await asyncio.gather(
+            *(one(first + n, start) for n, start in enumerate(range(0, len(data), self.block_size)))
+        )
+
+    # ---- the end of a write -----------------------------------------------------------
+
+    async def publish(self, size: int) -> Inode:
+        """Completes the upload and publishes the file; its inode. Its blocks are then at
+        their homes (those that could be staged)."""
+        await self._stop_keeping()
+        if self._lost is not None:
+            raise self._lost
+        request = master_pb2.PublishWriteRequest(
+            write_id=self.write_id,
+            size=size,
+            parts=[master_pb2.UploadedPart(number=p.number, etag=p.etag) for p in self._parts],
+        )
+        try:
+            reply = await self._writes.view.call("PublishWrite", request, f"publish {self.path}")
+        except BaseException:
+            await self.abort()
+            raise
+        inode = Inode.from_proto(reply)
+        self._writes.view.remember(inode)
+        await self._commit(inode)
+        return inode
+
+    async def _commit(self, inode: Inode) -> None:
+        if not self._staged or inode.block_size != self.block_size:
+            return
+        try:
+            workers = await self._writes.view.workers(fresh=False)
+        except ReservoirError:
+            return
+        table = self._writes.view.placement(workers)
+        by_id = {w.id: w for w in workers}
+        homes: dict[str, dict[int, str]] = {}
+        stagers: dict[str, WorkerRecord] = {}
+        for index, worker in self._staged.items():
+            if index >= inode.block_count:
+                continue
+            home_id = table.homes(block_key(inode.file_id, index), 1)[0]
+            home = by_id.get(home_id)
+            target = "" if home is None or home.id == worker.id else home.id
+            homes.setdefault(worker.id, {})[index] = target
+            stagers[worker.id] = worker
+        file = worker_pb2.ReadBlockRequest(
+            file_id=inode.file_id,
+            ufs_uri=inode.ufs_uri,
+            etag=inode.etag,
+            file_size=inode.size,
+            block_size=inode.block_size,
+            mount_path=inode.mount_path,
+        )
+
+        async def one(worker: WorkerRecord, blocks: dict[int, str]) -> None:
+            call = self._writes.channels.get(worker.address).unary_unary(
+                _COMMIT_BLOCKS,
+                request_serializer=worker_pb2.CommitBlocksRequest.SerializeToString,
+                response_deserializer=worker_pb2.CommitBlocksResponse.FromString,
+            )
+            request = worker_pb2.CommitBlocksRequest(
+                write_id=self.write_id, file=file, homes=blocks
+            )
+            try:
+                reply = await call(
+                    request,
+                    timeout=self._config.write_commit_timeout_s,
+                    metadata=inject_metadata(),
+                )
+            except grpc.RpcError as exc:
+                error = error_from_rpc(exc, f"commit blocks on worker {worker.id}")
+                log.info("written_blocks_not_cached", path=self.path, error=str(error))
+                return
+            if reply.missing:
+                log.info("written_blocks_missing", path=self.path, missing=reply.missing)
+
+        await asyncio.gather(*(one(stagers[w], blocks) for w, blocks in homes.items()))
+
+    async def abort(self) -> None:
+        """Drops the upload now (a write that failed leaves nothing behind). A master
+        that cannot be told drops it after its timeout."""
+        await self._stop_keeping()
+        try:
+            await self._writes.view.call(
+                "AbortWrite", master_pb2.WriteRef(write_id=self.write_id), f"abort {self.path}"
+            )
+        except ReservoirError as exc:
+            log.warning("write_abort_failed", path=self.path, error=str(exc))
+
+    async def _stop_keeping(self) -> None:
+        keeper, self._keeper = self._keeper, None
+        if keeper is not None:
+            keeper.cancel()
+            await asyncio.gather(keeper, return_exceptions=True)
+
+
+class ReservoirWriter(io.RawIOBase):
+    """A file being written (`Client.open(path, "wb")`): bytes go to the store in parts
+    as they come; `close` publishes the file. Leaving a `with` block by an exception
+    aborts it instead: nothing is published. Not seekable.
+
+    Like a Python file (and s3fs's), one dropped without `close` is closed — published —
+    when it is collected (`torch.save(obj, fs.open(url, "wb"))` relies on it); a write
+    that failed is never published."""
+
+    def __init__(self, client: Client, session: WriteSession) -> None:
+        super().__init__()
+        self._client = client
+        self._session = session
+        self._buffer = bytearray()
+        self._number = 0
+        self._size = 0
+        self._pending: list[Future[None]] = []
+        self._failed = False
+        self.inode: Inode | None = None  # the published file, after close
+
+    @property
+    def name(self) -> str:
+        return self._session.path
+
+    def writable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        """Bytes written so far (checkpoint writers note their offsets)."""
+        return self._size
+
+    def write(self, data: Buffer) -> int:  # type: ignore[override]
+        if self.closed:
+            raise ValueError("write to a closed file")
+        view = memoryview(data).cast("B")
+        written = len(view)
+        self._size += written
+        part = self._session.part_size
+        if self._buffer:  # top up the part being gathered first
+            take = min(part - len(self._buffer), len(view))
+            self._buffer += view[:take]
+            view = view[take:]
+            if len(self._buffer) == part:
+                self._send(bytes(self._buffer))
+                self._buffer.clear()
+        # Whole parts straight from the caller's buffer: one copy each, however big the write.
+        while len(view) >= part:
+            self._send(bytes(view[:part]))
+            view = view[part:]
+        self._buffer += view
+        return written
+
+    def _send(self, chunk: bytes) -> None:
+        self._number += 1
+        future = asyncio.run_coroutine_threadsafe(
+            self._session.put_part(self._number, chunk), self._client._runtime.loop
+        )
+        self._pending.append(future)
+        # Bounded memory: at most `write_concurrency` parts held, in flight, at once.
+        limit = self._client.config.write_concurrency
+        while len(self._pending) >= limit:
+            self._wait(self._pending.pop(0))
+        for done in [f for f in self._pending if f.done()]:
+            self._pending.remove(done)
+            self._wait(done)
+
+    def _wait(self, future: Future[None]) -> None:
+        try:
+            future.result()
+        except BaseException:
+            self._fail()
+            raise
+
+    def _fail(self) -> None:
+        if not self._failed:
+            self._failed = True
+            for future in self._pending:
+                future.cancel()
+            self._client._run(self._session.abort())
+            super().close()
+
+    def close(self) -> None:
+        """Sends what is left and publishes the file (an error: nothing is published)."""
+        if self.closed:
+            return
+        try:
+            if self._buffer:
+                self._send(bytes(self._buffer))
+                self._buffer.clear()
+            for future in self._pending:
+                self._wait(future)
+            self._pending.clear()
+            self.inode = self._client._run(self._session.publish(self._size))
+        except BaseException:
+            self._fail()
+            raise
+        super().close()
+
+    def abort(self) -> None:
+        """Gives the file up: nothing is published, the upload is dropped."""
+        if not self.closed:
+            self._fail()
+
+    def __exit__(self, kind: Any, *rest: Any) -> None:
+        if kind is not None:
+            self.abort()
+        else:
+            self.close()

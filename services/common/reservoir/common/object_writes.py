@@ -1,0 +1,169 @@
+"""Writing objects to an S3 under-store: multipart uploads, copies, deletes.
+
+The read-side store (`s3_under_store.py`) only reads; writes to writable mounts go
+through this, on the same boto3 client, so they sign with the same credentials and name
+the same endpoint in their errors. An upload is created and completed (or aborted) by the
+master, which records it in etcd; its parts are uploaded by the writer. All calls block:
+callers run them on a pool.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import InvalidArgument
+from .s3_under_store import S3UnderStore
+from .under_store import ObjectInfo, UnderStore
+
+# S3's floor for every part but the last, and its most parts per upload.
+MIN_PART_SIZE = 5 * 1024 * 1024
+MAX_PARTS = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    number: int  # 1-based
+    etag: str
+
+
+class ObjectWrites:
+    """Multipart uploads, copies and deletes of one S3 under-store's objects (keys are
+    relative to the store's root, as for reads)."""
+
+    def __init__(self, store: S3UnderStore) -> None:
+        self._store = store
+        self._s3: Any = store._s3
+        self._bucket = store.bucket
+        self._prefix = store.prefix
+
+    @classmethod
+    def of(cls, store: UnderStore) -> ObjectWrites:
+        """The writes of `store`; InvalidArgument for a store that cannot take them."""
+        # (A store timed by UnderStoreMetrics wraps the real one.)
+        inner = getattr(store, "inner", store)
+        if not isinstance(inner, S3UnderStore):
+            raise InvalidArgument(f"{store.uri}: only s3:// mounts can be written")
+        return cls(inner)
+
+    def _key(self, key: str) -> str:
+        return self._prefix + key
+
+    def create_upload(self, key: str) -> str:
+        try:
+            reply = self._s3.create_multipart_upload(Bucket=self._bucket, Key=self._key(key))
+        except Exception as exc:
+            raise self._store._error(exc, f"start upload of {self._store.uri_of(key)}") from exc
+        return str(reply["UploadId"])
+
+    def upload_part(self, key: str, upload_id: str, number: int, data: bytes) -> Part:
+        try:
+            reply = self._s3.upload_part(
+                Bucket=self._bucket,
+                Key=self._key(key),
+                UploadId=upload_id,
+                PartNumber=number,
+                Body=data,
+            )
+        except Exception as exc:
+            raise self._store._error(
+                exc, f"upload part {number} of {self._store.uri_of(key)}"
+            ) from exc
+        return Part(number, str(reply["ETag"]))
+
+    def complete_upload(self, key: str, upload_id: str, parts: list[Part]) -> ObjectInfo:
+        """Makes the object visible in the store; its metadata as the store has it now."""
+        what = f"complete upload of {self._store.uri_of(key)}"
+        try:
+            if parts:
+                self._s3.complete_multipart_upload(
+                    Bucket=self._bucket,
+                    Key=self._key(key),
+                    UploadId=upload_id,
+                    MultipartUpload={
+                        "Parts": [{"PartNumber": p.number, "ETag": p.etag} for p in parts]
+                    },
+                )
+            else:
+                # S3 refuses an upload of no parts: an empty file is one empty PUT.
+                self._s3.abort_multipart_upload(
+                    Bucket=self._bucket, Key=self._key(key), UploadId=upload_id
+                )
+                self._s3.put_object(Bucket=self._bucket, Key=self._key(key), Body=b"")
+        except Exception as exc:
+            raise self._store._error(exc, what) from exc
+        return self._store.head(key)
+
+    def abort_upload(self, key: str, upload_id: str) -> None:
+        """Drops the upload and its parts; one already gone (completed or aborted) is
+        not an error."""
+        import botocore.exceptions as bce
+
+        try:
+            self._s3.abort_multipart_upload(
+                Bucket=self._bucket, Key=self._key(key), UploadId=upload_id
+            )
+        except bce.ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "NoSuchUpload":
+                return
+            raise self._store._error(exc, f"abort upload of {self._store.uri_of(key)}") from exc
+        except Exception as exc:
+            raise self._store._error(exc, f"abort upload of {self._store.uri_of(key)}") from exc
+
+    def open_uploads(self, key: str) -> list[str]:
+        """The ids of the uploads to `key` not yet completed or aborted."""
+        try:
+            reply = self._s3.list_multipart_uploads(Bucket=self._bucket, Prefix=self._key(key))
+        except Exception as exc:
+            raise self._store._error(exc, f"list uploads of {self._store.uri_of(key)}") from exc
+        return [u["UploadId"] for u in reply.get("Uploads", ()) if u["Key"] == self._key(key)]
+
+    def copy(self, source: str, destination: str) -> ObjectInfo:
+        """A server-side copy (managed: objects over 5 GiB are copied in parts)."""
+        try:
+            self._s3.copy(
+                {"Bucket": self._bucket, "Key": self._key(source)},
+                self._bucket,
+                self._key(destination),
+            )
+        except Exception as exc:
+            raise self._store._error(
+                exc, f"copy {self._store.uri_of(source)} to {self._store.uri_of(destination)}"
+            ) from exc
+        return self._store.head(destination)
+
+    def delete(self, keys: list[str]) -> None:
+        """Deletes the objects (1000 per request); a missing one is not an error."""
+        for start in range(0, len(keys), 1000):
+            batch = keys[start : start + 1000]
+            try:
+                reply = self._s3.delete_objects(
+                    Bucket=self._bucket,
+                    Delete={"Objects": [{"Key": self._key(k)} for k in batch], "Quiet": True},
+                )
+            except Exception as exc:
+                raise self._store._error(exc, f"delete from {self._store.uri}") from exc
+            failed = reply.get("Errors") or []
+            if failed:
+                raise self._store._error(
+                    _client_error(failed[0]), f"delete {self._store.uri_of(failed[0]['Key'])}"
+                )
+
+    def keys_below(self, prefix: str) -> list[str]:
+        """Every object key below `prefix` (relative; '' is the root), at any depth."""
+        keys: list[str] = []
+        try:
+            pages = self._s3.get_paginator("list_objects_v2").paginate(
+                Bucket=self._bucket, Prefix=self._key(prefix)
+            )
+            for page in pages:
+                keys.extend(item["Key"][len(self._prefix) :] for item in page.get("Contents", ()))
+        except Exception as exc:
+            raise self._store._error(exc, f"list {self._store.uri_of(prefix)}") from exc
+        return keys
+
+
+def _client_error(error: dict[str, Any]) -> Exception:
+    import botocore.exceptions as bce
+
+    return bce.ClientError({"Error": error}, "DeleteObjects")  # type: ignore[typeddict-item]

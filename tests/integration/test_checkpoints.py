@@ -1,0 +1,272 @@
+"""Checkpoints through the cache on a real cluster: writable mounts, write-through with
+publish on close, reads of what was just written from the cache (no S3 GET), overwrites,
+renames, removals, concurrent writers, S3 failing parts, and torch.save / torch.load and
+torch.distributed.checkpoint through `reservoir://`."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from reservoir.client import Client, discovery
+from reservoir.common.errors import Unavailable
+from reservoir.local.cluster import LocalCluster
+from tests.conftest import new_mount_path
+
+BLOCK = 1 << 20
+PART = 5 << 20  # S3's smallest part: three parts make a 12 MiB file
+
+
+@pytest.fixture
+def writer(cluster: LocalCluster) -> Iterator[Client]:
+    """A client whose writes go in 5 MiB parts, each tried twice at most."""
+    config = discovery.client_config(cluster.master_address)
+    config = dataclasses.replace(
+        config,
+        write_part_size=PART,
+        write_part_retries=1,
+        ufs=dataclasses.replace(config.ufs, retries=1),
+    )
+    with Client(config=config) as c:
+        yield c
+
+
+def _mount(client: Client, cluster: LocalCluster, bucket: str, *, writable: bool = True) -> str:
+    root = new_mount_path()
+    client.mount(
+        root,
+        f"s3://{bucket}/ckpt/",
+        endpoint_url=cluster.s3_endpoint,
+        block_size=BLOCK,
+        writable=writable,
+    )
+    return root
+
+
+def _gets(cluster: LocalCluster) -> int:
+    return cluster.s3_counts().get("GET", 0)
+
+
+def _open_uploads(cluster: LocalCluster, bucket: str) -> list[dict[str, object]]:
+    return list(cluster.s3_client().list_multipart_uploads(Bucket=bucket).get("Uploads", []))
+
+
+def test_a_written_file_appears_only_on_close_and_is_then_read_from_the_cache_without_s3_gets(
+    cluster: LocalCluster, bucket: str, writer: Client
+) -> None:
+    root = _mount(writer, cluster, bucket)
+    data = os.urandom(12 * BLOCK + 321)
+    path = f"{root}/step-100/rank-0.pt"
+    with Client(cluster.master_address) as other:
+        with writer.open(path, "wb") as f:
+            f.write(data[: 7 * BLOCK])  # one whole part on its way to S3
+            with pytest.raises(FileNotFoundError):
+                other.stat(path)
+            assert cluster.s3_client().list_objects_v2(Bucket=bucket).get("KeyCount") == 0
+            f.write(data[7 * BLOCK :])
+        assert writer.mounts()[-1].options.writable or any(
+            m.path == root and m.options.writable for m in writer.mounts()
+        )
+        before = _gets(cluster)
+        assert other.read(path) == data
+        # Every block was cached at its home by the write: the store is not read.
+        assert _gets(cluster) - before == 0
+    s3 = cluster.s3_client().get_object(Bucket=bucket, Key="ckpt/step-100/rank-0.pt")
+    assert s3["Body"].read() == data
+    assert _open_uploads(cluster, bucket) == []
+
+
+def test_a_write_to_a_read_only_mount_is_refused_and_sends_nothing_to_s3(
+    cluster: LocalCluster, bucket: str, writer: Client
+) -> None:
+    root = _mount(writer, cluster, bucket, writable=False)
+    mount = next(m for m in writer.mounts() if m.path == root)
+    assert not mount.options.writable
+    before = cluster.s3_counts()
+    with pytest.raises(PermissionError, match="read-only"):
+        writer.open(f"{root}/x.pt", "wb")
+    with pytest.raises(PermissionError):
+        writer.write(f"{root}/y.pt", b"abc")
+    with pytest.raises(PermissionError):
+        writer.makedirs(f"{root}/d")
+    after = cluster.s3_counts()
+    assert {k: after.get(k, 0) - before.get(k, 0) for k in ("PUT", "POST", "DELETE")} == {
+        "PUT": 0,
+        "POST": 0,
+        "DELETE": 0,
+    }
+
+
+def test_an_overwrite_replaces_the_file_whole_even_for_a_reader_holding_the_old_stat(
+    cluster: LocalCluster, bucket: str, writer: Client
+) -> None:
+    root = _mount(writer, cluster, bucket)
+    path = f"{root}/latest.pt"
+    old, new = os.urandom(3 * BLOCK + 5), os.urandom(2 * BLOCK + 9)
+    writer.write(path, old)
+    with Client(cluster.master_address) as reader:
+        assert reader.read(path) == old  # its stat of the old version is now cached
+        writer.write(path, new)
+        # The old version's blocks were dropped: the reader's fetch meets the new ETag
+        # and it asks again, getting the new bytes, never a mix.
+        assert reader.read(path) == new
+
+
+def test_concurrent_writers_of_one_path_leave_the_last_close_whole(
+    cluster: LocalCluster, bucket: str, writer: Client
+) -> None:
+    root = _mount(writer, cluster, bucket)
+    path = f"{root}/shared.pt"
+    first, second = os.urandom(2 * BLOCK + 1), os.urandom(3 * BLOCK + 2)
+    a, b = writer.open(path, "wb"), writer.open(path, "wb")
+    a.write(first[:BLOCK])
+    b.write(second[:BLOCK])
+    a.write(first[BLOCK:])
+    b.write(second[BLOCK:])
+    a.close()
+    with Client(cluster.master_address) as reader:
+        assert reader.read(path) == first
+        b.close()
+        reader.refresh(path)
+        assert reader.read(path) == second
+    assert _open_uploads(cluster, bucket) == []
+
+
+def test_rename_rm_and_makedirs_change_the_store_and_the_namespace_together(
+    cluster: LocalCluster, bucket: str, writer: Client
+) -> None:
+    root = _mount(writer, cluster, bucket)
+    writer.makedirs(f"{root}/run/step-1")
+    assert writer.stat(f"{root}/run/step-1").is_dir
+    data = os.urandom(BLOCK + 3)
+    writer.write(f"{root}/run/step-1/.metadata.tmp", data)
+    writer.rename(f"{root}/run/step-1/.metadata.tmp", f"{root}/run/step-1/.metadata")
+    with Client(cluster.master_address) as reader:
+        names = [e.path.rsplit("/", 1)[1] for e in reader.ls(f"{root}/run/step-1")]
+        assert names == [".metadata"]
+        assert reader.read(f"{root}/run/step-1/.metadata") == data
+    keys = {o["Key"] for o in cluster.s3_client().list_objects_v2(Bucket=bucket)["Contents"]}
+    assert "ckpt/run/step-1/.metadata" in keys and "ckpt/run/step-1/.metadata.tmp" not in keys
+    with pytest.raises(IsADirectoryError):
+        writer.rm(f"{root}/run")
+    writer.rm(f"{root}/run", recursive=True)
+    with pytest.raises(FileNotFoundError):
+        writer.stat(f"{root}/run/step-1/.metadata")
+    assert cluster.s3_client().list_objects_v2(Bucket=bucket).get("KeyCount") == 0
+
+
+def test_failing_s3_parts_are_retried_within_the_bound_then_fail_the_write_leaving_nothing(
+    cluster: LocalCluster, bucket: str, writer: Client
+) -> None:
+    root = _mount(writer, cluster, bucket)
+    data = os.urandom(2 * BLOCK + 7)
+    cluster.s3_config(fail_parts=1)  # one 503: the part's second try goes through
+    try:
+        writer.write(f"{root}/retried.pt", data)
+    finally:
+        cluster.s3_config(fail_parts=0)
+    assert writer.read(f"{root}/retried.pt") == data
+    cluster.s3_config(fail_parts=100)  # more than any bound
+    try:
+        with (
+            pytest.raises(Unavailable, match="part 1 failed 2 times"),
+            writer.open(f"{root}/failed.pt", "wb") as f,
+        ):
+            f.write(data)
+    finally:
+        cluster.s3_config(fail_parts=0)
+    with pytest.raises(FileNotFoundError):
+        writer.stat(f"{root}/failed.pt")
+    keys = {o["Key"] for o in cluster.s3_client().list_objects_v2(Bucket=bucket)["Contents"]}
+    assert keys == {"ckpt/retried.pt"}
+    assert _open_uploads(cluster, bucket) == []
+
+
+def test_an_exception_inside_with_aborts_the_write(
+    cluster: LocalCluster, bucket: str, writer: Client
+) -> None:
+    root = _mount(writer, cluster, bucket)
+    with pytest.raises(RuntimeError), writer.open(f"{root}/half.pt", "wb") as f:
+        f.write(os.urandom(6 * BLOCK))
+        raise RuntimeError("the training step failed mid-save")
+    with pytest.raises(FileNotFoundError):
+        writer.stat(f"{root}/half.pt")
+    assert _open_uploads(cluster, bucket) == []
+
+
+def test_cli_cp_from_a_file_and_stdin_mv_and_rm(
+    cluster: LocalCluster, bucket: str, writer: Client, tmp_path: Path
+) -> None:
+    root = _mount(writer, cluster, bucket)
+    local = tmp_path / "w.bin"
+    local.write_bytes(os.urandom(300_000))
+
+    def cli(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+        command = [sys.executable, "-m", "reservoir.cli.main"]
+        return subprocess.run(
+            [*command, "--master", cluster.master_address, *args],
+            input=stdin,
+            capture_output=True,
+            timeout=60,
+        )
+
+    assert cli("cp", str(local), f"{root}/a/w.bin").returncode == 0
+    assert cli("cp", "-", f"reservoir://{root}/b.bin", stdin=b"from stdin").returncode == 0
+    assert cli("mv", f"{root}/b.bin", f"{root}/a/c.bin").returncode == 0
+    assert writer.read(f"{root}/a/w.bin") == local.read_bytes()
+    assert writer.read(f"{root}/a/c.bin") == b"from stdin"
+    assert cli("rm", f"{root}/a/c.bin").returncode == 0
+    assert [e.path for e in writer.ls(f"{root}/a")] == [f"{root}/a/w.bin"]
+
+
+def test_torch_save_and_load_round_trip_through_fsspec(
+    cluster: LocalCluster, bucket: str, writer: Client
+) -> None:
+    torch = pytest.importorskip("torch")
+    import fsspec
+
+    root = _mount(writer, cluster, bucket)
+    fs = fsspec.filesystem("reservoir", client=writer, skip_instance_cache=True)
+    state = {"w": torch.randn(512, 1024), "step": 100}
+    with fs.open(f"reservoir://{root}/model.pt", "wb") as f:
+        torch.save(state, f)
+    before = _gets(cluster)
+    with fs.open(f"reservoir://{root}/model.pt", "rb") as f:
+        loaded = torch.load(io.BytesIO(f.read()))
+    assert _gets(cluster) == before
+    assert loaded["step"] == 100 and torch.equal(loaded["w"], state["w"])
+    # A file object never closed is published when collected, as with open() and s3fs.
+    torch.save({"step": 101}, fs.open(f"reservoir://{root}/unclosed.pt", "wb"))
+    with fs.open(f"reservoir://{root}/unclosed.pt", "rb") as f:
+        assert torch.load(io.BytesIO(f.read()))["step"] == 101
+    fs.pipe_file(f"reservoir://{root}/small.bin", b"xyz")
+    assert fs.cat_file(f"reservoir://{root}/small.bin") == b"xyz"
+    assert fs.exists(f"reservoir://{root}/small.bin")
+    fs.rm(f"reservoir://{root}/small.bin")
+    assert not fs.exists(f"reservoir://{root}/small.bin")
+
+
+def test_torch_distributed_checkpoint_save_and_load_through_fsspec(
+    cluster: LocalCluster, bucket: str, writer: Client
+) -> None:
+    torch = pytest.importorskip("torch")
+    dcp = pytest.importorskip("torch.distributed.checkpoint")
+    from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader, FsspecWriter
+
+    root = _mount(writer, cluster, bucket)
+    url = f"reservoir://{root}/dcp/step-7"
+    state = {"layer": torch.randn(256, 256), "bias": torch.arange(10.0)}
+    dcp.save(state, storage_writer=FsspecWriter(url, master=cluster.master_address))
+    names = {e.path.rsplit("/", 1)[1] for e in writer.ls(f"{root}/dcp/step-7")}
+    assert ".metadata" in names and not any(n.endswith(".tmp") for n in names)
+    target = {"layer": torch.zeros(256, 256), "bias": torch.zeros(10)}
+    dcp.load(target, storage_reader=FsspecReader(url, master=cluster.master_address))
+    assert torch.equal(target["layer"], state["layer"])
+    assert torch.equal(target["bias"], state["bias"])
