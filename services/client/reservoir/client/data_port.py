@@ -4,7 +4,7 @@ blocking sockets in the caller's own thread, straight into the buffer the read r
 Each reading thread takes a connection to the worker from a small pool and puts it back
 when its read is done; a connection that failed in any way is closed, never reused. Every
 step has the read deadline (`read_timeout_s`). Anything short of the exact bytes with the
-right checksum answers False: the caller then takes the full path (gRPC, failover to
+right checksum is not READ (`block_source.Outcome`): the caller then takes the full path (gRPC, failover to
 other replicas, the under-store), which also decides what error, if any, the reader sees.
 A pooled connection the worker has closed meanwhile is retried once on a new one.
 
@@ -20,7 +20,6 @@ its own copies of the descriptors) and connects afresh.
 
 from __future__ import annotations
 
-import enum
 import os
 import socket
 import ssl
@@ -29,19 +28,19 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 from opentelemetry import propagate, trace
 
 from reservoir.common import block_transfer as wire
 from reservoir.common import config as cfg
 from reservoir.common import logs
-from reservoir.common.block_file import checksum
-from reservoir.common.errors import ReservoirError, Unavailable
+from reservoir.common.errors import DataLoss
 from reservoir.common.models import Inode, WorkerRecord, block_request
 from reservoir.common.security import data_port_client_context, tls_server_name
 
+from .block_source import Outcome
 from .data_port_tls import TlsConnection
+from .integrity import check_block
 
 log = logs.get_logger(__name__)
 
@@ -61,16 +60,6 @@ if hasattr(os, "register_at_fork"):
 Connection = socket.socket | TlsConnection
 
 
-class Outcome(enum.Enum):
-    """How one block read over a data port ended."""
-
-    READ = "read"  # the bytes are in `out`, checksum checked
-    # The worker answered, but not with the bytes (an error, a checksum mismatch): the
-    # full path asks again, where the worker repairs or reports it. Its port is fine.
-    DECLINED = "declined"
-    UNREACHABLE = "unreachable"  # no connection, or it broke: leave this port be a while
-
-
 @dataclass(slots=True)
 class BlockRead:
     """Bytes [offset, offset+len(out)) of block `index` of `inode`, from `worker`."""
@@ -87,12 +76,6 @@ class BlockRead:
         return self.outcome is Outcome.READ
 
 
-class WorkerHealth(Protocol):
-    """Who hears of a worker that cannot be reached (`ClusterView`: routes around it)."""
-
-    def worker_failed(self, worker: WorkerRecord, error: ReservoirError) -> None: ...
-
-
 class _Failed(Exception):
     """This connection cannot answer (closed, timed out, broken frame)."""
 
@@ -102,9 +85,8 @@ class _Refused(Exception):
 
 
 class DataPortReader:
-    def __init__(self, config: cfg.ClientConfig, health: WorkerHealth) -> None:
+    def __init__(self, config: cfg.ClientConfig) -> None:
         self._config = config
-        self._health = health
         self._lock = threading.Lock()
         self._idle: dict[str, list[Connection]] = {}
         self._generation = _generation
@@ -128,7 +110,7 @@ class DataPortReader:
         """Bytes [offset, offset+len(out)) of block `index` into `out` (READ: `out` holds
         exactly them, checksum checked; otherwise `out` is undefined)."""
         if not self.reaches(worker):
-            return Outcome.UNREACHABLE
+            return Outcome.DECLINED
         body = _request(inode, index, offset, len(out))
         deadline = time.monotonic() + self._config.read_timeout_s
         for attempt in (0, 1):
@@ -248,11 +230,8 @@ class DataPortReader:
                 (host.strip("[]"), int(port)), timeout=max(0.001, deadline - time.monotonic())
             )
         except (OSError, ValueError) as exc:
-            # Nobody answers there: the worker is down (or leaving). Failures after a
-            # connection are the full path's to judge, as it reads the block again.
-            self._health.worker_failed(
-                worker, Unavailable(f"data port {address} of worker {worker.id}: {exc}")
-            )
+            # Nobody answers there: the worker is down (or leaving); the caller penalises it.
+            log.debug("data_port_connect_failed", worker=worker.id, error=str(exc))
             return None, False
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if self._tls is None:
@@ -343,8 +322,12 @@ class DataPortReader:
         if header.length != len(out):
             raise _Failed(f"{header.length} bytes announced, {len(out)} asked for")
         _receive_into(sock, out, deadline)
-        if self._config.verify_checksums and checksum(out) != header.crc32c:
-            log.warning("data_port_checksum_mismatch", bytes=len(out))
+        try:
+            check_block(
+                "data port block", out, len(out), header.crc32c, self._config.verify_checksums
+            )
+        except DataLoss as exc:
+            log.warning("data_port_block_rejected", error=str(exc))
             return Outcome.DECLINED
         with self._lock:
             self._bytes += len(out)
