@@ -109,46 +109,39 @@ class DataPortReader:
     ) -> Outcome:
         """Bytes [offset, offset+len(out)) of block `index` into `out` (READ: `out` holds
         exactly them, checksum checked; otherwise `out` is undefined)."""
-        if not self.reaches(worker):
-            return Outcome.DECLINED
-        body = _request(inode, index, offset, len(out))
-        deadline = time.monotonic() + self._config.read_timeout_s
-        for attempt in (0, 1):
-            try:
-                sock, pooled = self._connection(worker, deadline, fresh=attempt > 0)
-            except _Refused as exc:
-                self._refused(worker, exc)
-                return Outcome.DECLINED
-            if sock is None:
-                return Outcome.UNREACHABLE
-            try:
-                outcome = self._exchange(sock, body, out, deadline)
-            except _Failed as exc:
-                sock.close()
-                if pooled and attempt == 0:
-                    continue  # most likely closed by the worker while idle: once more
-                log.debug("data_port_read_failed", worker=worker.id, error=str(exc))
-                return Outcome.UNREACHABLE
-            self._release(worker.data_address, sock)
-            return outcome
-        return Outcome.UNREACHABLE
+        read = BlockRead(worker, inode, index, offset, out)
+        self.read_all_into([read])
+        return read.outcome
 
     def read_all_into(self, reads: Sequence[BlockRead]) -> None:
-        """Many block ranges, each into its own `out`; marks those that arrived `done`.
+        """Many block ranges, each into its own `out`, each marked with its outcome.
         Requests to one worker are pipelined on one connection, `data_port_pipeline` ahead
         of the response being read, so a reader of many blocks waits for one round trip,
         not one per block, and every worker works on its blocks at once. Whatever is not
         done is for the caller to read another way."""
         deadline = time.monotonic() + self._config.read_timeout_s
+        stale = self._pipelined(reads, deadline, fresh=False)
+        if stale:  # pooled connections most likely closed by the worker while idle
+            again = [r for r in reads if r.worker.data_address in stale and not r.done]
+            self._pipelined(again, deadline, fresh=True)
+
+    def _pipelined(self, reads: Sequence[BlockRead], deadline: float, *, fresh: bool) -> set[str]:
+        """One pass of `read_all_into`; returns the addresses whose pooled connection
+        failed before it answered anything (worth one more try on a new one)."""
         depth = max(1, self._config.data_port_pipeline)
         unsent: dict[str, deque[BlockRead]] = {}
         workers: dict[str, WorkerRecord] = {}
         for read in reads:
-            if self.reaches(read.worker):
+            read.outcome = (
+                Outcome.DECLINED if not self.reaches(read.worker) else Outcome.UNREACHABLE
+            )
+            if read.outcome is Outcome.UNREACHABLE:
                 unsent.setdefault(read.worker.data_address, deque()).append(read)
                 workers[read.worker.data_address] = read.worker
         connections: dict[str, Connection] = {}
         in_flight: dict[str, int] = {}
+        pooled: set[str] = set()  # addresses whose connection came from the pool, unanswered
+        stale: set[str] = set()
 
         def send_more(address: str) -> None:
             sock, queue = connections.get(address), unsent[address]
@@ -168,16 +161,22 @@ class DataPortReader:
             sock = connections.pop(address, None)
             if sock is not None:
                 sock.close()
+            if address in pooled:
+                stale.add(address)
 
         for address in unsent:
             try:
-                sock, _ = self._connection(workers[address], deadline, fresh=False)
+                sock, from_pool = self._connection(workers[address], deadline, fresh=fresh)
             except _Refused as exc:
                 self._refused(workers[address], exc)
+                for read in unsent[address]:
+                    read.outcome = Outcome.DECLINED  # the worker is there: gRPC will say why
                 continue
             if sock is not None:
                 connections[address] = sock
                 in_flight[address] = 0
+                if from_pool:
+                    pooled.add(address)
                 send_more(address)
         for read in reads:
             address = read.worker.data_address
@@ -190,6 +189,7 @@ class DataPortReader:
                 log.debug("data_port_read_failed", worker=read.worker.id, error=str(exc))
                 broken(address)
                 continue
+            pooled.discard(address)
             in_flight[address] -= 1
             send_more(address)
         for address, sock in connections.items():
@@ -197,6 +197,7 @@ class DataPortReader:
                 self._release(address, sock)
             else:
                 sock.close()
+        return stale
 
     def close(self) -> None:
         with self._lock:
@@ -302,10 +303,6 @@ class DataPortReader:
                 idle.append(sock)
                 return
         sock.close()
-
-    def _exchange(self, sock: Connection, body: bytes, out: memoryview, deadline: float) -> Outcome:
-        _send(sock, wire.encode_request(body), deadline)
-        return self._receive_response(sock, out, deadline)
 
     def _receive_response(self, sock: Connection, out: memoryview, deadline: float) -> Outcome:
         """One response into `out`. Raises _Failed when the connection is unusable;

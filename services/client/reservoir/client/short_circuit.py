@@ -12,6 +12,7 @@ from reservoir.common import config as cfg
 from reservoir.common import logs
 from reservoir.common.block_file import read_block_file, read_block_file_into
 from reservoir.common.errors import DataLoss
+from reservoir.common.fresh_bytes import filled_bytes
 from reservoir.common.models import Inode, WorkerRecord, shm_block_name
 
 from .block_source import Outcome
@@ -39,30 +40,17 @@ class ShortCircuit:
 
     def read(
         self, worker: WorkerRecord, inode: Inode, index: int, offset: int, length: int
-    ) -> bytes | memoryview | None:
+    ) -> bytes | None:
         """The block range from `worker`'s file, or None when that is not possible
         (another host, not cached there, evicted, or bytes that fail their checksum)."""
-        if not self.reaches(worker):
-            return None
-        block_length = inode.block_length(index)
-        start, want = min(offset, block_length), range_length(inode, index, offset, length)
-        if (start, want) != (0, block_length):
-            out = memoryview(bytearray(want))
-            return (
-                out if self.read_into(worker, inode, index, offset, out) is Outcome.READ else None
-            )
-        try:
-            # The whole block, copied out and checked against the checksum in its header:
-            # the file is another process's, so it is never mapped or trusted.
-            path = os.path.join(worker.shm_dir, shm_block_name(inode.file_id, index))
-            data, _ = read_block_file(
-                path, block_length, index * inode.block_size, verify=self._verify
-            )
-        except (OSError, DataLoss) as exc:
-            self._declined(worker, exc)
-            return None
-        self._count(want)
-        return data
+        outcome = Outcome.DECLINED
+
+        def fill(out: memoryview) -> None:
+            nonlocal outcome
+            outcome = self.read_into(worker, inode, index, offset, out)
+
+        data = filled_bytes(range_length(inode, index, offset, length), fill)
+        return data if outcome is Outcome.READ else None
 
     def read_into(
         self, worker: WorkerRecord, inode: Inode, index: int, offset: int, out: memoryview
@@ -75,6 +63,8 @@ class ShortCircuit:
         whole = offset == 0 and len(out) == block_length
         path = os.path.join(worker.shm_dir, shm_block_name(inode.file_id, index))
         try:
+            # Copied out and checked against the checksum in the file's header: the file
+            # is another process's, so it is never mapped or trusted.
             if whole:
                 read_block_file_into(path, out, index * inode.block_size, verify=self._verify)
             else:
