@@ -109,7 +109,3 @@ class Planner:
         if port is not None and self.penalties.holds(port.id):
             port = None  # choosing another replica is gRPC's to do, which knows why
         return Plan(local, port, tuple(order))
-
-    def reaches_any(self, workers: list[WorkerRecord]) -> bool:
-        """Whether a route in the caller's thread reaches one of `workers`."""
-        return any(self.short_circuit.reaches(w) or self.data_port.reaches(w) for w in workers)

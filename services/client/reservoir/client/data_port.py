@@ -90,16 +90,11 @@ class DataPortReader:
         self._lock = threading.Lock()
         self._idle: dict[str, list[Connection]] = {}
         self._generation = _generation
-        self._bytes = 0
+        self.bytes_read = 0  # bytes received from data ports, checksum checked
         self._tls = data_port_client_context(config.security)
         self._token = config.security.presented_token() if self._tls is not None else ""
         self._sessions: dict[str, ssl.SSLSession] = {}
         self._refusals: set[str] = set()  # data ports whose refusal was logged
-
-    @property
-    def bytes_read(self) -> int:
-        """Bytes received from data ports, checksum checked."""
-        return self._bytes
 
     def reaches(self, worker: WorkerRecord) -> bool:
         return bool(self._config.data_port and worker.data_address)
@@ -327,7 +322,7 @@ class DataPortReader:
             log.warning("data_port_block_rejected", error=str(exc))
             return Outcome.DECLINED
         with self._lock:
-            self._bytes += len(out)
+            self.bytes_read += len(out)
         return Outcome.READ
 
 

@@ -40,7 +40,5 @@ class PenaltyBox:
         """`order` with the penalised workers moved to the end, each part in its order."""
         if not self._until:
             return order
-        held = [self.holds(w.id) for w in order]
-        return [w for w, h in zip(order, held, strict=True) if not h] + [
-            w for w, h in zip(order, held, strict=True) if h
-        ]
+        held = {w.id for w in order if self.holds(w.id)}
+        return [w for w in order if w.id not in held] + [w for w in order if w.id in held]

@@ -72,18 +72,12 @@ class ShortCircuit:
                     path, block_length, index * inode.block_size, verify=self._verify
                 )
                 out[:] = memoryview(data)[offset : offset + len(out)]
-        except (OSError, DataLoss) as exc:
-            self._declined(worker, exc)
-            return Outcome.DECLINED
-        self._count(len(out))
-        return Outcome.READ
-
-    def _declined(self, worker: WorkerRecord, error: Exception) -> None:
-        if isinstance(error, DataLoss):
+        except OSError:
+            return Outcome.DECLINED  # not cached there (or evicted since)
+        except DataLoss as exc:
             # The worker will find the same when asked, drop the block and fetch it again.
-            log.warning("short_circuit_block_corrupt", worker=worker.id, error=str(error))
-        # else: not cached there (or evicted since)
-
-    def _count(self, n: int) -> None:
+            log.warning("short_circuit_block_corrupt", worker=worker.id, error=str(exc))
+            return Outcome.DECLINED
         with self._lock:
-            self.bytes_read += n
+            self.bytes_read += len(out)
+        return Outcome.READ

@@ -52,20 +52,29 @@ class ThreadReads:
             return None
         checked = self._checked
         if checked is None or checked[0] is not workers:
-            checked = self._checked = (workers, self._planner.reaches_any(workers))
+            reach = any(
+                self._short_circuit.reaches(w) or self._data_port.reaches(w) for w in workers
+            )
+            checked = self._checked = (workers, reach)
         return workers if checked[1] else None
 
     def read_inode_bytes(self, inode: Inode, offset: int, length: int) -> bytes | None:
         """The range as one `bytes`, each block read straight into it: one copy of each
         byte (file or socket to the result), where pieces joined afterwards cost two."""
+        workers = self._workers()
+        if workers is None:
+            return None
         end = inode.size if length < 0 else min(inode.size, offset + length)
-        if offset >= end:
-            return b"" if self._workers() is not None else None
+        return self._bytes(inode, offset, end, workers) if offset < end else b""
+
+    def _bytes(
+        self, inode: Inode, offset: int, end: int, workers: list[WorkerRecord]
+    ) -> bytes | None:
         complete = False
 
         def fill(out: memoryview) -> None:
             nonlocal complete
-            complete = self.read_into(inode, offset, out)
+            complete = self._read_into(inode, offset, out, workers)
 
         data = filled_bytes(end - offset, fill)
         return data if complete else None
@@ -75,14 +84,20 @@ class ThreadReads:
         reach past the end of the file): True when every block of it could be read here,
         False otherwise (`out` is then undefined)."""
         workers = self._workers()
-        if workers is None:
-            return False
+        return workers is not None and self._read_into(inode, offset, out, workers)
+
+    def _read_into(
+        self, inode: Inode, offset: int, out: memoryview, workers: list[WorkerRecord]
+    ) -> bool:
         if offset + len(out) > inode.size:
             raise ValueError("read past the end of the file")
         if not out:
             return True
         block_size = inode.block_size
         end = offset + len(out)
+        index = offset // block_size
+        if index == (end - 1) // block_size:  # one block: most reads of small files
+            return self._block_into(inode, index, offset - index * block_size, out, workers)
         parts: list[_Part] = []
         filled = 0
         for index in range(offset // block_size, (end - 1) // block_size + 1):
@@ -112,13 +127,16 @@ class ThreadReads:
             if inode.size == 0:
                 results[position] = b""
                 continue
+            plan = self._planner.plan(inode, 0, workers)
+            if plan.local or plan.port is None:
+                # A same-host file: straight into the bytes returned (no buffer to copy).
+                results[position] = self._bytes(inode, 0, inode.size, workers)
+                continue
             buffer = bytearray(inode.size)
             positions.append(position)
             buffers.append(buffer)
             parts.append((inode, 0, 0, memoryview(buffer)))
-        left, failed_here = self._many_over_data_ports(parts, workers)
-        failed = {i for i in left if not self._block_into(*parts[i], workers)}
-        failed.update(failed_here)
+        failed = set(self._many_over_data_ports(parts, workers)[1])  # none left: see above
         for i, position in enumerate(positions):
             if i not in failed:
                 results[position] = bytes(buffers[i])
