@@ -27,3 +27,9 @@ def test_a_penalty_ends_after_its_time_and_the_worker_is_first_again() -> None:
     assert not box.holds("a")
     assert box.empty()
     assert box.healthy_first([A, B]) == [A, B]
+
+
+def test_the_box_is_empty_again_once_every_penalty_ended_even_for_a_worker_never_asked_of() -> None:
+    box = PenaltyBox(0.0)
+    box.penalise("gone")  # a worker that left: nobody orders it again
+    assert box.empty()

@@ -33,7 +33,12 @@ class PenaltyBox:
         return False
 
     def empty(self) -> bool:
-        """Nobody penalised (the usual case, checked before ordering anything)."""
+        """Nobody penalised (the usual case, checked before ordering anything). Expired
+        penalties go here too: a worker that left is never asked about again."""
+        if self._until:
+            now = time.monotonic()
+            with self._lock:
+                self._until = {w: t for w, t in self._until.items() if t > now}
         return not self._until
 
     def healthy_first(self, order: list[WorkerRecord]) -> list[WorkerRecord]:
