@@ -106,8 +106,7 @@ class ThreadReads:
             hi = min(end, block_start + inode.block_length(index)) - block_start
             parts.append((inode, index, lo, out[filled : filled + hi - lo]))
             filled += hi - lo
-        left, failed = self._many_over_data_ports(parts, workers) if len(parts) > 1 else ([0], [])
-        return not failed and all(self._block_into(*parts[i], workers) for i in left)
+        return all(self._parts_into(parts, workers))
 
     def read_many(self, inodes: Sequence[Inode]) -> list[bytes | None]:
         """Whole contents of many files of one block each (the small files of a batch),
@@ -119,7 +118,6 @@ class ThreadReads:
         if workers is None:
             return results
         positions: list[int] = []
-        buffers: list[bytearray] = []
         parts: list[_Part] = []
         for position, inode in enumerate(inodes):
             if inode.is_dir or inode.size > inode.block_size:
@@ -131,40 +129,35 @@ class ThreadReads:
             if plan.local or plan.port is None:
                 # A same-host file: straight into the bytes returned (no buffer to copy).
                 results[position] = self._bytes(inode, 0, inode.size, workers)
-                continue
-            buffer = bytearray(inode.size)
-            positions.append(position)
-            buffers.append(buffer)
-            parts.append((inode, 0, 0, memoryview(buffer)))
-        failed = set(self._many_over_data_ports(parts, workers)[1])  # none left: see above
-        for i, position in enumerate(positions):
-            if i not in failed:
-                results[position] = bytes(buffers[i])
+            else:
+                positions.append(position)
+                parts.append((inode, 0, 0, memoryview(bytearray(inode.size))))
+        done = self._parts_into(parts, workers)
+        for position, part, read in zip(positions, parts, done, strict=True):
+            results[position] = bytes(part[3]) if read else None
         return results
 
-    def _many_over_data_ports(
-        self, parts: list[_Part], workers: list[WorkerRecord]
-    ) -> tuple[list[int], list[int]]:
-        """Reads the parts whose plan starts at a data port, pipelined. Returns where in
-        `parts` the rest are (for one-by-one reads: same-host blocks, blocks with no port
-        to ask) and where the failed ones are (for the full path)."""
+    def _parts_into(self, parts: list[_Part], workers: list[WorkerRecord]) -> list[bool]:
+        """Which parts were read here: those whose plan starts at a data port pipelined
+        (one round trip per worker, not one per block), the others one by one."""
+        done = [False] * len(parts)
         reads: list[BlockRead] = []
         at: list[int] = []
-        rest: list[int] = []
         for i, part in enumerate(parts):
             plan = self._planner.plan(part[0], part[1], workers)
             if plan.local or plan.port is None:
-                rest.append(i)
+                done[i] = self._block_into(*part, workers)
             else:
                 reads.append(BlockRead(plan.port, *part))
                 at.append(i)
         if reads:
             self._data_port.read_all_into(reads)
-        failed = [i for i, read in zip(at, reads, strict=True) if not read.done]
-        self._unreachable(
-            {r.worker.id: r.worker for r in reads if r.outcome is Outcome.UNREACHABLE}
-        )
-        return rest, failed
+            for i, read in zip(at, reads, strict=True):
+                done[i] = read.done
+            self._unreachable(
+                {r.worker.id: r.worker for r in reads if r.outcome is Outcome.UNREACHABLE}
+            )
+        return done
 
     def _block_into(
         self, inode: Inode, index: int, offset: int, out: memoryview, workers: list[WorkerRecord]
