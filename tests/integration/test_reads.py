@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from reservoir.client import AsyncClient, Client
+from reservoir.common.errors import Conflict
 from reservoir.common.models import Inode
 from reservoir.local.cluster import LocalCluster
 from tests.conftest import new_mount_path
@@ -160,6 +161,22 @@ def test_changed_object_is_read_with_new_bytes_never_old_blocks(
     time.sleep(0.01)  # time passes on purpose: past the mount's 1 ms metadata TTL
     with Client(cluster.master_address) as reader:
         assert reader.read(f"{root}/v.bin") == b"new!" * 900
+
+
+def test_an_open_file_whose_object_changed_raises_conflict_and_the_next_open_reads_the_new(
+    cluster: LocalCluster, bucket: str, client: Client
+) -> None:
+    old, new = os.urandom(3 * BLOCK), os.urandom(2 * BLOCK + 5)
+    _put(cluster, bucket, "data/o.bin", old)
+    root = _mount(client, cluster, bucket, metadata_ttl_ms=1)
+    with Client(cluster.master_address) as reader:
+        opened = reader.open(f"{root}/o.bin", buffering=0)  # its info only: nothing cached
+        _put(cluster, bucket, "data/o.bin", new)
+        # An open file reads the version it was opened with, or nothing: never a mix.
+        with pytest.raises(Conflict):
+            opened.read()
+        with reader.open(f"{root}/o.bin") as again:
+            assert again.read() == new
 
 
 def test_location_table_names_the_worker_holding_each_block(

@@ -1,81 +1,72 @@
-"""ThreadReads, the blocking client's reads in the caller's thread: which worker's data
-port it asks, and when it leaves a block to the full path (in-process fakes; no sockets)."""
+"""ThreadReads, the blocking client's reads in the caller's thread, walking the real
+planner's routes: which source it asks, and when it leaves a block to the full path
+(recording fakes for the sources; no sockets, no files)."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
-from reservoir.client.data_port import Outcome
+from reservoir.client.block_source import Outcome
+from reservoir.client.penalty_box import PenaltyBox
 from reservoir.client.thread_reads import ThreadReads
-from reservoir.common.models import Inode, WorkerRecord
+from tests.unit.read_path_fakes import Source, View, held_by, planner, worker
 
-BEST = WorkerRecord("best", "127.0.0.1:1", data_address="127.0.0.1:2")
-NEXT = WorkerRecord("next", "127.0.0.1:3", data_address="127.0.0.1:4")
-FILE = Inode("/m/f", False, size=100, block_size=1000, file_id="f1", mount_path="/m")
-
-
-class _View:
-    config = SimpleNamespace(workers_ttl_s=60.0)
-
-    def known_workers(self) -> list[WorkerRecord]:
-        return WORKERS
+BEST, NEXT = worker("best"), worker("next")
+NEAR = worker("near", same_host=True)
+FILE = held_by("best", "next")
 
 
-WORKERS = [BEST, NEXT]
-
-
-class _Ranking:
-    def ordered(self, inode: Inode, index: int, workers: list[WorkerRecord]) -> list[WorkerRecord]:
-        return [BEST, NEXT]
-
-
-class _NotOnThisHost:
-    def reaches(self, worker: WorkerRecord) -> bool:
-        return False
-
-
-class _DataPorts:
-    def __init__(self, outcome: Outcome) -> None:
-        self.outcome = outcome
-        self.asked: list[str] = []
-
-    def reaches(self, worker: WorkerRecord) -> bool:
-        return True
-
-    def read_into(
-        self, worker: WorkerRecord, inode: Inode, index: int, offset: int, out: memoryview
-    ) -> Outcome:
-        self.asked.append(worker.id)
-        if self.outcome is Outcome.READ:
-            out[:] = b"x" * len(out)
-        return self.outcome
-
-
-def _reads(ports: _DataPorts) -> ThreadReads:
-    fake: Any = (_View(), _Ranking(), _NotOnThisHost(), ports)
-    return ThreadReads(*fake)
+def _reads(
+    ports: Source, short_circuit: Source | None = None, workers: list[Any] | None = None
+) -> tuple[ThreadReads, View]:
+    view = View(workers or [BEST, NEXT], PenaltyBox(60.0))
+    local = short_circuit or Source("sc", Outcome.DECLINED, same_host=True)
+    fake: Any = (view, planner(view, local, ports), ports)
+    return ThreadReads(*fake), view
 
 
 def test_a_block_the_best_worker_declines_goes_the_full_path_not_to_another_workers_port() -> None:
-    ports = _DataPorts(Outcome.DECLINED)  # e.g. the block failed its checksum on the way
-    reads = _reads(ports)
+    ports = Source("dp", Outcome.DECLINED)  # e.g. the block failed its checksum on the way
+    reads, view = _reads(ports)
     for _ in range(3):
         assert not reads.read_into(FILE, 0, memoryview(bytearray(FILE.size)))
-    # The next worker may not hold the block: asking it would cost an S3 GET there.
-    assert ports.asked == ["best", "best", "best"]
+    # The worker is fine (it answered): nobody is penalised, the full path asks it again.
+    assert ports.asked == ["best", "best", "best"] and view.failed == []
 
 
-def test_a_worker_whose_port_is_unreachable_is_left_be_and_its_blocks_go_the_full_path() -> None:
-    ports = _DataPorts(Outcome.UNREACHABLE)
-    reads = _reads(ports)
+def test_a_worker_whose_port_is_unreachable_is_penalised_and_asked_after_the_others() -> None:
+    ports = Source("dp", Outcome.UNREACHABLE)
+    reads, view = _reads(ports)
     for _ in range(3):
         assert not reads.read_into(FILE, 0, memoryview(bytearray(FILE.size)))
-    assert ports.asked == ["best"]
+    # The box is the full path's too: both routes now ask `next` first, then nobody's port.
+    assert ports.asked == ["best", "next"] and view.failed == ["best", "next"]
 
 
 def test_a_block_read_over_the_best_workers_port_lands_in_the_callers_buffer() -> None:
-    ports = _DataPorts(Outcome.READ)
+    ports = Source("dp", Outcome.READ)
     out = bytearray(FILE.size)
-    assert _reads(ports).read_into(FILE, 0, memoryview(out))
-    assert out == b"x" * FILE.size and ports.asked == ["best"]
+    assert _reads(ports)[0].read_into(FILE, 0, memoryview(out))
+    assert out == b"d" * FILE.size and ports.asked == ["best"]
+
+
+def test_a_same_host_block_file_is_read_before_any_port_and_a_miss_there_falls_to_the_port() -> (
+    None
+):
+    ports = Source("dp", Outcome.READ)
+    local = Source("sc", Outcome.READ, same_host=True)
+    reads, _ = _reads(ports, local, [NEAR, BEST])
+    out = bytearray(10)
+    assert reads.read_into(held_by("near", "best", size=10), 0, memoryview(out))
+    assert out == b"s" * 10 and local.asked == ["near"] and ports.asked == []
+    local.outcome = Outcome.DECLINED  # evicted there since
+    assert reads.read_into(held_by("near", "best", size=10), 0, memoryview(out))
+    assert out == b"d" * 10 and ports.asked == ["best"]
+
+
+def test_read_many_pipelines_to_ports_and_leaves_what_failed_to_the_full_path() -> None:
+    ports = Source("dp", Outcome.READ)
+    reads, _ = _reads(ports)
+    ok = held_by("best", size=5)
+    big = held_by("best", size=5000)  # more than one block: not for read_many here
+    assert reads.read_many([ok, big]) == [b"ddddd", None]

@@ -2,7 +2,7 @@ import os
 
 import pytest
 
-from reservoir.client.block_reader import chunk_payload
+from reservoir.client.grpc_blocks import chunk_payload
 from reservoir.v1 import worker_pb2
 from reservoir.worker.servicer import encode_chunk
 

@@ -41,11 +41,15 @@ from reservoir.v1 import master_pb2, worker_pb2
 
 from . import discovery
 from .block_reader import BlockReader
+from .block_source import Planner
 from .cache_state import CacheReport, FreeResult, PinResult, WorkerStats
 from .cluster_view import ClusterView
 from .data_port import DataPortReader
+from .grpc_blocks import GrpcBlocks
 from .load_jobs import LoadJob, MetadataLoadProgress
+from .short_circuit import ShortCircuit
 from .thread_reads import ThreadReads
+from .under_store_blocks import UnderStoreBlocks
 from .writer import Writes, WriteSession
 
 log = logs.get_logger(__name__)
@@ -70,12 +74,21 @@ class AsyncClient:
         self._worker_channels = ChannelPool(transport)
         self._view = ClusterView(self.config, transport)
         under_stores = MountedStores.from_settings(self.config.ufs)
-        self._reader = BlockReader(self.config, self._view, self._worker_channels, under_stores)
-        # For the blocking client: reads its caller threads answer without this loop.
-        self.data_port = DataPortReader(self.config, self._view)
-        self.thread_reads = ThreadReads(
-            self._view, self._reader, self._reader.short_circuit, self.data_port
+        # One planner for both read paths: this loop's and the blocking client's threads'.
+        self._short_circuit = ShortCircuit(self.config)
+        self.data_port = DataPortReader(self.config)
+        planner = Planner(
+            self.config, self._view, self._view.penalties, self._short_circuit, self.data_port
         )
+        self._reader = BlockReader(
+            self.config,
+            self._view,
+            planner,
+            self._short_circuit,
+            GrpcBlocks(self.config, self._worker_channels),
+            UnderStoreBlocks(self.config, self._view, under_stores),
+        )
+        self.thread_reads = ThreadReads(self._view, planner, self.data_port)
         self._writes: Writes | None = None
 
     async def close(self) -> None:
@@ -95,7 +108,7 @@ class AsyncClient:
     @property
     def short_circuit_bytes(self) -> int:
         """Bytes read from same-host workers' files."""
-        return self._reader.short_circuit.bytes_read
+        return self._short_circuit.bytes_read
 
     @property
     def data_port_bytes(self) -> int:
@@ -218,27 +231,29 @@ class AsyncClient:
         if offset < 0 or length < -1:
             raise InvalidArgument("offset must be >= 0 and length >= -1")
         with _tracer.start_as_current_span("reservoir.read", attributes={"path": path}):
-            for attempt in range(2):
-                inode = await self._view.stat(path)
-                try:
-                    return await self._reader.read_inode_pieces(inode, offset, length)
-                except (Conflict, InvalidArgument):
-                    if attempt:
-                        raise
-                    # The object changed since its metadata was stored (Conflict), or the
-                    # mount was remounted with another block size and a worker refused the
-                    # old geometry (InvalidArgument): the master checks this one file
-                    # against the under-store, and the read runs once more.
-                    self._view.forget(inode.path)
-                    log.info("file_changed_refreshing", path=inode.path, etag=inode.etag)
-                    await self._view.refresh(path)
-        raise AssertionError("unreachable")
+            return await self._read_path(path, offset, length)
 
-    async def _read_inode(self, inode: Inode, offset: int, length: int) -> bytes:
-        return await self._reader.read_inode(inode, offset, length)
+    async def _read_path(self, path: str, offset: int, length: int) -> list[memoryview]:
+        """A read by path meets a changed file at most once: the file is read again as the
+        under-store has it now (see `_read_inode_pieces` for reads of an open file)."""
+        inode = await self._view.stat(path)
+        try:
+            return await self._read_inode_pieces(inode, offset, length)
+        except (Conflict, InvalidArgument):
+            log.info("file_changed_refreshing", path=inode.path, etag=inode.etag)
+            await self._view.refresh(path)
+            return await self._reader.read_inode_pieces(await self._view.stat(path), offset, length)
 
     async def _read_inode_pieces(self, inode: Inode, offset: int, length: int) -> list[memoryview]:
-        return await self._reader.read_inode_pieces(inode, offset, length)
+        """A range of the file as `inode` has it. Conflict when the object changed since
+        (or InvalidArgument: it was remounted with another block size, and a worker refused
+        the old geometry); its inode is forgotten then, so the next stat or open sees the
+        file as it is now. An open file never mixes two versions' bytes."""
+        try:
+            return await self._reader.read_inode_pieces(inode, offset, length)
+        except (Conflict, InvalidArgument):
+            self._view.forget(inode.path)
+            raise
 
     async def read_ranges(
         self, ranges: Sequence[tuple[str, int, int]], *, return_exceptions: bool = False
@@ -263,29 +278,20 @@ class AsyncClient:
         for inode in inodes:
             if inode.is_dir:
                 raise IsADirectory(f"{inode.path}: is a directory")
-        results: list[bytes | None] = [None] * len(inodes)
-        small: list[int] = []
-        large: list[int] = []
-        for position, inode in enumerate(inodes):
+        # Small files all start in one turn of the loop, so their gRPC reads ride in shared
+        # `ReadBlocks` calls of up to `batch_files` (grpc_blocks.py), `parallelism` calls
+        # at a time; larger ones `parallelism` at a time.
+        small = asyncio.Semaphore(self.config.parallelism * max(1, self.config.batch_files))
+        large = asyncio.Semaphore(self.config.parallelism)
+
+        async def whole(inode: Inode) -> bytes:
             if inode.size == 0:
-                results[position] = b""
-            elif inode.size <= min(self.config.small_file_bytes, inode.block_size):
-                small.append(position)
-            else:
-                large.append(position)
-        limit = asyncio.Semaphore(self.config.parallelism)
+                return b""
+            is_small = inode.size <= min(self.config.small_file_bytes, inode.block_size)
+            async with small if is_small else large:
+                return b"".join(await self._read_path(inode.path, 0, -1))
 
-        async def whole(position: int) -> None:
-            async with limit:
-                results[position] = await self.read(inodes[position].path)
-
-        async def batched() -> None:
-            await self._reader.read_small(inodes, small, results, limit)
-            # What no batch delivered is read one by one, with failover and refresh.
-            await asyncio.gather(*(whole(p) for p in small if results[p] is None))
-
-        await asyncio.gather(batched(), *(whole(p) for p in large))
-        return [r if r is not None else b"" for r in results]
+        return list(await asyncio.gather(*(whole(i) for i in inodes)))
 
     # ---- warm-up: metadata load, load jobs, cached report ----------------------------------
 

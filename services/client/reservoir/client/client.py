@@ -170,21 +170,20 @@ class Client:
             # Read in this thread (same-host block files, data ports) once the file is
             # known; a file not known yet costs one hop to the loop for its info first.
             reads = self._thread_reads()
-            local = reads.read(path, offset, length)
-            if local is not None:
-                return local
-            if reads.can_read() and not reads.knows(path):
+            inode = reads.known_inode(path)
+            if inode is None and reads.can_read():
                 inode = self._run(self._async.stat(path))
-                if not inode.is_dir:
-                    local = reads.read_inode_bytes(inode, offset, length)
-                    if local is not None:
-                        return local
+            if inode is not None and not inode.is_dir:
+                local = reads.read_inode_bytes(inode, offset, length)
+                if local is not None:
+                    return local
         return joined(self._run(self._async.read_pieces(path, offset, length)))
 
     def _read_inode(self, inode: Inode, offset: int, length: int) -> list[bytes | memoryview]:
-        local = self._thread_reads().read_inode(inode, offset, length)
+        """A range of the file as `inode` has it (an open file's reads)."""
+        local = self._thread_reads().read_inode_bytes(inode, offset, length)
         if local is not None:
-            return local
+            return [local]
         return list(self._run(self._async._read_inode_pieces(inode, offset, length)))
 
     def read_ranges(
@@ -192,12 +191,6 @@ class Client:
     ) -> list[bytes | BaseException]:
         """Many `(path, offset, length)` reads at once (see `AsyncClient.read_ranges`)."""
         return self._run(self._async.read_ranges(ranges, return_exceptions=return_exceptions))
-
-    def _read_inode_bytes(self, inode: Inode, offset: int, length: int) -> bytes:
-        local = self._thread_reads().read_inode_bytes(inode, offset, length)
-        if local is not None:
-            return local
-        return joined(self._run(self._async._read_inode_pieces(inode, offset, length)))
 
     def read_many(self, paths: Sequence[str]) -> list[bytes]:
         """Whole contents of many files; small ones read in this thread where it can

@@ -26,11 +26,11 @@ from reservoir.common.placement import Placement
 from reservoir.common.rpc import ChannelOpener
 from reservoir.v1 import master_pb2, master_pb2_grpc
 
+from .penalty_box import PenaltyBox
 from .routing import placement_of
 
 log = logs.get_logger(__name__)
 
-_WORKER_PENALTY_S = 2.0
 _STAT_BATCH = 1000
 _LISTED_MEMORY = 10_000  # directories remembered as listed, before expired ones are dropped
 
@@ -56,7 +56,7 @@ class ClusterView:
         self._workers_refresh: asyncio.Future[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop the view lives on
         self._mounts: _Cached | None = None
-        self._penalised: dict[str, float] = {}
+        self.penalties = PenaltyBox(config.worker_penalty_s)  # one for every route
         self._listed: dict[str, float] = {}  # directory -> until when its listing counts
         self._listings: dict[str, asyncio.Future[None]] = {}
 
@@ -173,7 +173,7 @@ class ClusterView:
     def worker_failed(self, worker: WorkerRecord, error: ReservoirError) -> None:
         """Routes around one worker for a while and asks for news of the membership,
         without forgetting the others."""
-        self._penalised[worker.id] = time.monotonic() + _WORKER_PENALTY_S
+        self.penalties.penalise(worker.id)
         if self._workers is not None:
             self._workers.expires = 0.0
         log.info("worker_failed", worker=worker.id, error=str(error))
@@ -365,9 +365,3 @@ class ClusterView:
 
     def forget_all(self) -> None:
         self._infos.clear()
-
-    def healthy_first(self, order: list[WorkerRecord]) -> list[WorkerRecord]:
-        """`order` with the workers that failed lately moved to the end."""
-        now = time.monotonic()
-        healthy = [w for w in order if self._penalised.get(w.id, 0) <= now]
-        return healthy + [w for w in order if self._penalised.get(w.id, 0) > now]

@@ -4,7 +4,7 @@ blocking sockets in the caller's own thread, straight into the buffer the read r
 Each reading thread takes a connection to the worker from a small pool and puts it back
 when its read is done; a connection that failed in any way is closed, never reused. Every
 step has the read deadline (`read_timeout_s`). Anything short of the exact bytes with the
-right checksum answers False: the caller then takes the full path (gRPC, failover to
+right checksum is not READ (`block_source.Outcome`): the caller then takes the full path (gRPC, failover to
 other replicas, the under-store), which also decides what error, if any, the reader sees.
 A pooled connection the worker has closed meanwhile is retried once on a new one.
 
@@ -20,7 +20,6 @@ its own copies of the descriptors) and connects afresh.
 
 from __future__ import annotations
 
-import enum
 import os
 import socket
 import ssl
@@ -29,19 +28,19 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 from opentelemetry import propagate, trace
 
 from reservoir.common import block_transfer as wire
 from reservoir.common import config as cfg
 from reservoir.common import logs
-from reservoir.common.block_file import checksum
-from reservoir.common.errors import ReservoirError, Unavailable
+from reservoir.common.errors import DataLoss
 from reservoir.common.models import Inode, WorkerRecord, block_request
 from reservoir.common.security import data_port_client_context, tls_server_name
 
+from .block_source import Outcome
 from .data_port_tls import TlsConnection
+from .integrity import check_block
 
 log = logs.get_logger(__name__)
 
@@ -61,16 +60,6 @@ if hasattr(os, "register_at_fork"):
 Connection = socket.socket | TlsConnection
 
 
-class Outcome(enum.Enum):
-    """How one block read over a data port ended."""
-
-    READ = "read"  # the bytes are in `out`, checksum checked
-    # The worker answered, but not with the bytes (an error, a checksum mismatch): the
-    # full path asks again, where the worker repairs or reports it. Its port is fine.
-    DECLINED = "declined"
-    UNREACHABLE = "unreachable"  # no connection, or it broke: leave this port be a while
-
-
 @dataclass(slots=True)
 class BlockRead:
     """Bytes [offset, offset+len(out)) of block `index` of `inode`, from `worker`."""
@@ -87,12 +76,6 @@ class BlockRead:
         return self.outcome is Outcome.READ
 
 
-class WorkerHealth(Protocol):
-    """Who hears of a worker that cannot be reached (`ClusterView`: routes around it)."""
-
-    def worker_failed(self, worker: WorkerRecord, error: ReservoirError) -> None: ...
-
-
 class _Failed(Exception):
     """This connection cannot answer (closed, timed out, broken frame)."""
 
@@ -102,22 +85,16 @@ class _Refused(Exception):
 
 
 class DataPortReader:
-    def __init__(self, config: cfg.ClientConfig, health: WorkerHealth) -> None:
+    def __init__(self, config: cfg.ClientConfig) -> None:
         self._config = config
-        self._health = health
         self._lock = threading.Lock()
         self._idle: dict[str, list[Connection]] = {}
         self._generation = _generation
-        self._bytes = 0
+        self.bytes_read = 0  # bytes received from data ports, checksum checked
         self._tls = data_port_client_context(config.security)
         self._token = config.security.presented_token() if self._tls is not None else ""
         self._sessions: dict[str, ssl.SSLSession] = {}
         self._refusals: set[str] = set()  # data ports whose refusal was logged
-
-    @property
-    def bytes_read(self) -> int:
-        """Bytes received from data ports, checksum checked."""
-        return self._bytes
 
     def reaches(self, worker: WorkerRecord) -> bool:
         return bool(self._config.data_port and worker.data_address)
@@ -127,46 +104,39 @@ class DataPortReader:
     ) -> Outcome:
         """Bytes [offset, offset+len(out)) of block `index` into `out` (READ: `out` holds
         exactly them, checksum checked; otherwise `out` is undefined)."""
-        if not self.reaches(worker):
-            return Outcome.UNREACHABLE
-        body = _request(inode, index, offset, len(out))
-        deadline = time.monotonic() + self._config.read_timeout_s
-        for attempt in (0, 1):
-            try:
-                sock, pooled = self._connection(worker, deadline, fresh=attempt > 0)
-            except _Refused as exc:
-                self._refused(worker, exc)
-                return Outcome.DECLINED
-            if sock is None:
-                return Outcome.UNREACHABLE
-            try:
-                outcome = self._exchange(sock, body, out, deadline)
-            except _Failed as exc:
-                sock.close()
-                if pooled and attempt == 0:
-                    continue  # most likely closed by the worker while idle: once more
-                log.debug("data_port_read_failed", worker=worker.id, error=str(exc))
-                return Outcome.UNREACHABLE
-            self._release(worker.data_address, sock)
-            return outcome
-        return Outcome.UNREACHABLE
+        read = BlockRead(worker, inode, index, offset, out)
+        self.read_all_into([read])
+        return read.outcome
 
     def read_all_into(self, reads: Sequence[BlockRead]) -> None:
-        """Many block ranges, each into its own `out`; marks those that arrived `done`.
+        """Many block ranges, each into its own `out`, each marked with its outcome.
         Requests to one worker are pipelined on one connection, `data_port_pipeline` ahead
         of the response being read, so a reader of many blocks waits for one round trip,
         not one per block, and every worker works on its blocks at once. Whatever is not
         done is for the caller to read another way."""
         deadline = time.monotonic() + self._config.read_timeout_s
+        stale = self._pipelined(reads, deadline, fresh=False)
+        if stale:  # pooled connections most likely closed by the worker while idle
+            again = [r for r in reads if r.worker.data_address in stale and not r.done]
+            self._pipelined(again, deadline, fresh=True)
+
+    def _pipelined(self, reads: Sequence[BlockRead], deadline: float, *, fresh: bool) -> set[str]:
+        """One pass of `read_all_into`; returns the addresses whose pooled connection
+        failed before it answered anything (worth one more try on a new one)."""
         depth = max(1, self._config.data_port_pipeline)
         unsent: dict[str, deque[BlockRead]] = {}
         workers: dict[str, WorkerRecord] = {}
         for read in reads:
-            if self.reaches(read.worker):
+            read.outcome = (
+                Outcome.DECLINED if not self.reaches(read.worker) else Outcome.UNREACHABLE
+            )
+            if read.outcome is Outcome.UNREACHABLE:
                 unsent.setdefault(read.worker.data_address, deque()).append(read)
                 workers[read.worker.data_address] = read.worker
         connections: dict[str, Connection] = {}
         in_flight: dict[str, int] = {}
+        pooled: set[str] = set()  # addresses whose connection came from the pool, unanswered
+        stale: set[str] = set()
 
         def send_more(address: str) -> None:
             sock, queue = connections.get(address), unsent[address]
@@ -186,16 +156,22 @@ class DataPortReader:
             sock = connections.pop(address, None)
             if sock is not None:
                 sock.close()
+            if address in pooled:
+                stale.add(address)
 
         for address in unsent:
             try:
-                sock, _ = self._connection(workers[address], deadline, fresh=False)
+                sock, from_pool = self._connection(workers[address], deadline, fresh=fresh)
             except _Refused as exc:
                 self._refused(workers[address], exc)
+                for read in unsent[address]:
+                    read.outcome = Outcome.DECLINED  # the worker is there: gRPC will say why
                 continue
             if sock is not None:
                 connections[address] = sock
                 in_flight[address] = 0
+                if from_pool:
+                    pooled.add(address)
                 send_more(address)
         for read in reads:
             address = read.worker.data_address
@@ -208,6 +184,7 @@ class DataPortReader:
                 log.debug("data_port_read_failed", worker=read.worker.id, error=str(exc))
                 broken(address)
                 continue
+            pooled.discard(address)
             in_flight[address] -= 1
             send_more(address)
         for address, sock in connections.items():
@@ -215,6 +192,7 @@ class DataPortReader:
                 self._release(address, sock)
             else:
                 sock.close()
+        return stale
 
     def close(self) -> None:
         with self._lock:
@@ -248,11 +226,8 @@ class DataPortReader:
                 (host.strip("[]"), int(port)), timeout=max(0.001, deadline - time.monotonic())
             )
         except (OSError, ValueError) as exc:
-            # Nobody answers there: the worker is down (or leaving). Failures after a
-            # connection are the full path's to judge, as it reads the block again.
-            self._health.worker_failed(
-                worker, Unavailable(f"data port {address} of worker {worker.id}: {exc}")
-            )
+            # Nobody answers there: the worker is down (or leaving); the caller penalises it.
+            log.debug("data_port_connect_failed", worker=worker.id, error=str(exc))
             return None, False
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if self._tls is None:
@@ -324,10 +299,6 @@ class DataPortReader:
                 return
         sock.close()
 
-    def _exchange(self, sock: Connection, body: bytes, out: memoryview, deadline: float) -> Outcome:
-        _send(sock, wire.encode_request(body), deadline)
-        return self._receive_response(sock, out, deadline)
-
     def _receive_response(self, sock: Connection, out: memoryview, deadline: float) -> Outcome:
         """One response into `out`. Raises _Failed when the connection is unusable;
         DECLINED for an answer that is not the bytes asked for (the connection stays good
@@ -343,11 +314,15 @@ class DataPortReader:
         if header.length != len(out):
             raise _Failed(f"{header.length} bytes announced, {len(out)} asked for")
         _receive_into(sock, out, deadline)
-        if self._config.verify_checksums and checksum(out) != header.crc32c:
-            log.warning("data_port_checksum_mismatch", bytes=len(out))
+        try:
+            check_block(
+                "data port block", out, len(out), header.crc32c, self._config.verify_checksums
+            )
+        except DataLoss as exc:
+            log.warning("data_port_block_rejected", error=str(exc))
             return Outcome.DECLINED
         with self._lock:
-            self._bytes += len(out)
+            self.bytes_read += len(out)
         return Outcome.READ
 
 

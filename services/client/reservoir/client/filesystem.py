@@ -35,6 +35,7 @@ from reservoir.common.errors import InvalidArgument, NotADirectory, ReadOnly
 from reservoir.common.models import Inode
 
 from .client import Client
+from .reservoir_file import joined
 
 PROTOCOL = "reservoir"
 # A sequential reader fetches this far ahead: several blocks of a 4 MiB block size in one
@@ -320,7 +321,8 @@ class ReservoirBufferedFile(AbstractBufferedFile):  # type: ignore[misc]
         end = min(end, self.size)
         if end <= start:
             return b""
-        return self.fs.client.read(self.path, start, end - start)  # type: ignore[no-any-return]
+        # By the inode it was opened with, as `Client.open` reads: one version of the file.
+        return joined(self.fs.client._read_inode(self.inode, start, end - start))
 
 
 def _unless_missing(probe: Callable[[], T], missing: T) -> T:

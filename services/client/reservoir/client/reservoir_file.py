@@ -87,7 +87,7 @@ class ReservoirFile(io.RawIOBase):
         return n
 
     def readall(self) -> bytes:
-        data = self._client._read_inode_bytes(self._inode, self._pos, -1)
+        data = joined(self._client._read_inode(self._inode, self._pos, -1))
         self._pos += len(data)
         return data
 

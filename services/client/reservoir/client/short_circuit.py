@@ -1,7 +1,7 @@
 """Short-circuit reads: blocks a worker on this host holds, read straight from its block
 files (pread into this process's memory, checked against the header's checksum) with no
-gRPC call. Plain blocking calls, safe from any thread: the event loop's read path and the
-blocking client's caller-thread path (`ThreadReads`) share them."""
+call to the worker. Plain blocking calls, safe from any thread: the event loop's read path
+and the blocking client's caller-thread path (`ThreadReads`) share them."""
 
 from __future__ import annotations
 
@@ -12,7 +12,10 @@ from reservoir.common import config as cfg
 from reservoir.common import logs
 from reservoir.common.block_file import read_block_file, read_block_file_into
 from reservoir.common.errors import DataLoss
+from reservoir.common.fresh_bytes import filled_bytes
 from reservoir.common.models import Inode, WorkerRecord, shm_block_name
+
+from .block_source import Outcome
 
 log = logs.get_logger(__name__)
 
@@ -26,73 +29,55 @@ def range_length(inode: Inode, index: int, offset: int, length: int) -> int:
 
 class ShortCircuit:
     def __init__(self, config: cfg.ClientConfig) -> None:
-        self._config = config
+        self._on = config.short_circuit
+        self._host = config.host
+        self._verify = config.verify_checksums
         self._lock = threading.Lock()
-        self._bytes = 0
-
-    @property
-    def bytes_read(self) -> int:
-        """Bytes read from same-host workers' files."""
-        return self._bytes
+        self.bytes_read = 0  # bytes read from same-host workers' files
 
     def reaches(self, worker: WorkerRecord) -> bool:
-        return bool(
-            self._config.short_circuit and worker.shm_dir and worker.host == self._config.host
-        )
-
-    def _path(self, worker: WorkerRecord, inode: Inode, index: int) -> str:
-        return os.path.join(worker.shm_dir, shm_block_name(inode.file_id, index))
-
-    def _count(self, n: int) -> None:
-        with self._lock:
-            self._bytes += n
+        return bool(self._on and worker.shm_dir and worker.host == self._host)
 
     def read(
         self, worker: WorkerRecord, inode: Inode, index: int, offset: int, length: int
-    ) -> bytes | memoryview | None:
+    ) -> bytes | None:
         """The block range from `worker`'s file, or None when that is not possible
         (another host, not cached there, evicted, or bytes that fail their checksum)."""
-        if not self.reaches(worker):
-            return None
-        block_length = inode.block_length(index)
-        try:
-            # The whole block, copied out and checked against the checksum in its header:
-            # the file is another process's, so it is never mapped or trusted.
-            data, _ = read_block_file(
-                self._path(worker, inode, index),
-                block_length,
-                index * inode.block_size,
-                verify=self._config.verify_checksums,
-            )
-        except OSError:
-            return None  # not cached there (or evicted since)
-        except DataLoss as exc:
-            # The worker will find the same when asked over gRPC, drop it and refetch.
-            log.warning("short_circuit_block_corrupt", worker=worker.id, error=str(exc))
-            return None
-        start = min(offset, block_length)
-        want = range_length(inode, index, offset, length)
-        self._count(want)
-        if (start, want) == (0, block_length):
-            return data
-        return memoryview(data)[start : start + want]
+        outcome = Outcome.DECLINED
 
-    def read_into(self, worker: WorkerRecord, inode: Inode, index: int, out: memoryview) -> bool:
-        """The whole block `index` read into `out` (exactly its length): True when done,
-        False when this worker's file cannot give it (`out` is then undefined)."""
+        def fill(out: memoryview) -> None:
+            nonlocal outcome
+            outcome = self.read_into(worker, inode, index, offset, out)
+
+        data = filled_bytes(range_length(inode, index, offset, length), fill)
+        return data if outcome is Outcome.READ else None
+
+    def read_into(
+        self, worker: WorkerRecord, inode: Inode, index: int, offset: int, out: memoryview
+    ) -> Outcome:
+        """Bytes [offset, offset+len(out)) of block `index` into `out` (READ: `out` holds
+        exactly them; otherwise `out` is undefined)."""
         if not self.reaches(worker):
-            return False
+            return Outcome.DECLINED
+        block_length = inode.block_length(index)
+        whole = offset == 0 and len(out) == block_length
+        path = os.path.join(worker.shm_dir, shm_block_name(inode.file_id, index))
         try:
-            read_block_file_into(
-                self._path(worker, inode, index),
-                out,
-                index * inode.block_size,
-                verify=self._config.verify_checksums,
-            )
+            # Copied out and checked against the checksum in the file's header: the file
+            # is another process's, so it is never mapped or trusted.
+            if whole:
+                read_block_file_into(path, out, index * inode.block_size, verify=self._verify)
+            else:
+                data, _ = read_block_file(
+                    path, block_length, index * inode.block_size, verify=self._verify
+                )
+                out[:] = memoryview(data)[offset : offset + len(out)]
         except OSError:
-            return False
+            return Outcome.DECLINED  # not cached there (or evicted since)
         except DataLoss as exc:
+            # The worker will find the same when asked, drop the block and fetch it again.
             log.warning("short_circuit_block_corrupt", worker=worker.id, error=str(exc))
-            return False
-        self._count(len(out))
-        return True
+            return Outcome.DECLINED
+        with self._lock:
+            self.bytes_read += len(out)
+        return Outcome.READ

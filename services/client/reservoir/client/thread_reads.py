@@ -1,51 +1,38 @@
 """Reads the blocking client answers in the caller's own thread, with no hop through the
 event loop: the inode and the worker list come from what `ClusterView` already knows (while
-fresh), the bytes from block files of workers on this host (`ShortCircuit`) or from
-workers' data ports (`DataPortReader`), straight into the buffer the read returns. Anything
-else — a cold inode, a worker that cannot answer, a failure — answers None (or False), and
-the caller takes the full path (master, gRPC, failover, under-store) on the event loop.
+fresh), the bytes by the planner's routes that read in this thread (`block_source.py`: a
+same-host worker's block file, else the best other worker's data port), straight into the
+buffer the read returns. Anything else — a cold inode, a block whose plan goes on to gRPC,
+a failure — answers None (or False), and the caller takes the full path on the event loop
+(`BlockReader`: gRPC, failover, the under-store), which also decides what error, if any,
+the reader sees.
 
 Many threads call this at once (a DataLoader's workers, a thread pool of readers); what they
 share is read-only here (dict reads under the GIL) except the counters, which lock."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 
+from reservoir.common.errors import Unavailable
 from reservoir.common.fresh_bytes import filled_bytes
 from reservoir.common.models import Inode, WorkerRecord
 
-from .block_reader import BlockReader
+from .block_source import Outcome, Planner
 from .cluster_view import ClusterView
-from .data_port import BlockRead, DataPortReader, Outcome
-from .short_circuit import ShortCircuit
+from .data_port import BlockRead, DataPortReader
 
 # A range of one block to read into a buffer: (inode, block index, offset in the block, out).
 _Part = tuple[Inode, int, int, memoryview]
-_ORDERS_REMEMBERED = 100_000  # blocks whose worker order is kept (then forgotten at once)
 
 
 class ThreadReads:
-    def __init__(
-        self,
-        view: ClusterView,
-        reader: BlockReader,
-        short_circuit: ShortCircuit,
-        data_port: DataPortReader,
-    ) -> None:
+    def __init__(self, view: ClusterView, planner: Planner, data_port: DataPortReader) -> None:
         self._view = view
-        self._reader = reader
-        self._short_circuit = short_circuit
-        self._data_port = data_port
+        self._planner = planner
+        self._short_circuit = planner.short_circuit
+        self._data_port = data_port  # the planner's, with its pipelined reads of many
         self._checked: tuple[list[WorkerRecord], bool] | None = None
-        self._orders: dict[tuple[str, int], list[WorkerRecord]] = {}
-        # Workers whose data port just failed, skipped here until then (the full path has
-        # its own failover and health marks).
-        self._failing: dict[str, float] = {}
-
-    def _reaches(self, worker: WorkerRecord) -> bool:
-        return self._short_circuit.reaches(worker) or self._data_port.reaches(worker)
 
     def knows_workers(self) -> bool:
         return self._view.known_workers() is not None
@@ -54,8 +41,8 @@ class ThreadReads:
         """Whether reads here are possible at all (a worker this thread reaches)."""
         return self._workers() is not None
 
-    def knows(self, path: str) -> bool:
-        return self._view.known_inode(path) is not None
+    def known_inode(self, path: str) -> Inode | None:
+        return self._view.known_inode(path)
 
     def _workers(self) -> list[WorkerRecord] | None:
         """The worker list when this thread can read from one of them (checked once
@@ -65,64 +52,52 @@ class ThreadReads:
             return None
         checked = self._checked
         if checked is None or checked[0] is not workers:
-            checked = (workers, any(self._reaches(w) for w in workers))
-            self._checked = checked
-            self._orders = {}
+            reach = any(
+                self._short_circuit.reaches(w) or self._data_port.reaches(w) for w in workers
+            )
+            checked = self._checked = (workers, reach)
         return workers if checked[1] else None
-
-    def _order(self, inode: Inode, index: int, workers: list[WorkerRecord]) -> list[WorkerRecord]:
-        """The workers to ask for a block, best first: worked out once per block and worker
-        list (ordering and filtering the candidates costs more than the read of a small
-        block file)."""
-        key = (inode.file_id, index)
-        order = self._orders.get(key)
-        if order is None:
-            if len(self._orders) >= _ORDERS_REMEMBERED:
-                self._orders = {}
-            ranked = self._reader.ordered(inode, index, workers)
-            order = [w for w in ranked if self._reaches(w)]
-            self._orders[key] = order
-        return order
-
-    def read(self, path: str, offset: int, length: int) -> bytes | None:
-        """Bytes [offset, offset+length) of `path`, or None."""
-        inode = self._view.known_inode(path)
-        if inode is None or inode.is_dir:
-            return None
-        return self.read_inode_bytes(inode, offset, length)
 
     def read_inode_bytes(self, inode: Inode, offset: int, length: int) -> bytes | None:
         """The range as one `bytes`, each block read straight into it: one copy of each
         byte (file or socket to the result), where pieces joined afterwards cost two."""
+        workers = self._workers()
+        if workers is None:
+            return None
         end = inode.size if length < 0 else min(inode.size, offset + length)
-        if offset >= end:
-            return b"" if self._workers() is not None else None
+        return self._bytes(inode, offset, end, workers) if offset < end else b""
+
+    def _bytes(
+        self, inode: Inode, offset: int, end: int, workers: list[WorkerRecord]
+    ) -> bytes | None:
         complete = False
 
         def fill(out: memoryview) -> None:
             nonlocal complete
-            complete = self.read_into(inode, offset, out)
+            complete = self._read_into(inode, offset, out, workers)
 
         data = filled_bytes(end - offset, fill)
         return data if complete else None
-
-    def read_inode(self, inode: Inode, offset: int, length: int) -> list[bytes | memoryview] | None:
-        data = self.read_inode_bytes(inode, offset, length)
-        return None if data is None else [data]
 
     def read_into(self, inode: Inode, offset: int, out: memoryview) -> bool:
         """Bytes [offset, offset+len(out)) of the file straight into `out` (which must not
         reach past the end of the file): True when every block of it could be read here,
         False otherwise (`out` is then undefined)."""
         workers = self._workers()
-        if workers is None:
-            return False
+        return workers is not None and self._read_into(inode, offset, out, workers)
+
+    def _read_into(
+        self, inode: Inode, offset: int, out: memoryview, workers: list[WorkerRecord]
+    ) -> bool:
         if offset + len(out) > inode.size:
             raise ValueError("read past the end of the file")
         if not out:
             return True
         block_size = inode.block_size
         end = offset + len(out)
+        index = offset // block_size
+        if index == (end - 1) // block_size:  # one block: most reads of small files
+            return self._block_into(inode, index, offset - index * block_size, out, workers)
         parts: list[_Part] = []
         filled = 0
         for index in range(offset // block_size, (end - 1) // block_size + 1):
@@ -131,8 +106,7 @@ class ThreadReads:
             hi = min(end, block_start + inode.block_length(index)) - block_start
             parts.append((inode, index, lo, out[filled : filled + hi - lo]))
             filled += hi - lo
-        left, failed = self._many_over_data_ports(parts, workers) if len(parts) > 1 else ([0], [])
-        return not failed and all(self._block_into(*parts[i], workers) for i in left)
+        return all(self._parts_into(parts, workers))
 
     def read_many(self, inodes: Sequence[Inode]) -> list[bytes | None]:
         """Whole contents of many files of one block each (the small files of a batch),
@@ -144,7 +118,6 @@ class ThreadReads:
         if workers is None:
             return results
         positions: list[int] = []
-        buffers: list[bytearray] = []
         parts: list[_Part] = []
         for position, inode in enumerate(inodes):
             if inode.is_dir or inode.size > inode.block_size:
@@ -152,89 +125,59 @@ class ThreadReads:
             if inode.size == 0:
                 results[position] = b""
                 continue
-            buffer = bytearray(inode.size)
-            positions.append(position)
-            buffers.append(buffer)
-            parts.append((inode, 0, 0, memoryview(buffer)))
-        left, failed_here = self._many_over_data_ports(parts, workers)
-        failed = {i for i in left if not self._block_into(*parts[i], workers)}
-        failed.update(failed_here)
-        for i, position in enumerate(positions):
-            if i not in failed:
-                results[position] = bytes(buffers[i])
+            plan = self._planner.plan(inode, 0, workers)
+            if plan.local or plan.port is None:
+                # A same-host file: straight into the bytes returned (no buffer to copy).
+                results[position] = self._bytes(inode, 0, inode.size, workers)
+            else:
+                positions.append(position)
+                parts.append((inode, 0, 0, memoryview(bytearray(inode.size))))
+        done = self._parts_into(parts, workers)
+        for position, part, read in zip(positions, parts, done, strict=True):
+            results[position] = bytes(part[3]) if read else None
         return results
 
-    def _many_over_data_ports(
-        self, parts: list[_Part], workers: list[WorkerRecord]
-    ) -> tuple[list[int], list[int]]:
-        """Reads the parts whose best worker is reached by its data port, pipelined.
-        Returns where in `parts` the rest are (for one-by-one reads: same-host blocks,
-        blocks whose best worker is failing) and where the failed ones are (for the full
-        path)."""
+    def _parts_into(self, parts: list[_Part], workers: list[WorkerRecord]) -> list[bool]:
+        """Which parts were read here: those whose plan starts at a data port pipelined
+        (one round trip per worker, not one per block), the others one by one."""
+        done = [False] * len(parts)
         reads: list[BlockRead] = []
         at: list[int] = []
-        rest: list[int] = []
-        failed: list[int] = []
         for i, part in enumerate(parts):
-            inode, index = part[0], part[1]
-            order = self._order(inode, index, workers)
-            first = order[0] if order else None
-            if (
-                first is not None
-                and not self._short_circuit.reaches(first)
-                and self._data_port.reaches(first)
-                and not self._is_failing(first)
-            ):
-                reads.append(BlockRead(first, *part))
-                at.append(i)
+            plan = self._planner.plan(part[0], part[1], workers)
+            if plan.local or plan.port is None:
+                done[i] = self._block_into(*part, workers)
             else:
-                rest.append(i)
+                reads.append(BlockRead(plan.port, *part))
+                at.append(i)
         if reads:
             self._data_port.read_all_into(reads)
-        for i, read in zip(at, reads, strict=True):
-            if not read.done:
-                if read.outcome is Outcome.UNREACHABLE:
-                    self._leave_be(read.worker)
-                failed.append(i)
-        return sorted(rest), failed
+            for i, read in zip(at, reads, strict=True):
+                done[i] = read.done
+            self._unreachable(
+                {r.worker.id: r.worker for r in reads if r.outcome is Outcome.UNREACHABLE}
+            )
+        return done
 
     def _block_into(
         self, inode: Inode, index: int, offset: int, out: memoryview, workers: list[WorkerRecord]
     ) -> bool:
-        """One block range into `out`: from a same-host worker's file, else from one data
-        port (the best worker not failing). A data port that cannot answer leaves the block
-        to the full path, whose failover and repair (a worker drops a block that fails its
+        """One block range into `out` by the plan's routes in this thread: a same-host
+        worker's file, else the one data port the plan names. What these cannot read is
+        the full path's, whose failover and repair (a worker drops a block that fails its
         checksum and fetches it again) know more than this thread does."""
-        whole = offset == 0 and len(out) == inode.block_length(index)
-        for worker in self._order(inode, index, workers):
-            if self._short_circuit.reaches(worker):
-                if whole:
-                    if self._short_circuit.read_into(worker, inode, index, out):
-                        return True
-                    continue
-                piece = self._short_circuit.read(worker, inode, index, offset, len(out))
-                if piece is not None:
-                    out[:] = piece
-                    return True
-            elif self._data_port.reaches(worker):
-                # Only the best worker's port: the next one may not hold the block, and
-                # choosing another replica is the full path's to do.
-                if self._is_failing(worker):
-                    return False
-                outcome = self._data_port.read_into(worker, inode, index, offset, out)
-                if outcome is Outcome.UNREACHABLE:
-                    self._leave_be(worker)
-                return outcome is Outcome.READ
-        return False
-
-    def _leave_be(self, worker: WorkerRecord) -> None:
-        self._failing[worker.id] = time.monotonic() + self._view.config.workers_ttl_s
-
-    def _is_failing(self, worker: WorkerRecord) -> bool:
-        until = self._failing.get(worker.id)
-        if until is None:
+        plan = self._planner.plan(inode, index, workers)
+        for worker in plan.local:
+            if self._short_circuit.read_into(worker, inode, index, offset, out) is Outcome.READ:
+                return True
+        if plan.port is None:
             return False
-        if time.monotonic() < until:
-            return True
-        self._failing.pop(worker.id, None)
-        return False
+        outcome = self._data_port.read_into(plan.port, inode, index, offset, out)
+        if outcome is Outcome.UNREACHABLE:
+            self._unreachable({plan.port.id: plan.port})
+        return outcome is Outcome.READ
+
+    def _unreachable(self, workers: dict[str, WorkerRecord]) -> None:
+        for worker in workers.values():
+            error = Unavailable(f"data port {worker.data_address} of worker {worker.id}")
+            self._view.worker_failed(worker, error)

@@ -78,13 +78,26 @@ def write_block_file(
 
 
 def _header_of(path: str, fd: int) -> tuple[int, int, int]:
-    raw = os.pread(fd, HEADER_SIZE, 0)
+    return _parsed_header(path, os.pread(fd, HEADER_SIZE, 0))
+
+
+def _parsed_header(path: str, raw: bytes | bytearray) -> tuple[int, int, int]:
     if len(raw) != HEADER_SIZE:
         raise DataLoss(f"block file {path}: truncated header")
     magic, crc, _flags, length, offset = HEADER.unpack(raw)
     if magic != MAGIC:
         raise DataLoss(f"block file {path}: not a block file")
     return crc, length, offset
+
+
+def _check_geometry(
+    path: str, stored_length: int, stored_offset: int, length: int, offset: int
+) -> None:
+    if stored_length != length or stored_offset != offset:
+        raise DataLoss(
+            f"block file {path}: holds {stored_length} bytes at {stored_offset}, "
+            f"expected {length} at {offset}"
+        )
 
 
 def read_block_header(path: str) -> tuple[int, int, int]:
@@ -102,11 +115,7 @@ def _open_checked(path: str, length: int, offset: int) -> tuple[int, int]:
     fd = os.open(path, os.O_RDONLY)
     try:
         crc, stored_length, stored_offset = _header_of(path, fd)
-        if stored_length != length or stored_offset != offset:
-            raise DataLoss(
-                f"block file {path}: holds {stored_length} bytes at {stored_offset}, "
-                f"expected {length} at {offset}"
-            )
+        _check_geometry(path, stored_length, stored_offset, length, offset)
     except BaseException:
         os.close(fd)
         raise
@@ -139,13 +148,17 @@ def read_block_file_into(path: str, out: memoryview, offset: int, *, verify: boo
     no intermediate copy) and verified there, as `read_block_file` does. Returns its
     checksum. `out` holds garbage when this raises."""
     length = len(out)
-    fd, crc = _open_checked(path, length, offset)
+    head = bytearray(HEADER_SIZE)
+    fd = os.open(path, os.O_RDONLY)
     try:
-        got = os.preadv(fd, [out], HEADER_SIZE)
+        # Header and bytes in one system call (a small file's read is mostly calls).
+        got = os.preadv(fd, [head, out], 0)
     finally:
         os.close(fd)
-    if got != length:
-        raise DataLoss(f"block file {path}: {got} of {length} bytes")
+    crc, stored_length, stored_offset = _parsed_header(path, head[: max(0, got)])
+    _check_geometry(path, stored_length, stored_offset, length, offset)
+    if got != HEADER_SIZE + length:
+        raise DataLoss(f"block file {path}: {got - HEADER_SIZE} of {length} bytes")
     if verify and checksum(out) != crc:
         raise DataLoss(f"block file {path}: checksum mismatch")
     return crc

@@ -698,6 +698,8 @@ class ClientConfig:
     # holds of a listing at a time, however big the directory.
     list_page_size: int = _list_page_size()
     workers_ttl_s: float = field(default=5.0, metadata=env("RESERVOIR_WORKERS_TTL"))
+    # A worker that failed a read (any route) is asked last for this long.
+    worker_penalty_s: float = field(default=2.0, metadata=env("RESERVOIR_WORKER_PENALTY"))
     # A block no worker is known to hold is asked of at most this many of its homes, in
     # placement order, before the client reads it from the under-store itself.
     failover_workers: int = field(default=3, metadata=env("RESERVOIR_FAILOVER_WORKERS"))

@@ -1,4 +1,4 @@
-"""SmallReads against an in-process gRPC server that answers like a worker and counts
+"""GrpcBlocks against an in-process gRPC server that answers like a worker and counts
 calls: concurrent reads share calls, each gets its own checked bytes."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import grpc
 import grpc.aio
 import pytest
 
-from reservoir.client.small_reads import SmallReads
+from reservoir.client.grpc_blocks import GrpcBlocks
 from reservoir.common import config as cfg
 from reservoir.common.block_file import checksum
 from reservoir.common.errors import DataLoss, NotFound, code_value
@@ -83,7 +83,7 @@ async def _with_worker(body: object) -> None:
     channels = ChannelPool()
     try:
         worker = WorkerRecord(id="w1", address=f"127.0.0.1:{port}")
-        reads = SmallReads(cfg.ClientConfig(batch_files=8), channels)
+        reads = GrpcBlocks(cfg.ClientConfig(batch_files=8), channels)
         await body(fake, reads, worker)  # type: ignore[operator]
     finally:
         await channels.close()
@@ -91,10 +91,12 @@ async def _with_worker(body: object) -> None:
 
 
 def test_concurrent_small_reads_share_calls_and_each_gets_its_own_bytes() -> None:
-    async def body(fake: FakeWorker, reads: SmallReads, worker: WorkerRecord) -> None:
+    async def body(fake: FakeWorker, reads: GrpcBlocks, worker: WorkerRecord) -> None:
         names = [f"f{i}" for i in range(20)]
         requests = [_request(n) for n in names]
-        got = await asyncio.gather(*(reads.read(worker, r, len(_bytes_of(r))) for r in requests))
+        got = await asyncio.gather(
+            *(reads.read_small(worker, r, len(_bytes_of(r))) for r in requests)
+        )
         assert [bytes(g) for g in got] == [_bytes_of(r) for r in requests]
         assert fake.calls == {"ReadBlocks": 3}  # 20 reads in batches of at most 8
 
@@ -102,9 +104,9 @@ def test_concurrent_small_reads_share_calls_and_each_gets_its_own_bytes() -> Non
 
 
 def test_a_lone_small_read_is_one_unary_call() -> None:
-    async def body(fake: FakeWorker, reads: SmallReads, worker: WorkerRecord) -> None:
+    async def body(fake: FakeWorker, reads: GrpcBlocks, worker: WorkerRecord) -> None:
         request = _request("alone")
-        assert bytes(await reads.read(worker, request, len(_bytes_of(request)))) == _bytes_of(
+        assert bytes(await reads.read_small(worker, request, len(_bytes_of(request)))) == _bytes_of(
             request
         )
         assert fake.calls == {"ReadSmall": 1}
@@ -113,12 +115,12 @@ def test_a_lone_small_read_is_one_unary_call() -> None:
 
 
 def test_a_bad_entry_fails_only_its_own_read() -> None:
-    async def body(fake: FakeWorker, reads: SmallReads, worker: WorkerRecord) -> None:
+    async def body(fake: FakeWorker, reads: GrpcBlocks, worker: WorkerRecord) -> None:
         fake.corrupt.add("bad")
         fake.missing.add("gone")
         requests = [_request(n) for n in ("ok1", "bad", "gone", "ok2")]
         results = await asyncio.gather(
-            *(reads.read(worker, r, len(_bytes_of(r))) for r in requests),
+            *(reads.read_small(worker, r, len(_bytes_of(r))) for r in requests),
             return_exceptions=True,
         )
         assert bytes(results[0]) == _bytes_of(requests[0])  # type: ignore[arg-type]
@@ -130,9 +132,9 @@ def test_a_bad_entry_fails_only_its_own_read() -> None:
 
 
 def test_a_short_answer_is_data_loss() -> None:
-    async def body(fake: FakeWorker, reads: SmallReads, worker: WorkerRecord) -> None:
+    async def body(fake: FakeWorker, reads: GrpcBlocks, worker: WorkerRecord) -> None:
         request = _request("short")
         with pytest.raises(DataLoss):
-            await reads.read(worker, request, len(_bytes_of(request)) + 1)
+            await reads.read_small(worker, request, len(_bytes_of(request)) + 1)
 
     asyncio.run(_with_worker(body))

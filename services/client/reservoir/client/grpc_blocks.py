@@ -1,12 +1,14 @@
-"""Small block ranges over gRPC, coalesced per worker.
+"""Block ranges from workers over gRPC: the route of the asyncio read path when no block
+file on this host has them (and the blocking client's, when its own thread could not).
 
-A gRPC call costs each side a fixed amount of CPU (a few hundred microseconds in Python)
-whatever it carries, and that, not bytes, bounds how many small files a client reads per
-second. Reads that arrive while a call to their worker is being prepared (all those that
-reach this point in the same turn of the event loop: the threads of a DataLoader, the
-tasks of an asyncio reader) ride in one `ReadBlocks` call; a read alone goes as one unary
-`ReadSmall`. Nothing waits for company: a batch is whatever is already there, so a lone
-reader's latency is a single call's.
+A range larger than `small_file_bytes` streams (`ReadBlock`: chunks, then the checksum).
+Smaller ones are coalesced per worker: a gRPC call costs each side a fixed amount of CPU
+(a few hundred microseconds in Python) whatever it carries, and that, not bytes, bounds how
+many small files a client reads per second. Reads that arrive while a call to their worker
+is being prepared (all those that reach this point in the same turn of the event loop: the
+threads of a DataLoader, the files of a `read_many`) ride in one `ReadBlocks` call; a read
+alone goes as one unary `ReadSmall`. Nothing waits for company: a batch is whatever is
+already there, so a lone reader's latency is a single call's.
 """
 
 from __future__ import annotations
@@ -18,15 +20,47 @@ import grpc
 import grpc.aio
 
 from reservoir.common import config as cfg
-from reservoir.common.block_file import checksum
+from reservoir.common import worker_methods
 from reservoir.common.errors import DataLoss, ReservoirError, Unavailable, error_for_code_value
-from reservoir.common.models import WorkerRecord
+from reservoir.common.models import Inode, WorkerRecord, block_request
 from reservoir.common.observability import inject_metadata
 from reservoir.common.rpc import ChannelPool, error_from_rpc
 from reservoir.v1 import worker_pb2
 
-_READ_SMALL = "/reservoir.v1.WorkerService/ReadSmall"
-_READ_BLOCKS = "/reservoir.v1.WorkerService/ReadBlocks"
+from .integrity import check_block
+from .short_circuit import range_length
+
+_READ_BLOCK = worker_methods.READ_BLOCK
+_READ_SMALL = worker_methods.READ_SMALL
+_READ_BLOCKS = worker_methods.READ_BLOCKS
+
+
+def chunk_payload(message: bytes) -> memoryview | int:
+    """The `data` of a BlockChunk, sliced out of the received message without a copy; or,
+    for the stream's last message, the `crc32c` it carries."""
+    if not message:
+        return memoryview(b"")
+    if message[0] == 0x15 and len(message) == 5:
+        return int.from_bytes(message[1:5], "little")
+    if message[0] != 0x0A:
+        raise Unavailable("malformed block chunk from worker")
+    length = shift = 0
+    pos = 1
+    while True:
+        byte = message[pos]
+        length |= (byte & 0x7F) << shift
+        pos += 1
+        if not byte & 0x80:
+            break
+        shift += 7
+    view = memoryview(message)[pos : pos + length]
+    if len(view) != length:
+        raise Unavailable("truncated block chunk from worker")
+    return view
+
+
+def _what(request: worker_pb2.ReadBlockRequest, worker: WorkerRecord) -> str:
+    return f"block {request.index} of {request.file_id} from worker {worker.id}"
 
 
 @dataclass
@@ -44,7 +78,7 @@ class _Pending:
             self.answer.set_result(result)
 
 
-class SmallReads:
+class GrpcBlocks:
     def __init__(self, config: cfg.ClientConfig, channels: ChannelPool) -> None:
         self._config = config
         self._channels = channels
@@ -52,10 +86,44 @@ class SmallReads:
         self._calls: set[asyncio.Task[None]] = set()
         self._batch_only: set[str] = set()  # workers from before ReadSmall
 
-    async def read(
+    async def fetch(
+        self, worker: WorkerRecord, inode: Inode, index: int, offset: int, length: int
+    ) -> list[memoryview]:
+        """The range's bytes, checked for length and checksum (DataLoss otherwise)."""
+        request = block_request(inode, index, offset, length)
+        expected = range_length(inode, index, offset, length)
+        if expected <= self._config.small_file_bytes:
+            return [await self.read_small(worker, request, expected)]
+        return await self._stream(worker, request, expected)
+
+    async def _stream(
+        self, worker: WorkerRecord, request: worker_pb2.ReadBlockRequest, expected: int
+    ) -> list[memoryview]:
+        call = self._channels.get(worker.address).unary_stream(
+            _READ_BLOCK,
+            request_serializer=worker_pb2.ReadBlockRequest.SerializeToString,
+            response_deserializer=None,
+        )
+        pieces: list[memoryview] = []
+        crc: int | None = None
+        try:
+            async for message in call(
+                request, timeout=self._config.read_timeout_s, metadata=inject_metadata()
+            ):
+                part = chunk_payload(message)
+                if isinstance(part, int):
+                    crc = part
+                else:
+                    pieces.append(part)
+        except grpc.RpcError as exc:
+            raise error_from_rpc(exc, f"read block from worker {worker.id}") from None
+        check_block(_what(request, worker), pieces, expected, crc, self._config.verify_checksums)
+        return pieces
+
+    async def read_small(
         self, worker: WorkerRecord, request: worker_pb2.ReadBlockRequest, expected: int
     ) -> memoryview:
-        """The range's bytes, checked for length and checksum (DataLoss otherwise)."""
+        """A small range's bytes, in the next call to `worker` (checked like any)."""
         loop = asyncio.get_running_loop()
         pending = _Pending(request, expected, loop.create_future())
         queue = self._queued.get(worker.id)
@@ -132,12 +200,15 @@ class SmallReads:
     def _checked(
         self, worker: WorkerRecord, pending: _Pending, reply: worker_pb2.BlockPayload
     ) -> memoryview | DataLoss:
-        what = f"block {pending.request.index} of {pending.request.file_id} from worker {worker.id}"
-        data = reply.data
-        if len(data) != pending.expected:
-            return DataLoss(f"{what}: {len(data)} bytes, expected {pending.expected}")
-        if not reply.HasField("crc32c"):
-            return DataLoss(f"{what}: no checksum")
-        if self._config.verify_checksums and checksum(data) != reply.crc32c:
-            return DataLoss(f"{what}: checksum mismatch")
-        return memoryview(data)
+        crc = reply.crc32c if reply.HasField("crc32c") else None
+        try:
+            check_block(
+                _what(pending.request, worker),
+                reply.data,
+                pending.expected,
+                crc,
+                self._config.verify_checksums,
+            )
+        except DataLoss as exc:
+            return exc
+        return memoryview(reply.data)
