@@ -185,7 +185,7 @@ def test_local_cluster_up_status_down_from_the_command_line(tmp_path: Path, secu
         recorded = json.loads((tmp_path / "state" / "cluster.json").read_text())
         if secure:
             assert Path(recorded["tls_ca"]).is_file()
-            assert sorted(recorded["tokens"]) == ["admin", "reader", "worker"]
+            assert sorted(recorded["tokens"]) == ["admin", "reader", "worker", "writer"]
             # Without the CA and a token nothing answers but the health service.
             bare = subprocess.run(
                 [sys.executable, "-m", "reservoir.cli.main", "--master", master, "workers"],
