@@ -26,7 +26,7 @@ from .naming import Target
 from .object_headers import byte_range, check_conditions, object_headers, overrides
 from .s3_errors import S3Error, from_reservoir, no_such_bucket, no_such_key, not_implemented
 from .signatures import AccessKey, SignatureCheck, SignedRequest, query_pairs, read_keys
-from .writes import WRITE_METHODS, write_operation
+from .writes import WRITE_METHODS, GatewayWrites
 
 log = logs.get_logger(__name__)
 
@@ -81,6 +81,7 @@ class Gateway:
         self._client = client
         keys = read_keys(config.keys_file) if config.keys_file else None
         self._signatures = SignatureCheck(keys, config.clock_skew_s) if keys is not None else None
+        self.writes = GatewayWrites(config, client, signatures_checked=keys is not None)
 
     def app(self) -> web.Application:
         app = web.Application(handler_args={"max_field_size": 16384})
@@ -116,7 +117,7 @@ class Gateway:
     ) -> web.StreamResponse:
         method, query = request.method, request.query
         if method in WRITE_METHODS:
-            raise write_operation(method, target, query, request.headers, signer)
+            return await self.writes.handle(request, target, signer)
         if method not in ("GET", "HEAD"):
             raise S3Error(
                 "MethodNotAllowed",
@@ -129,6 +130,8 @@ class Gateway:
             raise no_such_bucket(target.bucket)
         if not target.key:
             return await self._bucket(request, target)
+        if method == "GET" and "uploadId" in query:
+            return await self.writes.list_parts(request, target)
         unsupported = _OBJECT_SUBRESOURCES.intersection(query)
         if unsupported:
             raise not_implemented(f"?{min(unsupported)}")
@@ -296,3 +299,4 @@ async def serve(config: GatewayConfig, started: asyncio.Event | None = None) -> 
         finally:
             with contextlib.suppress(Exception):
                 await runner.cleanup()
+            gateway.writes.close()
