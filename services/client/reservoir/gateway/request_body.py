@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import crc32c
-from aiohttp import web
+from aiohttp import StreamReader
 
 from .s3_errors import S3Error, invalid_argument, not_implemented
 
@@ -114,22 +114,25 @@ class BodyDigests:
                 )
 
 
-def _aws_chunked(request: web.Request) -> bool:
-    encoding = request.headers.get("Content-Encoding", "")
-    payload = request.headers.get("x-amz-content-sha256", "")
+def _aws_chunked(headers: Mapping[str, str]) -> bool:
+    encoding = headers.get("Content-Encoding", "")
+    payload = headers.get("x-amz-content-sha256", "")
     return "aws-chunked" in encoding or payload.startswith("STREAMING-")
 
 
-async def body_chunks(request: web.Request, digests: BodyDigests) -> AsyncIterator[bytes]:
-    """The body's bytes (framing removed), fed to `digests` as they pass."""
-    source = _framed(request, digests) if _aws_chunked(request) else _plain(request)
+async def body_chunks(
+    content: StreamReader, headers: Mapping[str, str], digests: BodyDigests
+) -> AsyncIterator[bytes]:
+    """The bytes of a request's body (`content`, framing removed), fed to `digests` as
+    they pass."""
+    source = _framed(content, digests) if _aws_chunked(headers) else _plain(content)
     async for chunk in source:
         digests.update(chunk)
         yield chunk
 
 
-async def _plain(request: web.Request) -> AsyncIterator[bytes]:
-    async for chunk in request.content.iter_chunked(_READ_BYTES):
+async def _plain(content: StreamReader) -> AsyncIterator[bytes]:
+    async for chunk in content.iter_chunked(_READ_BYTES):
         yield chunk
 
 
@@ -141,9 +144,8 @@ def _incomplete() -> S3Error:
     )
 
 
-async def _framed(request: web.Request, digests: BodyDigests) -> AsyncIterator[bytes]:
+async def _framed(content: StreamReader, digests: BodyDigests) -> AsyncIterator[bytes]:
     """`size[;chunk-signature=...]\\r\\n data \\r\\n` ... `0\\r\\n` trailers `\\r\\n`."""
-    content = request.content
     while True:
         line = await content.readline()
         if not line.endswith(b"\r\n"):

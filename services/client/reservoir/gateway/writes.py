@@ -118,7 +118,7 @@ class GatewayWrites:
     async def _small_body(self, request: web.Request) -> bytes:
         digests = BodyDigests(request.headers, self._signed)
         body = bytearray()
-        async for chunk in body_chunks(request, digests):
+        async for chunk in body_chunks(request.content, request.headers, digests):
             body += chunk
             if len(body) > _MAX_XML_BYTES:
                 raise write_xml.malformed()
@@ -130,7 +130,12 @@ class GatewayWrites:
     async def _PutObject(self, request: web.Request, target: Target) -> web.StreamResponse:
         path = self._path(target)
         digests = BodyDigests(request.headers, self._signed)
-        inode = await write_stream(self._client, path, body_chunks(request, digests), digests.check)
+        inode = await write_stream(
+            self._client,
+            path,
+            body_chunks(request.content, request.headers, digests),
+            digests.check,
+        )
         return web.Response(headers={"ETag": quoted_etag(inode)})
 
     async def _DeleteObject(self, request: web.Request, target: Target) -> web.StreamResponse:
@@ -241,7 +246,11 @@ class GatewayWrites:
         number = part_number(request.query.get("partNumber"))
         digests = BodyDigests(request.headers, self._signed)
         part = await self._uploads.put_part(
-            upload, number, body_chunks(request, digests), request.content_length, digests.check
+            upload,
+            number,
+            body_chunks(request.content, request.headers, digests),
+            request.content_length,
+            digests.check,
         )
         return web.Response(headers={"ETag": f'"{part.etag}"'})
 
