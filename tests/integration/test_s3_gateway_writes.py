@@ -253,6 +253,8 @@ def test_writes_to_a_read_only_mount_are_access_denied_and_reach_no_s3(
             Bucket="t", Key=key, CopySource={"Bucket": "t", "Key": mounted.key("put/object.bin")}
         ),
         lambda: gw.create_multipart_upload(Bucket="t", Key=key),
+        # Beside the mounts, in no mount: nothing may be written there either.
+        lambda: gw.put_object(Bucket="t", Key=f"outside-{uuid.uuid4().hex[:6]}.txt", Body=b"x"),
     ]
     for call in calls:
         with pytest.raises(ClientError) as exc:

@@ -9,6 +9,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 
 from reservoir.client.async_client import AsyncClient
+from reservoir.common.errors import IsADirectory, NotFound, ReadOnly
 from reservoir.common.models import Inode
 
 
@@ -20,7 +21,11 @@ async def write_stream(
 ) -> Inode:
     """Writes `chunks` to `path`; the published file. `check` runs after the last chunk,
     before the publish (a digest that does not match raises there)."""
-    session = await client.begin_write(path)
+    try:
+        session = await client.begin_write(path)
+    except (NotFound, IsADirectory) as exc:
+        # No mount holds the path, or it is a mount's root: nothing may be written there.
+        raise ReadOnly(f"{path}: no writable mount holds it ({exc})") from exc
     limit = client.config.write_concurrency
     in_flight: set[asyncio.Future[None]] = set()
     try:
