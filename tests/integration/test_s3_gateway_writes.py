@@ -228,6 +228,27 @@ def test_copy_object_writes_the_source_bytes_and_answers_copy_object_result(
     assert reply["CopyObjectResult"]["LastModified"] == got["LastModified"]
     copied = upstream.get_object(Bucket=mounted.upstream_bucket, Key="rw/copy/destination.bin")
     assert copied["Body"].read() == data
+    # UploadPartCopy: a part is a range of an object already there.
+    assembled = mounted.key("copy/assembled.bin")
+    upload = gw.create_multipart_upload(Bucket="t", Key=assembled)["UploadId"]
+    first = gw.upload_part_copy(
+        Bucket="t",
+        Key=assembled,
+        UploadId=upload,
+        PartNumber=1,
+        CopySource={"Bucket": "t", "Key": source},
+        CopySourceRange=f"bytes=0-{PART - 1}",
+    )["CopyPartResult"]["ETag"]
+    second = gw.upload_part(Bucket="t", Key=assembled, UploadId=upload, PartNumber=2, Body=b"end")
+    gw.complete_multipart_upload(
+        Bucket="t",
+        Key=assembled,
+        UploadId=upload,
+        MultipartUpload={
+            "Parts": [{"PartNumber": 1, "ETag": first}, {"PartNumber": 2, "ETag": second["ETag"]}]
+        },
+    )
+    assert gw.get_object(Bucket="t", Key=assembled)["Body"].read() == data[:PART] + b"end"
     # From the read-only mount into the writable one: reading needs no write permission.
     ro_source = {"Bucket": "t", "Key": mounted.key("existing.txt", writable=False)}
     gw.copy_object(Bucket="t", Key=mounted.key("copy/from-ro.txt"), CopySource=ro_source)

@@ -121,6 +121,8 @@ class MultipartUploads:
         md5 = hashlib.md5(usedforsecurity=False)
         size = 0
         try:
+            if self._uploads.get(upload.upload_id) is not upload:
+                raise no_such_upload(upload.upload_id)  # aborted while the part was on its way
             with scratch.open("wb") as out:
                 async for chunk in chunks:
                     size += len(chunk)

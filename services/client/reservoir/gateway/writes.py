@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from urllib.parse import unquote
 
 from aiohttp import web
@@ -37,6 +37,7 @@ from .s3_errors import (
 from .signatures import AccessKey
 from .streamed_write import write_stream
 
+Operation = Callable[[web.Request, Target], Awaitable[web.StreamResponse]]
 WRITE_METHODS = frozenset({"PUT", "POST", "DELETE"})
 _XML = "application/xml"
 _MAX_XML_BYTES = 2 << 20  # a DeleteObjects of 1,000 long keys, a completion of 10,000 parts
@@ -80,6 +81,17 @@ class GatewayWrites:
         self._uploads = MultipartUploads(
             config.spool_dir, config.spool_bytes, config.upload_expiry_s
         )
+        self._operations: dict[str, Operation] = {
+            "PutObject": self._put_object,
+            "DeleteObject": self._delete_object,
+            "DeleteObjects": self._delete_objects,
+            "CopyObject": self._copy_object,
+            "CreateMultipartUpload": self._create_multipart_upload,
+            "UploadPart": self._upload_part,
+            "UploadPartCopy": self._upload_part_copy,
+            "CompleteMultipartUpload": self._complete_multipart_upload,
+            "AbortMultipartUpload": self._abort_multipart_upload,
+        }
 
     def close(self) -> None:
         self._uploads.close()
@@ -92,14 +104,13 @@ class GatewayWrites:
         if signer is not None and not signer.may_write:
             raise access_denied()
         name = operation_name(request.method, target, request.query, request.headers)
-        operation = getattr(self, f"_{name}", None)
+        operation = self._operations.get(name)
         if operation is None:
             raise not_implemented(name)
         if not target.valid_bucket():
             raise no_such_bucket(target.bucket)
         await self._check_bucket(target)
-        reply: web.StreamResponse = await operation(request, target)
-        return reply
+        return await operation(request, target)
 
     async def _check_bucket(self, target: Target) -> None:
         try:
@@ -127,7 +138,7 @@ class GatewayWrites:
 
     # ---- single objects -----------------------------------------------------------------
 
-    async def _PutObject(self, request: web.Request, target: Target) -> web.StreamResponse:
+    async def _put_object(self, request: web.Request, target: Target) -> web.StreamResponse:
         path = self._path(target)
         digests = BodyDigests(request.headers, self._signed)
         inode = await write_stream(
@@ -138,7 +149,7 @@ class GatewayWrites:
         )
         return web.Response(headers={"ETag": quoted_etag(inode)})
 
-    async def _DeleteObject(self, request: web.Request, target: Target) -> web.StreamResponse:
+    async def _delete_object(self, request: web.Request, target: Target) -> web.StreamResponse:
         path = target.object_path()
         if path is not None:
             await self._remove(path)
@@ -149,7 +160,7 @@ class GatewayWrites:
         with contextlib.suppress(NotFound, NotADirectory, IsADirectory):
             await self._client.rm(path)
 
-    async def _DeleteObjects(self, request: web.Request, target: Target) -> web.StreamResponse:
+    async def _delete_objects(self, request: web.Request, target: Target) -> web.StreamResponse:
         asked = write_xml.delete_request(await self._small_body(request))
         slots = asyncio.Semaphore(_DELETES_AT_ONCE)
         errors: list[tuple[str, S3Error]] = []
@@ -169,7 +180,7 @@ class GatewayWrites:
         deleted = [] if asked.quiet else [k for k in asked.keys if k not in failed]
         return web.Response(body=write_xml.delete_result(deleted, errors), content_type=_XML)
 
-    async def _CopyObject(self, request: web.Request, target: Target) -> web.StreamResponse:
+    async def _copy_object(self, request: web.Request, target: Target) -> web.StreamResponse:
         path = self._path(target)
         source = await self._copy_source(request.headers)
         directive = request.headers.get("x-amz-metadata-directive", "COPY").upper()
@@ -227,7 +238,7 @@ class GatewayWrites:
 
     # ---- multipart uploads ----------------------------------------------------------------
 
-    async def _CreateMultipartUpload(
+    async def _create_multipart_upload(
         self, request: web.Request, target: Target
     ) -> web.StreamResponse:
         path = self._path(target)
@@ -241,7 +252,7 @@ class GatewayWrites:
     def _upload(self, request: web.Request, target: Target) -> Upload:
         return self._uploads.get(request.query["uploadId"], target.bucket, target.key)
 
-    async def _UploadPart(self, request: web.Request, target: Target) -> web.StreamResponse:
+    async def _upload_part(self, request: web.Request, target: Target) -> web.StreamResponse:
         upload = self._upload(request, target)
         number = part_number(request.query.get("partNumber"))
         digests = BodyDigests(request.headers, self._signed)
@@ -254,7 +265,7 @@ class GatewayWrites:
         )
         return web.Response(headers={"ETag": f'"{part.etag}"'})
 
-    async def _UploadPartCopy(self, request: web.Request, target: Target) -> web.StreamResponse:
+    async def _upload_part_copy(self, request: web.Request, target: Target) -> web.StreamResponse:
         upload = self._upload(request, target)
         number = part_number(request.query.get("partNumber"))
         source = await self._copy_source(request.headers)
@@ -265,7 +276,7 @@ class GatewayWrites:
         body = write_xml.copy_part_result(f'"{part.etag}"', part.modified_ms)
         return web.Response(body=body, content_type=_XML)
 
-    async def _CompleteMultipartUpload(
+    async def _complete_multipart_upload(
         self, request: web.Request, target: Target
     ) -> web.StreamResponse:
         upload = self._upload(request, target)
@@ -282,7 +293,7 @@ class GatewayWrites:
         body = write_xml.completed(location, target.bucket, target.key, quoted_etag(inode))
         return web.Response(body=body, content_type=_XML)
 
-    async def _AbortMultipartUpload(
+    async def _abort_multipart_upload(
         self, request: web.Request, target: Target
     ) -> web.StreamResponse:
         self._uploads.discard(self._upload(request, target))
