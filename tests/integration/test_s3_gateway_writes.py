@@ -65,7 +65,8 @@ def mounted(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> 
             writable=True,
         )
         c.mount(read_only, f"s3://{upstream}/ro/", endpoint_url=cluster.s3_endpoint)
-    env = {"RESERVOIR_WRITE_PART_SIZE": str(PART)}
+    # Completions and copies send their progress spaces often: boto3 must read past them.
+    env = {"RESERVOIR_WRITE_PART_SIZE": str(PART), "RESERVOIR_GATEWAY_PROGRESS_INTERVAL": "0.01"}
     log = tmp_path_factory.mktemp("gateway-writes") / "gateway.log"
     with running_gateway(cluster, log, env) as url:
         yield Mounted(

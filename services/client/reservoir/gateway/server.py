@@ -24,7 +24,14 @@ from .bucket_listing import list_objects_v1, list_objects_v2
 from .key_walk import KeyWalk
 from .naming import Target
 from .object_headers import byte_range, check_conditions, object_headers, overrides
-from .s3_errors import S3Error, from_reservoir, no_such_bucket, no_such_key, not_implemented
+from .s3_errors import (
+    REQUEST_ID,
+    S3Error,
+    from_reservoir,
+    no_such_bucket,
+    no_such_key,
+    not_implemented,
+)
 from .signatures import AccessKey, SignatureCheck, SignedRequest, query_pairs, read_keys
 from .writes import WRITE_METHODS, GatewayWrites
 
@@ -72,7 +79,6 @@ _OBJECT_SUBRESOURCES = frozenset(
         "select",
     ]
 )
-_REQUEST_ID = "reservoir_request_id"
 
 
 class Gateway:
@@ -91,7 +97,7 @@ class Gateway:
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         request_id = secrets.token_hex(8).upper()
-        request[_REQUEST_ID] = request_id
+        request[REQUEST_ID] = request_id
         head = request.method == "HEAD"
         target = Target.of(request.raw_path, request.host, self.config.virtual_host_domain)
         try:
@@ -253,12 +259,12 @@ def _error(err: S3Error, request: web.Request, target: Target, head: bool) -> we
     headers = dict(err.headers)
     if head:
         return web.Response(status=err.status, headers=headers)
-    body = xml_replies.error(err, resource, request[_REQUEST_ID])
+    body = xml_replies.error(err, resource, request[REQUEST_ID])
     return web.Response(status=err.status, body=body, content_type=_XML, headers=headers)
 
 
 async def _stamp(request: web.Request, response: web.StreamResponse) -> None:
-    request_id = request.get(_REQUEST_ID, "")
+    request_id = request.get(REQUEST_ID, "")
     response.headers["x-amz-request-id"] = request_id
     response.headers["x-amz-id-2"] = request_id
     response.headers["Server"] = "Reservoir"

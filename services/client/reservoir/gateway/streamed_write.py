@@ -9,23 +9,28 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 
 from reservoir.client.async_client import AsyncClient
+from reservoir.client.writer import WriteSession
 from reservoir.common.errors import IsADirectory, NotFound, ReadOnly
 from reservoir.common.models import Inode
 
 
-async def write_stream(
-    client: AsyncClient,
-    path: str,
-    chunks: AsyncIterator[bytes],
-    check: Callable[[], None] = lambda: None,
-) -> Inode:
-    """Writes `chunks` to `path`; the published file. `check` runs after the last chunk,
-    before the publish (a digest that does not match raises there)."""
+async def begin(client: AsyncClient, path: str) -> WriteSession:
+    """The write of `path`, begun: ReadOnly (AccessDenied) where nothing may be written."""
     try:
-        session = await client.begin_write(path)
+        return await client.begin_write(path)
     except (NotFound, IsADirectory) as exc:
         # No mount holds the path, or it is a mount's root: nothing may be written there.
         raise ReadOnly(f"{path}: no writable mount holds it ({exc})") from exc
+
+
+async def write_stream(
+    client: AsyncClient,
+    session: WriteSession,
+    chunks: AsyncIterator[bytes],
+    check: Callable[[], None] = lambda: None,
+) -> Inode:
+    """Writes `chunks` through the begun `session`; the published file. `check` runs after
+    the last chunk, before the publish (a digest that does not match raises there)."""
     limit = client.config.write_concurrency
     in_flight: set[asyncio.Future[None]] = set()
     try:

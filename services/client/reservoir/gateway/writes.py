@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
+from typing import Any
 from urllib.parse import unquote
 
 from aiohttp import web
@@ -35,7 +36,8 @@ from .s3_errors import (
     not_implemented,
 )
 from .signatures import AccessKey
-from .streamed_write import write_stream
+from .slow_answers import answer_while
+from .streamed_write import begin, write_stream
 
 Operation = Callable[[web.Request, Target], Awaitable[web.StreamResponse]]
 WRITE_METHODS = frozenset({"PUT", "POST", "DELETE"})
@@ -141,9 +143,10 @@ class GatewayWrites:
     async def _put_object(self, request: web.Request, target: Target) -> web.StreamResponse:
         path = self._path(target)
         digests = BodyDigests(request.headers, self._signed)
+        session = await begin(self._client, path)
         inode = await write_stream(
             self._client,
-            path,
+            session,
             body_chunks(request.content, request.headers, digests),
             digests.check,
         )
@@ -192,9 +195,19 @@ class GatewayWrites:
                 "without changing the object's metadata, storage class, website redirect "
                 "location or encryption attributes.",
             )
-        inode = await write_stream(self._client, path, self._read(source, 0, source.size))
-        body = write_xml.copy_result(quoted_etag(inode), inode.mtime_ms)
-        return web.Response(body=body, content_type=_XML)
+        session = await begin(self._client, path)
+
+        async def copy() -> bytes:
+            inode = await write_stream(self._client, session, self._read(source, 0, source.size))
+            return write_xml.copy_result(quoted_etag(inode), inode.mtime_ms)
+
+        return await self._answer_while(request, copy(), target)
+
+    async def _answer_while(
+        self, request: web.Request, work: Coroutine[Any, Any, bytes], target: Target
+    ) -> web.StreamResponse:
+        interval = self._config.progress_interval_s
+        return await answer_while(request, work, interval, target.bucket, target.key)
 
     async def _copy_source(self, headers: Mapping[str, str]) -> Inode:
         """The object x-amz-copy-source names (`bucket/key`, URL-encoded, `?versionId=`
@@ -282,16 +295,20 @@ class GatewayWrites:
         upload = self._upload(request, target)
         listed = write_xml.completed_parts(await self._small_body(request))
         parts = self._uploads.chosen(upload, listed)
+        session = await begin(self._client, upload.path)
         upload.completing = True  # no part may change while it is written through
-        try:
-            inode = await write_stream(self._client, upload.path, self._uploads.read(upload, parts))
-        except BaseException:
-            upload.completing = False  # S3 lets a client retry a completion that failed
-            raise
-        self._uploads.discard(upload)
-        location = f"{request.url.origin()}/{target.bucket}/{target.key}"
-        body = write_xml.completed(location, target.bucket, target.key, quoted_etag(inode))
-        return web.Response(body=body, content_type=_XML)
+
+        async def complete() -> bytes:
+            try:
+                inode = await write_stream(self._client, session, self._uploads.read(upload, parts))
+            except BaseException:
+                upload.completing = False  # S3 lets a client retry a completion that failed
+                raise
+            self._uploads.discard(upload)
+            location = f"{request.url.origin()}/{target.bucket}/{target.key}"
+            return write_xml.completed(location, target.bucket, target.key, quoted_etag(inode))
+
+        return await self._answer_while(request, complete(), target)
 
     async def _abort_multipart_upload(
         self, request: web.Request, target: Target

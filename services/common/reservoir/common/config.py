@@ -787,6 +787,11 @@ class GatewayConfig:
     upload_expiry_s: float = field(
         default=24 * 3600.0, metadata=env("RESERVOIR_GATEWAY_UPLOAD_EXPIRY")
     )
+    # A CompleteMultipartUpload or CopyObject still writing sends a space this often (after
+    # its 200 and the XML declaration), as S3 does, so clients' read timeouts do not fire.
+    progress_interval_s: float = field(
+        default=10.0, metadata=env("RESERVOIR_GATEWAY_PROGRESS_INTERVAL")
+    )
     client: ClientConfig = field(default_factory=lambda: load(ClientConfig))
 
     def __post_init__(self) -> None:
