@@ -74,6 +74,8 @@ def operation_name(
 
 
 class GatewayWrites:
+    """The write operations of one gateway, and its multipart uploads in progress."""
+
     def __init__(
         self, config: GatewayConfig, client: AsyncClient, signatures_checked: bool
     ) -> None:
