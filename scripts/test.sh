@@ -28,7 +28,8 @@ run() {
 run "$@"
 # Once more with every cluster on TLS at every hop and tokens with roles: the tests of what
 # transport and auth change — every RPC as clients, workers and the CLI call it (reads,
-# short-circuit, batch and load paths, cache rules, bad input, the fuzzer, master faults).
+# short-circuit, batch and load paths, cache rules, bad input, the fuzzer, master faults,
+# the S3 gateway writing with its own token).
 # Left out, to keep CI within its budget: tests of behaviour below the RPC layer (disk
 # tiers, RSS, S3 faults, remounts, logging, lifecycle), whose paths TLS does not touch.
 if [ "$#" -eq 0 ]; then
@@ -37,5 +38,6 @@ if [ "$#" -eq 0 ]; then
     tests/integration/test_reads.py tests/integration/test_short_circuit.py \
     tests/integration/test_bad_input.py tests/integration/test_fuzz.py \
     tests/integration/test_cli.py tests/integration/test_pins.py \
-    tests/integration/test_warmup.py tests/integration/test_faults.py
+    tests/integration/test_warmup.py tests/integration/test_faults.py \
+    tests/integration/test_s3_gateway_writes.py
 fi

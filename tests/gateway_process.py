@@ -1,5 +1,5 @@
 """A `reservoir gateway` process over a test cluster, as an operator runs one: its own
-process, a free port, the cluster's CA and a reader's token when the cluster is secure."""
+process, a free port, the cluster's CA and the gateway's token when the cluster is secure."""
 
 from __future__ import annotations
 
@@ -40,10 +40,10 @@ def running_gateway(
         "RESERVOIR_LOG_FORMAT": "json",
     }
     creds = cluster.credentials
-    if creds is not None:  # the gateway reads with a reader's token, never an admin's
+    if creds is not None:  # the gateway's own token (role writer), never an admin's
         environ |= {
             "RESERVOIR_TLS_CA": str(creds.ca),
-            "RESERVOIR_TOKEN_FILE": str(creds.token("reader")),
+            "RESERVOIR_TOKEN_FILE": str(creds.token("gateway")),
         }
     environ |= env or {}
     scheme = "https" if "RESERVOIR_GATEWAY_TLS_CERT" in environ else "http"

@@ -89,7 +89,7 @@ def test_credentials_create_writes_tokens_the_tokens_file_accepts_with_their_rol
         "reader": Principal("reader"),
         "writer": Principal("writer"),
         "master": Principal("worker", "master"),
-        "gateway": Principal("reader", "gateway"),
+        "gateway": Principal("writer", "gateway"),
         **{w: Principal("worker", w) for w in WORKERS},
     }
     assert len(table) == len(expected)

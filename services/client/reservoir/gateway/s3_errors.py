@@ -13,6 +13,9 @@ from reservoir.common.errors import (
     Unavailable,
 )
 
+# Where a request keeps its id (the x-amz-request-id header and every error's RequestId).
+REQUEST_ID = "reservoir_request_id"
+
 
 class S3Error(Exception):
     """An S3 error response: `code` is S3's (NoSuchKey, InvalidRange, ...); `fields` are

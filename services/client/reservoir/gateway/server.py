@@ -24,9 +24,16 @@ from .bucket_listing import list_objects_v1, list_objects_v2
 from .key_walk import KeyWalk
 from .naming import Target
 from .object_headers import byte_range, check_conditions, object_headers, overrides
-from .s3_errors import S3Error, from_reservoir, no_such_bucket, no_such_key, not_implemented
+from .s3_errors import (
+    REQUEST_ID,
+    S3Error,
+    from_reservoir,
+    no_such_bucket,
+    no_such_key,
+    not_implemented,
+)
 from .signatures import AccessKey, SignatureCheck, SignedRequest, query_pairs, read_keys
-from .writes import WRITE_METHODS, write_operation
+from .writes import WRITE_METHODS, GatewayWrites
 
 log = logs.get_logger(__name__)
 
@@ -72,7 +79,6 @@ _OBJECT_SUBRESOURCES = frozenset(
         "select",
     ]
 )
-_REQUEST_ID = "reservoir_request_id"
 
 
 class Gateway:
@@ -81,6 +87,7 @@ class Gateway:
         self._client = client
         keys = read_keys(config.keys_file) if config.keys_file else None
         self._signatures = SignatureCheck(keys, config.clock_skew_s) if keys is not None else None
+        self.writes = GatewayWrites(config, client, signatures_checked=keys is not None)
 
     def app(self) -> web.Application:
         app = web.Application(handler_args={"max_field_size": 16384})
@@ -90,7 +97,7 @@ class Gateway:
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         request_id = secrets.token_hex(8).upper()
-        request[_REQUEST_ID] = request_id
+        request[REQUEST_ID] = request_id
         head = request.method == "HEAD"
         target = Target.of(request.raw_path, request.host, self.config.virtual_host_domain)
         try:
@@ -116,7 +123,7 @@ class Gateway:
     ) -> web.StreamResponse:
         method, query = request.method, request.query
         if method in WRITE_METHODS:
-            raise write_operation(method, target, query, request.headers, signer)
+            return await self.writes.handle(request, target, signer)
         if method not in ("GET", "HEAD"):
             raise S3Error(
                 "MethodNotAllowed",
@@ -129,6 +136,8 @@ class Gateway:
             raise no_such_bucket(target.bucket)
         if not target.key:
             return await self._bucket(request, target)
+        if method == "GET" and "uploadId" in query:
+            return await self.writes.list_parts(request, target)
         unsupported = _OBJECT_SUBRESOURCES.intersection(query)
         if unsupported:
             raise not_implemented(f"?{min(unsupported)}")
@@ -250,12 +259,12 @@ def _error(err: S3Error, request: web.Request, target: Target, head: bool) -> we
     headers = dict(err.headers)
     if head:
         return web.Response(status=err.status, headers=headers)
-    body = xml_replies.error(err, resource, request[_REQUEST_ID])
+    body = xml_replies.error(err, resource, request[REQUEST_ID])
     return web.Response(status=err.status, body=body, content_type=_XML, headers=headers)
 
 
 async def _stamp(request: web.Request, response: web.StreamResponse) -> None:
-    request_id = request.get(_REQUEST_ID, "")
+    request_id = request.get(REQUEST_ID, "")
     response.headers["x-amz-request-id"] = request_id
     response.headers["x-amz-id-2"] = request_id
     response.headers["Server"] = "Reservoir"
@@ -296,3 +305,4 @@ async def serve(config: GatewayConfig, started: asyncio.Event | None = None) -> 
         finally:
             with contextlib.suppress(Exception):
                 await runner.cleanup()
+            gateway.writes.close()

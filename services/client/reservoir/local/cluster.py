@@ -244,7 +244,7 @@ class LocalCluster:
 
     def start_gateway(self) -> None:
         """`reservoir gateway` on a free port, reading through this cluster with the
-        gateway's token (a reader's); on a secure cluster it serves HTTPS with the servers' certificate and checks
+        gateway's token (a writer of its own); on a secure cluster it serves HTTPS with the servers' certificate and checks
         signatures of the keys in `<state dir>/gateway-keys` (made here)."""
         existing = self.processes.get(GATEWAY)
         port = existing.port if existing else free_port()

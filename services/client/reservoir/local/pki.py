@@ -10,7 +10,7 @@ are dialled by. Files:
   RESERVOIR_TLS_KEY); also a client certificate, for mutual TLS;
 - `tokens.sha256`: what servers accept, hashes only (RESERVOIR_AUTH_TOKENS_FILE);
 - `admin.token`, `reader.token`, `writer.token`, `master.token` (a worker-role token with
-  subject `master`), `gateway.token` (a reader-role token with subject `gateway`, for the S3
+  subject `master`), `gateway.token` (a writer-role token with subject `gateway`, for the S3
   gateway), and `<worker id>.token` per worker (RESERVOIR_TOKEN_FILE).
 
 The CA's key is not kept: new host names or a rotation mean new credentials everywhere.
@@ -198,14 +198,16 @@ def create(
         private=True,
     )
     lines = ["# role  sha256(token)  subject"]
-    # The S3 gateway reads the cluster as a reader of its own (subject `gateway`): it can
-    # be given its token without being given the operators' reader token.
+    # The S3 gateway is a writer of its own (subject `gateway`): it writes for the S3 keys
+    # whose role is writer and itself refuses every write of a reader's key (the cluster
+    # sees one principal, the gateway, whoever signed). Its own subject keeps it apart from
+    # the operators' tokens: it is given neither theirs nor an admin's.
     principals = [
         ("admin", "admin", ""),
         ("reader", "reader", ""),
         ("writer", "writer", ""),
         ("master", "worker", "master"),
-        ("gateway", "reader", "gateway"),
+        ("gateway", "writer", "gateway"),
     ]
     principals += [(w, "worker", w) for w in worker_ids]
     for name, role, subject in principals:

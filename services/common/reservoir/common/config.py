@@ -780,6 +780,20 @@ class GatewayConfig:
     # Signed requests dated further than this from the gateway's clock are refused
     # (RequestTimeTooSkewed), as S3 does after 15 minutes.
     clock_skew_s: float = field(default=900.0, metadata=env("RESERVOIR_GATEWAY_CLOCK_SKEW"))
+    # Multipart uploads: their parts are spooled under this directory (empty: the system's
+    # temporary directory) until CompleteMultipartUpload writes them through; at most this
+    # many bytes of parts at once (more answers 503, which S3 clients retry), and an upload
+    # neither completed nor aborted this long after it began is dropped.
+    spool_dir: str = field(default="", metadata=env("RESERVOIR_GATEWAY_SPOOL_DIR"))
+    spool_bytes: int = field(default=16 * GiB, metadata=env("RESERVOIR_GATEWAY_SPOOL_BYTES"))
+    upload_expiry_s: float = field(
+        default=24 * 3600.0, metadata=env("RESERVOIR_GATEWAY_UPLOAD_EXPIRY")
+    )
+    # A CompleteMultipartUpload or CopyObject still writing sends a space this often (after
+    # its 200 and the XML declaration), as S3 does, so clients' read timeouts do not fire.
+    progress_interval_s: float = field(
+        default=10.0, metadata=env("RESERVOIR_GATEWAY_PROGRESS_INTERVAL")
+    )
     client: ClientConfig = field(default_factory=lambda: load(ClientConfig))
 
     def __post_init__(self) -> None:

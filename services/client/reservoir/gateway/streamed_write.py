@@ -1,0 +1,70 @@
+"""One object written through the write path from a stream of bytes (a PutObject body, a
+copy's source, a completed multipart upload's spooled parts): cut into the write path's
+parts as the bytes come, at most `write_concurrency` parts in flight, published only when
+the stream ended and `check` passed. Anything else aborts it: nothing is published."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+
+from reservoir.client.async_client import AsyncClient
+from reservoir.client.writer import WriteSession
+from reservoir.common.errors import IsADirectory, NotFound, ReadOnly
+from reservoir.common.models import Inode
+
+
+async def begin(client: AsyncClient, path: str) -> WriteSession:
+    """The write of `path`, begun: ReadOnly (AccessDenied) where nothing may be written."""
+    try:
+        return await client.begin_write(path)
+    except (NotFound, IsADirectory) as exc:
+        # No mount holds the path, or it is a mount's root: nothing may be written there.
+        raise ReadOnly(f"{path}: no writable mount holds it ({exc})") from exc
+
+
+async def write_stream(
+    client: AsyncClient,
+    session: WriteSession,
+    chunks: AsyncIterator[bytes],
+    check: Callable[[], None] = lambda: None,
+) -> Inode:
+    """Writes `chunks` through the begun `session`; the published file. `check` runs after
+    the last chunk, before the publish (a digest that does not match raises there)."""
+    limit = client.config.write_concurrency
+    in_flight: set[asyncio.Future[None]] = set()
+    try:
+        buffer = bytearray()
+        number = size = 0
+
+        async def send(part: bytes) -> None:
+            nonlocal number
+            number += 1
+            in_flight.add(asyncio.ensure_future(session.put_part(number, part)))
+            # Bounded memory: a part waits for a slot before the next is gathered.
+            while len(in_flight) >= limit:
+                done, _ = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
+                in_flight.difference_update(done)
+                for future in done:
+                    future.result()
+
+        async for chunk in chunks:
+            size += len(chunk)
+            buffer += chunk
+            while len(buffer) >= session.part_size:
+                part = bytes(buffer[: session.part_size])
+                del buffer[: session.part_size]
+                await send(part)
+        if buffer:
+            await send(bytes(buffer))
+        if in_flight:
+            await asyncio.gather(*in_flight)
+            in_flight.clear()
+        check()
+    except BaseException:
+        for future in in_flight:
+            future.cancel()
+        await asyncio.gather(*in_flight, return_exceptions=True)
+        await session.abort()
+        raise
+    return await session.publish(size)

@@ -1,0 +1,310 @@
+"""Writes through the S3 gateway, over the session cluster, with real S3 clients: boto3's
+PutObject, TransferManager multipart uploads, DeleteObject(s) and CopyObject, and `aws s3
+cp` up all go through the write path of a writable mount, so the object is in upstream S3
+and in the cache, byte for byte, with the ETag the gateway answered. A read-only mount
+refuses with AccessDenied and upstream S3 sees nothing."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import shutil
+import subprocess
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from boto3.s3.transfer import TransferConfig
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+from reservoir.client import Client
+from reservoir.local.cluster import LocalCluster
+from tests.conftest import new_mount_path
+from tests.gateway_process import running_gateway
+
+MiB = 1 << 20
+PART = 5 * MiB  # S3's smallest part: boto3's and the write path's
+
+
+@dataclass
+class Mounted:
+    cluster: LocalCluster
+    url: str
+    upstream_bucket: str
+    writable: str  # "<mount id>": keys of bucket "t" below it are writable
+    read_only: str
+
+    bucket = "t"
+
+    def key(self, name: str, *, writable: bool = True) -> str:
+        return f"{self.writable if writable else self.read_only}/{name}"
+
+    def path(self, name: str) -> str:
+        return f"/t/{self.writable}/{name}"
+
+
+@pytest.fixture(scope="module")
+def mounted(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mounted]:
+    upstream = f"gww-{uuid.uuid4().hex[:10]}"
+    s3 = cluster.s3_client()
+    s3.create_bucket(Bucket=upstream)
+    s3.put_object(Bucket=upstream, Key="ro/existing.txt", Body=b"read only")
+    writable, read_only = new_mount_path(), new_mount_path()
+    with Client(cluster.master_address) as c:
+        c.mount(
+            writable,
+            f"s3://{upstream}/rw/",
+            endpoint_url=cluster.s3_endpoint,
+            block_size=MiB,
+            writable=True,
+        )
+        c.mount(read_only, f"s3://{upstream}/ro/", endpoint_url=cluster.s3_endpoint)
+    # Completions and copies send their progress spaces often: boto3 must read past them.
+    env = {"RESERVOIR_WRITE_PART_SIZE": str(PART), "RESERVOIR_GATEWAY_PROGRESS_INTERVAL": "0.01"}
+    log = tmp_path_factory.mktemp("gateway-writes") / "gateway.log"
+    with running_gateway(cluster, log, env) as url:
+        yield Mounted(
+            cluster, url, upstream, writable.removeprefix("/t/"), read_only.removeprefix("/t/")
+        )
+
+
+@pytest.fixture(scope="module")
+def gw(mounted: Mounted) -> Any:
+    return boto3.client(
+        "s3",
+        endpoint_url=mounted.url,
+        aws_access_key_id="any",
+        aws_secret_access_key="any",
+        region_name="us-east-1",
+        config=Config(retries={"max_attempts": 1}),
+    )
+
+
+@pytest.fixture(scope="module")
+def upstream(mounted: Mounted) -> Any:
+    return mounted.cluster.s3_client()
+
+
+def _code(exc: pytest.ExceptionInfo[ClientError]) -> tuple[str, int]:
+    response = exc.value.response
+    return response["Error"]["Code"], response["ResponseMetadata"]["HTTPStatusCode"]
+
+
+def _upstream_keys(upstream: Any, bucket: str, prefix: str) -> list[str]:
+    listed = upstream.list_objects_v2(Bucket=bucket, Prefix=prefix)
+    return [o["Key"] for o in listed.get("Contents", [])]
+
+
+def test_put_object_publishes_the_bytes_in_s3_and_the_cache_with_the_etag_it_answers(
+    mounted: Mounted, gw: Any, upstream: Any
+) -> None:
+    data = os.urandom(2 * PART + 4321)  # three parts of the write path
+    key = mounted.key("put/object.bin")
+    put = gw.put_object(Bucket="t", Key=key, Body=data)
+    got = gw.get_object(Bucket="t", Key=key)
+    assert got["Body"].read() == data
+    assert got["ETag"] == put["ETag"]
+    head = upstream.head_object(Bucket=mounted.upstream_bucket, Key="rw/put/object.bin")
+    assert head["ETag"] == put["ETag"] and head["ContentLength"] == len(data)
+    with Client(mounted.cluster.master_address) as c:
+        assert c.read(mounted.path("put/object.bin")) == data
+        assert c.stat(mounted.path("put/object.bin")).etag == put["ETag"].strip('"')
+
+
+def test_put_object_with_a_wrong_content_md5_is_bad_digest_and_publishes_nothing(
+    mounted: Mounted, gw: Any, upstream: Any
+) -> None:
+    key = mounted.key("put/bad-md5.bin")
+    wrong = base64.b64encode(hashlib.md5(b"other").digest()).decode()
+    with pytest.raises(ClientError) as exc:
+        gw.put_object(Bucket="t", Key=key, Body=b"the body", ContentMD5=wrong)
+    assert _code(exc) == ("BadDigest", 400)
+    assert _upstream_keys(upstream, mounted.upstream_bucket, "rw/put/bad-md5") == []
+    right = base64.b64encode(hashlib.md5(b"the body").digest()).decode()
+    gw.put_object(Bucket="t", Key=key, Body=b"the body", ContentMD5=right)
+    assert gw.get_object(Bucket="t", Key=key)["Body"].read() == b"the body"
+
+
+def test_a_transfer_manager_multipart_upload_reads_back_exact(
+    mounted: Mounted, gw: Any, upstream: Any, tmp_path: Path
+) -> None:
+    data = os.urandom(3 * PART + 777)  # four parts, sent in parallel, in any order
+    local = tmp_path / "big.bin"
+    local.write_bytes(data)
+    config = TransferConfig(multipart_threshold=PART, multipart_chunksize=PART, max_concurrency=4)
+    key = mounted.key("multipart/big.bin")
+    gw.upload_file(str(local), "t", key, Config=config)
+    got = gw.get_object(Bucket="t", Key=key)
+    assert got["Body"].read() == data
+    body = upstream.get_object(Bucket=mounted.upstream_bucket, Key="rw/multipart/big.bin")
+    assert body["ETag"] == got["ETag"]
+    assert hashlib.sha256(body["Body"].read()).digest() == hashlib.sha256(data).digest()
+
+
+def test_multipart_parts_listed_completed_out_of_order_refused_and_aborted(
+    mounted: Mounted, gw: Any, upstream: Any
+) -> None:
+    key = mounted.key("multipart/manual.bin")
+    parts = [os.urandom(PART), b"tail"]
+    upload = gw.create_multipart_upload(Bucket="t", Key=key)["UploadId"]
+    etags = {
+        n: gw.upload_part(Bucket="t", Key=key, UploadId=upload, PartNumber=n, Body=body)["ETag"]
+        for n, body in reversed(list(enumerate(parts, 1)))
+    }
+    assert etags[2] == f'"{hashlib.md5(b"tail").hexdigest()}"'
+    listed = gw.list_parts(Bucket="t", Key=key, UploadId=upload)["Parts"]
+    assert [(p["PartNumber"], p["Size"]) for p in listed] == [(1, PART), (2, 4)]
+    backwards = [{"PartNumber": n, "ETag": etags[n]} for n in (2, 1)]
+    with pytest.raises(ClientError) as exc:
+        gw.complete_multipart_upload(
+            Bucket="t", Key=key, UploadId=upload, MultipartUpload={"Parts": backwards}
+        )
+    assert _code(exc) == ("InvalidPartOrder", 400)
+    gw.abort_multipart_upload(Bucket="t", Key=key, UploadId=upload)
+    for call in (
+        lambda: gw.upload_part(Bucket="t", Key=key, UploadId=upload, PartNumber=3, Body=b"x"),
+        lambda: gw.abort_multipart_upload(Bucket="t", Key=key, UploadId=upload),
+        lambda: gw.complete_multipart_upload(
+            Bucket="t", Key=key, UploadId=upload, MultipartUpload={"Parts": backwards[::-1]}
+        ),
+    ):
+        with pytest.raises(ClientError) as exc:
+            call()
+        assert _code(exc) == ("NoSuchUpload", 404)
+    assert _upstream_keys(upstream, mounted.upstream_bucket, "rw/multipart/manual") == []
+
+
+def test_delete_object_removes_it_and_answers_204_for_an_absent_key_too(
+    mounted: Mounted, gw: Any, upstream: Any
+) -> None:
+    key = mounted.key("delete/one.txt")
+    gw.put_object(Bucket="t", Key=key, Body=b"doomed")
+    for _ in range(2):  # the second time there is nothing to delete: still 204
+        reply = gw.delete_object(Bucket="t", Key=key)
+        assert reply["ResponseMetadata"]["HTTPStatusCode"] == 204
+    with pytest.raises(ClientError) as exc:
+        gw.head_object(Bucket="t", Key=key)
+    assert exc.value.response["ResponseMetadata"]["HTTPStatusCode"] == 404
+    assert _upstream_keys(upstream, mounted.upstream_bucket, "rw/delete/") == []
+
+
+def test_delete_objects_deletes_the_batch_and_quiet_mode_reports_only_errors(
+    mounted: Mounted, gw: Any, upstream: Any
+) -> None:
+    keys = [mounted.key(f"batch/{i}.txt") for i in range(5)]
+    for key in keys:
+        gw.put_object(Bucket="t", Key=key, Body=key.encode())
+    reply = gw.delete_objects(
+        Bucket="t", Delete={"Objects": [{"Key": k} for k in keys[:3] + ["missing"]]}
+    )
+    assert sorted(d["Key"] for d in reply["Deleted"]) == sorted(keys[:3] + ["missing"])
+    assert "Errors" not in reply
+    ro = mounted.key("existing.txt", writable=False)
+    quiet = gw.delete_objects(
+        Bucket="t", Delete={"Objects": [{"Key": k} for k in [*keys[3:], ro]], "Quiet": True}
+    )
+    assert "Deleted" not in quiet
+    assert [(e["Key"], e["Code"]) for e in quiet["Errors"]] == [(ro, "AccessDenied")]
+    assert _upstream_keys(upstream, mounted.upstream_bucket, "rw/batch/") == []
+    assert _upstream_keys(upstream, mounted.upstream_bucket, "ro/") == ["ro/existing.txt"]
+
+
+def test_copy_object_writes_the_source_bytes_and_answers_copy_object_result(
+    mounted: Mounted, gw: Any, upstream: Any
+) -> None:
+    data = os.urandom(PART + 99)
+    source = mounted.key("copy/source.bin")
+    gw.put_object(Bucket="t", Key=source, Body=data)
+    key = mounted.key("copy/destination.bin")
+    reply = gw.copy_object(Bucket="t", Key=key, CopySource={"Bucket": "t", "Key": source})
+    got = gw.get_object(Bucket="t", Key=key)
+    assert got["Body"].read() == data
+    assert reply["CopyObjectResult"]["ETag"] == got["ETag"]
+    assert reply["CopyObjectResult"]["LastModified"] == got["LastModified"]
+    copied = upstream.get_object(Bucket=mounted.upstream_bucket, Key="rw/copy/destination.bin")
+    assert copied["Body"].read() == data
+    # UploadPartCopy: a part is a range of an object already there.
+    assembled = mounted.key("copy/assembled.bin")
+    upload = gw.create_multipart_upload(Bucket="t", Key=assembled)["UploadId"]
+    first = gw.upload_part_copy(
+        Bucket="t",
+        Key=assembled,
+        UploadId=upload,
+        PartNumber=1,
+        CopySource={"Bucket": "t", "Key": source},
+        CopySourceRange=f"bytes=0-{PART - 1}",
+    )["CopyPartResult"]["ETag"]
+    second = gw.upload_part(Bucket="t", Key=assembled, UploadId=upload, PartNumber=2, Body=b"end")
+    gw.complete_multipart_upload(
+        Bucket="t",
+        Key=assembled,
+        UploadId=upload,
+        MultipartUpload={
+            "Parts": [{"PartNumber": 1, "ETag": first}, {"PartNumber": 2, "ETag": second["ETag"]}]
+        },
+    )
+    assert gw.get_object(Bucket="t", Key=assembled)["Body"].read() == data[:PART] + b"end"
+    # From the read-only mount into the writable one: reading needs no write permission.
+    ro_source = {"Bucket": "t", "Key": mounted.key("existing.txt", writable=False)}
+    gw.copy_object(Bucket="t", Key=mounted.key("copy/from-ro.txt"), CopySource=ro_source)
+    assert gw.get_object(Bucket="t", Key=mounted.key("copy/from-ro.txt"))["Body"].read() == (
+        b"read only"
+    )
+    with pytest.raises(ClientError) as exc:
+        gw.copy_object(
+            Bucket="t", Key=key, CopySource={"Bucket": "t", "Key": mounted.key("copy/nothing")}
+        )
+    assert _code(exc) == ("NoSuchKey", 404)
+
+
+def test_writes_to_a_read_only_mount_are_access_denied_and_reach_no_s3(
+    mounted: Mounted, gw: Any, upstream: Any
+) -> None:
+    key = mounted.key("new.txt", writable=False)
+    existing = mounted.key("existing.txt", writable=False)
+    calls = [
+        # Refused before its body is read: boto3 still gets the answer, not a reset.
+        lambda: gw.put_object(Bucket="t", Key=key, Body=os.urandom(6 * MiB)),
+        lambda: gw.delete_object(Bucket="t", Key=existing),
+        lambda: gw.copy_object(Bucket="t", Key=key, CopySource={"Bucket": "t", "Key": existing}),
+        lambda: gw.create_multipart_upload(Bucket="t", Key=key),
+        # Beside the mounts, in no mount: nothing may be written there either.
+        lambda: gw.put_object(Bucket="t", Key=f"outside-{uuid.uuid4().hex[:6]}.txt", Body=b"x"),
+    ]
+    for call in calls:
+        with pytest.raises(ClientError) as exc:
+            call()
+        assert _code(exc) == ("AccessDenied", 403)
+    assert _upstream_keys(upstream, mounted.upstream_bucket, "ro/") == ["ro/existing.txt"]
+    uploads = upstream.list_multipart_uploads(Bucket=mounted.upstream_bucket)
+    assert uploads.get("Uploads", []) == []
+
+
+def test_aws_cli_cp_uploads_a_file_through_the_gateway(
+    mounted: Mounted, upstream: Any, tmp_path: Path
+) -> None:
+    if shutil.which("aws") is None:
+        pytest.skip("the AWS CLI (`aws`) is not installed")
+    data = os.urandom(9 * MiB)  # above the CLI's 8 MiB threshold: a multipart upload
+    local = tmp_path / "up.bin"
+    local.write_bytes(data)
+    env = dict(
+        os.environ,
+        AWS_ACCESS_KEY_ID="any",
+        AWS_SECRET_ACCESS_KEY="any",
+        AWS_CONFIG_FILE="/dev/null",
+        AWS_SHARED_CREDENTIALS_FILE="/dev/null",
+    )
+    aws = ["aws", "--endpoint-url", mounted.url, "--region", "us-east-1"]
+    target = f"s3://t/{mounted.key('cli/up.bin')}"
+    subprocess.run([*aws, "s3", "cp", str(local), target], env=env, check=True, capture_output=True)
+    got = upstream.get_object(Bucket=mounted.upstream_bucket, Key="rw/cli/up.bin")["Body"].read()
+    assert got == data
+    with Client(mounted.cluster.master_address) as c:
+        assert c.read(mounted.path("cli/up.bin")) == data
