@@ -8,8 +8,9 @@ default they are one host, which is right for short-circuit: each can read the o
 block files. Here each namespace gets an id of its own and stands for a machine of its
 own; had the product decided by host name or 127.0.0.1, every worker would be "same
 host". Proven: short-circuit only where a client and a worker share a host, data ports
-(at each host's own address) across hosts, and reads that survive a host dropping off
-the network. Not yet true, marked xfail: a reader preferring a nearer replica.
+(at each host's own address) across hosts, a reader preferring the replica on its host,
+then in its zone, over the block's home, and reads that survive a host dropping off the
+network.
 
 One cluster for the module (the last test cuts a host's link); everything is stopped and
 the namespaces removed afterwards.
@@ -309,16 +310,6 @@ def _replicate(hosts: HostsCluster, path: str, worker_id: str) -> None:
         )
 
 
-# Found by these tests; the fix belongs to the client's read path (its planner), not here.
-_REPLICAS_UNKNOWN = pytest.mark.xfail(
-    strict=True,
-    reason="reads do not know a block's replicas: the client keeps inodes without their "
-    "locations (ClusterView.remember), so a block is asked of its homes in placement order "
-    "and a replica nearer the reader is never preferred (client read path, issue 20)",
-)
-
-
-@_REPLICAS_UNKNOWN
 def test_a_client_reads_a_replica_on_its_own_host_rather_than_the_blocks_home(
     hosts: HostsCluster,
 ) -> None:
@@ -332,7 +323,6 @@ def test_a_client_reads_a_replica_on_its_own_host_rather_than_the_blocks_home(
         assert sum(_delta(before, _served(c)).values()) == 0  # no worker asked
 
 
-@_REPLICAS_UNKNOWN
 def test_a_client_reads_the_replica_in_its_zone(hosts: HostsCluster) -> None:
     path = hosts.held_by("w-h1")[0]
     _replicate(hosts, path, "w-h3")  # zone-b; w-h1 is in zone-a

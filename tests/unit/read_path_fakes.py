@@ -16,7 +16,8 @@ from reservoir.common.models import Inode, WorkerRecord
 from reservoir.common.placement import Placement
 
 HOST = "this-host"
-CONFIG = cfg.ClientConfig(host=HOST, failover_workers=3)
+ZONE = "this-zone"
+CONFIG = cfg.ClientConfig(host=HOST, zone=ZONE, failover_workers=3)
 
 
 class View:
@@ -26,6 +27,7 @@ class View:
         self.workers = workers
         self.penalties = penalties
         self.failed: list[str] = []
+        self.held: dict[str, dict[int, list[str]]] = {}  # file id -> replicas, as told
 
     def known_workers(self) -> list[WorkerRecord]:
         return self.workers
@@ -35,6 +37,9 @@ class View:
 
     def placement(self, workers: list[WorkerRecord]) -> Placement:
         return placement_of(workers)
+
+    def replicas(self, inode: Inode) -> dict[int, list[str]]:
+        return self.held.get(inode.file_id, {})
 
     def worker_failed(self, worker: WorkerRecord, error: ReservoirError) -> None:
         self.failed.append(worker.id)
@@ -72,11 +77,14 @@ class Source:
             )
 
 
-def worker(name: str, *, same_host: bool = False, port: bool = True) -> WorkerRecord:
+def worker(
+    name: str, *, same_host: bool = False, same_zone: bool = False, port: bool = True
+) -> WorkerRecord:
     return WorkerRecord(
         name,
         f"{name}:1",
         host=HOST if same_host else f"{name}-host",
+        zone=ZONE if same_host or same_zone else f"{name}-zone",
         shm_dir="/dev/shm/x" if same_host else "",
         data_address=f"{name}:2" if port else "",
     )

@@ -7,8 +7,10 @@ asyncio client's on its event loop (`BlockReader`) alike.
                 → each worker over gRPC, best first (GrpcBlocks, on the event loop)
                 → the under-store                  (UnderStoreBlocks, the last resort)
 
-Workers come in placement order (holders nearest first, then the block's homes), those in
-the penalty box last. A route that reads in the caller's thread is a `BlockSource`."""
+Workers come nearest first: the block's replicas (as the master last told this client:
+same host, same zone, the rest; homes first among equals), then its homes that do not hold
+it in placement order, those in the penalty box last. A route that reads in the caller's
+thread is a `BlockSource`."""
 
 from __future__ import annotations
 
@@ -47,7 +49,12 @@ class BlockSource(Protocol):
 
 
 class Placements(Protocol):
+    """Where blocks live: the homes placement gives them, and the replicas known to hold
+    them (block index -> worker ids, from the master's last answer about the file)."""
+
     def placement(self, workers: list[WorkerRecord]) -> Placement: ...
+
+    def replicas(self, inode: Inode) -> dict[int, list[str]]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,30 +78,37 @@ class Planner:
         self.penalties = penalties
         self.short_circuit = short_circuit
         self.data_port = data_port
-        self._plans: dict[tuple[str, int], Plan] = {}
+        # Per block: the replica list its plan was made from, and the plan.
+        self._plans: dict[tuple[str, int], tuple[list[str] | None, Plan]] = {}
         self._plans_for: list[WorkerRecord] | None = None
 
     def plan(self, inode: Inode, index: int, workers: list[WorkerRecord]) -> Plan:
         """The routes to block `index`, best first. Remembered per block and worker list
-        while nobody is penalised: working them out costs more than reading a small
-        block file."""
+        while nobody is penalised and the block's known replicas stay the same: working
+        them out costs more than reading a small block file."""
+        held = (inode.locations or self._placements.replicas(inode)).get(index)
         if not self.penalties.empty():
-            return self._planned(inode, index, workers)
+            return self._planned(inode, index, workers, held)
         if self._plans_for is not workers or len(self._plans) >= _PLANS_REMEMBERED:
             self._plans, self._plans_for = {}, workers
         key = (inode.file_id, index)
-        plan = self._plans.get(key)
-        if plan is None:
-            plan = self._plans[key] = self._planned(inode, index, workers)
+        known = self._plans.get(key)
+        # The same list object: the view replaces it when the master tells of new replicas.
+        if known is not None and known[0] is held:
+            return known[1]
+        plan = self._planned(inode, index, workers, held)
+        self._plans[key] = (held, plan)
         return plan
 
-    def _planned(self, inode: Inode, index: int, workers: list[WorkerRecord]) -> Plan:
+    def _planned(
+        self, inode: Inode, index: int, workers: list[WorkerRecord], held: list[str] | None
+    ) -> Plan:
         order = self.penalties.healthy_first(
             candidates(
                 inode.file_id,
                 index,
                 workers,
-                inode.locations.get(index, ()),
+                held or (),
                 self._config.host,
                 self._config.zone,
                 self._placements.placement(workers),

@@ -1,5 +1,10 @@
 """What a client knows of the cluster, from the master: mounts, file info and the live
-workers, cached, and kept while the master is away so that reads go on without it."""
+workers, cached, and kept while the master is away so that reads go on without it.
+
+The file info a read asks for carries the workers holding each block (the master has
+them in memory): the view keeps them beside the inode, not in it, so the read planner can
+go to the nearest replica while `stat` answers what it always did (locations only when
+asked for)."""
 
 from __future__ import annotations
 
@@ -39,6 +44,8 @@ _LISTED_MEMORY = 10_000  # directories remembered as listed, before expired ones
 class _Cached:
     value: Any
     expires: float
+    # Inodes: per block index, the workers that held it when the master last answered.
+    replicas: dict[int, list[str]] = dataclasses.field(default_factory=dict)
 
 
 class ClusterView:
@@ -190,7 +197,7 @@ class ClusterView:
         try:
             message = await self.call(
                 "GetFileInfo",
-                master_pb2.GetFileInfoRequest(path=path, with_locations=with_locations),
+                master_pb2.GetFileInfoRequest(path=path, with_locations=True),
                 f"stat {path}",
             )
         except Unavailable:
@@ -200,8 +207,16 @@ class ClusterView:
             # the under-store check the file's identity (ETag) on every fetch.
             return hit.value  # type: ignore[no-any-return]
         inode = Inode.from_proto(message)
-        self.remember(inode)
-        return inode
+        plain = self.remember(inode, located=True)
+        return inode if with_locations else plain
+
+    def replicas(self, inode: Inode) -> dict[int, list[str]]:
+        """The workers known to hold each block of `inode` (as the master last answered
+        for this version of the file); empty when not known. Safe from any thread."""
+        hit = self._infos.get(inode.path)
+        if hit is None or hit.value.file_id != inode.file_id:
+            return {}
+        return hit.replicas
 
     def known_inode(self, path: str) -> Inode | None:
         """A cached inode while it is fresh, without a call; None otherwise. Safe from any
@@ -240,13 +255,15 @@ class ClusterView:
         size, token, remembered = min(limit, self.config.list_page_size), "", 0
         while remembered < limit:
             try:
-                entries, token = await self.ls_page(path, min(size, limit - remembered), token)
+                entries, token = await self.ls_page(
+                    path, min(size, limit - remembered), token, with_locations=True
+                )
             except ReservoirError as exc:
                 # Not a directory, gone, master away: the stat that follows says what it is.
                 log.debug("list_on_miss_failed", path=path, error=str(exc))
                 return
             for entry in entries:
-                self.remember(entry)
+                self.remember(entry, located=True)
             remembered += len(entries)
             if not token:
                 return
@@ -265,9 +282,8 @@ class ClusterView:
         for start in range(0, len(missing), _STAT_BATCH):
             chunk = missing[start : start + _STAT_BATCH]
             try:
-                response = await self.call(
-                    "GetFileInfos", master_pb2.GetFileInfosRequest(paths=chunk), "stat many"
-                )
+                request = master_pb2.GetFileInfosRequest(paths=chunk, with_locations=True)
+                response = await self.call("GetFileInfos", request, "stat many")
             except Unavailable:
                 if any(p not in self._infos for p in chunk):
                     raise
@@ -275,7 +291,7 @@ class ClusterView:
             for result in response.results:
                 if result.code:
                     raise error_for_code_value(result.code, result.message)
-                self.remember(Inode.from_proto(result.info))
+                self.remember(Inode.from_proto(result.info), located=True)
         return [self._infos[p].value for p in normal]
 
     async def _located(self, many: Sequence[str]) -> list[Inode]:
@@ -289,17 +305,18 @@ class ClusterView:
                 if result.code:
                     raise error_for_code_value(result.code, result.message)
                 inode = Inode.from_proto(result.info)
-                self.remember(inode)
+                self.remember(inode, located=True)
                 found.append(inode)
         return found
 
     async def ls(self, path: str, *, with_locations: bool = False) -> list[Inode]:
-        """Every entry, page by page; remembered, so a read that follows needs no master call."""
+        """Every entry, page by page; remembered with their blocks' replicas, so a read
+        that follows needs no master call and goes to the nearest replica."""
         entries: list[Inode] = []
-        async for page in self.ls_pages(path, with_locations=with_locations):
+        async for page in self.ls_pages(path, with_locations=True):
             for entry in page:
-                self.remember(entry)
-            entries.extend(page)
+                plain = self.remember(entry, located=True)
+                entries.append(entry if with_locations else plain)
         return entries
 
     async def ls_pages(
@@ -333,10 +350,20 @@ class ClusterView:
         response = await self.call("ListDirectory", request, f"ls {path}")
         return [Inode.from_proto(e) for e in response.entries], response.next_page_token
 
-    def remember(self, inode: Inode) -> None:
-        # Locations age fast; the cache keeps the stable part only.
-        plain = dataclasses.replace(inode, locations={}) if inode.locations else inode
-        self._infos[inode.path] = _Cached(plain, time.monotonic() + self.config.file_info_ttl_s)
+    def remember(self, inode: Inode, *, located: bool = False) -> Inode:
+        """Keeps `inode` for `file_info_ttl_s`, and returns it without locations (what
+        `stat` answers unless asked for them). `located`: the master was asked for its
+        blocks' locations, so no location means no worker holds the block; otherwise
+        the replicas known for this version of the file stay."""
+        replicas = inode.locations
+        plain = dataclasses.replace(inode, locations={}) if replicas else inode
+        if not located:
+            old = self._infos.get(inode.path)
+            if old is not None and old.value.file_id == inode.file_id:
+                replicas = old.replicas
+        expires = time.monotonic() + self.config.file_info_ttl_s
+        self._infos[inode.path] = _Cached(plain, expires, replicas)
+        return plain
 
     def forget(self, path: str) -> None:
         self._infos.pop(path, None)
@@ -347,12 +374,10 @@ class ClusterView:
         path = paths.normalize(path)
         message = await self.call(
             "GetFileInfo",
-            master_pb2.GetFileInfoRequest(path=path, refresh=True),
+            master_pb2.GetFileInfoRequest(path=path, refresh=True, with_locations=True),
             f"refresh {path}",
         )
-        inode = Inode.from_proto(message)
-        self.remember(inode)
-        return inode
+        return self.remember(Inode.from_proto(message), located=True)
 
     def forget_below(self, path: str) -> None:
         top = paths.normalize(path)

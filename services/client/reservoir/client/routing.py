@@ -33,14 +33,22 @@ def candidates(
     table: Placement,
     homes: int,
 ) -> list[WorkerRecord]:
-    """Replicas that hold the block (nearest first), then its first `homes` homes in
-    placement order (`table`: the placement of `workers`).
+    """Replicas that hold the block, nearest first (same host, same zone, the rest; among
+    equals the block's homes first, in placement order), then its first `homes` homes
+    that do not hold it, in placement order (`table`: the placement of `workers`).
 
-    A block nobody holds goes to its first home, so the cache-aside fetch lands where
-    every other client will look for it.
+    A block nobody holds (or whose holders are not known) goes to its first home, so the
+    cache-aside fetch lands where every other client will look for it.
     """
     by_id = {w.id: w for w in workers}
-    held = sorted((by_id[h] for h in holders if h in by_id), key=lambda w: locality(w, host, zone))
+    ranked = table.homes(block_key(file_id, index), homes + len(holders))
+    if not holders:
+        return [by_id[h] for h in ranked if h in by_id][:homes]
+    rank = {h: r for r, h in enumerate(ranked)}
+    far = len(ranked)  # a holder that is none of the block's first homes
+    held = sorted(
+        (by_id[h] for h in holders if h in by_id),
+        key=lambda w: (locality(w, host, zone), rank.get(w.id, far)),
+    )
     seen = {w.id for w in held}
-    ranked = table.homes(block_key(file_id, index), homes + len(seen))
     return held + [by_id[h] for h in ranked if h not in seen and h in by_id][:homes]

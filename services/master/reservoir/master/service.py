@@ -425,9 +425,13 @@ class MasterService:
         }
 
     def _with_locations(self, inode: Inode) -> Inode:
+        """`inode` with the workers holding each block: a lookup in memory. Clients ask it
+        with every stat and listing they read by (to read the nearest replica), so a file
+        nobody holds costs no copy."""
         if inode.is_dir or not inode.file_id:
             return inode
-        return inode.with_locations(self.locations.holders(inode.file_id))
+        held = self.locations.holders(inode.file_id)
+        return inode.with_locations(held) if held else inode
 
     # ---- workers and block locations ----------------------------------------------------
 
