@@ -25,7 +25,10 @@ from reservoir.gateway.signatures import (
 
 KEY = AccessKey("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", "reader")
 URL = "https://gw.example:9000/bucket/dir/x%20y%2Bz.bin?list-type=2&prefix=a%2Fb"
-NOW = datetime.datetime.now(datetime.UTC)
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
 
 
 def _signed_headers(url: str = URL, method: str = "GET") -> SignedRequest:
@@ -55,21 +58,21 @@ def _as_received(url: str, method: str, headers: dict[str, str | bytes]) -> Sign
 CHECK = SignatureCheck({KEY.access_key: KEY}, clock_skew_s=900)
 
 
-def _denied(request: SignedRequest, now: datetime.datetime = NOW) -> bool:
+def _denied(request: SignedRequest, now: datetime.datetime | None = None) -> bool:
     try:
-        CHECK.signer(request, now)
+        CHECK.signer(request, now or _now())
     except S3Error as err:
         return (err.code, err.status, err.fields) == ("AccessDenied", 403, {})
     return False
 
 
 def test_a_header_signature_of_a_known_key_names_its_signer() -> None:
-    assert CHECK.signer(_signed_headers(), NOW) == KEY
-    assert CHECK.signer(_signed_headers("https://gw.example/bucket"), NOW) == KEY
+    assert CHECK.signer(_signed_headers(), _now()) == KEY
+    assert CHECK.signer(_signed_headers("https://gw.example/bucket"), _now()) == KEY
 
 
 def test_a_presigned_url_of_a_known_key_names_its_signer() -> None:
-    assert CHECK.signer(_presigned(), NOW) == KEY
+    assert CHECK.signer(_presigned(), _now()) == KEY
 
 
 def test_any_change_to_a_signed_request_is_denied() -> None:
@@ -98,8 +101,8 @@ def test_unknown_keys_wrong_secrets_and_unsigned_requests_are_denied() -> None:
         {KEY.access_key: AccessKey(KEY.access_key, "another secret", "reader")}, 900
     )
     with pytest.raises(S3Error):
-        other.signer(_signed_headers(), NOW)
-    assert _denied(_signed_headers(), now=NOW) is False
+        other.signer(_signed_headers(), _now())
+    assert _denied(_signed_headers(), now=_now()) is False
     assert _denied_by(SignatureCheck({}, 900), _signed_headers())
     unsigned = _as_received(URL, "GET", {})
     assert _denied(unsigned)
@@ -107,16 +110,26 @@ def test_unknown_keys_wrong_secrets_and_unsigned_requests_are_denied() -> None:
 
 def _denied_by(check: SignatureCheck, request: SignedRequest) -> bool:
     try:
-        check.signer(request, NOW)
+        check.signer(request, _now())
     except S3Error as err:
         return err.code == "AccessDenied"
     return False
 
 
+def _signed_at(request: SignedRequest) -> datetime.datetime:
+    """When botocore signed `request` (its X-Amz-Date): a time taken once at import can be
+    minutes older when the test runs late in a long session."""
+    stamp = request.headers.get("X-Amz-Date") or dict(request.query)["X-Amz-Date"]
+    return datetime.datetime.strptime(stamp, "%Y%m%dT%H%M%SZ").replace(tzinfo=datetime.UTC)
+
+
 def test_stale_requests_and_expired_presigned_urls_are_denied() -> None:
-    assert _denied(_signed_headers(), now=NOW + datetime.timedelta(minutes=16))
-    assert not _denied(_signed_headers(), now=NOW + datetime.timedelta(minutes=14))
-    assert _denied(_presigned(expires=60), now=NOW + datetime.timedelta(minutes=2))
+    signed = _signed_headers()
+    at = _signed_at(signed)
+    assert _denied(signed, now=at + datetime.timedelta(minutes=16))
+    assert not _denied(signed, now=at + datetime.timedelta(minutes=14))
+    presigned = _presigned(expires=60)
+    assert _denied(presigned, now=_signed_at(presigned) + datetime.timedelta(minutes=2))
     assert _denied(_presigned(expires=8 * 24 * 3600))
 
 
