@@ -1,7 +1,9 @@
 """Log lines never mix with data: the CLI logs to stderr, the library only when asked.
 
-A cluster whose worker1 is SIGKILLed but still listed (long lease): every read of a block
-homed on worker1 fails over to worker2, and the client logs that it did.
+A cluster whose worker1 is SIGKILLed but still listed (long lease): the first read of a
+block homed on worker1 fails over to worker2, and the client logs that it did. (Later
+reads go to worker2's replica first, so a test that needs the failover reads a file of
+its own: `_unread`.)
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from reservoir.client import Client
 from reservoir.local.cluster import LocalCluster
 
 BLOCK = 64 * 1024
+_UNREAD = ("cat", "json", "library")
 
 
 @dataclass
@@ -28,6 +31,7 @@ class Degraded:
     cluster: LocalCluster
     path: str
     content: bytes
+    unread: dict[str, bytes]  # name -> content of files that no test has read yet
 
 
 @pytest.fixture(scope="module")
@@ -36,14 +40,21 @@ def degraded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Degraded]:
     try:
         s3 = cluster.s3_client()
         s3.create_bucket(Bucket="logs")
-        content = os.urandom(16 * BLOCK + 123)  # 17 blocks: some are homed on worker1
-        s3.put_object(Bucket="logs", Key="d/big.bin", Body=content)
+        # 17 blocks each: some are homed on worker1.
+        files = {name: os.urandom(16 * BLOCK + 123) for name in ("big", *_UNREAD)}
+        for name, body in files.items():
+            s3.put_object(Bucket="logs", Key=f"d/{name}.bin", Body=body)
         with Client(cluster.master_address) as c:
             c.mount("/logs", "s3://logs/d/", endpoint_url=cluster.s3_endpoint, block_size=BLOCK)
         cluster.kill("worker1")
-        yield Degraded(cluster, "/logs/big.bin", content)
+        yield Degraded(cluster, "/logs/big.bin", files.pop("big"), files)
     finally:
         cluster.down()
+
+
+def _unread(d: Degraded, name: str) -> Degraded:
+    """A file no worker holds yet: its blocks homed on worker1 are asked of worker1 first."""
+    return Degraded(d.cluster, f"/logs/{name}.bin", d.unread.pop(name), {})
 
 
 def _cli(
@@ -61,6 +72,7 @@ def _cli(
 def test_cat_writes_exactly_the_file_to_stdout_and_logs_to_stderr_while_a_worker_is_down(
     degraded: Degraded,
 ) -> None:
+    degraded = _unread(degraded, "cat")
     done = _cli(degraded, "cat", degraded.path, env={"RESERVOIR_LOG_LEVEL": "info"})
     assert done.returncode == 0, done.stderr
     assert done.stdout == degraded.content
@@ -77,6 +89,7 @@ def test_cli_logs_nothing_below_warning_by_default(degraded: Degraded) -> None:
 def test_json_output_parses_and_log_lines_are_json_on_stderr_while_a_worker_is_down(
     degraded: Degraded,
 ) -> None:
+    degraded = _unread(degraded, "json")
     env = {"RESERVOIR_LOG_LEVEL": "info", "RESERVOIR_LOG_FORMAT": "json"}
     stat = _cli(degraded, "--json", "stat", degraded.path, env=env)
     assert json.loads(stat.stdout)["size"] == len(degraded.content)
@@ -127,6 +140,7 @@ def test_library_prints_nothing_when_the_application_configures_no_logging(
 def test_library_events_with_their_fields_reach_an_application_that_configures_logging(
     degraded: Degraded, tmp_path: Path
 ) -> None:
+    degraded = _unread(degraded, "library")
     done = _script(degraded, tmp_path, setup="logging.basicConfig(level=logging.INFO)")
     assert done.returncode == 0, done.stderr
     assert done.stdout == b""
