@@ -65,8 +65,11 @@ class QueueChanges(KeyChanges):
 class EtcdChanges(KeyChanges):
     """An aetcd watch: its events as KeyChange, its failures and its end as Unavailable."""
 
-    def __init__(self, watch: Any, prefix: bytes, client_error: type[Exception]) -> None:
+    def __init__(
+        self, watch: Any, prefix: bytes, client_error: type[Exception], timeout_s: float
+    ) -> None:
         self._watch = watch
+        self._timeout_s = timeout_s
         self._events = watch.__aiter__()
         self._prefix = prefix
         self._client_error = client_error
@@ -87,8 +90,11 @@ class EtcdChanges(KeyChanges):
     async def aclose(self) -> None:
         if not self._closed:
             self._closed = True
+            # Cancelling asks etcd over the watch's stream, which a process that was
+            # paused (SIGSTOP, a long GC) may find dead: without a deadline the caller (a
+            # master stepping down) would wait on it for good.
             with contextlib.suppress(Exception):
-                await self._watch.cancel()
+                await asyncio.wait_for(self._watch.cancel(), self._timeout_s)
 
 
 class PrefixMirror(Protocol):

@@ -512,7 +512,7 @@ class EtcdMetadataStore(MetadataStore):
 
     async def watch_prefix(self, prefix: bytes) -> KeyChanges:
         watch = await self._call("watch", lambda c: c.watch_prefix(prefix))
-        return EtcdChanges(watch, prefix, self._aetcd.exceptions.ClientError)
+        return EtcdChanges(watch, prefix, self._aetcd.exceptions.ClientError, self._timeout)
 
     async def health(self) -> None:
         """etcd's alarms, whichever member answers: the NOSPACE alarm of any member stops
