@@ -260,3 +260,33 @@ def test_masters_campaigning_at_once_elect_exactly_one_and_never_reuse_a_term() 
             await m.stop()
 
     run(scenario)
+
+
+class StuckOnce(Counted):
+    """Duties whose first stand-down never finishes (a duty that ignores being stopped)."""
+
+    async def stand_down(self) -> None:
+        self.stood_down += 1
+        if self.stood_down == 1:
+            await asyncio.Event().wait()
+
+
+def test_a_leader_whose_duties_hang_on_stand_down_still_stands_by_and_leads_again() -> None:
+    async def scenario() -> None:
+        store = MemoryMetadataStore()
+        only = Master(store, "m1:1", ttl_s=1)
+        only.duties = StuckOnce()
+        only.task.cancel()
+        await asyncio.gather(only.task, return_exceptions=True)
+        only.task = asyncio.create_task(only.leadership.run("m1:1", only.duties))
+        await until(lambda: only.leadership.ready)
+        # Its lease ends behind its back (a pause past the TTL): it must stand down, and,
+        # being the only master, win again, however its duties behave.
+        lease = only.leadership._lease
+        assert lease is not None
+        await store.revoke_lease(lease)
+        await until(lambda: only.duties.led == 2 and only.leadership.ready)
+        assert only.leadership.role == LEADER
+        await only.stop()
+
+    run(scenario)

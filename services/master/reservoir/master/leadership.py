@@ -259,12 +259,25 @@ class Leadership:
         log.info("leadership_stepping_down", master=self.address, term=self.term, why=why)
         try:
             if self._duties is not None:
-                await self._duties.stand_down()
+                await self._stop_duties()
         finally:
             self.role, self.since_ms = STANDBY, _now_ms()
             self._lost.set()
             with contextlib.suppress(ReservoirError):
                 await self._publish()
+
+    async def _stop_duties(self) -> None:
+        """Stops the leader's duties, waiting at most a lease TTL: past that another master
+        leads anyway (and fencing refuses this one's writes), so a duty that does not stop
+        must not keep this master from standing by and campaigning again."""
+        assert self._duties is not None
+        stopping = asyncio.create_task(self._duties.stand_down())
+        done, _ = await asyncio.wait({stopping}, timeout=self._ttl)
+        if not done:
+            stopping.cancel()
+            log.warning("leadership_stand_down_slow", master=self.address, waited_s=self._ttl)
+            return
+        await stopping  # its error, if any, as before
 
     async def _wait_for_vacancy(self, changes: KeyChanges) -> None:
         """Returns when the leader key is deleted, or after a TTL (a check in case a
