@@ -184,3 +184,23 @@ def test_a_namespace_stored_as_json_per_key_is_migrated_when_the_master_starts(
             await master.close()
 
     asyncio.run(scenario())
+
+
+def test_a_walk_of_files_closed_early_with_its_queue_full_returns_at_once() -> None:
+    """A report whose caller gives up leaves the walk's readers ahead of it; closing the
+    walk must not wait on a reader putting into the queue nobody reads any more."""
+
+    async def scenario() -> None:
+        store = MemoryMetadataStore(page_keys=1)
+        namespace = await _namespace(store)
+        await namespace.put_many([_dir(f"/data/d{i:02d}") for i in range(40)])
+        await namespace.put_many(
+            [_file(f"/data/d{i:02d}/{j}") for i in range(40) for j in range(3)]
+        )
+        walk = namespace.walk_files("/data", with_ids=False, parallel=2)
+        await anext(walk)
+        for _ in range(20):
+            await asyncio.sleep(0)  # the readers fill the queue meanwhile
+        await asyncio.wait_for(walk.aclose(), 2)
+
+    asyncio.run(scenario())

@@ -218,7 +218,11 @@ class NamespaceStore:
         async def readers() -> None:
             try:
                 await asyncio.gather(*(reader() for _ in range(max(1, parallel))))
-            except BaseException as exc:
+            except asyncio.CancelledError:
+                # The walker stopped reading: a put into its full queue would wait for good,
+                # and so would the walker's close below.
+                raise
+            except Exception as exc:
                 await out.put(exc)
                 raise
             await out.put(None)
