@@ -177,3 +177,45 @@ def test_a_job_loads_its_first_page_of_files_before_it_reads_the_next(
         assert (done.state, done.total_files, done.done_blocks) == ("completed", 3, 3)
 
     asyncio.run(run())
+
+
+def test_a_submission_sent_again_with_its_request_id_gets_the_job_it_started() -> None:
+    """A client retries SubmitLoad after a lost answer or a leader change with the same
+    request: the master (this one, or the next one reading etcd) returns the same job and
+    starts no second one."""
+
+    async def scenario() -> None:
+        store = MemoryMetadataStore()
+        loader = _GatedLoader()
+
+        def master() -> LoadJobs:
+            return LoadJobs(
+                store,
+                MasterConfig(),
+                _Namespace(),
+                loader,
+                BlockLocationTable(store),
+                LoadJobCounters(CollectorRegistry()),
+            )
+
+        first, next_leader = master(), master()
+        request_id = "0123456789abcdef0123456789abcdef"
+        args = ("/d", 1, [], False)
+        job = await first.submit(*args, request_id=request_id)
+        assert job.id == request_id
+        # Two retries at once, on this master and on the next one: one job all along.
+        again, elsewhere = await asyncio.gather(
+            first.submit(*args, request_id=request_id),
+            next_leader.submit(*args, request_id=request_id),
+        )
+        assert again.id == elsewhere.id == job.id
+        assert list(first._tasks) == [job.id] and not next_leader._tasks
+        assert [j.id for j in await first.all()] == [job.id]
+        with pytest.raises(ReservoirError, match="request_id"):
+            await first.submit("/d", 1, [], False, request_id="not hex")
+        with pytest.raises(ReservoirError, match="names a job of /d"):
+            await first.submit("/e", 1, [], False, request_id=request_id)
+        loader.gate.set()
+        await first.close()
+
+    asyncio.run(scenario())

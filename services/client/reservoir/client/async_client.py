@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import uuid
 from collections.abc import AsyncIterator, Sequence
 
 import grpc
@@ -332,6 +333,8 @@ class AsyncClient:
             priority_paths=list(priority_paths),
             metadata_only=metadata_only,
             files=list(files),
+            # Sent again as is when a master call is retried: one job, however many tries.
+            request_id=uuid.uuid4().hex,
         )
         return LoadJob.from_proto(await self._view.call("SubmitLoad", request, f"load {path}"))
 

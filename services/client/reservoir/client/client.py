@@ -199,8 +199,11 @@ class Client:
         reads = self._thread_reads()
         if not reads.can_read() or not paths:
             return self._run(self._async.read_many(paths))
-        inodes = self._run(self._async.stat_many(paths))
-        results = reads.read_many(inodes)
+        # Inodes the view still trusts cost no hop to the loop (a warm epoch's batches).
+        known = [reads.known_inode(path) for path in paths]
+        unknown = [path for path, inode in zip(paths, known, strict=True) if inode is None]
+        found = iter(self._run(self._async.stat_many(unknown)) if unknown else ())
+        results = reads.read_many([i if i is not None else next(found) for i in known])
         missing = [i for i, data in enumerate(results) if data is None]
         rest = iter(
             self._run(self._async.read_many([paths[i] for i in missing])) if missing else []

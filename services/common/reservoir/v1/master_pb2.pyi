@@ -530,10 +530,16 @@ class SubmitLoadRequest(_message.Message):
     PRIORITY_PATHS_FIELD_NUMBER: _builtins.int
     METADATA_ONLY_FIELD_NUMBER: _builtins.int
     FILES_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
     path: _builtins.str
     replicas: _builtins.int
     """0 = 1"""
     metadata_only: _builtins.bool
+    request_id: _builtins.str
+    """The caller's name for this submission (16-32 lowercase hex), kept as the job's id: a
+    retry of the same request (a lost answer, a leader change) gets the job it already
+    started, never a second one. Empty: the master names the job.
+    """
     @_builtins.property
     def priority_paths(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property
@@ -550,10 +556,11 @@ class SubmitLoadRequest(_message.Message):
         priority_paths: _abc.Iterable[_builtins.str] | None = ...,
         metadata_only: _builtins.bool = ...,
         files: _abc.Iterable[_builtins.str] | None = ...,
+        request_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["files", b"files", "metadata_only", b"metadata_only", "path", b"path", "priority_paths", b"priority_paths", "replicas", b"replicas"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["files", b"files", "metadata_only", b"metadata_only", "path", b"path", "priority_paths", b"priority_paths", "replicas", b"replicas", "request_id", b"request_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

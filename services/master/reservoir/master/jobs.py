@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import re
 import time
 import uuid
 from collections import defaultdict
@@ -22,7 +23,7 @@ from typing import Protocol
 from reservoir.common import keyspace, logs, paths
 from reservoir.common.config import MasterConfig
 from reservoir.common.errors import InvalidArgument, NotFound, ReservoirError
-from reservoir.common.metadata_store import MetadataStore
+from reservoir.common.metadata_store import Guard, MetadataStore
 from reservoir.common.models import Inode, WorkerRecord
 from reservoir.common.placement import Candidate, Placement, block_key, placement
 
@@ -35,6 +36,7 @@ TERMINAL = ("completed", "failed", "cancelled")
 MAX_ERRORS = 20
 # Files a job places and loads per round, at least (a round waits for its last block).
 _PAGE_FILES = 4096
+_REQUEST_ID = re.compile(r"[0-9a-f]{16,32}")
 
 
 @dataclass
@@ -144,9 +146,18 @@ class LoadJobs:
         priority_paths: list[str],
         metadata_only: bool,
         files: Sequence[str] = (),
+        *,
+        request_id: str = "",
     ) -> Job:
         """Starts a job loading every file below `path`, or only `files` (each at or
-        below `path`; loaded in the order given)."""
+        below `path`; loaded in the order given). `request_id`, the caller's name for the
+        submission, becomes the job's id: submitted again, it is the job already started."""
+        if request_id and not _REQUEST_ID.fullmatch(request_id):
+            raise InvalidArgument("request_id must be 16-32 lowercase hex digits")
+        if request_id:
+            earlier = await self._earlier(request_id, path)
+            if earlier is not None:
+                return earlier
         info = await self._namespace.file_info(path)  # NOT_FOUND / INVALID_ARGUMENT early
         replicas = replicas or 1
         live = await self._namespace.workers()
@@ -154,7 +165,7 @@ class LoadJobs:
             raise InvalidArgument(f"replicas must be between 1 and {len(live)} (live workers)")
         named = self._named_files(info.path, files)
         job = Job(
-            id=uuid.uuid4().hex[:12],
+            id=request_id or uuid.uuid4().hex[:12],
             path=info.path,
             replicas=replicas,
             priority_paths=[paths.normalize(p) for p in priority_paths],
@@ -162,7 +173,15 @@ class LoadJobs:
             created_ms=int(time.time() * 1000),
             files=named,
         )
-        await self._save(job)
+        if request_id:
+            job.updated_ms = job.created_ms
+            # Created only if absent: a retry racing the first attempt finds its job.
+            if not await self._store.write_if(
+                [Guard(self._key(job.id), None)], puts=[(self._key(job.id), job.to_json())]
+            ):
+                return await self.get(job.id)
+        else:
+            await self._save(job)
         self._jobs[job.id] = job
         self._start(job)
         log.info(
@@ -172,6 +191,16 @@ class LoadJobs:
             replicas=replicas,
             named_files=len(named),
         )
+        return job
+
+    async def _earlier(self, request_id: str, path: str) -> Job | None:
+        """The job an earlier attempt of this submission started, if any."""
+        try:
+            job = await self.get(request_id)
+        except NotFound:
+            return None
+        if job.path != paths.normalize(path):
+            raise InvalidArgument(f"request_id {request_id} names a job of {job.path}")
         return job
 
     def _named_files(self, top: str, files: Sequence[str]) -> list[str]:

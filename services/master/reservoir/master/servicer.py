@@ -143,6 +143,7 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
             list(request.priority_paths),
             request.metadata_only,
             list(request.files),
+            request_id=request.request_id,
         )
         return _job(job)
 
