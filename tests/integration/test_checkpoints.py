@@ -142,16 +142,20 @@ def test_concurrent_writers_of_one_path_leave_the_last_close_whole(
 def test_rename_rm_and_makedirs_change_the_store_and_the_namespace_together(
     cluster: LocalCluster, bucket: str, writer: Client
 ) -> None:
+    """A renamed file keeps its cached blocks: read under its new name it costs S3
+    nothing (a checkpoint's commit marker, renamed into place, is read from the cache)."""
     root = _mount(writer, cluster, bucket)
     writer.makedirs(f"{root}/run/step-1")
     assert writer.stat(f"{root}/run/step-1").is_dir
     data = os.urandom(BLOCK + 3)
     writer.write(f"{root}/run/step-1/.metadata.tmp", data)
     writer.rename(f"{root}/run/step-1/.metadata.tmp", f"{root}/run/step-1/.metadata")
+    before = _gets(cluster)
     with Client(cluster.master_address) as reader:
         names = [e.path.rsplit("/", 1)[1] for e in reader.ls(f"{root}/run/step-1")]
         assert names == [".metadata"]
         assert reader.read(f"{root}/run/step-1/.metadata") == data
+    assert _gets(cluster) == before
     keys = {o["Key"] for o in cluster.s3_client().list_objects_v2(Bucket=bucket)["Contents"]}
     assert "ckpt/run/step-1/.metadata" in keys and "ckpt/run/step-1/.metadata.tmp" not in keys
     with pytest.raises(IsADirectoryError):
@@ -267,6 +271,8 @@ def test_torch_distributed_checkpoint_save_and_load_through_fsspec(
     names = {e.path.rsplit("/", 1)[1] for e in writer.ls(f"{root}/dcp/step-7")}
     assert ".metadata" in names and not any(n.endswith(".tmp") for n in names)
     target = {"layer": torch.zeros(256, 256), "bias": torch.zeros(10)}
+    before = _gets(cluster)
     dcp.load(target, storage_reader=FsspecReader(url, master=cluster.master_address))
+    assert _gets(cluster) == before  # its renamed .metadata too: all from the cache
     assert torch.equal(target["layer"], state["layer"])
     assert torch.equal(target["bias"], state["bias"])

@@ -224,3 +224,14 @@ def test_mutual_tls_refuses_a_client_without_a_certificate(tmp_path: Path) -> No
         return codes
 
     assert asyncio.run(scenario()) == [grpc.StatusCode.OK, grpc.StatusCode.UNAVAILABLE]
+
+
+def test_only_the_cluster_may_have_a_worker_copy_blocks_under_another_file() -> None:
+    """Keeping a block under another file's id would serve its bytes for that file: only
+    the master (a worker-role token) asks, after a rename."""
+    table = _table(m=("worker", "master"), a=("admin", ""), w=("writer", ""))
+    method = "/reservoir.v1.WorkerService/CopyBlocks"
+    assert authorize(table, method, _md("m")) is not None
+    for caller in ("a", "w"):
+        with pytest.raises(PermissionDenied):
+            authorize(table, method, _md(caller))

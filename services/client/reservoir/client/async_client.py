@@ -471,9 +471,10 @@ class AsyncClient:
             f"rename {source}",
         )
         self._view.forget(paths.normalize(source))
-        inode = Inode.from_proto(reply)
-        self._view.remember(inode)
-        return inode
+        # Not remembered: the next stat learns where its blocks are (kept by the workers
+        # that held the source's), which this answer does not say.
+        self._view.forget(paths.normalize(destination))
+        return Inode.from_proto(reply)
 
     async def makedirs(self, path: str) -> Inode:
         """The directory and its parents (an existing directory is fine)."""

@@ -82,6 +82,8 @@ RULES: dict[str, Rule] = {
     # A written file's blocks: from its writer, or forwarded by a worker to their home.
     worker.STAGE_BLOCK: Rule(_WRITE | _CLUSTER),
     worker.COMMIT_BLOCKS: Rule(_WRITE | _CLUSTER),
+    # A renamed file's blocks kept under its new id: what the master asks, and no one else.
+    worker.COPY_BLOCKS: Rule(_CLUSTER),
     **{
         _MASTER + method: Rule(_WRITE)
         for method in (

@@ -118,13 +118,18 @@ class ObjectWrites:
             raise self._store._error(exc, f"list uploads of {self._store.uri_of(key)}") from exc
         return [u["UploadId"] for u in reply.get("Uploads", ()) if u["Key"] == self._key(key)]
 
-    def copy(self, source: str, destination: str) -> ObjectInfo:
-        """A server-side copy (managed: objects over 5 GiB are copied in parts)."""
+    def copy(self, source: str, destination: str, if_match: str = "") -> ObjectInfo:
+        """A server-side copy (managed: objects over 5 GiB are copied in parts); with
+        `if_match`, only of the source with that ETag (Conflict when it has another)."""
         try:
             self._s3.copy(
                 {"Bucket": self._bucket, "Key": self._key(source)},
                 self._bucket,
                 self._key(destination),
+                # Quoted, as HTTP has entity tags (some servers compare them verbatim).
+                ExtraArgs={"CopySourceIfMatch": f'"{if_match.strip(chr(34))}"'}
+                if if_match
+                else None,
             )
         except Exception as exc:
             raise self._store._error(

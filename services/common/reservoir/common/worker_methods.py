@@ -16,6 +16,7 @@ FREE_BLOCKS_NAME = "FreeBlocks"
 GET_STATS_NAME = "GetStats"
 STAGE_BLOCK_NAME = "StageBlock"
 COMMIT_BLOCKS_NAME = "CommitBlocks"
+COPY_BLOCKS_NAME = "CopyBlocks"
 
 
 def method_path(name: str) -> str:
@@ -31,6 +32,7 @@ FREE_BLOCKS = method_path(FREE_BLOCKS_NAME)
 GET_STATS = method_path(GET_STATS_NAME)
 STAGE_BLOCK = method_path(STAGE_BLOCK_NAME)
 COMMIT_BLOCKS = method_path(COMMIT_BLOCKS_NAME)
+COPY_BLOCKS = method_path(COPY_BLOCKS_NAME)
 
 # The methods that hand out block bytes (a span or a rule about reads names these).
 READS = (READ_BLOCK, READ_SMALL, READ_BLOCKS)

@@ -141,6 +141,59 @@ class CommitBlocksResponse(_message.Message):
 Global___CommitBlocksResponse: _TypeAlias = CommitBlocksResponse  # noqa: Y015
 
 @_typing.final
+class CopyBlocksRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SOURCE_FILE_ID_FIELD_NUMBER: _builtins.int
+    FILE_FIELD_NUMBER: _builtins.int
+    INDICES_FIELD_NUMBER: _builtins.int
+    source_file_id: _builtins.str
+    @_builtins.property
+    def file(self) -> Global___ReadBlockRequest:
+        """The file the bytes now also belong to: file_id, ufs_uri, etag, file_size, block_size,
+        mount_path (its size and block size are the source's).
+        """
+
+    @_builtins.property
+    def indices(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def __init__(
+        self,
+        *,
+        source_file_id: _builtins.str = ...,
+        file: Global___ReadBlockRequest | None = ...,
+        indices: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["file", b"file"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["file", b"file", "indices", b"indices", "source_file_id", b"source_file_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CopyBlocksRequest: _TypeAlias = CopyBlocksRequest  # noqa: Y015
+
+@_typing.final
+class CopyBlocksResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COPIED_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def copied(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """the indices now held under the new file (the rest were gone)"""
+
+    def __init__(
+        self,
+        *,
+        copied: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["copied", b"copied"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CopyBlocksResponse: _TypeAlias = CopyBlocksResponse  # noqa: Y015
+
+@_typing.final
 class FreeBlocksRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

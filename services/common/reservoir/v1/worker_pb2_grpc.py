@@ -76,6 +76,11 @@ class WorkerServiceStub:
                 request_serializer=reservoir_dot_v1_dot_worker__pb2.CommitBlocksRequest.SerializeToString,
                 response_deserializer=reservoir_dot_v1_dot_worker__pb2.CommitBlocksResponse.FromString,
                 _registered_method=True)
+        self.CopyBlocks = channel.unary_unary(
+                '/reservoir.v1.WorkerService/CopyBlocks',
+                request_serializer=reservoir_dot_v1_dot_worker__pb2.CopyBlocksRequest.SerializeToString,
+                response_deserializer=reservoir_dot_v1_dot_worker__pb2.CopyBlocksResponse.FromString,
+                _registered_method=True)
 
 
 class WorkerServiceServicer:
@@ -147,6 +152,15 @@ class WorkerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CopyBlocks(self, request, context):
+        """The blocks this worker holds of one file, cached again under a file with the same
+        bytes: the master asks after a rename (a server-side copy of the object), so reads of
+        the new name cost the under-store nothing. Cluster members only.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WorkerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -189,6 +203,11 @@ def add_WorkerServiceServicer_to_server(servicer, server):
                     servicer.CommitBlocks,
                     request_deserializer=reservoir_dot_v1_dot_worker__pb2.CommitBlocksRequest.FromString,
                     response_serializer=reservoir_dot_v1_dot_worker__pb2.CommitBlocksResponse.SerializeToString,
+            ),
+            'CopyBlocks': grpc.unary_unary_rpc_method_handler(
+                    servicer.CopyBlocks,
+                    request_deserializer=reservoir_dot_v1_dot_worker__pb2.CopyBlocksRequest.FromString,
+                    response_serializer=reservoir_dot_v1_dot_worker__pb2.CopyBlocksResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -409,6 +428,33 @@ class WorkerService:
             '/reservoir.v1.WorkerService/CommitBlocks',
             reservoir_dot_v1_dot_worker__pb2.CommitBlocksRequest.SerializeToString,
             reservoir_dot_v1_dot_worker__pb2.CommitBlocksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CopyBlocks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/reservoir.v1.WorkerService/CopyBlocks',
+            reservoir_dot_v1_dot_worker__pb2.CopyBlocksRequest.SerializeToString,
+            reservoir_dot_v1_dot_worker__pb2.CopyBlocksResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -64,6 +64,11 @@ class WorkerServiceStub:
     """The published file's identity for a write's staged blocks: each is cached under it
     here, or sent to the worker named for its index (its home), which caches it there.
     """
+    CopyBlocks: _grpc.UnaryUnaryMultiCallable[_worker_pb2.CopyBlocksRequest, _worker_pb2.CopyBlocksResponse]
+    """The blocks this worker holds of one file, cached again under a file with the same
+    bytes: the master asks after a rename (a server-side copy of the object), so reads of
+    the new name cost the under-store nothing. Cluster members only.
+    """
 
 @_typing.type_check_only
 class WorkerServiceAsyncStub(WorkerServiceStub):
@@ -100,6 +105,11 @@ class WorkerServiceAsyncStub(WorkerServiceStub):
     CommitBlocks: _aio.UnaryUnaryMultiCallable[_worker_pb2.CommitBlocksRequest, _worker_pb2.CommitBlocksResponse]  # type: ignore[assignment]
     """The published file's identity for a write's staged blocks: each is cached under it
     here, or sent to the worker named for its index (its home), which caches it there.
+    """
+    CopyBlocks: _aio.UnaryUnaryMultiCallable[_worker_pb2.CopyBlocksRequest, _worker_pb2.CopyBlocksResponse]  # type: ignore[assignment]
+    """The blocks this worker holds of one file, cached again under a file with the same
+    bytes: the master asks after a rename (a server-side copy of the object), so reads of
+    the new name cost the under-store nothing. Cluster members only.
     """
 
 class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -182,6 +192,17 @@ class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_worker_pb2.CommitBlocksResponse, _abc.Awaitable[_worker_pb2.CommitBlocksResponse]]:
         """The published file's identity for a write's staged blocks: each is cached under it
         here, or sent to the worker named for its index (its home), which caches it there.
+        """
+
+    @_abc_1.abstractmethod
+    def CopyBlocks(
+        self,
+        request: _worker_pb2.CopyBlocksRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_worker_pb2.CopyBlocksResponse, _abc.Awaitable[_worker_pb2.CopyBlocksResponse]]:
+        """The blocks this worker holds of one file, cached again under a file with the same
+        bytes: the master asks after a rename (a server-side copy of the object), so reads of
+        the new name cost the under-store nothing. Cluster members only.
         """
 
 def add_WorkerServiceServicer_to_server(servicer: WorkerServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

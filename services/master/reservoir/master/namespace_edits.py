@@ -4,7 +4,9 @@ the namespace, so that what a reader sees always exists in the store.
 A rename is a server-side copy and a delete in the store (S3 has no rename), then one
 namespace write that stores the destination and drops the source: readers see the old
 destination or the whole new one, never a part (what `torch.distributed.checkpoint`
-relies on when it renames `.metadata` into place).
+relies on when it renames `.metadata` into place). The copy is made from the version the
+workers cache, whose blocks are then kept under the new name's identity
+(`RenamedBlocks`): reading a file renamed into place costs the store nothing.
 """
 
 from __future__ import annotations
@@ -12,10 +14,17 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from reservoir.common import logs, paths
-from reservoir.common.errors import AlreadyExists, InvalidArgument, IsADirectory, NotFound
+from reservoir.common.errors import (
+    AlreadyExists,
+    Conflict,
+    InvalidArgument,
+    IsADirectory,
+    NotFound,
+)
 from reservoir.common.models import Inode, Mount
 
 from .metadata_sync import dir_inode, now_ms
+from .renamed_blocks import RenamedBlocks
 from .write_sessions import WriteSessions, writable_mount
 
 log = logs.get_logger(__name__)
@@ -27,12 +36,15 @@ class NamespaceEdits:
         writes: WriteSessions,
         file_info: Callable[[str], Awaitable[Inode]],
         drop_blocks: Callable[[list[str]], Awaitable[None]],
+        blocks: RenamedBlocks,
     ) -> None:
         """`file_info`: a path's inode as the master answers a stat (checked against the
-        store when not known); `drop_blocks`: evicts file ids' blocks from every worker."""
+        store when not known); `drop_blocks`: evicts file ids' blocks from every worker;
+        `blocks`: keeps a renamed file's cached blocks under its new identity."""
         self._writes = writes
         self._file_info = file_info
         self._drop_blocks = drop_blocks
+        self._blocks = blocks
 
     async def _existing(self, path: str) -> Inode | None:
         try:
@@ -90,12 +102,21 @@ class NamespaceEdits:
             raise IsADirectory(f"{destination}: is a directory")
         writes = await self._writes.writes_of(mount)
         sync = self._writes.sync
-        info = await sync.ufs(writes.copy, _key(mount, source), _key(mount, destination))
-        await sync.ufs(writes.delete, [_key(mount, source)])
+        old_key, new_key = _key(mount, source), _key(mount, destination)
+        try:
+            # The version the workers cache, or nothing: then its blocks are the copy's.
+            info = await sync.ufs(writes.copy, old_key, new_key, inode.etag)
+            same_bytes = bool(inode.etag)
+        except Conflict:
+            info = await sync.ufs(writes.copy, old_key, new_key)  # changed in the store
+            same_bytes = False
+        await sync.ufs(writes.delete, [old_key])
         ufs = await sync.under_store(mount)
         moved = sync.file_inode(mount, ufs, destination, info)
         parents = await self._writes.missing_parents(mount, destination)
         await self._writes.namespace.write([moved, *parents], [source])
+        if same_bytes and moved.file_id != inode.file_id:
+            await self._blocks.carry(inode, moved)  # before the old id's blocks go below
         gone = [i.file_id for i in (inode, replaced) if i is not None and i.file_id]
         await self._drop_blocks([f for f in gone if f != moved.file_id])
         log.info("file_renamed", source=source, destination=destination)

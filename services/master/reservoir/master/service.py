@@ -39,6 +39,7 @@ from .mount_policy import MountPolicy
 from .mount_table import MountTable
 from .namespace_edits import NamespaceEdits
 from .namespace_store import NamespaceStore
+from .renamed_blocks import RenamedBlocks
 from .tree_load import KeysOutOfOrder, TreeLoad
 from .worker_link import WorkerLink
 from .write_sessions import WriteSessions
@@ -110,7 +111,12 @@ class MasterService:
         self.writes = WriteSessions(
             store, config, self.mount_table, self.namespace, self.sync, self.drop_blocks
         )
-        self.edits = NamespaceEdits(self.writes, self.file_info, self.drop_blocks)
+        self.edits = NamespaceEdits(
+            self.writes,
+            self.file_info,
+            self.drop_blocks,
+            RenamedBlocks(self.locations, self._worker_link, self),
+        )
 
     async def start(self) -> None:
         """Loads the state from etcd and resumes the load jobs: what a master does when it

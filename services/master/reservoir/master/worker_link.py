@@ -15,6 +15,7 @@ from reservoir.v1 import worker_pb2
 _LOAD_BLOCKS = worker_methods.LOAD_BLOCKS
 _FREE_BLOCKS = worker_methods.FREE_BLOCKS
 _GET_STATS = worker_methods.GET_STATS
+_COPY_BLOCKS = worker_methods.COPY_BLOCKS
 
 
 class WorkerLink:
@@ -57,6 +58,25 @@ class WorkerLink:
         except grpc.RpcError as exc:
             raise error_from_rpc(exc, f"free blocks on worker {worker.id}") from None
         return reply
+
+    async def copy_blocks(
+        self, worker: WorkerRecord, source_file_id: str, file: Inode, indices: list[int]
+    ) -> list[int]:
+        """Asks `worker` to keep its blocks of `source_file_id` under `file` too (same
+        bytes); returns the indices it now holds so."""
+        call = self._channels.get(worker.address).unary_unary(
+            _COPY_BLOCKS,
+            request_serializer=worker_pb2.CopyBlocksRequest.SerializeToString,
+            response_deserializer=worker_pb2.CopyBlocksResponse.FromString,
+        )
+        request = worker_pb2.CopyBlocksRequest(
+            source_file_id=source_file_id, file=block_request(file, 0), indices=indices
+        )
+        try:
+            reply = await call(request, timeout=self._rpc_timeout, metadata=inject_metadata())
+        except grpc.RpcError as exc:
+            raise error_from_rpc(exc, f"copy blocks on worker {worker.id}") from None
+        return list(reply.copied)
 
     async def load_blocks(
         self, worker: WorkerRecord, blocks: list[tuple[Inode, int]]

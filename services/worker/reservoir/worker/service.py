@@ -279,6 +279,23 @@ class WorkerService:
         self.added.add(block)
         return True
 
+    async def copy_blocks(
+        self, source_file_id: str, file: BlockRequest, indices: list[int]
+    ) -> list[int]:
+        """Keeps the blocks held here of `source_file_id` under `file` as well (a renamed
+        file: the same bytes under a new identity); returns the indices now held."""
+        await self.check_mount(file)
+        copied: list[int] = []
+        for index in sorted(set(indices)):
+            length = file.file_size - index * file.block_size
+            held = await self.store.get((source_file_id, index)) if index >= 0 else None
+            if held is None or len(held[0]) != min(file.block_size, length):
+                continue  # evicted since, or not the same file's block: read from the store
+            if self.keep((file.file_id, index), bytes(held[0]), held[1], index * file.block_size):
+                copied.append(index)
+        log.info("blocks_copied", source=source_file_id, file=file.file_id, blocks=len(copied))
+        return copied
+
     # ---- cache rules: TTL expiry and free (see cache_rules.py) -------------------------
 
     def _expire_if_stale(self, request: BlockRequest) -> None:

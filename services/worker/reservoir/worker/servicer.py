@@ -179,6 +179,19 @@ class WorkerServicer:
         committed, missing = await self._written.commit(request.write_id, file, dict(request.homes))
         return worker_pb2.CommitBlocksResponse(committed=committed, missing=missing)
 
+    @translate_errors
+    async def CopyBlocks(
+        self, request: worker_pb2.CopyBlocksRequest, context: grpc.aio.ServicerContext
+    ) -> worker_pb2.CopyBlocksResponse:
+        f = request.file
+        file = BlockRequest(
+            f.file_id, 0, 0, -1, f.ufs_uri, f.etag, f.file_size, f.block_size, f.mount_path
+        )
+        copied = await self._service.copy_blocks(
+            request.source_file_id, file, list(request.indices)
+        )
+        return worker_pb2.CopyBlocksResponse(copied=copied)
+
     def handler(self) -> grpc.GenericRpcHandler:
         return grpc.method_handlers_generic_handler(
             SERVICE,
@@ -217,6 +230,11 @@ class WorkerServicer:
                     self.CommitBlocks,
                     request_deserializer=worker_pb2.CommitBlocksRequest.FromString,
                     response_serializer=worker_pb2.CommitBlocksResponse.SerializeToString,
+                ),
+                methods.COPY_BLOCKS_NAME: grpc.unary_unary_rpc_method_handler(
+                    self.CopyBlocks,
+                    request_deserializer=worker_pb2.CopyBlocksRequest.FromString,
+                    response_serializer=worker_pb2.CopyBlocksResponse.SerializeToString,
                 ),
                 methods.GET_STATS_NAME: grpc.unary_unary_rpc_method_handler(
                     self.GetStats,
