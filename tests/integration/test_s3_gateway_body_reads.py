@@ -1,7 +1,8 @@
-"""How the gateway reads a large body: pieces of it on threads by the client's thread path
-(a same-host worker's block file, else a worker's data port), the rest by the full path.
-A gateway with short-circuit off (as on a host without workers) must read a warm object's
-large pieces from the workers' data ports, byte-exact, whole and by ranges."""
+"""How the gateway reads a body: each piece on a thread by the client's thread path (a
+same-host worker's block file, else a worker's data port, which fetches a miss), what that
+cannot read by the full path. A gateway reads a cold object through a worker's data port
+(the worker fetches the miss), not over gRPC; one with short-circuit off (as on a host without workers) reads warm pieces from the data ports,
+byte-exact, whole and by ranges."""
 
 from __future__ import annotations
 
@@ -35,10 +36,8 @@ def _data_port_answers(cluster: LocalCluster) -> float:
     )
 
 
-@pytest.fixture(scope="module")
-def remote_gateway(
-    cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[Any, str]]:
+def _mounted(cluster: LocalCluster) -> str:
+    """A new mount of a new bucket holding `big.bin`: the gateway's key of it."""
     upstream = f"gwbody-{uuid.uuid4().hex[:10]}"
     s3 = cluster.s3_client()
     s3.create_bucket(Bucket=upstream)
@@ -46,22 +45,52 @@ def remote_gateway(
     root = new_mount_path()
     with Client(cluster.master_address) as c:
         c.mount(root, f"s3://{upstream}/", endpoint_url=cluster.s3_endpoint)
+    return f"{root.removeprefix('/t/')}/big.bin"
+
+
+def _boto3(url: str) -> Any:
+    return boto3.client(
+        "s3",
+        endpoint_url=url,
+        aws_access_key_id="any",
+        aws_secret_access_key="any",
+        region_name="us-east-1",
+        config=Config(retries={"max_attempts": 1}),
+    )
+
+
+def test_a_cold_object_is_fetched_through_a_workers_data_port_not_grpc(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    env = {"RESERVOIR_GATEWAY_READ_PIECE": str(PIECE)}
+    with running_gateway(cluster, tmp_path / "gateway.log", env) as url:
+        gw = _boto3(url)
+        # A first object makes the gateway know the workers (its very first read takes
+        # the full path, which fetches the worker list).
+        warm_up = _mounted(cluster)
+        assert gw.get_object(Bucket="t", Key=warm_up)["Body"].read() == BODY
+        key = _mounted(cluster)
+        before = _data_port_answers(cluster)
+        assert gw.get_object(Bucket="t", Key=key)["Body"].read() == BODY
+        eventually(
+            lambda: _data_port_answers(cluster) - before >= 17,
+            timeout_s=10,
+            what="a data-port answer (a fetched miss) for every piece of the cold object",
+        )
+
+
+@pytest.fixture(scope="module")
+def remote_gateway(
+    cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Any, str]]:
+    key = _mounted(cluster)
     env = {
         "RESERVOIR_SHORT_CIRCUIT": "false",
         "RESERVOIR_GATEWAY_READ_PIECE": str(PIECE),
-        "RESERVOIR_GATEWAY_THREAD_READ_BYTES": str(PIECE),
     }
     log: Path = tmp_path_factory.mktemp("gateway-body") / "gateway.log"
     with running_gateway(cluster, log, env) as url:
-        gw = boto3.client(
-            "s3",
-            endpoint_url=url,
-            aws_access_key_id="any",
-            aws_secret_access_key="any",
-            region_name="us-east-1",
-            config=Config(retries={"max_attempts": 1}),
-        )
-        yield gw, f"{root.removeprefix('/t/')}/big.bin"
+        yield _boto3(url), key
 
 
 def test_a_warm_large_body_comes_from_the_workers_data_ports_byte_exact(
@@ -76,11 +105,11 @@ def test_a_warm_large_body_comes_from_the_workers_data_ports_byte_exact(
     ranged = gw.get_object(Bucket="t", Key=key, Range=f"bytes={first}-{last}")
     assert ranged["Body"].read() == BODY[first : last + 1]
     assert ranged["ContentRange"] == f"bytes {first}-{last}/{len(BODY)}"
-    # One answer per piece of a thread's size (16 of the whole body's, 2 of the range's;
-    # none crosses a block; the short last ones are read on the loop), each counted by its
-    # worker once its last byte is sent, which may be just after the client has it.
+    # One answer per piece (17 of the whole body's, 3 of the range's; none crosses a
+    # block), each counted by its worker once its last byte is sent, which may be just
+    # after the client has it.
     eventually(
-        lambda: _data_port_answers(cluster) - before >= 16 + 2,
+        lambda: _data_port_answers(cluster) - before >= 17 + 3,
         timeout_s=10,
         what="a data-port answer for every piece",
     )

@@ -777,14 +777,10 @@ class GatewayConfig:
     # pieces ahead of the one being sent: what one response holds in memory is bounded.
     read_piece_bytes: int = field(default=8 * MiB, metadata=env("RESERVOIR_GATEWAY_READ_PIECE"))
     read_ahead: int = field(default=2, metadata=env("RESERVOIR_GATEWAY_READ_AHEAD"))
-    # Pieces of at least `thread_read_bytes` are read on one of `read_threads` threads
-    # (same-host block files, data ports), so that copying and checking megabytes does not
-    # stop the event loop's other responses; smaller ones on the loop. 0 threads: all on
-    # the loop.
-    read_threads: int = field(default=4, metadata=env("RESERVOIR_GATEWAY_READ_THREADS"))
-    thread_read_bytes: int = field(
-        default=256 * KiB, metadata=env("RESERVOIR_GATEWAY_THREAD_READ_BYTES")
-    )
+    # Pieces are read on this many threads (same-host block files, else workers' data
+    # ports, which fetch misses): a thread waits out a cold object's fetch, so about as
+    # many as the responses in flight. 0: every piece by the client's asyncio path.
+    read_threads: int = field(default=16, metadata=env("RESERVOIR_GATEWAY_READ_THREADS"))
     # Signed requests dated further than this from the gateway's clock are refused
     # (RequestTimeTooSkewed), as S3 does after 15 minutes.
     clock_skew_s: float = field(default=900.0, metadata=env("RESERVOIR_GATEWAY_CLOCK_SKEW"))
@@ -809,11 +805,8 @@ class GatewayConfig:
             raise InvalidArgument(
                 "RESERVOIR_GATEWAY_READ_PIECE must be >= 1 and RESERVOIR_GATEWAY_READ_AHEAD >= 0"
             )
-        if self.read_threads < 0 or self.thread_read_bytes < 1:
-            raise InvalidArgument(
-                "RESERVOIR_GATEWAY_READ_THREADS must be >= 0 and "
-                "RESERVOIR_GATEWAY_THREAD_READ_BYTES >= 1"
-            )
+        if self.read_threads < 0:
+            raise InvalidArgument("RESERVOIR_GATEWAY_READ_THREADS must be >= 0")
 
     @property
     def certificate(self) -> tuple[str, str]:
