@@ -94,3 +94,15 @@ def test_a_penalised_same_host_worker_is_not_asked_on_its_port() -> None:
     for _ in range(2):
         assert not same_host.read_into(cold, 0, memoryview(bytearray(10)))
     assert ports.asked == ["near"] and view.failed == ["near"]
+
+
+def test_block_files_only_reads_a_same_host_file_and_never_asks_a_port() -> None:
+    ports = Source("dp", Outcome.READ)
+    local = Source("sc", Outcome.READ, same_host=True)
+    reads, _ = _reads(ports, local, [NEAR, BEST])
+    files = reads.block_files_only()
+    assert files.read_inode_bytes(held_by("near", size=10), 0, 10) == b"s" * 10
+    local.outcome = Outcome.DECLINED
+    assert files.read_inode_bytes(held_by("near", size=10), 0, 10) is None
+    assert files.read_inode_bytes(held_by("best", size=10), 0, 10) is None
+    assert ports.asked == []

@@ -34,12 +34,14 @@ class ThreadReads:
         data_port: DataPortReader,
         *,
         same_host_ports: bool = False,
+        ports: bool = True,
     ) -> None:
         self._view = view
         self._planner = planner
         self._short_circuit = planner.short_circuit
         self._data_port = data_port  # the planner's, with its pipelined reads of many
         self._same_host_ports = same_host_ports
+        self._ports = ports
         self._checked: tuple[list[WorkerRecord], bool] | None = None
 
     def asking_same_host_ports(self) -> ThreadReads:
@@ -48,6 +50,11 @@ class ThreadReads:
         where these leave it to the full path. For a reader whose threads may wait on
         cold reads (the S3 gateway's): one plain socket round trip instead of a gRPC call."""
         return ThreadReads(self._view, self._planner, self._data_port, same_host_ports=True)
+
+    def block_files_only(self) -> ThreadReads:
+        """These reads from same-host workers' block files alone, never a socket, so
+        they never wait on the network (safe on an event loop): any other block is None."""
+        return ThreadReads(self._view, self._planner, self._data_port, ports=False)
 
     def knows_workers(self) -> bool:
         return self._view.known_workers() is not None
@@ -160,7 +167,7 @@ class ThreadReads:
         at: list[int] = []
         for i, part in enumerate(parts):
             plan = self._planner.plan(part[0], part[1], workers)
-            if plan.local or plan.port is None:
+            if plan.local or plan.port is None or not self._ports:
                 done[i] = self._block_into(*part, workers)
             else:
                 reads.append(BlockRead(plan.port, *part))
@@ -185,6 +192,8 @@ class ThreadReads:
         for worker in plan.local:
             if self._short_circuit.read_into(worker, inode, index, offset, out) is Outcome.READ:
                 return True
+        if not self._ports:
+            return False
         port = plan.port
         if port is None and self._same_host_ports:
             penalties = self._planner.penalties

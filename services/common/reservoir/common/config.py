@@ -781,6 +781,11 @@ class GatewayConfig:
     # ports, which fetch misses): a thread waits out a cold object's fetch, so about as
     # many as the responses in flight. 0: every piece by the client's asyncio path.
     read_threads: int = field(default=16, metadata=env("RESERVOIR_GATEWAY_READ_THREADS"))
+    # A piece smaller than this is first looked for in same-host workers' block files on
+    # the event loop (a file of a few KB costs less to read than the hop to a thread).
+    thread_read_bytes: int = field(
+        default=256 * KiB, metadata=env("RESERVOIR_GATEWAY_THREAD_READ_BYTES")
+    )
     # Signed requests dated further than this from the gateway's clock are refused
     # (RequestTimeTooSkewed), as S3 does after 15 minutes.
     clock_skew_s: float = field(default=900.0, metadata=env("RESERVOIR_GATEWAY_CLOCK_SKEW"))
@@ -805,8 +810,11 @@ class GatewayConfig:
             raise InvalidArgument(
                 "RESERVOIR_GATEWAY_READ_PIECE must be >= 1 and RESERVOIR_GATEWAY_READ_AHEAD >= 0"
             )
-        if self.read_threads < 0:
-            raise InvalidArgument("RESERVOIR_GATEWAY_READ_THREADS must be >= 0")
+        if self.read_threads < 0 or self.thread_read_bytes < 0:
+            raise InvalidArgument(
+                "RESERVOIR_GATEWAY_READ_THREADS and RESERVOIR_GATEWAY_THREAD_READ_BYTES "
+                "must be >= 0"
+            )
 
     @property
     def certificate(self) -> tuple[str, str]:
