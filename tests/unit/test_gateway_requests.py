@@ -156,7 +156,6 @@ def test_gateway_settings_come_from_the_environment() -> None:
             "RESERVOIR_GATEWAY_READ_PIECE": "4MiB",
             "RESERVOIR_GATEWAY_CLOCK_SKEW": "5m",
             "RESERVOIR_GATEWAY_READ_THREADS": "0",
-            "RESERVOIR_GATEWAY_THREAD_READ_BYTES": "1MiB",
             "RESERVOIR_MASTER": "m:1",
         },
     )
@@ -165,8 +164,7 @@ def test_gateway_settings_come_from_the_environment() -> None:
         config.read_piece_bytes,
         config.clock_skew_s,
         config.read_threads,
-        config.thread_read_bytes,
-    ) == ("0.0.0.0:9000", 4 << 20, 300.0, 0, 1 << 20)
+    ) == ("0.0.0.0:9000", 4 << 20, 300.0, 0)
     assert config.client.master == "m:1"
     assert config.certificate == ("", "")
     with pytest.raises(InvalidArgument):

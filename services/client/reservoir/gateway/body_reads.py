@@ -1,20 +1,19 @@
-"""Where a GetObject's body comes from: each piece of it read from the cache on one of
-`read_threads` threads, the way the blocking client reads; a small one first from a
-same-host worker's block file on the event loop (cheaper than the hop to a thread).
+"""Where a GetObject's body comes from, piece by piece: a same-host worker's block file
+on the event loop; else, on one of `read_threads` threads, the client's thread path asking
+workers' data ports (same-host ones too, which fetch a miss from the under-store once);
+else the client's full asyncio path.
 
-On a thread a piece is read by the client's thread path (`AsyncClient.thread_reads`),
-asking same-host workers' data ports too: a same-host worker's block file if it holds the
-block, else a worker's data port (the worker fetches a miss from the under-store, once),
-straight into the bytes sent and checked against the block's checksum. Two costs leave the
-event loop that way: copying and checking megabytes of a large object (the loop sends the
-pieces before it meanwhile; the copy and the checksum release the GIL), and the gRPC call
-per cold object, whose client side costs the gateway more CPU than the rest of the request
-(a data-port round trip is a plain socket write and read, on the worker too).
+Measured (bench/README.md, the gateway's rows): the gRPC call per cold object cost the
+gateway about 0.5 ms of its 1.1 ms CPU per object and the worker more than its data port
+does; a data-port round trip is a plain socket write and read, on a thread because it
+blocks. A block file already on this host is read on the loop: the hop to a thread and
+back doubled the gateway's CPU per warm small object, and for 8 MiB pieces of warm large
+objects it gained nothing measurable on two cores.
 
-What the thread path does not read (a worker that fails, an object no worker can serve,
-the under-store) takes the client's full path on the loop (`AsyncClient.read_pieces`),
-which fails over and decides the error, exactly as before. So does every piece until the
-client knows the worker list (its first read), and every piece when `read_threads` is 0."""
+What neither reads (a worker that fails, an object no worker can serve, the under-store)
+takes the full path (`AsyncClient.read_pieces`: gRPC, failover, the error the client
+sees), exactly as before; so does every piece until the client knows the worker list (its
+first read), and every piece not in a same-host file when `read_threads` is 0."""
 
 from __future__ import annotations
 
@@ -31,7 +30,6 @@ class BodyReads:
         self._client = client
         self._reads = client.thread_reads.asking_same_host_ports()
         self._files = client.thread_reads.block_files_only()
-        self._thread_bytes = config.thread_read_bytes
         self._threads = (
             cf.ThreadPoolExecutor(config.read_threads, thread_name_prefix="gateway-body")
             if config.read_threads > 0
@@ -41,9 +39,7 @@ class BodyReads:
     async def piece(self, inode: Inode, offset: int, length: int) -> list[memoryview]:
         """Bytes [offset, offset+length) of the version of the object `inode` describes
         when the thread path reads it, else of the file at its path (as `read_pieces`)."""
-        if length < self._thread_bytes and self._files.can_read():
-            # Measured: for a warm small object the hop to a thread and back costs the
-            # gateway more CPU than the rest of the request does.
+        if self._files.can_read():
             data = self._files.read_inode_bytes(inode, offset, length)
             if data is not None:
                 return [memoryview(data)]
