@@ -3,6 +3,7 @@
     python bench/read_bench.py                  # defaults (SeaweedFS S3), 3 runs per row
     python bench/read_bench.py --s3 moto        # the tests' moto server instead
     python bench/read_bench.py --quick          # smoke run: tiny data sets, one run
+    python bench/read_bench.py --rows gateway   # the gateway's rows and their baselines only
 
 Starts a local cluster (etcd, the S3 server with 20 ms first-byte latency, the master and
 --workers workers with /dev/shm block files), uploads the data sets with nothing timed,
@@ -110,6 +111,8 @@ class ReadBench:
         self.checkpoint = checkpoint_dataset(args.checkpoint_mb)
         self.local_checkpoint = work / "checkpoint.bin"
         self.extra: dict[str, Any] = {}
+        # `--rows gateway`: the gateway's rows and only the rows they are divided by.
+        self.gateway_only = args.rows == "gateway"
 
     def cold_prefix(self, ds: Dataset, run: int) -> str:
         return f"cold{run + 1}/{ds.prefix}"
@@ -124,17 +127,20 @@ class ReadBench:
         s3.create_bucket(Bucket=BUCKET)
         seconds: dict[str, float] = {}
         for ds in (self.small, self.large):
-            prefixes = [ds.prefix] + [self.cold_prefix(ds, r) for r in range(a.runs)]
+            prefixes = [ds.prefix]
+            if not self.gateway_only:
+                prefixes += [self.cold_prefix(ds, r) for r in range(a.runs)]
             if ds is self.small:  # the gateway's cold rows read never-read copies too
                 prefixes += [self.gateway_cold_prefix(ds, r) for r in range(a.runs)]
             log(f"uploading {ds.name}: {len(ds.sizes)} files x {len(prefixes)} prefixes")
             start = time.perf_counter()
             upload(s3, ds, prefixes, 16, a.seed)
             seconds[ds.name] = time.perf_counter() - start
-        log(f"uploading checkpoint: {self.checkpoint.nbytes // MiB} MiB")
-        start = time.perf_counter()
-        upload_file(s3, self.checkpoint, self.local_checkpoint)
-        seconds["checkpoint"] = time.perf_counter() - start
+        if not self.gateway_only:
+            log(f"uploading checkpoint: {self.checkpoint.nbytes // MiB} MiB")
+            start = time.perf_counter()
+            upload_file(s3, self.checkpoint, self.local_checkpoint)
+            seconds["checkpoint"] = time.perf_counter() - start
         self.extra["upload_seconds"] = seconds
         log(f"  uploads took {seconds}")
         with self.s.client(short_circuit=False) as client:
@@ -156,7 +162,10 @@ class ReadBench:
                 for run in range(a.runs):
                     log(f"S3 direct, {ds.name}, run {run + 1}/{a.runs}")
                     s.measure(boto, ds, boto_read)
-                    s.measure(fs, ds, fs_read)
+                    if not self.gateway_only:
+                        s.measure(fs, ds, fs_read)
+                if self.gateway_only:
+                    continue
                 cache = readers.simplecache_reader(
                     endpoint, ds, pool, self.work / f"fsspec-{ds.name}"
                 )
@@ -175,6 +184,8 @@ class ReadBench:
                 )
                 for _ in range(a.runs):
                     s.measure(e2, ds, cache)
+        if self.gateway_only:
+            return
         row = s.row("checkpoint", targets.BOTO3_ONE_GET, "one get_object(...).read()")
         one = readers.boto3_one_get(s3, self.checkpoint)
         for run in range(a.runs):
@@ -217,6 +228,8 @@ class ReadBench:
                 read = readers.reservoir_read(client, ds, pool)()
                 if read.wrong:
                     raise RuntimeError(f"warm-up of {ds.name}: bytes differ: {read.wrong[:3]}")
+            if self.gateway_only:
+                return
             log("warming checkpoint (cold readinto)")
             s.measure(
                 s.row("checkpoint", targets.CKPT_COLD, "first read, through the workers; one run"),
@@ -226,6 +239,9 @@ class ReadBench:
             )
 
     def warm_rows(self) -> None:
+        if self.gateway_only:
+            self.warm_remote_rows()
+            return
         a, s = self.args, self.s
         conc, many = a.concurrency, f"read_many {a.many_threads} threads x {a.batch} paths"
         for run in range(a.runs):
@@ -297,6 +313,26 @@ class ReadBench:
                     cache=WARM,
                     files=n * len(self.small.sizes),
                 )
+
+    def warm_remote_rows(self) -> None:
+        """`--rows gateway`: of the warm rows, only the SDK's remote read per file (what
+        the gateway's large row is divided by)."""
+        a, s = self.args, self.s
+        note = f"read per file, {a.concurrency} threads, remote (data port)"
+        for run in range(a.runs):
+            log(f"warm remote rows, run {run + 1}/{a.runs}")
+            with (
+                s.client(short_circuit=False) as client,
+                cf.ThreadPoolExecutor(a.concurrency) as pool,
+            ):
+                for ds in (self.small, self.large):
+                    client.ls(f"{MOUNT}/{ds.name}")
+                    s.measure(
+                        s.row(ds.name, targets.WARM_REMOTE_READ, note),
+                        ds,
+                        readers.reservoir_read(client, ds, pool),
+                        cache=WARM,
+                    )
 
     def gateway_rows(self) -> None:
         """boto3 from `concurrency` threads through `reservoir gateway` (one process beside
@@ -381,6 +417,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--state-dir", type=Path, default=None, help="default: a temp dir")
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--quick", action="store_true", help="tiny sizes, one run: a smoke test")
+    p.add_argument(
+        "--rows",
+        choices=("all", "gateway"),
+        default="all",
+        help="gateway: only the S3 gateway's rows and the rows they are divided by (boto3 "
+        "direct, the SDK's warm remote read); no checkpoint, no ceilings",
+    )
     args = p.parse_args(argv)
     if args.quick:
         args.small_files, args.large_files, args.runs = 200, 2, 1
@@ -409,7 +452,9 @@ def main(argv: list[str] | None = None) -> int:
             tcp.runs.append(tcp_loopback(args.ceiling_mb * MiB))
             log(f"  {tcp.runs[-1].mb_s:.0f} MB/s")
 
-    tcp_ceiling("before")
+    gateway_only = args.rows == "gateway"
+    if not gateway_only:
+        tcp_ceiling("before")
     work = Path(tempfile.mkdtemp(prefix="reservoir-bench-work-"))
     own_state = args.state_dir is None
     state_dir = Path(tempfile.mkdtemp(prefix="reservoir-bench-")) if own_state else args.state_dir
@@ -417,14 +462,15 @@ def main(argv: list[str] | None = None) -> int:
     cluster = session = None
     try:
         bench = ReadBench(args, Session(None, s3), work)
-        log(f"writing the checkpoint ({args.checkpoint_mb} MiB) to {bench.local_checkpoint}")
-        write_checkpoint(bench.checkpoint, bench.local_checkpoint, args.seed)
-        page_read = readers.page_cache_reader(bench.local_checkpoint)
-        page_read()  # warm
-        for _ in range(args.runs):
-            got = page_read()
-            page.runs.append(Run(got.seconds, got.nbytes, 0))
-            log(f"  page-cache readinto: {page.runs[-1].mb_s:.0f} MB/s")
+        if not gateway_only:
+            log(f"writing the checkpoint ({args.checkpoint_mb} MiB) to {bench.local_checkpoint}")
+            write_checkpoint(bench.checkpoint, bench.local_checkpoint, args.seed)
+            page_read = readers.page_cache_reader(bench.local_checkpoint)
+            page_read()  # warm
+            for _ in range(args.runs):
+                got = page_read()
+                page.runs.append(Run(got.seconds, got.nbytes, 0))
+                log(f"  page-cache readinto: {page.runs[-1].mb_s:.0f} MB/s")
         endpoint = s3.start()
         log(f"starting cluster ({args.workers} workers) in {state_dir}")
         cluster = LocalCluster.up(
@@ -440,7 +486,8 @@ def main(argv: list[str] | None = None) -> int:
         bench.upload()
         cluster.s3_config(latency_ms=args.s3_latency_ms)
         bench.s3_rows()
-        bench.cold_rows()
+        if not gateway_only:
+            bench.cold_rows()
         bench.warm_up()
         bench.warm_rows()
         bench.gateway_rows()
@@ -454,7 +501,8 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(work, ignore_errors=True)
         if own_state:
             shutil.rmtree(state_dir, ignore_errors=True)
-    tcp_ceiling("after")
+    if not gateway_only:
+        tcp_ceiling("after")
 
     rows = [tcp, page, *session.rows]
     medians = {

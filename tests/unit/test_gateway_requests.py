@@ -155,15 +155,19 @@ def test_gateway_settings_come_from_the_environment() -> None:
             "RESERVOIR_GATEWAY_LISTEN": "0.0.0.0:9000",
             "RESERVOIR_GATEWAY_READ_PIECE": "4MiB",
             "RESERVOIR_GATEWAY_CLOCK_SKEW": "5m",
+            "RESERVOIR_GATEWAY_READ_THREADS": "0",
             "RESERVOIR_MASTER": "m:1",
         },
     )
-    assert (config.listen, config.read_piece_bytes, config.clock_skew_s) == (
-        "0.0.0.0:9000",
-        4 << 20,
-        300.0,
-    )
+    assert (
+        config.listen,
+        config.read_piece_bytes,
+        config.clock_skew_s,
+        config.read_threads,
+    ) == ("0.0.0.0:9000", 4 << 20, 300.0, 0)
     assert config.client.master == "m:1"
     assert config.certificate == ("", "")
     with pytest.raises(InvalidArgument):
         cfg.load(cfg.GatewayConfig, {"RESERVOIR_GATEWAY_READ_AHEAD": "-1"})
+    with pytest.raises(InvalidArgument):
+        cfg.load(cfg.GatewayConfig, {"RESERVOIR_GATEWAY_READ_THREADS": "-1"})

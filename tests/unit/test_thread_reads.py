@@ -70,3 +70,39 @@ def test_read_many_pipelines_to_ports_and_leaves_what_failed_to_the_full_path() 
     ok = held_by("best", size=5)
     big = held_by("best", size=5000)  # more than one block: not for read_many here
     assert reads.read_many([ok, big]) == [b"ddddd", None]
+
+
+def test_a_block_missing_from_a_same_host_file_goes_to_that_workers_port_only_when_asked() -> None:
+    ports = Source("dp", Outcome.READ)
+    local = Source("sc", Outcome.DECLINED, same_host=True)  # not cached there (yet)
+    reads, _ = _reads(ports, local, [NEAR])
+    cold = held_by("near", size=10)
+    out = bytearray(10)
+    # By default a cold block on this host is the full path's (gRPC fetches the miss).
+    assert not reads.read_into(cold, 0, memoryview(out)) and ports.asked == []
+    # Asked to, the same-host worker's data port fetches it.
+    assert reads.asking_same_host_ports().read_into(cold, 0, memoryview(out))
+    assert out == b"d" * 10 and local.asked == ["near", "near"] and ports.asked == ["near"]
+
+
+def test_a_penalised_same_host_worker_is_not_asked_on_its_port() -> None:
+    ports = Source("dp", Outcome.UNREACHABLE)
+    local = Source("sc", Outcome.DECLINED, same_host=True)
+    reads, view = _reads(ports, local, [NEAR])
+    same_host = reads.asking_same_host_ports()
+    cold = held_by("near", size=10)
+    for _ in range(2):
+        assert not same_host.read_into(cold, 0, memoryview(bytearray(10)))
+    assert ports.asked == ["near"] and view.failed == ["near"]
+
+
+def test_block_files_only_reads_a_same_host_file_and_never_asks_a_port() -> None:
+    ports = Source("dp", Outcome.READ)
+    local = Source("sc", Outcome.READ, same_host=True)
+    reads, _ = _reads(ports, local, [NEAR, BEST])
+    files = reads.block_files_only()
+    assert files.read_inode_bytes(held_by("near", size=10), 0, 10) == b"s" * 10
+    local.outcome = Outcome.DECLINED
+    assert files.read_inode_bytes(held_by("near", size=10), 0, 10) is None
+    assert files.read_inode_bytes(held_by("best", size=10), 0, 10) is None
+    assert ports.asked == []

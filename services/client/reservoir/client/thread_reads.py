@@ -27,12 +27,34 @@ _Part = tuple[Inode, int, int, memoryview]
 
 
 class ThreadReads:
-    def __init__(self, view: ClusterView, planner: Planner, data_port: DataPortReader) -> None:
+    def __init__(
+        self,
+        view: ClusterView,
+        planner: Planner,
+        data_port: DataPortReader,
+        *,
+        same_host_ports: bool = False,
+        ports: bool = True,
+    ) -> None:
         self._view = view
         self._planner = planner
         self._short_circuit = planner.short_circuit
         self._data_port = data_port  # the planner's, with its pipelined reads of many
+        self._same_host_ports = same_host_ports
+        self._ports = ports
         self._checked: tuple[list[WorkerRecord], bool] | None = None
+
+    def asking_same_host_ports(self) -> ThreadReads:
+        """These reads, but a block that a same-host worker's file does not hold (yet) is
+        then asked of that worker's data port, which fetches a miss from the under-store,
+        where these leave it to the full path. For a reader whose threads may wait on
+        cold reads (the S3 gateway's): one plain socket round trip instead of a gRPC call."""
+        return ThreadReads(self._view, self._planner, self._data_port, same_host_ports=True)
+
+    def block_files_only(self) -> ThreadReads:
+        """These reads from same-host workers' block files alone, never a socket, so
+        they never wait on the network (safe on an event loop): any other block is None."""
+        return ThreadReads(self._view, self._planner, self._data_port, ports=False)
 
     def knows_workers(self) -> bool:
         return self._view.known_workers() is not None
@@ -145,7 +167,7 @@ class ThreadReads:
         at: list[int] = []
         for i, part in enumerate(parts):
             plan = self._planner.plan(part[0], part[1], workers)
-            if plan.local or plan.port is None:
+            if plan.local or plan.port is None or not self._ports:
                 done[i] = self._block_into(*part, workers)
             else:
                 reads.append(BlockRead(plan.port, *part))
@@ -170,11 +192,20 @@ class ThreadReads:
         for worker in plan.local:
             if self._short_circuit.read_into(worker, inode, index, offset, out) is Outcome.READ:
                 return True
-        if plan.port is None:
+        if not self._ports:
             return False
-        outcome = self._data_port.read_into(plan.port, inode, index, offset, out)
+        port = plan.port
+        if port is None and self._same_host_ports:
+            penalties = self._planner.penalties
+            port = next(
+                (w for w in plan.local if self._data_port.reaches(w) and not penalties.holds(w.id)),
+                None,
+            )
+        if port is None:
+            return False
+        outcome = self._data_port.read_into(port, inode, index, offset, out)
         if outcome is Outcome.UNREACHABLE:
-            self._unreachable({plan.port.id: plan.port})
+            self._unreachable({port.id: port})
         return outcome is Outcome.READ
 
     def _unreachable(self, workers: dict[str, WorkerRecord]) -> None:

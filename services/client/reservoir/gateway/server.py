@@ -20,6 +20,7 @@ from reservoir.common.errors import NotADirectory, NotFound, ReservoirError
 from reservoir.common.models import Inode
 
 from . import xml_replies
+from .body_reads import BodyReads
 from .bucket_listing import list_objects_v1, list_objects_v2
 from .key_walk import KeyWalk
 from .naming import Target
@@ -88,6 +89,7 @@ class Gateway:
         keys = read_keys(config.keys_file) if config.keys_file else None
         self._signatures = SignatureCheck(keys, config.clock_skew_s) if keys is not None else None
         self.writes = GatewayWrites(config, client, signatures_checked=keys is not None)
+        self.bodies = BodyReads(config, client)
 
     def app(self) -> web.Application:
         app = web.Application(handler_args={"max_field_size": 16384})
@@ -227,12 +229,16 @@ class Gateway:
         """The body in pieces of `read_piece_bytes`, `read_ahead` pieces read while one is
         sent: memory per response is bounded, and the cache and the socket work at once."""
         piece = self.config.read_piece_bytes
+        if length <= piece:  # one piece (every small object): no read-ahead to arrange
+            pieces = await self.bodies.piece(inode, first, length)
+            _check_sent(inode, await _write(response, pieces), length)
+            return
         offsets = iter(range(first, first + length, piece))
         end = first + length
 
         def read(offset: int) -> asyncio.Future[list[memoryview]]:
             size = min(piece, end - offset)
-            return asyncio.ensure_future(self._client.read_pieces(inode.path, offset, size))
+            return asyncio.ensure_future(self.bodies.piece(inode, offset, size))
 
         reading = deque(read(o) for o in itertools.islice(offsets, 1 + self.config.read_ahead))
         sent = 0
@@ -242,16 +248,26 @@ class Gateway:
                 following = next(offsets, None)
                 if following is not None:
                     reading.append(read(following))
-                for part in pieces:
-                    await response.write(part)
-                    sent += len(part)
+                sent += await _write(response, pieces)
         finally:
             for pending in reading:
                 pending.cancel()
-        if sent != length:
-            # The object changed under the response: the client must not take a short body
-            # for the object, so the connection is cut rather than the body ended.
-            raise ConnectionResetError(f"{inode.path}: sent {sent} of {length} bytes")
+        _check_sent(inode, sent, length)
+
+
+async def _write(response: web.StreamResponse, pieces: list[memoryview]) -> int:
+    sent = 0
+    for part in pieces:
+        await response.write(part)
+        sent += len(part)
+    return sent
+
+
+def _check_sent(inode: Inode, sent: int, length: int) -> None:
+    if sent != length:
+        # The object changed under the response: the client must not take a short body
+        # for the object, so the connection is cut rather than the body ended.
+        raise ConnectionResetError(f"{inode.path}: sent {sent} of {length} bytes")
 
 
 def _error(err: S3Error, request: web.Request, target: Target, head: bool) -> web.Response:
@@ -306,3 +322,4 @@ async def serve(config: GatewayConfig, started: asyncio.Event | None = None) -> 
             with contextlib.suppress(Exception):
                 await runner.cleanup()
             gateway.writes.close()
+            gateway.bodies.close()

@@ -777,6 +777,10 @@ class GatewayConfig:
     # pieces ahead of the one being sent: what one response holds in memory is bounded.
     read_piece_bytes: int = field(default=8 * MiB, metadata=env("RESERVOIR_GATEWAY_READ_PIECE"))
     read_ahead: int = field(default=2, metadata=env("RESERVOIR_GATEWAY_READ_AHEAD"))
+    # Pieces not in a same-host worker's block file are read from workers' data ports on
+    # this many threads (a data port fetches a miss; the thread waits out the fetch, so
+    # about as many as the responses in flight). 0: by the client's asyncio path (gRPC).
+    read_threads: int = field(default=16, metadata=env("RESERVOIR_GATEWAY_READ_THREADS"))
     # Signed requests dated further than this from the gateway's clock are refused
     # (RequestTimeTooSkewed), as S3 does after 15 minutes.
     clock_skew_s: float = field(default=900.0, metadata=env("RESERVOIR_GATEWAY_CLOCK_SKEW"))
@@ -801,6 +805,8 @@ class GatewayConfig:
             raise InvalidArgument(
                 "RESERVOIR_GATEWAY_READ_PIECE must be >= 1 and RESERVOIR_GATEWAY_READ_AHEAD >= 0"
             )
+        if self.read_threads < 0:
+            raise InvalidArgument("RESERVOIR_GATEWAY_READ_THREADS must be >= 0")
 
     @property
     def certificate(self) -> tuple[str, str]:
