@@ -32,6 +32,7 @@ from reservoir.common.object_writes import MAX_PARTS, ObjectWrites, Part
 from reservoir.common.observability import inject_metadata
 from reservoir.common.placement import block_key
 from reservoir.common.rpc import ChannelPool, error_from_rpc
+from reservoir.common.staged_block_wire import encode_stage_request
 from reservoir.v1 import master_pb2, worker_pb2
 
 from .cluster_view import ClusterView
@@ -183,16 +184,14 @@ class WriteSession:
         view = memoryview(data)
 
         async def one(index: int, start: int) -> None:
-            block = bytes(view[start : start + self.block_size])
+            block = view[start : start + self.block_size]
             worker = by_id[table.homes(block_key(self.write_id, index), 1)[0]]
             call = self._writes.channels.get(worker.address).unary_unary(
                 _STAGE_BLOCK,
-                request_serializer=worker_pb2.StageBlockRequest.SerializeToString,
+                request_serializer=None,  # already wire bytes: one copy of the block
                 response_deserializer=worker_pb2.StageBlockResponse.FromString,
             )
-            request = worker_pb2.StageBlockRequest(
-                write_id=self.write_id, index=index, data=block, crc32c=checksum(block)
-            )
+            request = encode_stage_request(self.write_id, index, block, checksum(block))
             try:
                 # A block's bytes on the wire: the deadline of a block read.
                 await call(request, timeout=self._config.read_timeout_s, metadata=inject_metadata())

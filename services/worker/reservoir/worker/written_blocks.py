@@ -30,6 +30,7 @@ from reservoir.common.metadata_store import MetadataStore
 from reservoir.common.models import WorkerRecord
 from reservoir.common.observability import inject_metadata
 from reservoir.common.rpc import ChannelPool, error_from_rpc
+from reservoir.common.staged_block_wire import encode_stage_request
 from reservoir.common.write_records import WriteRecord, check_write_id, write_key
 from reservoir.v1 import worker_pb2
 
@@ -73,7 +74,7 @@ class WrittenBlocks:
         self._timeout = rpc_timeout_s
         self._live_workers = live_workers
 
-    def stage(self, write_id: str, index: int, data: bytes, crc: int) -> bool:
+    def stage(self, write_id: str, index: int, data: bytes | memoryview, crc: int) -> bool:
         """Holds a written block until its file is published; False when no tier took it
         (full of pinned or hotter blocks): the block is then read from the store later."""
         block = staged_id(write_id, index)
@@ -101,9 +102,15 @@ class WrittenBlocks:
         for index, home_id in sorted(homes.items()):
             staged = staged_id(write_id, index)
             home = "" if home_id in ("", self._service.worker_id) else addresses.get(home_id)
+            length = max(0, min(file.block_size, file.file_size - index * file.block_size))
+            offset = index * file.block_size
+            if home == "" and self._service.keep_staged(
+                staged, (file.file_id, index), length, offset
+            ):
+                committed += 1  # renamed in place: no copy of the bytes
+                continue
             held = await self._service.store.get(staged)
             self._service.store.evict([staged])
-            length = max(0, min(file.block_size, file.file_size - index * file.block_size))
             if held is None or home is None or len(held[0]) != length:
                 missing += 1
                 continue
@@ -111,7 +118,7 @@ class WrittenBlocks:
             if home:
                 forwards.setdefault(home, []).append((index, data, crc))
                 continue
-            self._service.keep((file.file_id, index), data, crc, index * file.block_size)
+            self._service.keep((file.file_id, index), data, crc, offset)
             committed += 1
         results = await asyncio.gather(
             *(
@@ -135,7 +142,7 @@ class WrittenBlocks:
         channel = self._channels.get(address)
         stage = channel.unary_unary(
             STAGE_BLOCK,
-            request_serializer=worker_pb2.StageBlockRequest.SerializeToString,
+            request_serializer=None,  # already wire bytes (staged_block_wire.py)
             response_deserializer=worker_pb2.StageBlockResponse.FromString,
         )
         commit = channel.unary_unary(
@@ -148,9 +155,7 @@ class WrittenBlocks:
         async def one(index: int, data: bytes, crc: int) -> None:
             async with slots:
                 await stage(
-                    worker_pb2.StageBlockRequest(
-                        write_id=write_id, index=index, data=data, crc32c=crc
-                    ),
+                    encode_stage_request(write_id, index, data, crc),
                     timeout=self._timeout,
                     metadata=inject_metadata(),
                 )
