@@ -8,6 +8,11 @@ block under the real id, or sends it on to its home, which keeps it there. Reade
 find every block at its home: reading a file right after it was written costs the
 under-store nothing.
 
+A block committed where it was staged is renamed in its tier, never copied; one bound for
+another worker is read only when its turn to be sent comes. StageBlock requests travel in
+protobuf's encoding built and read by hand (staged_block_wire.py): the payload is copied
+once into the request and read on arrival as a view into it.
+
 Staged blocks live in the worker's ordinary tiers under a staging id, so they take room
 within its capacity and are evicted like any other block: a staged block that is gone by
 commit time is only a block the first reader fetches from the store. Nothing here is ever
