@@ -115,6 +115,7 @@ def test_a_rekeyed_block_is_held_under_its_new_id_and_offset_only(
     assert entry is not None and entry.offset == 18
     if shm:
         assert sorted(p.name for p in (tmp_path / "shm").iterdir()) == ["file-2"]
+        assert (tmp_path / "shm" / "file-2").stat().st_mode & 0o777 == 0o444  # still read-only
         assert read_block_file(str(tmp_path / "shm" / "file-2"), 9, 18)[0] == b"payload!!"
     # Nothing to move, or a block already held under the new id: nothing changes.
     assert not tier.rekey(("staged-w", 2), ("file", 3), 27)

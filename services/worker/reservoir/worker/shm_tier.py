@@ -65,11 +65,13 @@ class ShmTier(MemoryTier):
         # The file gets the new offset in its header, then the new name: a reader finds
         # the block under its name whole or not at all (nobody reads a staged block).
         path = self._path(old)
+        os.chmod(path, 0o644)  # block files are read-only (0444), to their owner too
         fd = os.open(path, os.O_WRONLY)
         try:
             os.pwrite(fd, header(entry.crc, entry.length, offset), 0)
         finally:
             os.close(fd)
+            os.chmod(path, 0o444)
         os.replace(path, self._path(new))
         return None
 
