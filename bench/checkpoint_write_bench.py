@@ -53,7 +53,7 @@ from reservoir.client import Client
 from reservoir.local.cluster import DEV_CREDENTIALS, LocalCluster
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from speed.s3_servers import S3Choice  # noqa: E402
+from speed.s3_servers import S3Choice, cpu_seconds  # noqa: E402
 
 MiB = 1 << 20
 BUCKET = "ckpt-bench"
@@ -218,7 +218,7 @@ def main() -> None:
                 env=dict(DEV_CREDENTIALS) if endpoint else None,
             )
             try:
-                rows = run(cluster, args, size)
+                rows = run(cluster, s3, args, size)
             finally:
                 cluster.down()
         finally:
@@ -237,7 +237,32 @@ def main() -> None:
         )
 
 
-def run(cluster: LocalCluster, args: argparse.Namespace, size: int) -> list[dict[str, Any]]:
+class CpuMeter:
+    """CPU seconds (utime + stime) of this process, the workers, the master and the S3
+    server: on a shared machine they hold up better than wall time, and show what a
+    save costs beyond the upload itself."""
+
+    def __init__(self, cluster: LocalCluster, s3: S3Choice) -> None:
+        self._cluster, self._s3 = cluster, s3
+        self._workers = [cluster.processes[n].pid for n in cluster.worker_names()]
+        self._master = cluster.processes["master"].pid
+
+    def now(self) -> dict[str, float]:
+        return {
+            "client": time.process_time(),
+            "workers": sum(cpu_seconds(pid) for pid in self._workers),
+            "master": cpu_seconds(self._master),
+            "s3 server": self._s3.cpu_seconds(self._cluster),
+        }
+
+    @staticmethod
+    def spent(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+        return {k: round(after[k] - before[k], 1) for k in before}
+
+
+def run(
+    cluster: LocalCluster, s3: S3Choice, args: argparse.Namespace, size: int
+) -> list[dict[str, Any]]:
     cluster.s3_client().create_bucket(Bucket=BUCKET)
     master = cluster.master_address
     with Client(master) as rs:
@@ -251,14 +276,20 @@ def run(cluster: LocalCluster, args: argparse.Namespace, size: int) -> list[dict
     # checkpoint overwritten): on a shared machine one pair's ratio swings with its
     # neighbours' load, the median of several much less.
     pairs: list[tuple[float, float, float]] = []
+    meter = CpuMeter(cluster, s3)
+    cpu: list[dict[str, dict[str, float]]] = []
     for turn in range(args.save_runs):
+        start = meter.now()
         boto_save = save_boto3(cluster, "boto3/file.bin", data)
+        middle = meter.now()
         rs_save, rs_close = save_reservoir(master, "/bench/file.bin", data)
+        end = meter.now()
         pairs.append((boto_save, rs_save, rs_close))
+        cpu.append({"boto3": meter.spent(start, middle), "reservoir": meter.spent(middle, end)})
         print(
             f"save {turn + 1}/{args.save_runs}: reservoir {mb / rs_save:.0f} MB/s ({rs_save:.1f} "
             f"s, {rs_close:.1f} s of it in close), boto3 upload_fileobj {mb / boto_save:.0f} "
-            f"MB/s ({boto_save:.1f} s): {boto_save / rs_save:.2f}",
+            f"MB/s ({boto_save:.1f} s): {boto_save / rs_save:.2f}; CPU s {cpu[-1]}",
             file=sys.stderr,
         )
     boto_save = statistics.median(b for b, _, _ in pairs)
@@ -274,6 +305,7 @@ def run(cluster: LocalCluster, args: argparse.Namespace, size: int) -> list[dict
         | {
             "pair_ratios": [round(b / r, 2) for b, r, _ in pairs],
             "close_s": [round(c, 2) for _, _, c in pairs],
+            "cpu_s": cpu,
         }
     )
 
