@@ -4,6 +4,7 @@
     python bench/checkpoint_write_bench.py                  # 2 GiB file, ~1 GiB DCP state
     python bench/checkpoint_write_bench.py --size-mb 512 --dcp-mb 256   # a smaller run
     python bench/checkpoint_write_bench.py --s3 moto        # the tests' S3 server instead
+    python bench/checkpoint_write_bench.py --no-dcp --save-runs 3  # save pairs, medians
     python bench/checkpoint_write_bench.py --json results/checkpoint_write_bench.json
 
 Starts a local cluster (etcd, an S3 server: SeaweedFS behind the bench's counting relay,
@@ -38,6 +39,7 @@ import io
 import json
 import multiprocessing as mp
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -51,7 +53,7 @@ from reservoir.client import Client
 from reservoir.local.cluster import DEV_CREDENTIALS, LocalCluster
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from speed.s3_servers import S3Choice  # noqa: E402
+from speed.s3_servers import S3Choice, cpu_seconds  # noqa: E402
 
 MiB = 1 << 20
 BUCKET = "ckpt-bench"
@@ -63,14 +65,18 @@ def _payload(size: int) -> bytes:
     return os.urandom(size)
 
 
-def save_reservoir(master: str, path: str, data: bytes) -> float:
+def save_reservoir(master: str, path: str, data: bytes) -> tuple[float, float]:
+    """Seconds from open to the end of close, and of those the close alone (the last
+    parts, the publish, the blocks committed at their homes)."""
     view = memoryview(data)
     with Client(master) as rs:
         start = time.perf_counter()
         with rs.open(path, "wb") as f:
             for offset in range(0, len(view), PIECE):
                 f.write(view[offset : offset + PIECE])
-        return time.perf_counter() - start
+            closing = time.perf_counter()
+        end = time.perf_counter()
+        return end - start, end - closing
 
 
 def save_boto3(cluster: LocalCluster, key: str, data: bytes) -> float:
@@ -189,6 +195,9 @@ def main() -> None:
     parser.add_argument("--capacity", default="3GiB", help="memory tier per worker")
     parser.add_argument("--no-dcp", action="store_true", help="skip the DCP rows")
     parser.add_argument(
+        "--save-runs", type=int, default=1, help="save pairs; the row shows medians (1)"
+    )
+    parser.add_argument(
         "--gateway", action="store_true", help="also save through `reservoir gateway` (boto3)"
     )
     parser.add_argument("--s3", choices=("seaweedfs", "moto"), default="seaweedfs")
@@ -209,7 +218,7 @@ def main() -> None:
                 env=dict(DEV_CREDENTIALS) if endpoint else None,
             )
             try:
-                rows = run(cluster, args, size)
+                rows = run(cluster, s3, args, size)
             finally:
                 cluster.down()
         finally:
@@ -228,7 +237,32 @@ def main() -> None:
         )
 
 
-def run(cluster: LocalCluster, args: argparse.Namespace, size: int) -> list[dict[str, Any]]:
+class CpuMeter:
+    """CPU seconds (utime + stime) of this process, the workers, the master and the S3
+    server: on a shared machine they hold up better than wall time, and show what a
+    save costs beyond the upload itself."""
+
+    def __init__(self, cluster: LocalCluster, s3: S3Choice) -> None:
+        self._cluster, self._s3 = cluster, s3
+        self._workers = [cluster.processes[n].pid for n in cluster.worker_names()]
+        self._master = cluster.processes["master"].pid
+
+    def now(self) -> dict[str, float]:
+        return {
+            "client": time.process_time(),
+            "workers": sum(cpu_seconds(pid) for pid in self._workers),
+            "master": cpu_seconds(self._master),
+            "s3 server": self._s3.cpu_seconds(self._cluster),
+        }
+
+    @staticmethod
+    def spent(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+        return {k: round(after[k] - before[k], 1) for k in before}
+
+
+def run(
+    cluster: LocalCluster, s3: S3Choice, args: argparse.Namespace, size: int
+) -> list[dict[str, Any]]:
     cluster.s3_client().create_bucket(Bucket=BUCKET)
     master = cluster.master_address
     with Client(master) as rs:
@@ -238,19 +272,41 @@ def run(cluster: LocalCluster, args: argparse.Namespace, size: int) -> list[dict
     mb = size / MiB
     rows: list[dict[str, Any]] = []
 
-    boto_save = save_boto3(cluster, "boto3/file.bin", data)
-    rs_save = save_reservoir(master, "/bench/file.bin", data)
-    print(
-        f"save: reservoir {mb / rs_save:.0f} MB/s, boto3 upload_fileobj {mb / boto_save:.0f} MB/s",
-        file=sys.stderr,
-    )
+    # Saves in pairs (boto3, then reservoir), the same key and path each time (a
+    # checkpoint overwritten): on a shared machine one pair's ratio swings with its
+    # neighbours' load, the median of several much less.
+    pairs: list[tuple[float, float, float]] = []
+    meter = CpuMeter(cluster, s3)
+    cpu: list[dict[str, dict[str, float]]] = []
+    for turn in range(args.save_runs):
+        start = meter.now()
+        boto_save = save_boto3(cluster, "boto3/file.bin", data)
+        middle = meter.now()
+        rs_save, rs_close = save_reservoir(master, "/bench/file.bin", data)
+        end = meter.now()
+        pairs.append((boto_save, rs_save, rs_close))
+        cpu.append({"boto3": meter.spent(start, middle), "reservoir": meter.spent(middle, end)})
+        print(
+            f"save {turn + 1}/{args.save_runs}: reservoir {mb / rs_save:.0f} MB/s ({rs_save:.1f} "
+            f"s, {rs_close:.1f} s of it in close), boto3 upload_fileobj {mb / boto_save:.0f} "
+            f"MB/s ({boto_save:.1f} s): {boto_save / rs_save:.2f}; CPU s {cpu[-1]}",
+            file=sys.stderr,
+        )
+    boto_save = statistics.median(b for b, _, _ in pairs)
+    rs_save = statistics.median(r for _, r, _ in pairs)
     rows.append(
         _row(
             f"save {args.size_mb} MiB, MB/s / boto3 upload_fileobj",
             mb / rs_save,
             mb / boto_save,
             1.0,
+            f"median of {len(pairs)}" if len(pairs) > 1 else "",
         )
+        | {
+            "pair_ratios": [round(b / r, 2) for b, r, _ in pairs],
+            "close_s": [round(c, 2) for _, _, c in pairs],
+            "cpu_s": cpu,
+        }
     )
 
     if args.gateway:

@@ -95,3 +95,30 @@ def test_a_pinned_block_is_never_evicted_and_a_full_tier_of_them_serves_without_
     _put(tier, ("p", 1), b"x" * 10)  # pinned: evicts b
     assert _put(tier, ("c", 0), b"x" * 10) is False  # all pinned: not kept, nothing lost
     assert sorted(tier.blocks()) == [("p", 0), ("p", 1)] and tier.pinned_bytes() == 20
+
+
+@pytest.mark.parametrize("shm", [False, True])
+def test_a_rekeyed_block_is_held_under_its_new_id_and_offset_only(
+    tmp_path: Path, shm: bool
+) -> None:
+    from reservoir.common.block_file import read_block_file
+    from reservoir.worker.shm_tier import ShmTier
+
+    tier = ShmTier(str(tmp_path / "shm"), 100, None) if shm else MemoryTier(100, None)
+    data = memoryview(b"header--" + b"payload!!")[8:]  # a view, as a staged block arrives
+    assert tier.put(("staged-w", 2), data, checksum(data), 0)
+    assert tier.rekey(("staged-w", 2), ("file", 2), 18)
+    assert ("staged-w", 2) not in tier and tier.used_bytes == 9
+    held = tier.get(("file", 2))
+    assert held is not None and bytes(held[0]) == b"payload!!" and held[1] == checksum(data)
+    entry = tier.entry(("file", 2))
+    assert entry is not None and entry.offset == 18
+    if shm:
+        assert sorted(p.name for p in (tmp_path / "shm").iterdir()) == ["file-2"]
+        assert (tmp_path / "shm" / "file-2").stat().st_mode & 0o777 == 0o444  # still read-only
+        assert read_block_file(str(tmp_path / "shm" / "file-2"), 9, 18)[0] == b"payload!!"
+    # Nothing to move, or a block already held under the new id: nothing changes.
+    assert not tier.rekey(("staged-w", 2), ("file", 3), 27)
+    assert tier.put(("staged-w", 3), b"other", checksum(b"other"), 0)
+    assert not tier.rekey(("staged-w", 3), ("file", 2), 18)
+    assert ("staged-w", 3) in tier and bytes(tier.get(("file", 2))[0]) == b"payload!!"  # type: ignore[index]

@@ -216,3 +216,24 @@ def test_free_drops_a_block_from_every_tier_and_tells_the_owner(tmp_path: Path) 
         assert await store.get((FILE, 0)) is None
 
     _run(tmp_path, _config(tmp_path / "d"), scenario)
+
+
+def test_a_rekeyed_block_is_served_under_its_new_id_and_its_old_disk_copy_is_dropped(
+    tmp_path: Path,
+) -> None:
+    staged, final = ("staged-" + "1" * 32, 3), (FILE, 3)
+    data = _data(3)
+
+    async def scenario(store: TieredStore, events: Events) -> None:
+        # A view, as a staged block arrives: the disk write gets bytes of its own.
+        assert store.put(staged, memoryview(b"xx" + data)[2:], checksum(data), 0)
+        await store.settled()
+        assert store.rekey(staged, final, 3 * KiB)
+        await store.settled()
+        assert await store.get(staged) is None
+        held = await store.get(final)
+        assert held is not None and bytes(held[0]) == data and held[1] == checksum(data)
+        assert not list((tmp_path / "d").rglob(f"{staged[0]}-3"))
+        assert not store.rekey(staged, final, 3 * KiB)  # nothing left to move
+
+    _run(tmp_path, _config(tmp_path / "d"), scenario)

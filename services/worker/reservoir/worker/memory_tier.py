@@ -124,7 +124,12 @@ class MemoryTier:
         self.policy.on_access(block)
 
     def put(
-        self, block: BlockId, data: bytes, crc: int, offset: int, landed_s: float | None = None
+        self,
+        block: BlockId,
+        data: bytes | memoryview,
+        crc: int,
+        offset: int,
+        landed_s: float | None = None,
     ) -> bool:
         """Keeps `data` if the policy admits it (a pinned block always is), evicting what
         it says to make room. `landed_s`: when the block first landed in the worker (now
@@ -208,9 +213,32 @@ class MemoryTier:
         """`drop`, returning what was held."""
         return self._forget(block)
 
-    def _keep(self, block: BlockId, data: bytes, crc: int, offset: int) -> Any:
+    def rekey(self, old: BlockId, new: BlockId, offset: int) -> bool:
+        """Holds `old`'s bytes as block `new` (at `offset` of its object) without copying
+        them: a written block staged under its write's id, kept under its file's once the
+        file is published. False when `old` is not held or `new` already is (then
+        nothing changes)."""
+        if new in self._blocks or old not in self._blocks:
+            return False
+        try:
+            held = self._rekey(old, new, self._blocks[old], offset)
+        except OSError:
+            return False
+        entry = self._blocks.pop(old)
+        self.policy.remove(old)
+        self._blocks[new] = HeldBlock(entry.length, entry.crc, offset, held, time.time())
+        self.policy.on_admit(new, entry.length)
+        return True
+
+    def _rekey(self, old: BlockId, new: BlockId, entry: HeldBlock, offset: int) -> Any:
+        """What `_keep` would have stored for `new`, made from what it stored for `old`
+        (which is then gone)."""
+        return entry.held
+
+    def _keep(self, block: BlockId, data: bytes | memoryview, crc: int, offset: int) -> Any:
         """Stores a block's bytes; returns what `_load` gets back to find them."""
-        return data
+        # A view (a staged block, into its request) is copied: a tier hands out bytes.
+        return data if isinstance(data, bytes) else bytes(data)
 
     def _load(self, block: BlockId, entry: HeldBlock) -> BlockData:
         """The bytes `_keep` stored."""

@@ -296,6 +296,16 @@ class WorkerService:
         log.info("blocks_copied", source=source_file_id, file=file.file_id, blocks=len(copied))
         return copied
 
+    def keep_staged(self, staged: BlockId, block: BlockId, length: int, offset: int) -> bool:
+        """`keep` for a block staged here as `staged`, its bytes moved, not copied; False
+        when memory does not hold it with `length` bytes (nothing changes then)."""
+        held = self.store.memory.entry(staged)
+        if held is None or held.length != length or not self.store.rekey(staged, block, offset):
+            return False
+        self.removed.discard(block)
+        self.added.add(block)
+        return True
+
     # ---- cache rules: TTL expiry and free (see cache_rules.py) -------------------------
 
     def _expire_if_stale(self, request: BlockRequest) -> None:

@@ -17,6 +17,7 @@ import grpc.aio
 from reservoir.common import worker_methods as methods
 from reservoir.common.errors import InvalidArgument, ReservoirError, ResourceExhausted, code_value
 from reservoir.common.rpc import translate_errors, translate_stream_errors
+from reservoir.common.staged_block_wire import StagedBlock, decode_stage_request
 from reservoir.v1 import common_pb2, worker_pb2
 
 from .read_request import domain_request
@@ -158,7 +159,7 @@ class WorkerServicer:
 
     @translate_errors
     async def StageBlock(
-        self, request: worker_pb2.StageBlockRequest, context: grpc.aio.ServicerContext
+        self, request: StagedBlock, context: grpc.aio.ServicerContext
     ) -> worker_pb2.StageBlockResponse:
         if self._written is None:
             raise InvalidArgument("this worker takes no written blocks")
@@ -223,7 +224,8 @@ class WorkerServicer:
                 ),
                 methods.STAGE_BLOCK_NAME: grpc.unary_unary_rpc_method_handler(
                     self.StageBlock,
-                    request_deserializer=worker_pb2.StageBlockRequest.FromString,
+                    # The payload stays a view into gRPC's bytes (staged_block_wire.py).
+                    request_deserializer=decode_stage_request,
                     response_serializer=worker_pb2.StageBlockResponse.SerializeToString,
                 ),
                 methods.COMMIT_BLOCKS_NAME: grpc.unary_unary_rpc_method_handler(

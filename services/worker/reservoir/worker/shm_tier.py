@@ -16,13 +16,14 @@ with a token (ListWorkers). Short-circuit stays local, and needs a token too.
 
 from __future__ import annotations
 
+import os
 import secrets
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from reservoir.common.block_file import HEADER_SIZE, read_block_file, write_block_file
+from reservoir.common.block_file import HEADER_SIZE, header, read_block_file, write_block_file
 from reservoir.common.errors import DataLoss
 from reservoir.common.models import shm_block_name
 
@@ -56,8 +57,22 @@ class ShmTier(MemoryTier):
     def _path(self, block: BlockId) -> str:
         return str(self.directory / shm_block_name(*block))
 
-    def _keep(self, block: BlockId, data: bytes, crc: int, offset: int) -> Any:
+    def _keep(self, block: BlockId, data: bytes | memoryview, crc: int, offset: int) -> Any:
         write_block_file(self._path(block), data, crc, offset)
+        return None
+
+    def _rekey(self, old: BlockId, new: BlockId, entry: HeldBlock, offset: int) -> Any:
+        # The file gets the new offset in its header, then the new name: a reader finds
+        # the block under its name whole or not at all (nobody reads a staged block).
+        path = self._path(old)
+        os.chmod(path, 0o644)  # block files are read-only (0444), to their owner too
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            os.pwrite(fd, header(entry.crc, entry.length, offset), 0)
+        finally:
+            os.close(fd)
+            os.chmod(path, 0o444)
+        os.replace(path, self._path(new))
         return None
 
     def _load(self, block: BlockId, entry: HeldBlock) -> BlockData:

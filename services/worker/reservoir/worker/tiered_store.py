@@ -244,12 +244,27 @@ class TieredStore:
 
     # ---- writes ------------------------------------------------------------------------
 
-    def put(self, block: BlockId, data: bytes, crc: int, offset: int) -> bool:
-        """Offers a fetched block to every tier; True if one keeps it."""
+    def put(self, block: BlockId, data: bytes | memoryview, crc: int, offset: int) -> bool:
+        """Offers a fetched block to every tier; True if one keeps it. `data` may be a
+        view (a staged block's, into its request): copied only where bytes are held."""
         landed = time.time()
         in_memory = self.memory.put(block, data, crc, offset, landed)
-        on_disk = self._write_down(block, data, crc, offset, landed)
+        # A disk write holds (and serves) its bytes while queued: bytes, not a view.
+        on_disk = bool(self.disks) and self._write_down(
+            block, data if isinstance(data, bytes) else bytes(data), crc, offset, landed
+        )
         return in_memory or on_disk
+
+    def rekey(self, old: BlockId, new: BlockId, offset: int) -> bool:
+        """Holds memory's block `old` as `new` without copying its bytes (see
+        `MemoryTier.rekey`); any disk copy of `old` is dropped. False when memory does not
+        hold `old` (the caller copies it instead)."""
+        if not self.memory.rekey(old, new, offset):
+            return False
+        for disk in self.disks:
+            if disk.forget(old) is not None:
+                self._eviction.unlink_later(disk, [old])
+        return True
 
     def evict(self, blocks: list[BlockId]) -> list[tuple[BlockId, int]]:
         """Drops blocks from every tier now (free, expiry), telling the owner each is

@@ -8,6 +8,11 @@ block under the real id, or sends it on to its home, which keeps it there. Reade
 find every block at its home: reading a file right after it was written costs the
 under-store nothing.
 
+A block committed where it was staged is renamed in its tier, never copied; one bound for
+another worker is read only when its turn to be sent comes. StageBlock requests travel in
+protobuf's encoding built and read by hand (staged_block_wire.py): the payload is copied
+once into the request and read on arrival as a view into it.
+
 Staged blocks live in the worker's ordinary tiers under a staging id, so they take room
 within its capacity and are evicted like any other block: a staged block that is gone by
 commit time is only a block the first reader fetches from the store. Nothing here is ever
@@ -30,6 +35,7 @@ from reservoir.common.metadata_store import MetadataStore
 from reservoir.common.models import WorkerRecord
 from reservoir.common.observability import inject_metadata
 from reservoir.common.rpc import ChannelPool, error_from_rpc
+from reservoir.common.staged_block_wire import encode_stage_request
 from reservoir.common.write_records import WriteRecord, check_write_id, write_key
 from reservoir.v1 import worker_pb2
 
@@ -73,7 +79,7 @@ class WrittenBlocks:
         self._timeout = rpc_timeout_s
         self._live_workers = live_workers
 
-    def stage(self, write_id: str, index: int, data: bytes, crc: int) -> bool:
+    def stage(self, write_id: str, index: int, data: bytes | memoryview, crc: int) -> bool:
         """Holds a written block until its file is published; False when no tier took it
         (full of pinned or hotter blocks): the block is then read from the store later."""
         block = staged_id(write_id, index)
@@ -97,45 +103,53 @@ class WrittenBlocks:
         if any(homes.values()):
             addresses = {w.id: w.address for w in await self._live_workers()}
         committed = missing = 0
-        forwards: dict[str, list[tuple[int, bytes, int]]] = {}
+        forwards: dict[str, list[int]] = {}
         for index, home_id in sorted(homes.items()):
             staged = staged_id(write_id, index)
             home = "" if home_id in ("", self._service.worker_id) else addresses.get(home_id)
+            if home:
+                forwards.setdefault(home, []).append(index)
+                continue
+            length = _length(file, index)
+            offset = index * file.block_size
+            if home == "" and self._service.keep_staged(
+                staged, (file.file_id, index), length, offset
+            ):
+                committed += 1  # renamed in place: no copy of the bytes
+                continue
             held = await self._service.store.get(staged)
             self._service.store.evict([staged])
-            length = max(0, min(file.block_size, file.file_size - index * file.block_size))
             if held is None or home is None or len(held[0]) != length:
                 missing += 1
                 continue
-            data, crc = bytes(held[0]), held[1]
-            if home:
-                forwards.setdefault(home, []).append((index, data, crc))
-                continue
-            self._service.keep((file.file_id, index), data, crc, index * file.block_size)
+            self._service.keep((file.file_id, index), bytes(held[0]), held[1], offset)
             committed += 1
         results = await asyncio.gather(
             *(
-                self._forward(address, write_id, file, blocks)
-                for address, blocks in forwards.items()
+                self._forward(address, write_id, file, indices)
+                for address, indices in forwards.items()
             ),
             return_exceptions=True,
         )
-        for (address, blocks), result in zip(forwards.items(), results, strict=True):
+        for (address, indices), result in zip(forwards.items(), results, strict=True):
             if isinstance(result, BaseException):
                 log.warning("written_blocks_not_forwarded", home=address, error=str(result))
-                missing += len(blocks)
+                missing += len(indices)
             else:
                 committed += result[0]
-                missing += len(blocks) - result[0]
+                missing += len(indices) - result[0]
         return committed, missing
 
     async def _forward(
-        self, address: str, write_id: str, file: BlockRequest, blocks: list[tuple[int, bytes, int]]
+        self, address: str, write_id: str, file: BlockRequest, indices: list[int]
     ) -> tuple[int, int]:
+        """Sends the staged blocks `indices` to their home and has it keep them; each is
+        read here only when its turn to go comes, so a worker holds at most
+        `_FORWARDS_IN_FLIGHT` of them in memory per home, however big the file."""
         channel = self._channels.get(address)
         stage = channel.unary_unary(
             STAGE_BLOCK,
-            request_serializer=worker_pb2.StageBlockRequest.SerializeToString,
+            request_serializer=None,  # already wire bytes (staged_block_wire.py)
             response_deserializer=worker_pb2.StageBlockResponse.FromString,
         )
         commit = channel.unary_unary(
@@ -145,23 +159,29 @@ class WrittenBlocks:
         )
         slots = asyncio.Semaphore(_FORWARDS_IN_FLIGHT)
 
-        async def one(index: int, data: bytes, crc: int) -> None:
+        async def one(index: int) -> bool:
             async with slots:
+                staged = staged_id(write_id, index)
+                held = await self._service.store.get(staged)
+                self._service.store.evict([staged])
+                if held is None or len(held[0]) != _length(file, index):
+                    return False
                 await stage(
-                    worker_pb2.StageBlockRequest(
-                        write_id=write_id, index=index, data=data, crc32c=crc
-                    ),
+                    encode_stage_request(write_id, index, held[0], held[1]),
                     timeout=self._timeout,
                     metadata=inject_metadata(),
                 )
+                return True
 
         try:
-            await asyncio.gather(*(one(*block) for block in blocks))
+            sent = await asyncio.gather(*(one(index) for index in indices))
+            if not any(sent):
+                return 0, len(indices)
             reply = await commit(
                 worker_pb2.CommitBlocksRequest(
                     write_id=write_id,
                     file=file_message(file),
-                    homes=dict.fromkeys((index for index, _, _ in blocks), ""),
+                    homes=dict.fromkeys((i for i, ok in zip(indices, sent, strict=True) if ok), ""),
                 ),
                 # The home keeps them all before it answers: more than one call's time.
                 timeout=self._timeout * 3,
@@ -170,6 +190,11 @@ class WrittenBlocks:
         except grpc.RpcError as exc:
             raise error_from_rpc(exc, f"forward written blocks to {address}") from None
         return reply.committed, reply.missing
+
+
+def _length(file: BlockRequest, index: int) -> int:
+    """Block `index`'s length in the published file."""
+    return max(0, min(file.block_size, file.file_size - index * file.block_size))
 
 
 def file_message(file: BlockRequest) -> worker_pb2.ReadBlockRequest:
