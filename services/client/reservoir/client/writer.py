@@ -225,9 +225,11 @@ class WriteSession:
             await self.abort()
             raise
         inode = Inode.from_proto(reply)
-        self._writes.view.remember(inode)
         published = time.perf_counter()
         await self._commit(inode)
+        # Not remembered: the next stat learns where the committed blocks are (the master
+        # has their workers' reports by now), which this answer does not say.
+        self._writes.view.forget(inode.path)
         # Where a close's time goes: the store's completion and the namespace write, then
         # the staged blocks moved to their homes (the part a reader's 0 GETs cost).
         log.info(

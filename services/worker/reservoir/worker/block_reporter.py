@@ -18,6 +18,7 @@ report, so it notices a new master within that time.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 
@@ -42,6 +43,8 @@ class BlockReporter:
         self._last_call = 0.0
         self._epoch = ""
         self._failing = False
+        # One report at a time: the loop's and a commit's (see `report`) never interleave.
+        self._lock = asyncio.Lock()
 
     def request_full(self, reason: str) -> None:
         """The next report sends the whole content."""
@@ -52,9 +55,12 @@ class BlockReporter:
     async def report(self) -> None:
         """One step of the report loop: a full report if one is due, else the changes.
 
-        A master that cannot be reached is logged once, not at every step."""
-        with contextlib.suppress(ReservoirError):  # logged by _call, once
-            await self._report()
+        A master that cannot be reached is logged once, not at every step. Also called
+        out of turn (a written file's blocks committed here), so the master knows where
+        they are before the writer's close returns."""
+        async with self._lock:
+            with contextlib.suppress(ReservoirError):  # logged by _call, once
+                await self._report()
 
     async def _report(self) -> None:
         now = time.monotonic()

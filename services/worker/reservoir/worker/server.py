@@ -130,8 +130,14 @@ async def serve(config: cfg.WorkerConfig, transport: Transport) -> None:
         registry=registry,
     )
     # Written files' blocks (checkpoints): forwarded to their homes with this worker's token.
+    reporter = BlockReporter(config, service, link)
     written = WrittenBlocks(
-        service, ChannelPool(transport), config.rpc_timeout_s, WorkerRegistry(store).live, store
+        service,
+        ChannelPool(transport),
+        config.rpc_timeout_s,
+        WorkerRegistry(store).live,
+        store,
+        reporter,
     )
     server.add_generic_rpc_handlers([WorkerServicer(service, written).handler()])
     # With TLS the data port speaks it too, and checks the tokens gRPC checks.
@@ -167,7 +173,6 @@ async def serve(config: cfg.WorkerConfig, transport: Transport) -> None:
         data_host, data_port_number = _data_listen(config)
         bound = await data_port.start(data_host, data_port_number)
         record = dataclasses.replace(record, data_address=f"{address.rsplit(':', 1)[0]}:{bound}")
-    reporter = BlockReporter(config, service, link)
     membership = Membership(store, record, config, reporter)
     # Before the first (full) report: the blocks kept on disk are held again.
     await service.store.start()

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import grpc
 import grpc.aio
@@ -61,6 +61,12 @@ def staged_id(write_id: str, index: int) -> BlockId:
     return (STAGED_PREFIX + check_write_id(write_id), index)
 
 
+class BlockReports(Protocol):
+    """Sends the master this worker's block changes now (block_reporter.BlockReporter)."""
+
+    async def report(self) -> None: ...
+
+
 class WrittenBlocks:
     def __init__(
         self,
@@ -69,11 +75,13 @@ class WrittenBlocks:
         rpc_timeout_s: float,
         live_workers: Callable[[], Awaitable[list[WorkerRecord]]],
         store: MetadataStore,
+        reports: BlockReports,
     ) -> None:
         """`live_workers`: the workers registered now (where blocks may be sent); `store`:
         where the master records writes (a write's blocks are kept only under the file id
-        it published)."""
+        it published); `reports`: tells the master what this worker holds."""
         self._store = store
+        self._reports = reports
         self._service = service
         self._channels = channels
         self._timeout = rpc_timeout_s
@@ -106,20 +114,20 @@ class WrittenBlocks:
         forwards: dict[str, list[int]] = {}
         for index, home_id in sorted(homes.items()):
             staged = staged_id(write_id, index)
-            home = "" if home_id in ("", self._service.worker_id) else addresses.get(home_id)
+            # A home not registered now (its lease lapsed under load, say) is not sent to:
+            # the block stays here, where the master's table (reported below) finds it.
+            home = "" if home_id in ("", self._service.worker_id) else addresses.get(home_id, "")
             if home:
                 forwards.setdefault(home, []).append(index)
                 continue
             length = _length(file, index)
             offset = index * file.block_size
-            if home == "" and self._service.keep_staged(
-                staged, (file.file_id, index), length, offset
-            ):
+            if self._service.keep_staged(staged, (file.file_id, index), length, offset):
                 committed += 1  # renamed in place: no copy of the bytes
                 continue
             held = await self._service.store.get(staged)
             self._service.store.evict([staged])
-            if held is None or home is None or len(held[0]) != length:
+            if held is None or len(held[0]) != length:
                 missing += 1
                 continue
             self._service.keep((file.file_id, index), bytes(held[0]), held[1], offset)
@@ -138,6 +146,10 @@ class WrittenBlocks:
             else:
                 committed += result[0]
                 missing += len(indices) - result[0]
+        if committed:
+            # Before the writer's close returns, the master knows where the blocks are: a
+            # reader's stat right after it names them, whatever membership it sees.
+            await self._reports.report()
         return committed, missing
 
     async def _forward(
