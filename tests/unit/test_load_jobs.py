@@ -54,14 +54,9 @@ class _GatedLoader:
         return [None] * len(blocks)
 
 
-def test_a_watch_ends_with_the_finished_job_even_when_it_finishes_between_two_yields() -> None:
-    asyncio.run(_job_finishing_while_its_watcher_holds_a_snapshot())
-
-
-async def _job_finishing_while_its_watcher_holds_a_snapshot() -> None:
-    store = MemoryMetadataStore()
-    loader = _GatedLoader()
-    jobs = LoadJobs(
+def _jobs(store: MemoryMetadataStore, loader: _GatedLoader) -> LoadJobs:
+    """A master's load jobs over `store` (several share one: masters over one etcd)."""
+    return LoadJobs(
         store,
         MasterConfig(),
         _Namespace(),
@@ -69,6 +64,16 @@ async def _job_finishing_while_its_watcher_holds_a_snapshot() -> None:
         BlockLocationTable(store),
         LoadJobCounters(CollectorRegistry()),
     )
+
+
+def test_a_watch_ends_with_the_finished_job_even_when_it_finishes_between_two_yields() -> None:
+    asyncio.run(_job_finishing_while_its_watcher_holds_a_snapshot())
+
+
+async def _job_finishing_while_its_watcher_holds_a_snapshot() -> None:
+    store = MemoryMetadataStore()
+    loader = _GatedLoader()
+    jobs = _jobs(store, loader)
     job = await jobs.submit("/d", replicas=1, priority_paths=[], metadata_only=False)
     watch = jobs.watch(job.id, poll_s=0.01)
     first = await anext(watch)
@@ -188,17 +193,7 @@ def test_a_submission_sent_again_with_its_request_id_gets_the_job_it_started() -
         store = MemoryMetadataStore()
         loader = _GatedLoader()
 
-        def master() -> LoadJobs:
-            return LoadJobs(
-                store,
-                MasterConfig(),
-                _Namespace(),
-                loader,
-                BlockLocationTable(store),
-                LoadJobCounters(CollectorRegistry()),
-            )
-
-        first, next_leader = master(), master()
+        first, next_leader = _jobs(store, loader), _jobs(store, loader)
         request_id = "0123456789abcdef0123456789abcdef"
         args = ("/d", 1, [], False)
         job = await first.submit(*args, request_id=request_id)

@@ -23,7 +23,8 @@ _DATA = 3 << 3 | 2
 _CRC = 4 << 3 | 5
 
 
-def _varint(n: int) -> bytes:
+def varint(n: int) -> bytes:
+    """`n` as a protobuf varint (an int64: a negative one is ten bytes)."""
     out = bytearray()
     n &= (1 << 64) - 1  # negative int64s are ten bytes, two's complement
     while True:
@@ -43,12 +44,12 @@ def encode_stage_request(write_id: str, index: int, data: Buffer, crc: int) -> b
     head = b"".join(
         (
             bytes((_WRITE_ID,)),
-            _varint(len(name)),
+            varint(len(name)),
             name,
             bytes((_INDEX,)),
-            _varint(index),
+            varint(index),
             bytes((_DATA,)),
-            _varint(len(payload)),
+            varint(len(payload)),
         )
     )
     return b"".join((head, payload, bytes((_CRC,)), crc.to_bytes(4, "little")))

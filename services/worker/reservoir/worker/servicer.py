@@ -17,7 +17,7 @@ import grpc.aio
 from reservoir.common import worker_methods as methods
 from reservoir.common.errors import InvalidArgument, ReservoirError, ResourceExhausted, code_value
 from reservoir.common.rpc import translate_errors, translate_stream_errors
-from reservoir.common.staged_block_wire import StagedBlock, decode_stage_request
+from reservoir.common.staged_block_wire import StagedBlock, decode_stage_request, varint
 from reservoir.v1 import common_pb2, worker_pb2
 
 from .read_request import domain_request
@@ -33,21 +33,9 @@ _PAYLOAD_DATA_TAG = b"\x12"  # BlockPayload.data: field 2, length-delimited
 _PAYLOAD_CRC_TAG = b"\x2d"  # BlockPayload.crc32c: field 5, fixed32
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        low = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(low | 0x80)
-        else:
-            out.append(low)
-            return bytes(out)
-
-
 def encode_chunk(payload: memoryview) -> bytes:
     """The wire form of BlockChunk(data=payload), with a single copy of the payload."""
-    return b"".join((_DATA_TAG, _varint(len(payload)), payload))
+    return b"".join((_DATA_TAG, varint(len(payload)), payload))
 
 
 def encode_crc(crc: int) -> bytes:
@@ -60,7 +48,7 @@ def encode_payload(payload: memoryview, crc: int) -> bytes:
     return b"".join(
         (
             _PAYLOAD_DATA_TAG,
-            _varint(len(payload)),
+            varint(len(payload)),
             payload,
             _PAYLOAD_CRC_TAG,
             crc.to_bytes(4, "little"),
