@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 
 import pytest
@@ -271,7 +272,11 @@ class StuckOnce(Counted):
             await asyncio.Event().wait()
 
 
-def test_a_leader_whose_duties_hang_on_stand_down_still_stands_by_and_leads_again() -> None:
+def test_a_leader_whose_duties_hang_on_stand_down_still_stands_by_and_leads_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """...and its log says where the stand-down waited (the next such hang names itself)."""
+
     async def scenario() -> None:
         store = MemoryMetadataStore()
         only = Master(store, "m1:1", ttl_s=1)
@@ -289,4 +294,9 @@ def test_a_leader_whose_duties_hang_on_stand_down_still_stands_by_and_leads_agai
         assert only.leadership.role == LEADER
         await only.stop()
 
-    run(scenario)
+    with caplog.at_level(logging.WARNING, logger="reservoir.master.leadership"):
+        run(scenario)
+    slow = [
+        r.getMessage() for r in caplog.records if "leadership_stand_down_slow" in r.getMessage()
+    ]
+    assert slow and "StuckOnce.stand_down" in slow[0] and "Event.wait" in slow[0]

@@ -20,7 +20,8 @@ import contextlib
 import math
 import time
 import uuid
-from typing import Protocol
+from types import FrameType
+from typing import Any, Protocol
 
 from reservoir.common import keyspace, logs
 from reservoir.common.errors import NotFound, NotLeader, ReservoirError
@@ -274,8 +275,14 @@ class Leadership:
         stopping = asyncio.create_task(self._duties.stand_down())
         done, _ = await asyncio.wait({stopping}, timeout=self._ttl)
         if not done:
+            # Where it waits (a slow etcd under load, or a step that never ends): the
+            # stack of the stand-down, so the log says which.
+            frames, last = _awaited(stopping)
+            where = [f"{f.f_code.co_qualname}:{f.f_lineno}" for f in frames] + [last]
             stopping.cancel()
-            log.warning("leadership_stand_down_slow", master=self.address, waited_s=self._ttl)
+            log.warning(
+                "leadership_stand_down_slow", master=self.address, waited_s=self._ttl, at=where
+            )
             return
         await stopping  # its error, if any, as before
 
@@ -335,3 +342,14 @@ class Leadership:
             for _, v in await self._store.get_prefix(keyspace.MASTER_MEMBERS)
         ]
         return sorted(found, key=lambda m: (m.role != LEADER, m.address))
+
+
+def _awaited(task: asyncio.Task[None]) -> tuple[list[FrameType], str]:
+    """The frames of the coroutines `task` is awaiting, outermost first, and what the
+    innermost one waits on (a future, a gather): the chain `Task.get_stack` omits."""
+    frames: list[FrameType] = []
+    awaited: Any = task.get_coro()
+    while getattr(awaited, "cr_frame", None) is not None:
+        frames.append(awaited.cr_frame)
+        awaited = awaited.cr_await
+    return frames, repr(awaited)[:200]
