@@ -20,6 +20,7 @@ from reservoir.common.errors import (
     InvalidArgument,
     IsADirectory,
     NotFound,
+    ReservoirError,
 )
 from reservoir.common.models import Inode, Mount
 
@@ -116,7 +117,11 @@ class NamespaceEdits:
         parents = await self._writes.missing_parents(mount, destination)
         await self._writes.namespace.write([moved, *parents], [source])
         if same_bytes and moved.file_id != inode.file_id:
-            await self._blocks.carry(inode, moved)  # before the old id's blocks go below
+            try:
+                await self._blocks.carry(inode, moved)  # before the old id's blocks go below
+            except ReservoirError as exc:
+                # The rename stands: its blocks only come from the store on the first read.
+                log.warning("renamed_blocks_not_carried", path=destination, error=str(exc))
         gone = [i.file_id for i in (inode, replaced) if i is not None and i.file_id]
         await self._drop_blocks([f for f in gone if f != moved.file_id])
         log.info("file_renamed", source=source, destination=destination)
