@@ -7,7 +7,7 @@ from __future__ import annotations
 import ssl
 import urllib.request
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from reservoir.common.rpc import CHANNEL_OPTIONS
 from reservoir.common.security import Transport
@@ -57,41 +57,39 @@ def etcd_healthy(port: int, creds: LocalCredentials | None) -> bool:
     return http_ok(f"https://127.0.0.1:{port}{path}", context)
 
 
-def worker_registered(master_address: str, transport: Transport, worker_id: str) -> bool:
-    """Whether the leading master lists the worker (a standby refuses to say)."""
+def _first_answer(master_address: str, transport: Transport, method: str, request: Any) -> Any:
+    """The reply of the first master that answers `method` (a standby refuses the calls
+    only the leader answers), or None when none does."""
     import grpc
 
-    from reservoir.v1 import master_pb2, master_pb2_grpc
+    from reservoir.v1 import master_pb2_grpc
 
     for address in master_address.split(","):
         with transport.sync_channel(address) as channel:
             try:
-                reply = master_pb2_grpc.MasterServiceStub(channel).ListWorkers(
-                    master_pb2.ListWorkersRequest(), timeout=2
+                return getattr(master_pb2_grpc.MasterServiceStub(channel), method)(
+                    request, timeout=2
                 )
             except grpc.RpcError:
                 continue
-        return any(w.id == worker_id for w in reply.workers)
-    return False
+    return None
+
+
+def worker_registered(master_address: str, transport: Transport, worker_id: str) -> bool:
+    """Whether the leading master lists the worker (a standby refuses to say)."""
+    from reservoir.v1 import master_pb2
+
+    reply = _first_answer(master_address, transport, "ListWorkers", master_pb2.ListWorkersRequest())
+    return reply is not None and any(w.id == worker_id for w in reply.workers)
 
 
 def master_roles(master_address: str, transport: Transport) -> dict[str, str]:
     """Each master's role by address, as the masters record them in etcd (empty when
     none answers)."""
-    import grpc
+    from reservoir.v1 import master_pb2
 
-    from reservoir.v1 import master_pb2, master_pb2_grpc
-
-    for address in master_address.split(","):
-        with transport.sync_channel(address) as channel:
-            try:
-                reply = master_pb2_grpc.MasterServiceStub(channel).ListMasters(
-                    master_pb2.ListMastersRequest(), timeout=2
-                )
-            except grpc.RpcError:
-                continue
-        return {m.address: m.role for m in reply.masters}
-    return {}
+    reply = _first_answer(master_address, transport, "ListMasters", master_pb2.ListMastersRequest())
+    return {} if reply is None else {m.address: m.role for m in reply.masters}
 
 
 def http_ok(url: str, context: ssl.SSLContext | None = None) -> bool:
