@@ -191,7 +191,9 @@ def test_sigterm_of_the_leader_resigns_and_a_standby_takes_over(healed: LocalClu
             for line in _log_events(cluster, leader)
         )
         new_leader, new_term = _leader(c, cluster)
-        assert new_leader != leader and new_term == term + 1
+        # Two standbys campaigning at once may each take a term (the loser's goes unused):
+        # a later leader's term is higher, not always the next one.
+        assert new_leader != leader and new_term > term
         leading = _metrics(cluster, new_leader)
         assert "reservoir_master_leader 1.0" in leading
         assert 'reservoir_master_role{role="leader"} 1.0' in leading
