@@ -76,7 +76,7 @@ def test_a_written_file_appears_only_on_close_and_is_then_read_from_the_cache_wi
         )
         before = _gets(cluster)
         assert other.read(path) == data
-        # Every block was cached at its home by the write: the store is not read.
+        # Every block was cached by the write (where it was staged): the store is not read.
         assert _gets(cluster) - before == 0
     s3 = cluster.s3_client().get_object(Bucket=bucket, Key="ckpt/step-100/rank-0.pt")
     assert s3["Body"].read() == data

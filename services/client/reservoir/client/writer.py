@@ -4,8 +4,9 @@
 and records it (`BeginWrite`); each part goes to the store straight from this process
 (parts in parallel, each retried within a bound) while its blocks are staged on workers;
 closing completes the upload and publishes the file in one namespace write
-(`PublishWrite`), then has the staged blocks kept under the published file's id at their
-homes, so a read right after costs the store nothing. Until the publish, readers see the
+(`PublishWrite`), then has each staging worker keep its blocks under the published file's
+id where they are and report them to the master, so a read right after costs the store
+nothing (readers go to a block's holders before its home). Until the publish, readers see the
 previous version or nothing; a write that fails is aborted at once, and one whose process
 died is aborted by the master when its keep-alives stop.
 
@@ -208,8 +209,8 @@ class WriteSession:
     # ---- the end of a write -----------------------------------------------------------
 
     async def publish(self, size: int) -> Inode:
-        """Completes the upload and publishes the file; its inode. Its blocks are then at
-        their homes (those that could be staged)."""
+        """Completes the upload and publishes the file; its inode. Its blocks (those that
+        could be staged) are then cached where they were staged, and the master knows it."""
         await self._stop_keeping()
         if self._lost is not None:
             raise self._lost
@@ -231,7 +232,7 @@ class WriteSession:
         # has their workers' reports by now), which this answer does not say.
         self._writes.view.forget(inode.path)
         # Where a close's time goes: the store's completion and the namespace write, then
-        # the staged blocks moved to their homes (the part a reader's 0 GETs cost).
+        # the staged blocks kept and reported (the part a reader's 0 GETs cost).
         log.info(
             "write_closed",
             path=self.path,
@@ -244,22 +245,12 @@ class WriteSession:
     async def _commit(self, inode: Inode) -> None:
         if not self._staged or inode.block_size != self.block_size:
             return
-        try:
-            workers = await self._writes.view.workers(fresh=False)
-        except ReservoirError:
-            return
-        table = self._writes.view.placement(workers)
-        by_id = {w.id: w for w in workers}
-        homes: dict[str, dict[int, str]] = {}
+        staged: dict[str, list[int]] = {}
         stagers: dict[str, WorkerRecord] = {}
         for index, worker in self._staged.items():
-            if index >= inode.block_count:
-                continue
-            home_id = table.homes(block_key(inode.file_id, index), 1)[0]
-            home = by_id.get(home_id)
-            target = "" if home is None or home.id == worker.id else home.id
-            homes.setdefault(worker.id, {})[index] = target
-            stagers[worker.id] = worker
+            if index < inode.block_count:
+                staged.setdefault(worker.id, []).append(index)
+                stagers[worker.id] = worker
         file = worker_pb2.ReadBlockRequest(
             file_id=inode.file_id,
             ufs_uri=inode.ufs_uri,
@@ -269,14 +260,14 @@ class WriteSession:
             mount_path=inode.mount_path,
         )
 
-        async def one(worker: WorkerRecord, blocks: dict[int, str]) -> None:
+        async def one(worker: WorkerRecord, indices: list[int]) -> None:
             call = self._writes.channels.get(worker.address).unary_unary(
                 _COMMIT_BLOCKS,
                 request_serializer=worker_pb2.CommitBlocksRequest.SerializeToString,
                 response_deserializer=worker_pb2.CommitBlocksResponse.FromString,
             )
             request = worker_pb2.CommitBlocksRequest(
-                write_id=self.write_id, file=file, homes=blocks
+                write_id=self.write_id, file=file, indices=indices
             )
             try:
                 reply = await call(
@@ -291,7 +282,7 @@ class WriteSession:
             if reply.missing:
                 log.info("written_blocks_missing", path=self.path, missing=reply.missing)
 
-        await asyncio.gather(*(one(stagers[w], blocks) for w, blocks in homes.items()))
+        await asyncio.gather(*(one(stagers[w], indices) for w, indices in staged.items()))
 
     async def abort(self) -> None:
         """Drops the upload now (a write that failed leaves nothing behind). A master

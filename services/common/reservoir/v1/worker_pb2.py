@@ -25,15 +25,13 @@ _sym_db = _symbol_database.Default()
 from reservoir.v1 import common_pb2 as reservoir_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19reservoir/v1/worker.proto\x12\x0creservoir.v1\x1a\x19reservoir/v1/common.proto\"R\n\x11StageBlockRequest\x12\x10\n\x08write_id\x18\x01 \x01(\t\x12\r\n\x05index\x18\x02 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\x12\x0e\n\x06\x63rc32c\x18\x04 \x01(\x07\"\x14\n\x12StageBlockResponse\"\xc0\x01\n\x13\x43ommitBlocksRequest\x12\x10\n\x08write_id\x18\x01 \x01(\t\x12,\n\x04\x66ile\x18\x02 \x01(\x0b\x32\x1e.reservoir.v1.ReadBlockRequest\x12;\n\x05homes\x18\x03 \x03(\x0b\x32,.reservoir.v1.CommitBlocksRequest.HomesEntry\x1a,\n\nHomesEntry\x12\x0b\n\x03key\x18\x01 \x01(\x03\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\":\n\x14\x43ommitBlocksResponse\x12\x11\n\tcommitted\x18\x01 \x01(\x03\x12\x0f\n\x07missing\x18\x02 \x01(\x03\"j\n\x11\x43opyBlocksRequest\x12\x16\n\x0esource_file_id\x18\x01 \x01(\t\x12,\n\x04\x66ile\x18\x02 \x01(\x0b\x32\x1e.reservoir.v1.ReadBlockRequest\x12\x0f\n\x07indices\x18\x03 \x03(\x03\"$\n\x12\x43opyBlocksResponse\x12\x0e\n\x06\x63opied\x18\x01 \x03(\x03\"%\n\x11\x46reeBlocksRequest\x12\x10\n\x08\x66ile_ids\x18\x01 \x03(\t\"P\n\x12\x46reeBlocksResponse\x12%\n\x05\x66reed\x18\x01 \x03(\x0b\x32\x16.reservoir.v1.BlockRef\x12\x13\n\x0b\x66reed_bytes\x18\x02 \x01(\x03\"M\n\x0b\x42lockStatus\x12\x10\n\x08position\x18\x01 \x01(\x05\x12\x0c\n\x04\x63ode\x18\x02 \x01(\x05\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\r\n\x05\x62ytes\x18\x04 \x01(\x03\"@\n\x12LoadBlocksResponse\x12*\n\x07results\x18\x01 \x03(\x0b\x32\x19.reservoir.v1.BlockStatus\"\xaa\x02\n\x10ReadBlockRequest\x12\x0f\n\x07\x66ile_id\x18\x01 \x01(\t\x12\r\n\x05index\x18\x02 \x01(\x03\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\x0e\n\x06length\x18\x04 \x01(\x03\x12\x0f\n\x07ufs_uri\x18\x05 \x01(\t\x12\x0c\n\x04\x65tag\x18\x06 \x01(\t\x12\x11\n\tfile_size\x18\x07 \x01(\x03\x12\x12\n\nblock_size\x18\x08 \x01(\x03\x12\x12\n\nmount_path\x18\t \x01(\t\x12G\n\rtrace_context\x18\n \x03(\x0b\x32\x30.reservoir.v1.ReadBlockRequest.TraceContextEntry\x1a\x33\n\x11TraceContextEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\":\n\nBlockChunk\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x13\n\x06\x63rc32c\x18\x02 \x01(\x07H\x00\x88\x01\x01\x42\t\n\x07_crc32c\"C\n\x11ReadBlocksRequest\x12.\n\x06\x62locks\x18\x01 \x03(\x0b\x32\x1e.reservoir.v1.ReadBlockRequest\"m\n\x0c\x42lockPayload\x12\x10\n\x08position\x18\x01 \x01(\x05\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\x0c\n\x04\x63ode\x18\x03 \x01(\x05\x12\x0f\n\x07message\x18\x04 \x01(\t\x12\x13\n\x06\x63rc32c\x18\x05 \x01(\x07H\x00\x88\x01\x01\x42\t\n\x07_crc32c\"\x11\n\x0fGetStatsRequest\"\xae\x01\n\tTierStats\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\x12\n\nused_bytes\x18\x03 \x01(\x03\x12\x16\n\x0e\x63\x61pacity_bytes\x18\x04 \x01(\x03\x12\x0e\n\x06\x62locks\x18\x05 \x01(\x03\x12\x11\n\tevictions\x18\x06 \x01(\x03\x12\x0c\n\x04hits\x18\x07 \x01(\x03\x12\x12\n\nin_service\x18\x08 \x01(\x08\x12\x14\n\x0cpinned_bytes\x18\t \x01(\x03\"\xb8\x03\n\x0bWorkerStats\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0c\n\x04hits\x18\x02 \x01(\x03\x12\x0e\n\x06misses\x18\x03 \x01(\x03\x12\x18\n\x10\x62ytes_from_cache\x18\x04 \x01(\x03\x12\x16\n\x0e\x62ytes_from_ufs\x18\x05 \x01(\x03\x12\x10\n\x08ufs_gets\x18\x06 \x01(\x03\x12\x11\n\tevictions\x18\x07 \x01(\x03\x12\x12\n\nused_bytes\x18\x08 \x01(\x03\x12\x16\n\x0e\x63\x61pacity_bytes\x18\t \x01(\x03\x12\x0e\n\x06\x62locks\x18\n \x01(\x03\x12\x16\n\x0e\x63orrupt_blocks\x18\x0b \x01(\x03\x12&\n\x05tiers\x18\x0c \x03(\x0b\x32\x17.reservoir.v1.TierStats\x12\x1b\n\x13\x64isk_writes_skipped\x18\r \x01(\x03\x12@\n\x0c\x62ytes_served\x18\x0e \x03(\x0b\x32*.reservoir.v1.WorkerStats.BytesServedEntry\x12\x12\n\nufs_errors\x18\x0f \x01(\x03\x1a\x32\n\x10\x42ytesServedEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x32\xcf\x05\n\rWorkerService\x12G\n\tReadBlock\x12\x1e.reservoir.v1.ReadBlockRequest\x1a\x18.reservoir.v1.BlockChunk0\x01\x12G\n\tReadSmall\x12\x1e.reservoir.v1.ReadBlockRequest\x1a\x1a.reservoir.v1.BlockPayload\x12K\n\nReadBlocks\x12\x1f.reservoir.v1.ReadBlocksRequest\x1a\x1a.reservoir.v1.BlockPayload0\x01\x12\x44\n\x08GetStats\x12\x1d.reservoir.v1.GetStatsRequest\x1a\x19.reservoir.v1.WorkerStats\x12O\n\nLoadBlocks\x12\x1f.reservoir.v1.ReadBlocksRequest\x1a .reservoir.v1.LoadBlocksResponse\x12O\n\nFreeBlocks\x12\x1f.reservoir.v1.FreeBlocksRequest\x1a .reservoir.v1.FreeBlocksResponse\x12O\n\nStageBlock\x12\x1f.reservoir.v1.StageBlockRequest\x1a .reservoir.v1.StageBlockResponse\x12U\n\x0c\x43ommitBlocks\x12!.reservoir.v1.CommitBlocksRequest\x1a\".reservoir.v1.CommitBlocksResponse\x12O\n\nCopyBlocks\x12\x1f.reservoir.v1.CopyBlocksRequest\x1a .reservoir.v1.CopyBlocksResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19reservoir/v1/worker.proto\x12\x0creservoir.v1\x1a\x19reservoir/v1/common.proto\"R\n\x11StageBlockRequest\x12\x10\n\x08write_id\x18\x01 \x01(\t\x12\r\n\x05index\x18\x02 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\x12\x0e\n\x06\x63rc32c\x18\x04 \x01(\x07\"\x14\n\x12StageBlockResponse\"l\n\x13\x43ommitBlocksRequest\x12\x10\n\x08write_id\x18\x01 \x01(\t\x12,\n\x04\x66ile\x18\x02 \x01(\x0b\x32\x1e.reservoir.v1.ReadBlockRequest\x12\x0f\n\x07indices\x18\x04 \x03(\x03J\x04\x08\x03\x10\x04\":\n\x14\x43ommitBlocksResponse\x12\x11\n\tcommitted\x18\x01 \x01(\x03\x12\x0f\n\x07missing\x18\x02 \x01(\x03\"j\n\x11\x43opyBlocksRequest\x12\x16\n\x0esource_file_id\x18\x01 \x01(\t\x12,\n\x04\x66ile\x18\x02 \x01(\x0b\x32\x1e.reservoir.v1.ReadBlockRequest\x12\x0f\n\x07indices\x18\x03 \x03(\x03\"$\n\x12\x43opyBlocksResponse\x12\x0e\n\x06\x63opied\x18\x01 \x03(\x03\"%\n\x11\x46reeBlocksRequest\x12\x10\n\x08\x66ile_ids\x18\x01 \x03(\t\"P\n\x12\x46reeBlocksResponse\x12%\n\x05\x66reed\x18\x01 \x03(\x0b\x32\x16.reservoir.v1.BlockRef\x12\x13\n\x0b\x66reed_bytes\x18\x02 \x01(\x03\"M\n\x0b\x42lockStatus\x12\x10\n\x08position\x18\x01 \x01(\x05\x12\x0c\n\x04\x63ode\x18\x02 \x01(\x05\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\r\n\x05\x62ytes\x18\x04 \x01(\x03\"@\n\x12LoadBlocksResponse\x12*\n\x07results\x18\x01 \x03(\x0b\x32\x19.reservoir.v1.BlockStatus\"\xaa\x02\n\x10ReadBlockRequest\x12\x0f\n\x07\x66ile_id\x18\x01 \x01(\t\x12\r\n\x05index\x18\x02 \x01(\x03\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\x0e\n\x06length\x18\x04 \x01(\x03\x12\x0f\n\x07ufs_uri\x18\x05 \x01(\t\x12\x0c\n\x04\x65tag\x18\x06 \x01(\t\x12\x11\n\tfile_size\x18\x07 \x01(\x03\x12\x12\n\nblock_size\x18\x08 \x01(\x03\x12\x12\n\nmount_path\x18\t \x01(\t\x12G\n\rtrace_context\x18\n \x03(\x0b\x32\x30.reservoir.v1.ReadBlockRequest.TraceContextEntry\x1a\x33\n\x11TraceContextEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\":\n\nBlockChunk\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x13\n\x06\x63rc32c\x18\x02 \x01(\x07H\x00\x88\x01\x01\x42\t\n\x07_crc32c\"C\n\x11ReadBlocksRequest\x12.\n\x06\x62locks\x18\x01 \x03(\x0b\x32\x1e.reservoir.v1.ReadBlockRequest\"m\n\x0c\x42lockPayload\x12\x10\n\x08position\x18\x01 \x01(\x05\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\x0c\n\x04\x63ode\x18\x03 \x01(\x05\x12\x0f\n\x07message\x18\x04 \x01(\t\x12\x13\n\x06\x63rc32c\x18\x05 \x01(\x07H\x00\x88\x01\x01\x42\t\n\x07_crc32c\"\x11\n\x0fGetStatsRequest\"\xae\x01\n\tTierStats\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04path\x18\x02 \x01(\t\x12\x12\n\nused_bytes\x18\x03 \x01(\x03\x12\x16\n\x0e\x63\x61pacity_bytes\x18\x04 \x01(\x03\x12\x0e\n\x06\x62locks\x18\x05 \x01(\x03\x12\x11\n\tevictions\x18\x06 \x01(\x03\x12\x0c\n\x04hits\x18\x07 \x01(\x03\x12\x12\n\nin_service\x18\x08 \x01(\x08\x12\x14\n\x0cpinned_bytes\x18\t \x01(\x03\"\xb8\x03\n\x0bWorkerStats\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0c\n\x04hits\x18\x02 \x01(\x03\x12\x0e\n\x06misses\x18\x03 \x01(\x03\x12\x18\n\x10\x62ytes_from_cache\x18\x04 \x01(\x03\x12\x16\n\x0e\x62ytes_from_ufs\x18\x05 \x01(\x03\x12\x10\n\x08ufs_gets\x18\x06 \x01(\x03\x12\x11\n\tevictions\x18\x07 \x01(\x03\x12\x12\n\nused_bytes\x18\x08 \x01(\x03\x12\x16\n\x0e\x63\x61pacity_bytes\x18\t \x01(\x03\x12\x0e\n\x06\x62locks\x18\n \x01(\x03\x12\x16\n\x0e\x63orrupt_blocks\x18\x0b \x01(\x03\x12&\n\x05tiers\x18\x0c \x03(\x0b\x32\x17.reservoir.v1.TierStats\x12\x1b\n\x13\x64isk_writes_skipped\x18\r \x01(\x03\x12@\n\x0c\x62ytes_served\x18\x0e \x03(\x0b\x32*.reservoir.v1.WorkerStats.BytesServedEntry\x12\x12\n\nufs_errors\x18\x0f \x01(\x03\x1a\x32\n\x10\x42ytesServedEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x32\xcf\x05\n\rWorkerService\x12G\n\tReadBlock\x12\x1e.reservoir.v1.ReadBlockRequest\x1a\x18.reservoir.v1.BlockChunk0\x01\x12G\n\tReadSmall\x12\x1e.reservoir.v1.ReadBlockRequest\x1a\x1a.reservoir.v1.BlockPayload\x12K\n\nReadBlocks\x12\x1f.reservoir.v1.ReadBlocksRequest\x1a\x1a.reservoir.v1.BlockPayload0\x01\x12\x44\n\x08GetStats\x12\x1d.reservoir.v1.GetStatsRequest\x1a\x19.reservoir.v1.WorkerStats\x12O\n\nLoadBlocks\x12\x1f.reservoir.v1.ReadBlocksRequest\x1a .reservoir.v1.LoadBlocksResponse\x12O\n\nFreeBlocks\x12\x1f.reservoir.v1.FreeBlocksRequest\x1a .reservoir.v1.FreeBlocksResponse\x12O\n\nStageBlock\x12\x1f.reservoir.v1.StageBlockRequest\x1a .reservoir.v1.StageBlockResponse\x12U\n\x0c\x43ommitBlocks\x12!.reservoir.v1.CommitBlocksRequest\x1a\".reservoir.v1.CommitBlocksResponse\x12O\n\nCopyBlocks\x12\x1f.reservoir.v1.CopyBlocksRequest\x1a .reservoir.v1.CopyBlocksResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'reservoir.v1.worker_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_COMMITBLOCKSREQUEST_HOMESENTRY']._loaded_options = None
-  _globals['_COMMITBLOCKSREQUEST_HOMESENTRY']._serialized_options = b'8\001'
   _globals['_READBLOCKREQUEST_TRACECONTEXTENTRY']._loaded_options = None
   _globals['_READBLOCKREQUEST_TRACECONTEXTENTRY']._serialized_options = b'8\001'
   _globals['_WORKERSTATS_BYTESSERVEDENTRY']._loaded_options = None
@@ -42,42 +40,40 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_STAGEBLOCKREQUEST']._serialized_end=152
   _globals['_STAGEBLOCKRESPONSE']._serialized_start=154
   _globals['_STAGEBLOCKRESPONSE']._serialized_end=174
-  _globals['_COMMITBLOCKSREQUEST']._serialized_start=177
-  _globals['_COMMITBLOCKSREQUEST']._serialized_end=369
-  _globals['_COMMITBLOCKSREQUEST_HOMESENTRY']._serialized_start=325
-  _globals['_COMMITBLOCKSREQUEST_HOMESENTRY']._serialized_end=369
-  _globals['_COMMITBLOCKSRESPONSE']._serialized_start=371
-  _globals['_COMMITBLOCKSRESPONSE']._serialized_end=429
-  _globals['_COPYBLOCKSREQUEST']._serialized_start=431
-  _globals['_COPYBLOCKSREQUEST']._serialized_end=537
-  _globals['_COPYBLOCKSRESPONSE']._serialized_start=539
-  _globals['_COPYBLOCKSRESPONSE']._serialized_end=575
-  _globals['_FREEBLOCKSREQUEST']._serialized_start=577
-  _globals['_FREEBLOCKSREQUEST']._serialized_end=614
-  _globals['_FREEBLOCKSRESPONSE']._serialized_start=616
-  _globals['_FREEBLOCKSRESPONSE']._serialized_end=696
-  _globals['_BLOCKSTATUS']._serialized_start=698
-  _globals['_BLOCKSTATUS']._serialized_end=775
-  _globals['_LOADBLOCKSRESPONSE']._serialized_start=777
-  _globals['_LOADBLOCKSRESPONSE']._serialized_end=841
-  _globals['_READBLOCKREQUEST']._serialized_start=844
-  _globals['_READBLOCKREQUEST']._serialized_end=1142
-  _globals['_READBLOCKREQUEST_TRACECONTEXTENTRY']._serialized_start=1091
-  _globals['_READBLOCKREQUEST_TRACECONTEXTENTRY']._serialized_end=1142
-  _globals['_BLOCKCHUNK']._serialized_start=1144
-  _globals['_BLOCKCHUNK']._serialized_end=1202
-  _globals['_READBLOCKSREQUEST']._serialized_start=1204
-  _globals['_READBLOCKSREQUEST']._serialized_end=1271
-  _globals['_BLOCKPAYLOAD']._serialized_start=1273
-  _globals['_BLOCKPAYLOAD']._serialized_end=1382
-  _globals['_GETSTATSREQUEST']._serialized_start=1384
-  _globals['_GETSTATSREQUEST']._serialized_end=1401
-  _globals['_TIERSTATS']._serialized_start=1404
-  _globals['_TIERSTATS']._serialized_end=1578
-  _globals['_WORKERSTATS']._serialized_start=1581
-  _globals['_WORKERSTATS']._serialized_end=2021
-  _globals['_WORKERSTATS_BYTESSERVEDENTRY']._serialized_start=1971
-  _globals['_WORKERSTATS_BYTESSERVEDENTRY']._serialized_end=2021
-  _globals['_WORKERSERVICE']._serialized_start=2024
-  _globals['_WORKERSERVICE']._serialized_end=2743
+  _globals['_COMMITBLOCKSREQUEST']._serialized_start=176
+  _globals['_COMMITBLOCKSREQUEST']._serialized_end=284
+  _globals['_COMMITBLOCKSRESPONSE']._serialized_start=286
+  _globals['_COMMITBLOCKSRESPONSE']._serialized_end=344
+  _globals['_COPYBLOCKSREQUEST']._serialized_start=346
+  _globals['_COPYBLOCKSREQUEST']._serialized_end=452
+  _globals['_COPYBLOCKSRESPONSE']._serialized_start=454
+  _globals['_COPYBLOCKSRESPONSE']._serialized_end=490
+  _globals['_FREEBLOCKSREQUEST']._serialized_start=492
+  _globals['_FREEBLOCKSREQUEST']._serialized_end=529
+  _globals['_FREEBLOCKSRESPONSE']._serialized_start=531
+  _globals['_FREEBLOCKSRESPONSE']._serialized_end=611
+  _globals['_BLOCKSTATUS']._serialized_start=613
+  _globals['_BLOCKSTATUS']._serialized_end=690
+  _globals['_LOADBLOCKSRESPONSE']._serialized_start=692
+  _globals['_LOADBLOCKSRESPONSE']._serialized_end=756
+  _globals['_READBLOCKREQUEST']._serialized_start=759
+  _globals['_READBLOCKREQUEST']._serialized_end=1057
+  _globals['_READBLOCKREQUEST_TRACECONTEXTENTRY']._serialized_start=1006
+  _globals['_READBLOCKREQUEST_TRACECONTEXTENTRY']._serialized_end=1057
+  _globals['_BLOCKCHUNK']._serialized_start=1059
+  _globals['_BLOCKCHUNK']._serialized_end=1117
+  _globals['_READBLOCKSREQUEST']._serialized_start=1119
+  _globals['_READBLOCKSREQUEST']._serialized_end=1186
+  _globals['_BLOCKPAYLOAD']._serialized_start=1188
+  _globals['_BLOCKPAYLOAD']._serialized_end=1297
+  _globals['_GETSTATSREQUEST']._serialized_start=1299
+  _globals['_GETSTATSREQUEST']._serialized_end=1316
+  _globals['_TIERSTATS']._serialized_start=1319
+  _globals['_TIERSTATS']._serialized_end=1493
+  _globals['_WORKERSTATS']._serialized_start=1496
+  _globals['_WORKERSTATS']._serialized_end=1936
+  _globals['_WORKERSTATS_BYTESSERVEDENTRY']._serialized_start=1886
+  _globals['_WORKERSTATS_BYTESSERVEDENTRY']._serialized_end=1936
+  _globals['_WORKERSERVICE']._serialized_start=1939
+  _globals['_WORKERSERVICE']._serialized_end=2658
 # @@protoc_insertion_point(module_scope)

@@ -66,51 +66,28 @@ Global___StageBlockResponse: _TypeAlias = StageBlockResponse  # noqa: Y015
 class CommitBlocksRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
-    @_typing.final
-    class HomesEntry(_message.Message):
-        DESCRIPTOR: _descriptor.Descriptor
-
-        KEY_FIELD_NUMBER: _builtins.int
-        VALUE_FIELD_NUMBER: _builtins.int
-        key: _builtins.int
-        value: _builtins.str
-        def __init__(
-            self,
-            *,
-            key: _builtins.int = ...,
-            value: _builtins.str = ...,
-        ) -> None: ...
-        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
-        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
-        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-        def WhichOneof(self, oneof_group: _Never) -> None: ...
-
     WRITE_ID_FIELD_NUMBER: _builtins.int
     FILE_FIELD_NUMBER: _builtins.int
-    HOMES_FIELD_NUMBER: _builtins.int
+    INDICES_FIELD_NUMBER: _builtins.int
     write_id: _builtins.str
     @_builtins.property
     def file(self) -> Global___ReadBlockRequest:
         """The file as published: file_id, ufs_uri, etag, file_size, block_size, mount_path."""
 
     @_builtins.property
-    def homes(self) -> _containers.ScalarMap[_builtins.int, _builtins.str]:
-        """Every staged block to commit: index -> id of the live worker that caches it (its
-        home), or "" for this worker. Ids, not addresses: a worker sends blocks, with its
-        own token, only to workers registered in etcd.
-        """
+    def indices(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """The staged blocks to keep under the published file."""
 
     def __init__(
         self,
         *,
         write_id: _builtins.str = ...,
         file: Global___ReadBlockRequest | None = ...,
-        homes: _abc.Mapping[_builtins.int, _builtins.str] | None = ...,
+        indices: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["file", b"file"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["file", b"file", "homes", b"homes", "write_id", b"write_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["file", b"file", "indices", b"indices", "write_id", b"write_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -123,9 +100,9 @@ class CommitBlocksResponse(_message.Message):
     COMMITTED_FIELD_NUMBER: _builtins.int
     MISSING_FIELD_NUMBER: _builtins.int
     committed: _builtins.int
-    """blocks now cached (here or at their home)"""
+    """blocks now cached here under the published file"""
     missing: _builtins.int
-    """staged blocks that were gone (evicted, expired, a failed forward)"""
+    """staged blocks that were gone (evicted, expired)"""
     def __init__(
         self,
         *,

@@ -146,7 +146,8 @@ class WorkerServiceServicer:
 
     def CommitBlocks(self, request, context):
         """The published file's identity for a write's staged blocks: each is cached under it
-        here, or sent to the worker named for its index (its home), which caches it there.
+        here, where it was staged, and reported to the master (readers find it through the
+        block-location table, so no block crosses the network a second time).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -62,7 +62,8 @@ class WorkerServiceStub:
     """
     CommitBlocks: _grpc.UnaryUnaryMultiCallable[_worker_pb2.CommitBlocksRequest, _worker_pb2.CommitBlocksResponse]
     """The published file's identity for a write's staged blocks: each is cached under it
-    here, or sent to the worker named for its index (its home), which caches it there.
+    here, where it was staged, and reported to the master (readers find it through the
+    block-location table, so no block crosses the network a second time).
     """
     CopyBlocks: _grpc.UnaryUnaryMultiCallable[_worker_pb2.CopyBlocksRequest, _worker_pb2.CopyBlocksResponse]
     """The blocks this worker holds of one file, cached again under a file with the same
@@ -104,7 +105,8 @@ class WorkerServiceAsyncStub(WorkerServiceStub):
     """
     CommitBlocks: _aio.UnaryUnaryMultiCallable[_worker_pb2.CommitBlocksRequest, _worker_pb2.CommitBlocksResponse]  # type: ignore[assignment]
     """The published file's identity for a write's staged blocks: each is cached under it
-    here, or sent to the worker named for its index (its home), which caches it there.
+    here, where it was staged, and reported to the master (readers find it through the
+    block-location table, so no block crosses the network a second time).
     """
     CopyBlocks: _aio.UnaryUnaryMultiCallable[_worker_pb2.CopyBlocksRequest, _worker_pb2.CopyBlocksResponse]  # type: ignore[assignment]
     """The blocks this worker holds of one file, cached again under a file with the same
@@ -191,7 +193,8 @@ class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_worker_pb2.CommitBlocksResponse, _abc.Awaitable[_worker_pb2.CommitBlocksResponse]]:
         """The published file's identity for a write's staged blocks: each is cached under it
-        here, or sent to the worker named for its index (its home), which caches it there.
+        here, where it was staged, and reported to the master (readers find it through the
+        block-location table, so no block crosses the network a second time).
         """
 
     @_abc_1.abstractmethod

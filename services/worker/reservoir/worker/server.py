@@ -14,10 +14,9 @@ from reservoir.common.malloc_tuning import tune_for_bounded_footprint
 from reservoir.common.metadata_store import open_metadata_store
 from reservoir.common.metrics_endpoint import MetricsEndpoint, server_registry
 from reservoir.common.models import WorkerRecord
-from reservoir.common.rpc import CHANNEL_OPTIONS, ChannelPool
+from reservoir.common.rpc import CHANNEL_OPTIONS
 from reservoir.common.rpc_metrics import RpcMetrics
 from reservoir.common.security import SecuritySettings, Transport, data_port_server_context
-from reservoir.common.worker_registry import WorkerRegistry
 
 from .block_reporter import BlockReporter
 from .cache_rules import CacheRuleTable
@@ -129,16 +128,9 @@ async def serve(config: cfg.WorkerConfig, transport: Transport) -> None:
         unlisted_shm=bool(transport.settings.auth_tokens_file),
         registry=registry,
     )
-    # Written files' blocks (checkpoints): forwarded to their homes with this worker's token.
+    # Written files' blocks (checkpoints): kept where staged, reported to the master.
     reporter = BlockReporter(config, service, link)
-    written = WrittenBlocks(
-        service,
-        ChannelPool(transport),
-        config.rpc_timeout_s,
-        WorkerRegistry(store).live,
-        store,
-        reporter,
-    )
+    written = WrittenBlocks(service, store, reporter)
     server.add_generic_rpc_handlers([WorkerServicer(service, written).handler()])
     # With TLS the data port speaks it too, and checks the tokens gRPC checks.
     security = transport.settings

@@ -165,7 +165,9 @@ class WorkerServicer:
         file = BlockRequest(
             f.file_id, 0, 0, -1, f.ufs_uri, f.etag, f.file_size, f.block_size, f.mount_path
         )
-        committed, missing = await self._written.commit(request.write_id, file, dict(request.homes))
+        committed, missing = await self._written.commit(
+            request.write_id, file, list(request.indices)
+        )
         return worker_pb2.CommitBlocksResponse(committed=committed, missing=missing)
 
     @translate_errors
