@@ -48,7 +48,7 @@ def test_a_reader_may_stat_but_not_mount() -> None:
 
 
 def test_writes_take_a_writer_or_an_admin_and_a_writer_may_read_but_not_mount() -> None:
-    table = _table(w=("writer", ""), a=("admin", ""), r=("reader", ""))
+    table = _table(w=("writer", ""), a=("admin", ""), r=("reader", ""), k=("worker", "w1"))
     writes = [
         "/reservoir.v1.MasterService/BeginWrite",
         "/reservoir.v1.MasterService/PublishWrite",
@@ -62,6 +62,8 @@ def test_writes_take_a_writer_or_an_admin_and_a_writer_may_read_but_not_mount() 
         assert authorize(table, method, _md("a")) is not None
         with pytest.raises(PermissionDenied):
             authorize(table, method, _md("r"))
+        with pytest.raises(PermissionDenied):
+            authorize(table, method, _md("k"))  # a worker writes nothing through another
     assert authorize(table, STAT, _md("w")) is not None
     with pytest.raises(PermissionDenied):
         authorize(table, MOUNT, _md("w"))

@@ -79,9 +79,9 @@ RULES: dict[str, Rule] = {
     worker.GET_STATS: Rule(_READ),
     worker.LOAD_BLOCKS: Rule(_ADMIN | _CLUSTER),
     worker.FREE_BLOCKS: Rule(_ADMIN | _CLUSTER),
-    # A written file's blocks: from its writer, or forwarded by a worker to their home.
-    worker.STAGE_BLOCK: Rule(_WRITE | _CLUSTER),
-    worker.COMMIT_BLOCKS: Rule(_WRITE | _CLUSTER),
+    # A written file's blocks: from its writer only (they stay where they are staged).
+    worker.STAGE_BLOCK: Rule(_WRITE),
+    worker.COMMIT_BLOCKS: Rule(_WRITE),
     # A renamed file's blocks kept under its new id: what the master asks, and no one else.
     worker.COPY_BLOCKS: Rule(_CLUSTER),
     **{
