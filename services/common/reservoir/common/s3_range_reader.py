@@ -144,9 +144,13 @@ class S3RangeReader:
     def _session_region(self) -> str:
         return self._settings.region or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
 
-    async def get_range(self, key: str, offset: int, length: int, etag: str, *, what: str) -> bytes:
+    async def get_range(
+        self, key: str, offset: int, length: int, etag: str, *, what: str
+    ) -> bytes | memoryview:
         """`length` bytes from `offset` (fewer only at the object's end); Conflict when the
-        object's ETag is no longer `etag`."""
+        object's ETag is no longer `etag`. A read-only view of the body obstore received,
+        not a copy: a copy of a block costs a worker a fresh allocation's page faults and
+        one pass over the bytes, ~15 % of its CPU on a cold read."""
         if length <= 0:
             return b""
         import obstore
@@ -162,7 +166,7 @@ class S3RangeReader:
             except Exception as exc:
                 raise self._error(exc, what) from exc
             try:
-                data = bytes(await result.bytes_async())
+                data = memoryview(await result.bytes_async())
                 expected = max(0, min(length, result.meta["size"] - offset))
                 if len(data) < expected:
                     raise _TruncatedBody(f"{len(data)} of {expected} bytes")

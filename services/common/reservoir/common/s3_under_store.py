@@ -346,7 +346,9 @@ class S3UnderStore(UnderStore):
                 time.sleep(delay)
         raise AssertionError("unreachable")
 
-    async def get_range_async(self, key: str, offset: int, length: int, etag: str = "") -> bytes:
+    async def get_range_async(
+        self, key: str, offset: int, length: int, etag: str = ""
+    ) -> bytes | memoryview:
         """Through obstore, on the event loop (`s3_range_reader.py`); a store built on a
         given boto3 client (tests) reads through it on a thread."""
         if self._ranges is None:

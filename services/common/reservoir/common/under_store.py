@@ -109,8 +109,11 @@ class UnderStore(abc.ABC):
         """`length` bytes from `offset` (fewer only at the object's end); Conflict when the
         object's ETag is no longer `etag`."""
 
-    async def get_range_async(self, key: str, offset: int, length: int, etag: str = "") -> bytes:
-        """`get_range` awaited: on a thread unless the store has a native async read."""
+    async def get_range_async(
+        self, key: str, offset: int, length: int, etag: str = ""
+    ) -> bytes | memoryview:
+        """`get_range` awaited: on a thread unless the store has a native async read (which
+        may hand out a read-only view of the body it received instead of a copy)."""
         return await asyncio.to_thread(self.get_range, key, offset, length, etag)
 
     @abc.abstractmethod

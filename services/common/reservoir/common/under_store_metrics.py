@@ -98,7 +98,9 @@ class MeasuredUnderStore(UnderStore):
         with self._metrics.timing("get", self._scheme):
             return self.inner.get_range(key, offset, length, etag)
 
-    async def get_range_async(self, key: str, offset: int, length: int, etag: str = "") -> bytes:
+    async def get_range_async(
+        self, key: str, offset: int, length: int, etag: str = ""
+    ) -> bytes | memoryview:
         with self._metrics.timing("get", self._scheme):
             return await self.inner.get_range_async(key, offset, length, etag)
 

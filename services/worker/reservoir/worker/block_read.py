@@ -10,6 +10,10 @@ from reservoir.common.block_file import checksum
 
 from .memory_tier import BlockData, BlockFileRef
 
+# A block as a read hands it on: a tier's bytes, or the read-only view of what the
+# under-store client received for a block this read fetched (never copied on its way).
+Fetched = BlockData | memoryview
+
 
 @dataclass(frozen=True, slots=True)
 class BlockRead:
@@ -17,7 +21,7 @@ class BlockRead:
     the range is the whole block); `source` is the tier that held the block, or UFS when
     this read fetched it."""
 
-    block: BlockData
+    block: Fetched
     start: int
     end: int
     crc: int
@@ -37,8 +41,10 @@ class BlockRead:
 
     def payload(self) -> bytes:
         """The range as `bytes` (what gRPC takes): the held block itself when it is all of
-        it, else one copy of the range."""
-        return self.block if self.whole else bytes(self.view())
+        it and bytes, else one copy of the range."""
+        if self.whole and isinstance(self.block, bytes):
+            return self.block
+        return bytes(self.view())
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,9 +72,7 @@ def window(offset: int, length: int, block_length: int) -> tuple[int, int]:
     return start, end
 
 
-def range_read(
-    block: BlockData, block_crc: int, offset: int, length: int, source: str
-) -> BlockRead:
+def range_read(block: Fetched, block_crc: int, offset: int, length: int, source: str) -> BlockRead:
     start, end = window(offset, length, len(block))
     whole = (start, end) == (0, len(block))
     crc = block_crc if whole else checksum(memoryview(block)[start:end])

@@ -23,10 +23,10 @@ from reservoir.common.paths import shown
 from reservoir.common.under_store import UnderStore
 from reservoir.common.under_store_metrics import UnderStoreMetrics
 
-from .block_read import BlockRead, FileRead, range_read, window
+from .block_read import BlockRead, Fetched, FileRead, range_read, window
 from .cache_rules import BlockExpiry, CacheRuleTable
 from .counters import UFS, WorkerCounters
-from .memory_tier import BlockData, BlockId
+from .memory_tier import BlockId
 from .mount_table import MountTable
 from .read_request import BlockRequest
 from .read_trace import ReadTrace
@@ -62,7 +62,7 @@ class WorkerService:
         )
         # Each mount's store opens as soon as the mount is known, not at its first miss.
         mounts.subscribe(self._under_stores)
-        self._inflight: dict[BlockId, asyncio.Task[tuple[BlockData, int]]] = {}
+        self._inflight: dict[BlockId, asyncio.Task[tuple[Fetched, int]]] = {}
         # Bounds the GETs this worker has in flight to the under-store at once.
         self._ufs_slots = asyncio.Semaphore(config.ufs.concurrency)
         self.added: set[BlockId] = set()
@@ -95,7 +95,7 @@ class WorkerService:
 
     async def _get_range(
         self, mount: Mount, ufs: UnderStore, key: str, start: int, length: int, etag: str
-    ) -> bytes:
+    ) -> bytes | memoryview:
         """Bytes from the mount's store. A read that fails there runs once more on the new
         mount when the master says the mount was changed meanwhile (a remount the watch
         has not brought yet)."""
@@ -116,7 +116,7 @@ class WorkerService:
 
     async def _ufs_get(
         self, ufs: UnderStore, key: str, start: int, length: int, etag: str
-    ) -> bytes:
+    ) -> bytes | memoryview:
         """One ranged GET, counted (and its failure), in a span of its own."""
         attributes: dict[str, str | int] = {
             "reservoir.ufs_uri": ufs.uri_of(key),
@@ -192,7 +192,7 @@ class WorkerService:
             raise ResourceExhausted("block fetched but not kept: the cache is full")
         return len(data)
 
-    async def _block(self, request: BlockRequest) -> tuple[BlockData, int, str]:
+    async def _block(self, request: BlockRequest) -> tuple[Fetched, int, str]:
         """The whole block, its CRC32C, and where it came from: the name of the tier that
         held it, or UFS when this call fetched it.
 
@@ -222,14 +222,14 @@ class WorkerService:
         self.counters.corrupt_blocks += 1
         log.warning("block_corrupt", file_id=block[0], index=block[1], tier=tier, error=error)
 
-    def _fetch_done(self, task: asyncio.Task[tuple[BlockData, int]]) -> None:
+    def _fetch_done(self, task: asyncio.Task[tuple[Fetched, int]]) -> None:
         for block, running in list(self._inflight.items()):
             if running is task:
                 del self._inflight[block]
         if not task.cancelled():
             task.exception()  # retrieved: the callers that still wait have it
 
-    async def _fetch(self, request: BlockRequest) -> tuple[BlockData, int]:
+    async def _fetch(self, request: BlockRequest) -> tuple[Fetched, int]:
         mount, ufs = await self._under_store(request.mount_path, request.ufs_uri)
         if mount.options.block_size and request.block_size != mount.options.block_size:
             # Another geometry than the mount's would cache bytes no reader of this mount
