@@ -32,77 +32,76 @@ class _Reports:
         self.sent.append(sorted(self._pending))
 
 
+class _Write:
+    """A worker, its WrittenBlocks, and one write of `size` random bytes (`record` says
+    what it published: by default the file's own id)."""
+
+    def __init__(self, tmp_path: Path, size: int) -> None:
+        self.data = os.urandom(size)
+        (tmp_path / "ckpt.pt").write_bytes(self.data)
+        self.file = request(tmp_path, "ckpt.pt", size)
+        self.service = worker(tmp_path)
+        self.store = MemoryMetadataStore()
+        self.write_id = uuid.uuid4().hex
+        self.reports = _Reports()
+        self.reports.watch(self.service.added)
+        self.written = WrittenBlocks(self.service, self.store, self.reports)
+
+    async def record(self, published_id: str | None = None) -> None:
+        record = WriteRecord(
+            self.write_id,
+            "/d/ckpt.pt",
+            MOUNT,
+            "ckpt.pt",
+            "u",
+            0,
+            2**62,
+            published_id or self.file.file_id,
+        )
+        await self.store.put(write_key(self.write_id), record.to_json())
+
+    def stage(self, index: int) -> bool:
+        piece = self.data[index * BLOCK : (index + 1) * BLOCK]
+        return self.written.stage(self.write_id, index, piece, checksum(piece))
+
+
 def test_staged_blocks_are_kept_here_under_the_published_id_and_reported_before_the_answer(
     tmp_path: Path,
 ) -> None:
     async def scenario() -> None:
-        data = os.urandom(3 * BLOCK - 5)
-        (tmp_path / "ckpt.pt").write_bytes(data)
-        file = request(tmp_path, "ckpt.pt", len(data))
-        service = worker(tmp_path)
-        store = MemoryMetadataStore()
-        write_id = uuid.uuid4().hex
-        published = WriteRecord(
-            write_id, "/d/ckpt.pt", MOUNT, "ckpt.pt", "u", 0, 2**62, file.file_id
-        )
-        await store.put(write_key(write_id), published.to_json())
-
-        reports = _Reports()
-        written = WrittenBlocks(service, store, reports)
+        w = _Write(tmp_path, 3 * BLOCK - 5)
+        await w.record()
+        assert all(w.stage(index) for index in range(3))
+        assert await w.written.commit(w.write_id, w.file, [0, 1, 2]) == (3, 0)
+        blocks = [(w.file.file_id, index) for index in range(3)]
+        assert w.reports.sent == [blocks]
         for index in range(3):
-            piece = data[index * BLOCK : (index + 1) * BLOCK]
-            assert written.stage(write_id, index, piece, checksum(piece))
-        reports.watch(service.added)
-        committed, missing = await written.commit(write_id, file, [0, 1, 2])
-        assert (committed, missing) == (3, 0)
-        assert reports.sent == [[(file.file_id, 0), (file.file_id, 1), (file.file_id, 2)]]
-        for index in range(3):
-            held = await service.store.get((file.file_id, index))
+            held = await w.service.store.get((w.file.file_id, index))
             assert held is not None
-            assert bytes(held[0]) == data[index * BLOCK : (index + 1) * BLOCK]
+            assert bytes(held[0]) == w.data[index * BLOCK : (index + 1) * BLOCK]
 
     asyncio.run(scenario())
 
 
 def test_a_commit_for_a_file_the_write_did_not_publish_keeps_nothing(tmp_path: Path) -> None:
     async def scenario() -> None:
-        data = os.urandom(BLOCK)
-        (tmp_path / "ckpt.pt").write_bytes(data)
-        file = request(tmp_path, "ckpt.pt", len(data))
-        service = worker(tmp_path)
-        store = MemoryMetadataStore()
-        write_id = uuid.uuid4().hex
-        other = WriteRecord(write_id, "/d/ckpt.pt", MOUNT, "ckpt.pt", "u", 0, 2**62, "f" * 64)
-        await store.put(write_key(write_id), other.to_json())
-        reports = _Reports()
-        reports.watch(service.added)
-        written = WrittenBlocks(service, store, reports)
-        assert written.stage(write_id, 0, data, checksum(data))
+        w = _Write(tmp_path, BLOCK)
+        await w.record(published_id="f" * 64)
+        assert w.stage(0)
         with pytest.raises(PermissionError):
-            await written.commit(write_id, file, [0])
-        assert await service.store.get((file.file_id, 0)) is None
-        assert reports.sent == []
+            await w.written.commit(w.write_id, w.file, [0])
+        assert await w.service.store.get((w.file.file_id, 0)) is None
+        assert w.reports.sent == []
 
     asyncio.run(scenario())
 
 
 def test_a_staged_block_gone_by_commit_time_is_counted_missing(tmp_path: Path) -> None:
     async def scenario() -> None:
-        data = os.urandom(2 * BLOCK)
-        (tmp_path / "ckpt.pt").write_bytes(data)
-        file = request(tmp_path, "ckpt.pt", len(data))
-        service = worker(tmp_path)
-        store = MemoryMetadataStore()
-        write_id = uuid.uuid4().hex
-        published = WriteRecord(
-            write_id, "/d/ckpt.pt", MOUNT, "ckpt.pt", "u", 0, 2**62, file.file_id
-        )
-        await store.put(write_key(write_id), published.to_json())
-        reports = _Reports()
-        reports.watch(service.added)
-        written = WrittenBlocks(service, store, reports)
-        assert written.stage(write_id, 0, data[:BLOCK], checksum(data[:BLOCK]))
-        assert await written.commit(write_id, file, [0, 1]) == (1, 1)
-        assert await service.store.get((file.file_id, 1)) is None
+        w = _Write(tmp_path, 2 * BLOCK)
+        await w.record()
+        assert w.stage(0)
+        assert await w.written.commit(w.write_id, w.file, [0, 1]) == (1, 1)
+        assert await w.service.store.get((w.file.file_id, 1)) is None
 
     asyncio.run(scenario())
