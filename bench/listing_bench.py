@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from reservoir.client import Client
-from reservoir.common.metadata_store import open_metadata_store
+from reservoir.common.metadata.metadata_store import open_metadata_store
 from reservoir.common.models import Inode, file_id_for
 from reservoir.local.cluster import LocalCluster
 from reservoir.master.mount_policy import MountPolicy

@@ -37,11 +37,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from reservoir.common import keyspace
 from reservoir.common.config import MasterConfig
-from reservoir.common.metadata_store import MetadataStore, open_metadata_store
+from reservoir.common.metadata import keyspace
+from reservoir.common.metadata.metadata_store import MetadataStore, open_metadata_store
 from reservoir.common.models import Inode, Mount, MountOptions
-from reservoir.common.under_store import ObjectInfo
+from reservoir.common.understore.under_store import ObjectInfo
 from reservoir.local.cluster import LocalCluster, etcd_binary
 from reservoir.master.metadata_sync import dir_inode, now_ms
 from reservoir.master.namespace_store import CHUNK_ENTRIES

@@ -16,7 +16,7 @@ import pytest
 
 from reservoir.common.config import EtcdSettings
 from reservoir.common.errors import PermissionDenied, Unavailable
-from reservoir.common.metadata_store import open_metadata_store
+from reservoir.common.metadata.metadata_store import open_metadata_store
 from reservoir.local import pki
 from reservoir.local.cluster import etcd_binary
 

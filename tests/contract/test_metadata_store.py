@@ -11,7 +11,7 @@ import pytest
 
 from reservoir.common.config import EtcdSettings
 from reservoir.common.errors import InvalidArgument, NotFound
-from reservoir.common.metadata_store import (
+from reservoir.common.metadata.metadata_store import (
     MAX_TXN_OPS,
     Guard,
     MetadataStore,

@@ -13,9 +13,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from reservoir.common.errors import Conflict, NotFound
-from reservoir.common.mounted_stores import open_under_store
-from reservoir.common.under_store import UnderStore, UnderStoreSettings
-from reservoir.common.under_store_metrics import MeasuredUnderStore, UnderStoreMetrics
+from reservoir.common.understore.mounted_stores import open_under_store
+from reservoir.common.understore.under_store import UnderStore, UnderStoreSettings
+from reservoir.common.understore.under_store_metrics import MeasuredUnderStore, UnderStoreMetrics
 from reservoir.local.cluster import DEV_CREDENTIALS, LocalCluster
 
 

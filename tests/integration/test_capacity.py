@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from reservoir.client import Client
-from reservoir.common.block_file import HEADER_SIZE
+from reservoir.common.blocks.block_file import HEADER_SIZE
 from reservoir.local.cluster import LocalCluster
 
 from ..conftest import LEASE_TTL_S

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from reservoir.client import Client
-from reservoir.common import block_transfer as wire
-from reservoir.common.block_file import checksum
+from reservoir.common.blocks import block_transfer as wire
+from reservoir.common.blocks.block_file import checksum
 from reservoir.common.config import ClientConfig, SecuritySettings
 from reservoir.common.errors import (
     InvalidArgument,

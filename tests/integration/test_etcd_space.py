@@ -17,7 +17,7 @@ import pytest
 
 from reservoir.client import Client
 from reservoir.common.errors import ResourceExhausted
-from reservoir.common.metadata_store import open_metadata_store
+from reservoir.common.metadata.metadata_store import open_metadata_store
 from reservoir.local.cluster import LocalCluster, etcd_binary
 from reservoir.v1 import master_pb2, master_pb2_grpc
 from tests.conftest import channel

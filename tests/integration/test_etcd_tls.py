@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from reservoir.client import Client
-from reservoir.common import keyspace
 from reservoir.common.config import EtcdSettings
 from reservoir.common.errors import Unavailable
-from reservoir.common.metadata_store import open_metadata_store
+from reservoir.common.metadata import keyspace
+from reservoir.common.metadata.metadata_store import open_metadata_store
 from reservoir.local.cluster import LocalCluster
 from tests.eventually import eventually
 

@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 
 from reservoir.client import Client
-from reservoir.common import keyspace
-from reservoir.common.metadata_store import open_metadata_store
+from reservoir.common.metadata import keyspace
+from reservoir.common.metadata.metadata_store import open_metadata_store
 from reservoir.local.cluster import LocalCluster
 from tests.conftest import LEASE_TTL_S
 from tests.eventually import eventually

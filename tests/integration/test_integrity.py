@@ -17,7 +17,7 @@ import pytest
 from reservoir.client import Client
 from reservoir.common import config as cfg
 from reservoir.common import worker_methods
-from reservoir.common.block_file import HEADER_SIZE
+from reservoir.common.blocks.block_file import HEADER_SIZE
 from reservoir.common.models import block_request, file_id_for
 from reservoir.local.cluster import LocalCluster
 from reservoir.v1 import worker_pb2

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from reservoir.client import Client
-from reservoir.common import keyspace
-from reservoir.common.metadata_store import open_metadata_store
+from reservoir.common.metadata import keyspace
+from reservoir.common.metadata.metadata_store import open_metadata_store
 from reservoir.local.cluster import LocalCluster
 from reservoir.master.namespace_store import CHUNK_ENTRIES
 from tests.eventually import eventually

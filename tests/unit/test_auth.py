@@ -9,10 +9,16 @@ import grpc
 import grpc.aio
 import pytest
 
-from reservoir.common.auth import AuthInterceptor, TokenTable, authorize, new_token, token_hash
 from reservoir.common.errors import InvalidArgument, PermissionDenied, Unauthenticated
 from reservoir.common.rpc import CHANNEL_OPTIONS
 from reservoir.common.security import SecuritySettings, Transport
+from reservoir.common.serving.auth import (
+    AuthInterceptor,
+    TokenTable,
+    authorize,
+    new_token,
+    token_hash,
+)
 from reservoir.local import pki
 from reservoir.v1 import master_pb2
 

@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from reservoir.common.block_file import (
+from reservoir.common.blocks.block_file import (
     HEADER_SIZE,
     checksum,
     checksum_of_pieces,

@@ -8,9 +8,10 @@ import struct
 
 import pytest
 
-from reservoir.common import auth, worker_methods
-from reservoir.common import block_transfer as wire
+from reservoir.common import worker_methods
+from reservoir.common.blocks import block_transfer as wire
 from reservoir.common.errors import InvalidArgument, PermissionDenied, Unauthenticated
+from reservoir.common.serving import auth
 
 
 def test_a_request_header_announces_its_kind_and_body_length() -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from reservoir.common.auth import Principal, TokenTable, token_hash
+from reservoir.common.serving.auth import Principal, TokenTable, token_hash
 
 x509 = pytest.importorskip("cryptography.x509")
 verification = pytest.importorskip("cryptography.x509.verification")

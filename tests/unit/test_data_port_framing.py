@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from reservoir.common import auth
-from reservoir.common import block_transfer as wire
-from reservoir.common.block_file import checksum
+from reservoir.common.blocks import block_transfer as wire
+from reservoir.common.blocks.block_file import checksum
 from reservoir.common.errors import (
     InvalidArgument,
     OutOfRange,
     Unauthenticated,
     code_value,
 )
+from reservoir.common.serving import auth
 from reservoir.v1 import worker_pb2
 from reservoir.worker.data_port import _Connection
 from reservoir.worker.data_port_metrics import DataPortMetrics

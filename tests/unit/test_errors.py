@@ -32,7 +32,7 @@ def test_batch_code_value_maps_back_to_the_same_class() -> None:
 
 def test_etcd_out_of_space_is_resource_exhausted_and_says_what_to_do() -> None:
     from reservoir.common.errors import ResourceExhausted, error_for, status_for
-    from reservoir.common.etcd_space import is_out_of_space, out_of_space
+    from reservoir.common.metadata.etcd_space import is_out_of_space, out_of_space
 
     error = out_of_space("etcd put: etcdserver: mvcc: database space exceeded")
     assert status_for(error) == grpc.StatusCode.RESOURCE_EXHAUSTED

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from reservoir.common.fresh_bytes import filled_bytes
+from reservoir.common.blocks.fresh_bytes import filled_bytes
 
 
 def test_filled_bytes_holds_what_the_fill_wrote() -> None:

@@ -13,7 +13,7 @@ import pytest
 
 from reservoir.client.grpc_blocks import GrpcBlocks
 from reservoir.common import config as cfg
-from reservoir.common.block_file import checksum
+from reservoir.common.blocks.block_file import checksum
 from reservoir.common.errors import DataLoss, NotFound, code_value
 from reservoir.common.models import WorkerRecord
 from reservoir.common.rpc import ChannelPool

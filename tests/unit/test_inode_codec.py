@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from reservoir.common.inode_codec import (
+from reservoir.common.metadata.inode_codec import (
     ChunkPlace,
     decode_chunk,
     encode_chunk,

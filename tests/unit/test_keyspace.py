@@ -1,4 +1,4 @@
-from reservoir.common import keyspace
+from reservoir.common.metadata import keyspace
 
 
 def test_a_directorys_chunks_share_a_group_that_no_other_directory_has() -> None:

@@ -9,10 +9,10 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from reservoir.common import keyspace
 from reservoir.common.errors import NotLeader
-from reservoir.common.fenced_store import FencedStore
-from reservoir.common.metadata_store import Guard, MemoryMetadataStore
+from reservoir.common.metadata import keyspace
+from reservoir.common.metadata.fenced_store import FencedStore
+from reservoir.common.metadata.metadata_store import Guard, MemoryMetadataStore
 from reservoir.master.leadership import LEADER, STANDBY, Leadership
 
 

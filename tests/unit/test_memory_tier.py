@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from reservoir.common.block_file import HEADER_SIZE, checksum
+from reservoir.common.blocks.block_file import HEADER_SIZE, checksum
 from reservoir.common.errors import DataLoss
 from reservoir.worker.memory_tier import BlockId, MemoryTier
 
@@ -101,7 +101,7 @@ def test_a_pinned_block_is_never_evicted_and_a_full_tier_of_them_serves_without_
 def test_a_rekeyed_block_is_held_under_its_new_id_and_offset_only(
     tmp_path: Path, shm: bool
 ) -> None:
-    from reservoir.common.block_file import read_block_file
+    from reservoir.common.blocks.block_file import read_block_file
     from reservoir.worker.shm_tier import ShmTier
 
     tier = ShmTier(str(tmp_path / "shm"), 100, None) if shm else MemoryTier(100, None)

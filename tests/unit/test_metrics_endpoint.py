@@ -22,8 +22,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from reservoir.common.config import MetricsSettings, TraceExportSettings
 from reservoir.common.errors import InvalidArgument
-from reservoir.common.metrics_endpoint import MetricsEndpoint, split_listen
-from reservoir.common.rpc_metrics import RpcMetrics, RpcMetricsInterceptor
+from reservoir.common.serving.metrics_endpoint import MetricsEndpoint, split_listen
+from reservoir.common.serving.rpc_metrics import RpcMetrics, RpcMetricsInterceptor
 
 DEADLINE_S = 10.0
 

@@ -7,9 +7,9 @@ import asyncio
 
 import pytest
 
-from reservoir.common import keyspace
 from reservoir.common.errors import NotFound, Unavailable
-from reservoir.common.metadata_store import MemoryMetadataStore
+from reservoir.common.metadata import keyspace
+from reservoir.common.metadata.metadata_store import MemoryMetadataStore
 from reservoir.common.models import Mount, MountOptions
 from reservoir.worker.mount_table import MountTable
 

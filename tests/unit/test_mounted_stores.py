@@ -6,11 +6,11 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from reservoir.common import keyspace
-from reservoir.common.metadata_store import MemoryMetadataStore
+from reservoir.common.metadata import keyspace
+from reservoir.common.metadata.metadata_store import MemoryMetadataStore
 from reservoir.common.models import Mount, MountOptions
-from reservoir.common.mounted_stores import MountedStores
-from reservoir.common.s3_under_store import S3UnderStore
+from reservoir.common.understore.mounted_stores import MountedStores
+from reservoir.common.understore.s3_under_store import S3UnderStore
 from reservoir.worker.mount_table import MountTable
 
 

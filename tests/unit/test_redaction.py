@@ -11,8 +11,8 @@ import pytest
 from moto import mock_aws
 
 from reservoir.common.redaction import redact
-from reservoir.common.s3_under_store import S3UnderStore
-from reservoir.common.under_store import UnderStoreSettings
+from reservoir.common.understore.s3_under_store import S3UnderStore
+from reservoir.common.understore.under_store import UnderStoreSettings
 
 KEY_ID = "AKIAIOSFODNN7EXAMPLE"
 SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"

@@ -14,8 +14,8 @@ from botocore.exceptions import (
 )
 
 from reservoir.common.errors import PermissionDenied, Unavailable
-from reservoir.common.s3_under_store import S3UnderStore
-from reservoir.common.under_store import BodyRetry, UnderStoreSettings
+from reservoir.common.understore.s3_under_store import S3UnderStore
+from reservoir.common.understore.under_store import BodyRetry, UnderStoreSettings
 
 DATA = bytes(range(256)) * 40  # 10240 bytes
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from reservoir.common.errors import PermissionDenied, Unavailable
-from reservoir.common.s3_under_store import S3UnderStore
-from reservoir.common.under_store import UnderStoreSettings
+from reservoir.common.understore.s3_under_store import S3UnderStore
+from reservoir.common.understore.under_store import UnderStoreSettings
 
 
 def _closed_port() -> int:

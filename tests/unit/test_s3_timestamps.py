@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from botocore.parsers import DEFAULT_TIMESTAMP_PARSER
 
-from reservoir.common.s3_under_store import _timestamp
+from reservoir.common.understore.s3_under_store import _timestamp
 
 
 @pytest.mark.parametrize(

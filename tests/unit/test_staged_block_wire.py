@@ -2,8 +2,8 @@ import os
 
 import pytest
 
+from reservoir.common.blocks.staged_block_wire import decode_stage_request, encode_stage_request
 from reservoir.common.errors import InvalidArgument
-from reservoir.common.staged_block_wire import decode_stage_request, encode_stage_request
 from reservoir.v1 import worker_pb2
 
 WRITE_ID = "w-0123456789abcdef"

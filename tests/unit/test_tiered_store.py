@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from reservoir.common.block_file import HEADER_SIZE, checksum
+from reservoir.common.blocks.block_file import HEADER_SIZE, checksum
 from reservoir.common.config import WorkerConfig
 from reservoir.worker.memory_tier import BlockId
 from reservoir.worker.tiered_store import TieredStore

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from reservoir.common.config import MasterConfig
-from reservoir.common.local_under_store import LocalUnderStore
-from reservoir.common.metadata_store import MemoryMetadataStore
+from reservoir.common.metadata.metadata_store import MemoryMetadataStore
 from reservoir.common.models import Inode, MountOptions
-from reservoir.common.under_store import ObjectInfo
+from reservoir.common.understore.local_under_store import LocalUnderStore
+from reservoir.common.understore.under_store import ObjectInfo
 from reservoir.master import tree_load
 from reservoir.master.service import MasterService
 

@@ -19,9 +19,9 @@ from reservoir.common.errors import (
     Unavailable,
 )
 from reservoir.common.models import Mount, MountOptions
-from reservoir.common.mounted_stores import MountedStores, open_under_store
-from reservoir.common.under_store import UnderStoreSettings
-from reservoir.common.under_store_metrics import (
+from reservoir.common.understore.mounted_stores import MountedStores, open_under_store
+from reservoir.common.understore.under_store import UnderStoreSettings
+from reservoir.common.understore.under_store_metrics import (
     MeasuredUnderStore,
     UnderStoreMetrics,
     outcome_of,

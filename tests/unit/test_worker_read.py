@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from reservoir.common.block_file import checksum
+from reservoir.common.blocks.block_file import checksum
 from reservoir.common.errors import InvalidArgument, OutOfRange
 from reservoir.worker.counters import UFS
 from tests.unit.worker_fixture import BLOCK, request, worker

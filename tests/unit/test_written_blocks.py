@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from reservoir.common.block_file import checksum
-from reservoir.common.metadata_store import MemoryMetadataStore
-from reservoir.common.write_records import WriteRecord, write_key
+from reservoir.common.blocks.block_file import checksum
+from reservoir.common.metadata.metadata_store import MemoryMetadataStore
+from reservoir.common.metadata.write_records import WriteRecord, write_key
 from reservoir.worker.written_blocks import WrittenBlocks
 
 from .worker_fixture import BLOCK, MOUNT, request, worker

@@ -165,9 +165,9 @@ def cmd_health(args: argparse.Namespace) -> None:
         ) from exc
     import grpc
 
+    from reservoir.common.metadata.store_health import METADATA_SERVICE
     from reservoir.common.rpc import CHANNEL_OPTIONS
     from reservoir.common.security import SecuritySettings, Transport
-    from reservoir.common.store_health import METADATA_SERVICE
 
     transport = Transport(SecuritySettings.from_env(), CHANNEL_OPTIONS)
     with transport.sync_channel(args.address) as channel:

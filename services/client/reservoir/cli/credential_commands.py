@@ -76,13 +76,13 @@ def _read_token_from_stdin() -> str:
 
 
 def cmd_token_hash(args: argparse.Namespace) -> None:
-    from reservoir.common.auth import token_hash
+    from reservoir.common.serving.auth import token_hash
 
     print(token_hash(_read_token_from_stdin()))
 
 
 def cmd_token_new(args: argparse.Namespace) -> None:
-    from reservoir.common.auth import new_token, token_hash
+    from reservoir.common.serving.auth import new_token, token_hash
     from reservoir.local import pki
 
     subject = args.subject or ""
@@ -100,7 +100,7 @@ def cmd_token_new(args: argparse.Namespace) -> None:
 
 
 def register(commands: Subcommands) -> None:
-    from reservoir.common.auth import ROLES
+    from reservoir.common.serving.auth import ROLES
 
     credentials = commands.group("credentials", "TLS certificates and tokens for a real cluster")
     p = credentials.add(

@@ -25,6 +25,7 @@ from reservoir.common.errors import (
     Unavailable,
 )
 from reservoir.common.malloc_tuning import tune_for_large_buffers
+from reservoir.common.metadata.page_tokens import page_token
 from reservoir.common.models import (
     CacheRule,
     Inode,
@@ -33,11 +34,10 @@ from reservoir.common.models import (
     MountOptions,
     WorkerRecord,
 )
-from reservoir.common.mounted_stores import MountedStores
-from reservoir.common.page_tokens import page_token
 from reservoir.common.paths import normalize
 from reservoir.common.rpc import CHANNEL_OPTIONS, ChannelPool, error_from_rpc
 from reservoir.common.security import Transport
+from reservoir.common.understore.mounted_stores import MountedStores
 from reservoir.v1 import master_pb2, worker_pb2
 
 from . import discovery

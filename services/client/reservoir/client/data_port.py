@@ -1,4 +1,4 @@
-"""Block ranges from workers' data ports (`reservoir.common.block_transfer`), read with
+"""Block ranges from workers' data ports (`reservoir.common.blocks.block_transfer`), read with
 blocking sockets in the caller's own thread, straight into the buffer the read returns.
 
 Each reading thread takes a connection to the worker from a small pool and puts it back
@@ -31,9 +31,9 @@ from dataclasses import dataclass
 
 from opentelemetry import propagate, trace
 
-from reservoir.common import block_transfer as wire
 from reservoir.common import config as cfg
 from reservoir.common import logs
+from reservoir.common.blocks import block_transfer as wire
 from reservoir.common.errors import DataLoss
 from reservoir.common.models import Inode, WorkerRecord, block_request
 from reservoir.common.security import data_port_client_context, tls_server_name

@@ -1,13 +1,13 @@
 """The one check every block a client receives passes before it is returned, whatever
 route brought it (gRPC, a data port, the under-store): the exact length asked for and,
 where the sender vouched for them, the checksum of the bytes. Block files on this host
-are checked on reading (`reservoir.common.block_file`) against their header, alike."""
+are checked on reading (`reservoir.common.blocks.block_file`) against their header, alike."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from reservoir.common.block_file import Buffer, checksum_of_pieces
+from reservoir.common.blocks.block_file import Buffer, checksum_of_pieces
 from reservoir.common.errors import DataLoss
 
 

@@ -10,9 +10,9 @@ import threading
 
 from reservoir.common import config as cfg
 from reservoir.common import logs
-from reservoir.common.block_file import read_block_file, read_block_file_into
+from reservoir.common.blocks.block_file import read_block_file, read_block_file_into
+from reservoir.common.blocks.fresh_bytes import filled_bytes
 from reservoir.common.errors import DataLoss
-from reservoir.common.fresh_bytes import filled_bytes
 from reservoir.common.models import Inode, WorkerRecord, shm_block_name
 
 from .block_source import Outcome

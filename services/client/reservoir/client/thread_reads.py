@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from reservoir.common.blocks.fresh_bytes import filled_bytes
 from reservoir.common.errors import Unavailable
-from reservoir.common.fresh_bytes import filled_bytes
 from reservoir.common.models import Inode, WorkerRecord
 
 from .block_source import Outcome, Planner

@@ -10,7 +10,7 @@ from reservoir.common import config as cfg
 from reservoir.common import logs
 from reservoir.common.errors import NotFound, ReservoirError, Unavailable
 from reservoir.common.models import Inode
-from reservoir.common.mounted_stores import MountedStores
+from reservoir.common.understore.mounted_stores import MountedStores
 
 from .cluster_view import ClusterView
 from .integrity import check_block

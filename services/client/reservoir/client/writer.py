@@ -26,15 +26,15 @@ import grpc
 
 from reservoir.common import config as cfg
 from reservoir.common import logs, worker_methods
-from reservoir.common.block_file import Buffer, checksum
+from reservoir.common.blocks.block_file import Buffer, checksum
+from reservoir.common.blocks.staged_block_wire import encode_stage_request
 from reservoir.common.errors import InvalidArgument, ReservoirError, Unavailable
 from reservoir.common.models import Inode, Mount, WorkerRecord
-from reservoir.common.mounted_stores import MountedStores
-from reservoir.common.object_writes import MAX_PARTS, ObjectWrites, Part
 from reservoir.common.observability import inject_metadata
 from reservoir.common.placement import block_key
 from reservoir.common.rpc import ChannelPool, error_from_rpc
-from reservoir.common.staged_block_wire import encode_stage_request
+from reservoir.common.understore.mounted_stores import MountedStores
+from reservoir.common.understore.object_writes import MAX_PARTS, ObjectWrites, Part
 from reservoir.v1 import master_pb2, worker_pb2
 
 from .cluster_view import ClusterView

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reservoir.common.auth import new_token, token_hash
+from reservoir.common.serving.auth import new_token, token_hash
 
 if TYPE_CHECKING:
     from cryptography import x509

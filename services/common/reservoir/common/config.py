@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .errors import InvalidArgument, PermissionDenied
+from reservoir.common.errors import InvalidArgument, PermissionDenied
 
 KiB = 1024
 MiB = 1024 * KiB

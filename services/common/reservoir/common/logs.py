@@ -22,7 +22,7 @@ from typing import Any
 
 import structlog
 
-from .config import LogConfig, warn_unknown_names
+from reservoir.common.config import LogConfig, warn_unknown_names
 
 ROOT = "reservoir"
 # Libraries whose debug logs carry request headers (Authorization) and bodies: kept at

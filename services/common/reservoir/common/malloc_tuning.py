@@ -26,7 +26,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 
-from . import logs
+from reservoir.common import logs
 
 log = logs.get_logger(__name__)
 

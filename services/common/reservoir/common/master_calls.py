@@ -19,9 +19,15 @@ from typing import Any
 import grpc
 import grpc.aio
 
-from . import logs
-from .errors import DeadlineExceeded, InvalidArgument, NotLeader, ReservoirError, Unavailable
-from .rpc import ChannelOpener, error_from_rpc, is_transport_failure
+from reservoir.common import logs
+from reservoir.common.errors import (
+    DeadlineExceeded,
+    InvalidArgument,
+    NotLeader,
+    ReservoirError,
+    Unavailable,
+)
+from reservoir.common.rpc import ChannelOpener, error_from_rpc, is_transport_failure
 
 log = logs.get_logger(__name__)
 

@@ -6,10 +6,9 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, field, replace
 
+from reservoir.common.config import MiB, parse_duration
+from reservoir.common.errors import InvalidArgument
 from reservoir.v1 import common_pb2, master_pb2, worker_pb2
-
-from .config import MiB, parse_duration
-from .errors import InvalidArgument
 
 DEFAULT_BLOCK_SIZE = 4 * MiB
 MIN_BLOCK_SIZE = 4096

@@ -11,9 +11,9 @@ import structlog
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 
-from . import logs
-from .config import LogConfig, TraceExportSettings
-from .rpc import with_behaviour
+from reservoir.common import logs
+from reservoir.common.config import LogConfig, TraceExportSettings
+from reservoir.common.rpc import with_behaviour
 
 log = logs.get_logger(__name__)
 

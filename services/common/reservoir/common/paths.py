@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .errors import InvalidArgument
+from reservoir.common.errors import InvalidArgument
 
 ROOT = "/"
 MAX_PATH_BYTES = 4096  # PATH_MAX

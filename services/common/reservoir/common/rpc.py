@@ -9,7 +9,7 @@ from typing import Any, Protocol, TypeVar
 import grpc
 import grpc.aio
 
-from . import errors
+from reservoir.common import errors
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 

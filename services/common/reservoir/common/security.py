@@ -21,8 +21,8 @@ from typing import Any
 import grpc
 import grpc.aio
 
-from .config import SecuritySettings
-from .errors import InvalidArgument
+from reservoir.common.config import SecuritySettings
+from reservoir.common.errors import InvalidArgument
 
 __all__ = [
     "SecuritySettings",

@@ -27,11 +27,12 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from reservoir.common import keyspace, logs, paths
-from reservoir.common.block_file import HEADER_SIZE
+from reservoir.common import logs, paths
+from reservoir.common.blocks.block_file import HEADER_SIZE
 from reservoir.common.config import MasterConfig, format_size
 from reservoir.common.errors import InvalidArgument, NotFound, ResourceExhausted
-from reservoir.common.metadata_store import MetadataStore
+from reservoir.common.metadata import keyspace
+from reservoir.common.metadata.metadata_store import MetadataStore
 from reservoir.common.models import CacheRule, Inode, Mount, WorkerRecord
 from reservoir.common.placement import Candidate, block_key, placement
 from reservoir.v1 import worker_pb2

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from reservoir.common import paths
 from reservoir.common.config import MasterConfig
 from reservoir.common.errors import InvalidArgument, NotADirectory
+from reservoir.common.metadata.page_tokens import name_after, page_token
 from reservoir.common.models import Inode
-from reservoir.common.page_tokens import name_after, page_token
 
 from .metadata_sync import NamespaceSync, dir_inode
 from .mount_table import MountTable

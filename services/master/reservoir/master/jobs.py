@@ -20,10 +20,11 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
-from reservoir.common import keyspace, logs, paths
+from reservoir.common import logs, paths
 from reservoir.common.config import MasterConfig
 from reservoir.common.errors import InvalidArgument, NotFound, ReservoirError
-from reservoir.common.metadata_store import Guard, MetadataStore
+from reservoir.common.metadata import keyspace
+from reservoir.common.metadata.metadata_store import Guard, MetadataStore
 from reservoir.common.models import Inode, WorkerRecord
 from reservoir.common.placement import Candidate, Placement, block_key, placement
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from reservoir.common import serving
 from reservoir.common.config import MasterConfig
+from reservoir.common.serving import servers
 
 from .service import MasterService
 
@@ -24,12 +24,12 @@ class LeaderDuties:
         config, service = self._config, self._service
         self._loops = [
             asyncio.create_task(
-                serving.every(
+                servers.every(
                     config.location_flush_interval_s, "location_flush", service.flush_locations
                 )
             ),
             asyncio.create_task(
-                serving.every(
+                servers.every(
                     config.worker_refresh_interval_s, "worker_refresh", service.refresh_workers
                 )
             ),

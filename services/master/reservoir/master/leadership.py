@@ -23,10 +23,11 @@ import uuid
 from types import FrameType
 from typing import Any, Protocol
 
-from reservoir.common import keyspace, logs
+from reservoir.common import logs
 from reservoir.common.errors import NotFound, NotLeader, ReservoirError
-from reservoir.common.key_watch import KeyChanges
-from reservoir.common.metadata_store import Guard, Lease, MetadataStore
+from reservoir.common.metadata import keyspace
+from reservoir.common.metadata.key_watch import KeyChanges
+from reservoir.common.metadata.metadata_store import Guard, Lease, MetadataStore
 from reservoir.common.models import MasterRecord
 
 log = logs.get_logger(__name__)

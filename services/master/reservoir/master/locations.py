@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 
-from reservoir.common import keyspace, logs
+from reservoir.common import logs
 from reservoir.common.errors import NotFound
-from reservoir.common.metadata_store import Lease, MetadataStore
+from reservoir.common.metadata import keyspace
+from reservoir.common.metadata.metadata_store import Lease, MetadataStore
 
 log = logs.get_logger(__name__)
 

@@ -23,8 +23,8 @@ from reservoir.common import logs, paths
 from reservoir.common.config import MasterConfig
 from reservoir.common.errors import InvalidArgument, NotFound, ReservoirError
 from reservoir.common.models import Inode, Mount, file_id_for
-from reservoir.common.mounted_stores import MountedStores
-from reservoir.common.under_store import ObjectInfo, UnderStore
+from reservoir.common.understore.mounted_stores import MountedStores
+from reservoir.common.understore.under_store import ObjectInfo, UnderStore
 
 from .mount_table import MountTable
 from .namespace_store import NamespaceStore

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from reservoir.common import keyspace, logs
+from reservoir.common import logs
 from reservoir.common.errors import ReservoirError
-from reservoir.common.metadata_store import MetadataStore
+from reservoir.common.metadata import keyspace
+from reservoir.common.metadata.metadata_store import MetadataStore
 
 from .jobs import TERMINAL
 from .leadership import LEADER, Leadership

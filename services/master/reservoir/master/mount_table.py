@@ -6,9 +6,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 
-from reservoir.common import keyspace, paths
+from reservoir.common import paths
 from reservoir.common.errors import AlreadyExists, InvalidArgument, NotFound
-from reservoir.common.metadata_store import MetadataStore
+from reservoir.common.metadata import keyspace
+from reservoir.common.metadata.metadata_store import MetadataStore
 from reservoir.common.models import Mount, MountOptions
 
 from .mount_policy import MountPolicy

@@ -1,5 +1,5 @@
 """The namespace in the metadata store: each directory's children packed into chunks of
-at most `chunk_entries` (common/inode_codec.py), so etcd holds ~40 bytes per file.
+at most `chunk_entries` (common/metadata/inode_codec.py), so etcd holds ~40 bytes per file.
 
 A chunk's key is its directory's group (keyspace.namespace_group) plus the last name it
 may hold, so the chunk that holds a name is the first key at or after it: a stat is one
@@ -22,9 +22,10 @@ from collections import defaultdict
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from reservoir.common import keyspace, logs, paths
+from reservoir.common import logs, paths
 from reservoir.common.errors import InvalidArgument
-from reservoir.common.inode_codec import (
+from reservoir.common.metadata import keyspace
+from reservoir.common.metadata.inode_codec import (
     ChunkPlace,
     RawEntry,
     decode_chunk,
@@ -34,7 +35,7 @@ from reservoir.common.inode_codec import (
     find_in_chunk,
     iter_chunk,
 )
-from reservoir.common.metadata_store import MetadataStore, prefix_end
+from reservoir.common.metadata.metadata_store import MetadataStore, prefix_end
 from reservoir.common.models import Inode
 
 from .mount_table import MountTable

@@ -7,15 +7,16 @@ import asyncio
 import socket
 
 from reservoir.common import config as cfg
-from reservoir.common import logs, observability, serving
-from reservoir.common.fenced_store import FencedStore
+from reservoir.common import logs, observability
 from reservoir.common.malloc_tuning import tune_for_large_buffers
-from reservoir.common.metadata_store import open_metadata_store
-from reservoir.common.metrics_endpoint import MetricsEndpoint, server_registry
+from reservoir.common.metadata.fenced_store import FencedStore
+from reservoir.common.metadata.metadata_store import open_metadata_store
+from reservoir.common.metadata.store_health import StoreHealthServicer
 from reservoir.common.rpc import CHANNEL_OPTIONS
-from reservoir.common.rpc_metrics import RpcMetrics
 from reservoir.common.security import SecuritySettings, Transport
-from reservoir.common.store_health import StoreHealthServicer
+from reservoir.common.serving import servers
+from reservoir.common.serving.metrics_endpoint import MetricsEndpoint, server_registry
+from reservoir.common.serving.rpc_metrics import RpcMetrics
 from reservoir.v1 import master_pb2, master_pb2_grpc
 
 from .leader_duties import LeaderDuties
@@ -73,7 +74,7 @@ async def serve(config: cfg.MasterConfig, transport: Transport) -> None:
     store = FencedStore(raw_store, leadership)
     registry = server_registry()
     service = MasterService(store, config, transport, registry)
-    server = serving.new_server(
+    server = servers.new_server(
         "master", transport, RpcMetrics(registry), gates=[LeaderGate(leadership)]
     )
     collector = MasterMetrics(service, store)
@@ -81,14 +82,14 @@ async def serve(config: cfg.MasterConfig, transport: Transport) -> None:
     registry.register(LeadershipMetrics(leadership))
     metrics = MetricsEndpoint(registry, config.metrics, before_scrape=collector.refresh)
     master_pb2_grpc.add_MasterServiceServicer_to_server(MasterServicer(service, leadership), server)
-    await serving.add_health_and_reflection(
+    await servers.add_health_and_reflection(
         server,
         [master_pb2.DESCRIPTOR.services_by_name["MasterService"].full_name],
         StoreHealthServicer(service.metadata_health),
     )
     # Bound before campaigning: holding the port proves an earlier run at this address
     # is gone, so its leader key need not wait out its lease (see leadership.py).
-    port = serving.bind(server, config.listen, transport)
+    port = servers.bind(server, config.listen, transport)
     address = _advertise(config, port)
     campaign = asyncio.create_task(leadership.run(address, LeaderDuties(service, config)))
     # A master that can lead at once has its state loaded before it serves, as before.
@@ -105,7 +106,7 @@ async def serve(config: cfg.MasterConfig, transport: Transport) -> None:
         metadata=config.metadata_url,
         etcd_tls=config.etcd.tls,
     )
-    await serving.wait_for_signal()
+    await servers.wait_for_signal()
     log.info("master_stopping", role=leadership.role)
     campaign.cancel()
     await asyncio.gather(campaign, return_exceptions=True)
@@ -122,7 +123,7 @@ def main(argv: list[str] | None = None) -> None:
     tune_for_large_buffers()
     observability.configure("master", log_config, cfg.load(cfg.TraceExportSettings))
     transport = Transport(SecuritySettings.from_env(), CHANNEL_OPTIONS)
-    serving.run(lambda: serve(config, transport))
+    servers.run(lambda: serve(config, transport))
 
 
 if __name__ == "__main__":

@@ -22,12 +22,12 @@ from reservoir.common.errors import (
     NotFound,
     ReservoirError,
 )
-from reservoir.common.metadata_store import Lease, MetadataStore
+from reservoir.common.metadata.metadata_store import Lease, MetadataStore
+from reservoir.common.metadata.worker_registry import WorkerRegistry
 from reservoir.common.models import Inode, Mount, MountOptions, WorkerRecord
-from reservoir.common.mounted_stores import MountedStores
 from reservoir.common.rpc import ChannelOpener
-from reservoir.common.under_store_metrics import UnderStoreMetrics
-from reservoir.common.worker_registry import WorkerRegistry
+from reservoir.common.understore.mounted_stores import MountedStores
+from reservoir.common.understore.under_store_metrics import UnderStoreMetrics
 
 from .cache_rules import CacheRules
 from .directory_pages import DirectoryPages

@@ -10,8 +10,8 @@ import grpc.aio
 
 from reservoir.common.errors import ReservoirError, code_value
 from reservoir.common.models import Inode, Mount, MountOptions
-from reservoir.common.object_writes import Part
 from reservoir.common.rpc import translate_errors, translate_stream_errors
+from reservoir.common.understore.object_writes import Part
 from reservoir.v1 import common_pb2, master_pb2, master_pb2_grpc
 
 from .jobs import Job

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 
 from reservoir.common import logs, paths
 from reservoir.common.models import Inode, Mount
-from reservoir.common.under_store import ObjectInfo, UnderStore
+from reservoir.common.understore.under_store import ObjectInfo, UnderStore
 
 from .metadata_sync import NamespaceSync, dir_inode, now_ms
 from .namespace_store import NamespaceStore

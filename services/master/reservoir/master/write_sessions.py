@@ -27,10 +27,10 @@ from reservoir.common.errors import (
     ReadOnly,
     ReservoirError,
 )
-from reservoir.common.metadata_store import MetadataStore
+from reservoir.common.metadata.metadata_store import MetadataStore
+from reservoir.common.metadata.write_records import WRITES, WriteRecord, write_key
 from reservoir.common.models import Inode, Mount
-from reservoir.common.object_writes import ObjectWrites, Part
-from reservoir.common.write_records import WRITES, WriteRecord, write_key
+from reservoir.common.understore.object_writes import ObjectWrites, Part
 
 from .metadata_sync import NamespaceSync, dir_inode, now_ms
 from .mount_table import MountTable

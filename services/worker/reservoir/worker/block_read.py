@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from reservoir.common.block_file import checksum
+from reservoir.common.blocks.block_file import checksum
 
 from .memory_tier import BlockData, BlockFileRef
 

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import heapq
 
-from reservoir.common import keyspace, logs
-from reservoir.common.key_watch import PrefixFollower
-from reservoir.common.metadata_store import MetadataStore
+from reservoir.common import logs
+from reservoir.common.metadata import keyspace
+from reservoir.common.metadata.key_watch import PrefixFollower
+from reservoir.common.metadata.metadata_store import MetadataStore
 from reservoir.common.models import CacheRule
 
 from .memory_tier import BlockId

@@ -1,5 +1,5 @@
 """The worker's data port: block ranges over the block transfer protocol
-(`reservoir.common.block_transfer`), beside the gRPC service.
+(`reservoir.common.blocks.block_transfer`), beside the gRPC service.
 
 Like the servicer it only translates: a framed `ReadBlockRequest` in, `WorkerService.read`
 asked (or `read_file`, for a whole block held as a file), the range and its CRC32C out. The
@@ -7,7 +7,7 @@ bytes go over a `ByteChannel` (`data_port_transport.py`): plain TCP, where the h
 is sent from where it lies (a view, or `sendfile` of its block file), or TLS with this
 worker's certificate on a cluster that runs TLS; this module does not know which. A worker that checks tokens
 (RESERVOIR_AUTH_TOKENS_FILE) serves a connection nothing before an AUTH frame whose token
-may call ReadBlock (`reservoir.common.auth`: the gRPC interceptor's check, not a copy).
+may call ReadBlock (`reservoir.common.serving.auth`: the gRPC interceptor's check, not a copy).
 A reader may pipeline requests: they are read as they come (up to `data_pipeline` ahead
 of the response being sent), the blocks they ask for are looked up or fetched at once
 (misses from the under-store in parallel), and the responses go out in request order. A
@@ -31,10 +31,9 @@ from typing import Any
 from google.protobuf.message import DecodeError
 from opentelemetry import propagate, trace
 
-from reservoir.common import block_transfer as wire
 from reservoir.common import config as cfg
 from reservoir.common import logs
-from reservoir.common.auth import TokenTable, authorize_token
+from reservoir.common.blocks import block_transfer as wire
 from reservoir.common.errors import (
     InvalidArgument,
     ReservoirError,
@@ -42,6 +41,7 @@ from reservoir.common.errors import (
     code_value,
     status_for,
 )
+from reservoir.common.serving.auth import TokenTable, authorize_token
 from reservoir.common.worker_methods import READ_BLOCK
 from reservoir.v1 import worker_pb2
 

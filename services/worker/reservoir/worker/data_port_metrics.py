@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from reservoir.common.rpc_metrics import LATENCY_BUCKETS_S
+from reservoir.common.serving.rpc_metrics import LATENCY_BUCKETS_S
 
 
 class DataPortMetrics:

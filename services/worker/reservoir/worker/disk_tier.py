@@ -1,7 +1,7 @@
 """The disk tier: blocks as files in one directory (one device), kept across restarts.
 
 Layout: `<dir>/v1/<first two hex digits of file_id>/<file_id>-<index>`, each file a block
-file of `reservoir.common.block_file` (header with length, offset and CRC32C, then the
+file of `reservoir.common.blocks.block_file` (header with length, offset and CRC32C, then the
 bytes), written under a temporary name and renamed into place. The name is the block's
 identity: a file_id already encodes the object's URI, ETag, size and block size, so a
 file found at start names exactly one byte range of one version of one object. The
@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from reservoir.common.block_file import (
+from reservoir.common.blocks.block_file import (
     HEADER_SIZE,
     read_block_file,
     read_block_header,

@@ -5,9 +5,9 @@ from __future__ import annotations
 from reservoir.common import logs
 from reservoir.common.config import WorkerConfig
 from reservoir.common.errors import NotFound
-from reservoir.common.metadata_store import Lease, MetadataStore
+from reservoir.common.metadata.metadata_store import Lease, MetadataStore
+from reservoir.common.metadata.worker_registry import WorkerRegistry
 from reservoir.common.models import WorkerRecord
-from reservoir.common.worker_registry import WorkerRegistry
 
 from .block_reporter import BlockReporter
 

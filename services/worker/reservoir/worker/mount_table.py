@@ -13,10 +13,11 @@ import asyncio
 import time
 from typing import Protocol
 
-from reservoir.common import keyspace, logs
+from reservoir.common import logs
 from reservoir.common.errors import NotFound, ReservoirError
-from reservoir.common.key_watch import PrefixFollower
-from reservoir.common.metadata_store import MetadataStore
+from reservoir.common.metadata import keyspace
+from reservoir.common.metadata.key_watch import PrefixFollower
+from reservoir.common.metadata.metadata_store import MetadataStore
 from reservoir.common.models import Mount
 
 log = logs.get_logger(__name__)

@@ -8,15 +8,16 @@ import dataclasses
 import time
 
 from reservoir.common import config as cfg
-from reservoir.common import logs, observability, serving
-from reservoir.common.auth import TokenTable
+from reservoir.common import logs, observability
 from reservoir.common.malloc_tuning import tune_for_bounded_footprint
-from reservoir.common.metadata_store import open_metadata_store
-from reservoir.common.metrics_endpoint import MetricsEndpoint, server_registry
+from reservoir.common.metadata.metadata_store import open_metadata_store
 from reservoir.common.models import WorkerRecord
 from reservoir.common.rpc import CHANNEL_OPTIONS
-from reservoir.common.rpc_metrics import RpcMetrics
 from reservoir.common.security import SecuritySettings, Transport, data_port_server_context
+from reservoir.common.serving import servers
+from reservoir.common.serving.auth import TokenTable
+from reservoir.common.serving.metrics_endpoint import MetricsEndpoint, server_registry
+from reservoir.common.serving.rpc_metrics import RpcMetrics
 
 from .block_reporter import BlockReporter
 from .cache_rules import CacheRuleTable
@@ -102,8 +103,8 @@ def _advertise(config: cfg.WorkerConfig, port: int) -> str:
 
 async def serve(config: cfg.WorkerConfig, transport: Transport) -> None:
     registry = server_registry()
-    server = serving.new_server("worker", transport, RpcMetrics(registry))
-    port = serving.bind(server, config.listen, transport)
+    server = servers.new_server("worker", transport, RpcMetrics(registry))
+    port = servers.bind(server, config.listen, transport)
     address = _advertise(config, port)
     worker_id = config.worker_id or address
     config = cfg.WorkerConfig(**{**config.__dict__, "worker_id": worker_id})
@@ -149,7 +150,7 @@ async def serve(config: cfg.WorkerConfig, transport: Transport) -> None:
     )
     registry.register(WorkerMetrics(service))
     metrics = MetricsEndpoint(registry, config.metrics)
-    await serving.add_health_and_reflection(server, [SERVICE])
+    await servers.add_health_and_reflection(server, [SERVICE])
     record = WorkerRecord(
         id=worker_id,
         address=address,
@@ -178,18 +179,18 @@ async def serve(config: cfg.WorkerConfig, transport: Transport) -> None:
 
     loops = [
         asyncio.create_task(
-            serving.every(max(1.0, config.lease_ttl_s / 3), "lease_keepalive", membership.keepalive)
+            servers.every(max(1.0, config.lease_ttl_s / 3), "lease_keepalive", membership.keepalive)
         ),
         asyncio.create_task(
-            serving.every(config.report_interval_s, "block_report", reporter.report)
+            servers.every(config.report_interval_s, "block_report", reporter.report)
         ),
         follow_mounts,
         asyncio.create_task(rules.follow()),
         asyncio.create_task(
-            serving.every(config.ttl_sweep_interval_s, "ttl_sweep", service.expire_due)
+            servers.every(config.ttl_sweep_interval_s, "ttl_sweep", service.expire_due)
         ),
     ]
-    await serving.wait_for_signal()
+    await servers.wait_for_signal()
     log.info("worker_stopping", worker=worker_id)
     for task in loops:
         task.cancel()
@@ -217,7 +218,7 @@ def main(argv: list[str] | None = None) -> None:
         tune_for_bounded_footprint(config.malloc_mmap_threshold, config.malloc_trim_threshold)
     observability.configure("worker", log_config, cfg.load(cfg.TraceExportSettings))
     transport = Transport(SecuritySettings.from_env(), CHANNEL_OPTIONS)
-    serving.run(lambda: serve(config, transport))
+    servers.run(lambda: serve(config, transport))
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ from opentelemetry import trace
 from prometheus_client import CollectorRegistry
 
 from reservoir.common import logs
-from reservoir.common.block_file import checksum
+from reservoir.common.blocks.block_file import checksum
 from reservoir.common.config import WorkerConfig
 from reservoir.common.errors import (
     InvalidArgument,
@@ -18,10 +18,10 @@ from reservoir.common.errors import (
     ResourceExhausted,
 )
 from reservoir.common.models import Mount
-from reservoir.common.mounted_stores import MountedStores
 from reservoir.common.paths import shown
-from reservoir.common.under_store import UnderStore
-from reservoir.common.under_store_metrics import UnderStoreMetrics
+from reservoir.common.understore.mounted_stores import MountedStores
+from reservoir.common.understore.under_store import UnderStore
+from reservoir.common.understore.under_store_metrics import UnderStoreMetrics
 
 from .block_read import BlockRead, Fetched, FileRead, range_read, window
 from .cache_rules import BlockExpiry, CacheRuleTable

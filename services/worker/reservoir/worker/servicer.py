@@ -15,9 +15,9 @@ import grpc
 import grpc.aio
 
 from reservoir.common import worker_methods as methods
+from reservoir.common.blocks.staged_block_wire import StagedBlock, decode_stage_request, varint
 from reservoir.common.errors import InvalidArgument, ReservoirError, ResourceExhausted, code_value
 from reservoir.common.rpc import translate_errors, translate_stream_errors
-from reservoir.common.staged_block_wire import StagedBlock, decode_stage_request, varint
 from reservoir.v1 import common_pb2, worker_pb2
 
 from .read_request import domain_request

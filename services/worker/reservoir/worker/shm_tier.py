@@ -1,7 +1,7 @@
 """The shared-memory tier: blocks as files in a tmpfs directory (e.g. /dev/shm).
 
 The memory tier's accounting and eviction policy, with each block kept as a block file (see
-`reservoir.common.block_file`: a header with its length, offset and checksum, then the
+`reservoir.common.blocks.block_file`: a header with its length, offset and checksum, then the
 bytes) that a client on the same host may read directly (short-circuit). A block appears
 under its final name only once complete (write, then rename). The worker never trusts the
 file: every read copies the bytes out and verifies them against the checksum it took
@@ -23,7 +23,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from reservoir.common.block_file import HEADER_SIZE, header, read_block_file, write_block_file
+from reservoir.common.blocks.block_file import (
+    HEADER_SIZE,
+    header,
+    read_block_file,
+    write_block_file,
+)
 from reservoir.common.errors import DataLoss
 from reservoir.common.models import shm_block_name
 

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
-from reservoir.common.block_file import checksum
+from reservoir.common.blocks.block_file import checksum
 from reservoir.common.errors import DataLoss, InvalidArgument, PermissionDenied
-from reservoir.common.metadata_store import MetadataStore
-from reservoir.common.write_records import WriteRecord, check_write_id, write_key
+from reservoir.common.metadata.metadata_store import MetadataStore
+from reservoir.common.metadata.write_records import WriteRecord, check_write_id, write_key
 
 from .memory_tier import BlockId
 

@@ -6,16 +6,16 @@ import asyncio
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from . import logs
-from .config import UnderStoreCalls
-from .errors import InvalidArgument
-from .local_under_store import LocalUnderStore
-from .models import Mount, MountOptions
-from .s3_under_store import S3UnderStore
-from .under_store import BodyRetry, UnderStore, UnderStoreSettings
+from reservoir.common import logs
+from reservoir.common.config import UnderStoreCalls
+from reservoir.common.errors import InvalidArgument
+from reservoir.common.models import Mount, MountOptions
+from reservoir.common.understore.local_under_store import LocalUnderStore
+from reservoir.common.understore.s3_under_store import S3UnderStore
+from reservoir.common.understore.under_store import BodyRetry, UnderStore, UnderStoreSettings
 
 if TYPE_CHECKING:  # prometheus_client is a server dependency; clients open stores unmeasured
-    from .under_store_metrics import UnderStoreMetrics
+    from reservoir.common.understore.under_store_metrics import UnderStoreMetrics
 
 log = logs.get_logger(__name__)
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import InvalidArgument
-from .s3_under_store import S3UnderStore
-from .under_store import ObjectInfo, UnderStore
+from reservoir.common.errors import InvalidArgument
+from reservoir.common.understore.s3_under_store import S3UnderStore
+from reservoir.common.understore.under_store import ObjectInfo, UnderStore
 
 # S3's floor for every part but the last, and its most parts per upload.
 MIN_PART_SIZE = 5 * 1024 * 1024

@@ -9,7 +9,7 @@ disarmed. Reads still work. Every part of Reservoir that meets it says so the sa
 
 from __future__ import annotations
 
-from .errors import ResourceExhausted
+from reservoir.common.errors import ResourceExhausted
 
 # etcdserverpb.AlarmType
 NOSPACE = 1

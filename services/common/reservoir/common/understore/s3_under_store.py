@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from . import logs
-from .errors import (
+from reservoir.common import logs
+from reservoir.common.errors import (
     Conflict,
     InvalidArgument,
     NotFound,
@@ -29,9 +29,9 @@ from .errors import (
     ReservoirError,
     Unavailable,
 )
-from .redaction import install as redact_sdk_logs
-from .s3_range_reader import S3RangeReader
-from .under_store import (
+from reservoir.common.redaction import install as redact_sdk_logs
+from reservoir.common.understore.s3_range_reader import S3RangeReader
+from reservoir.common.understore.under_store import (
     BodyRetry,
     Listing,
     ObjectInfo,

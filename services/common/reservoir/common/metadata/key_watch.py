@@ -15,11 +15,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from . import logs
-from .errors import Unavailable
+from reservoir.common import logs
+from reservoir.common.errors import Unavailable
 
 if TYPE_CHECKING:
-    from .metadata_store import MetadataStore  # which builds on this module
+    from reservoir.common.metadata.metadata_store import MetadataStore
 
 log = logs.get_logger(__name__)
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from typing import Protocol
 
-from .errors import NotLeader
-from .key_watch import KeyChanges
-from .metadata_store import MAX_TXN_OPS, Guard, Lease, MetadataStore
+from reservoir.common.errors import NotLeader
+from reservoir.common.metadata.key_watch import KeyChanges
+from reservoir.common.metadata.metadata_store import MAX_TXN_OPS, Guard, Lease, MetadataStore
 
 
 class Fence(Protocol):

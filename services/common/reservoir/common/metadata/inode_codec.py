@@ -21,8 +21,8 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from .errors import DataLoss
-from .models import Inode, file_id_for
+from reservoir.common.errors import DataLoss
+from reservoir.common.models import Inode, file_id_for
 
 VERSION = 2
 _MAGIC = bytes([VERSION])

@@ -29,9 +29,9 @@ from prometheus_client import (
 )
 from prometheus_client.exposition import choose_encoder, gzip_accepted
 
-from . import logs
-from .config import MetricsSettings
-from .errors import InvalidArgument
+from reservoir.common import logs
+from reservoir.common.config import MetricsSettings
+from reservoir.common.errors import InvalidArgument
 
 log = logs.get_logger(__name__)
 

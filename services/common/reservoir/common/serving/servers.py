@@ -12,12 +12,12 @@ import grpc.aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from . import logs
-from .auth import AuthInterceptor, TokenTable
-from .observability import TraceServerInterceptor
-from .rpc import SERVER_OPTIONS, RequestDecodingInterceptor
-from .rpc_metrics import RpcMetrics, RpcMetricsInterceptor
-from .security import Transport
+from reservoir.common import logs
+from reservoir.common.observability import TraceServerInterceptor
+from reservoir.common.rpc import SERVER_OPTIONS, RequestDecodingInterceptor
+from reservoir.common.security import Transport
+from reservoir.common.serving.auth import AuthInterceptor, TokenTable
+from reservoir.common.serving.rpc_metrics import RpcMetrics, RpcMetricsInterceptor
 
 log = logs.get_logger(__name__)
 

@@ -15,7 +15,7 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from .errors import InvalidArgument
+from reservoir.common.errors import InvalidArgument
 
 
 @dataclass(frozen=True, slots=True)

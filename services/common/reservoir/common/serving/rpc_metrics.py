@@ -16,7 +16,7 @@ import grpc
 import grpc.aio
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from .rpc import with_behaviour
+from reservoir.common.rpc import with_behaviour
 
 # From a cached small read (~100 us) to a block fetched from a slow store (seconds).
 LATENCY_BUCKETS_S = (

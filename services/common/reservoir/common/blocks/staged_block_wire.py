@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .block_file import Buffer
-from .errors import InvalidArgument
+from reservoir.common.blocks.block_file import Buffer
+from reservoir.common.errors import InvalidArgument
 
 # Tags: field number << 3 | wire type (0 varint, 2 length-delimited, 5 fixed32).
 _WRITE_ID = 1 << 3 | 2

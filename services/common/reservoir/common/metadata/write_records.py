@@ -8,8 +8,8 @@ import json
 import re
 from dataclasses import asdict, dataclass
 
-from . import keyspace
-from .errors import InvalidArgument
+from reservoir.common.errors import InvalidArgument
+from reservoir.common.metadata import keyspace
 
 WRITES = keyspace.ROOT + b"writes/"
 _WRITE_ID = re.compile(r"^[0-9a-f]{32}$")  # uuid4().hex

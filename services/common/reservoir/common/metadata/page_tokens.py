@@ -9,7 +9,7 @@ import base64
 import binascii
 import json
 
-from .errors import InvalidArgument
+from reservoir.common.errors import InvalidArgument
 
 
 def page_token(directory: str, after: str) -> str:

@@ -29,9 +29,14 @@ from typing import Any
 import grpc
 import grpc.aio
 
-from . import worker_methods as worker
-from .errors import InvalidArgument, PermissionDenied, ReservoirError, Unauthenticated
-from .rpc import abort_with
+from reservoir.common import worker_methods as worker
+from reservoir.common.errors import (
+    InvalidArgument,
+    PermissionDenied,
+    ReservoirError,
+    Unauthenticated,
+)
+from reservoir.common.rpc import abort_with
 
 ROLES = ("admin", "reader", "worker", "writer")
 _READ = frozenset({"reader", "admin", "worker", "writer"})

@@ -24,7 +24,7 @@ The kind byte was a reserved zero before AUTH existed, so a READ frame is byte f
 it always was and a cluster without authentication speaks exactly the old protocol. A
 worker that checks tokens (on a cluster with TLS and RESERVOIR_AUTH_TOKENS_FILE) wants an
 AUTH frame first on every connection, its token allowed to call the worker's ReadBlock by
-the same rules as gRPC (`reservoir.common.auth`). It answers it with an empty OK response,
+the same rules as gRPC (`reservoir.common.serving.auth`). It answers it with an empty OK response,
 or with UNAUTHENTICATED / PERMISSION_DENIED and closes the connection; a READ before a
 valid AUTH gets UNAUTHENTICATED and the connection is closed, before any byte of a block.
 A reader may send its first READ right behind its AUTH (no round trip between). A worker
@@ -36,7 +36,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from .errors import InvalidArgument
+from reservoir.common.errors import InvalidArgument
 
 MAGIC = b"RSVB"
 VERSION = 1

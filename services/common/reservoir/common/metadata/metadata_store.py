@@ -20,11 +20,17 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from .config import EtcdSettings
-from .errors import InvalidArgument, NotFound, PermissionDenied, Unauthenticated, Unavailable
-from .etcd_space import NOSPACE, is_out_of_space, out_of_space
-from .key_watch import EtcdChanges, KeyChange, KeyChanges, QueueChanges
-from .logs import get_logger
+from reservoir.common.config import EtcdSettings
+from reservoir.common.errors import (
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    Unauthenticated,
+    Unavailable,
+)
+from reservoir.common.logs import get_logger
+from reservoir.common.metadata.etcd_space import NOSPACE, is_out_of_space, out_of_space
+from reservoir.common.metadata.key_watch import EtcdChanges, KeyChange, KeyChanges, QueueChanges
 
 log = get_logger(__name__)
 
@@ -339,7 +345,7 @@ class EtcdMetadataStore(MetadataStore):
     ) -> None:
         import aetcd
 
-        from .etcd_client import etcd_clients
+        from reservoir.common.metadata.etcd_client import etcd_clients
 
         self._aetcd = aetcd
         self._endpoints = endpoints

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from . import keyspace
-from .metadata_store import Lease, MetadataStore
-from .models import WorkerRecord
+from reservoir.common.metadata import keyspace
+from reservoir.common.metadata.metadata_store import Lease, MetadataStore
+from reservoir.common.models import WorkerRecord
 
 
 class WorkerRegistry:

@@ -6,7 +6,7 @@ import hashlib
 
 ROOT = b"/reservoir/v1/"
 MOUNTS = ROOT + b"mounts"
-# The namespace: chunks of a directory's inodes (common/inode_codec.py), keyed by mount,
+# The namespace: chunks of a directory's inodes (common/metadata/inode_codec.py), keyed by mount,
 # directory and the last name in the chunk (see namespace_group).
 NAMESPACE = ROOT + b"ns/"
 # Before chunks: one JSON inode per key, by depth then path. Read only to migrate it.

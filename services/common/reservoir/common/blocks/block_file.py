@@ -25,7 +25,7 @@ from collections.abc import Iterable
 
 import crc32c
 
-from .errors import DataLoss
+from reservoir.common.errors import DataLoss
 
 MAGIC = b"RSVBLK01"
 # magic, crc32c, flags (0), block length, offset of the block in its object

@@ -16,8 +16,8 @@ from collections.abc import Awaitable, Callable
 import grpc.aio
 from grpc_health.v1 import health, health_pb2
 
-from .errors import ReservoirError, Unavailable
-from .rpc import abort_with
+from reservoir.common.errors import ReservoirError, Unavailable
+from reservoir.common.rpc import abort_with
 
 METADATA_SERVICE = "reservoir.metadata"
 # Kept from the caller's deadline for the answer to travel back.

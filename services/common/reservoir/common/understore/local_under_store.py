@@ -6,8 +6,8 @@ import os
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from .errors import Conflict, InvalidArgument, NotFound
-from .under_store import Listing, ObjectInfo, UnderStore
+from reservoir.common.errors import Conflict, InvalidArgument, NotFound
+from reservoir.common.understore.under_store import Listing, ObjectInfo, UnderStore
 
 
 class LocalUnderStore(UnderStore):

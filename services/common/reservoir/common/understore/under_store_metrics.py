@@ -18,9 +18,9 @@ from urllib.parse import urlsplit
 
 from prometheus_client import CollectorRegistry, Histogram
 
-from .errors import ReservoirError
-from .rpc_metrics import LATENCY_BUCKETS_S
-from .under_store import Listing, ObjectInfo, ObjectPage, UnderStore
+from reservoir.common.errors import ReservoirError
+from reservoir.common.serving.rpc_metrics import LATENCY_BUCKETS_S
+from reservoir.common.understore.under_store import Listing, ObjectInfo, ObjectPage, UnderStore
 
 OK = "ok"
 

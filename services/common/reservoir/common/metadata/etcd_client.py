@@ -20,8 +20,8 @@ import grpc
 import grpc.aio
 from aetcd import rpc, watcher
 
-from .config import EtcdSettings
-from .errors import InvalidArgument
+from reservoir.common.config import EtcdSettings
+from reservoir.common.errors import InvalidArgument
 
 
 def _read(path: str, what: str) -> bytes:

@@ -21,8 +21,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import logs
-from .errors import (
+from reservoir.common import logs
+from reservoir.common.errors import (
     Conflict,
     NotFound,
     OutOfRange,
@@ -30,7 +30,7 @@ from .errors import (
     ReservoirError,
     Unavailable,
 )
-from .under_store import UnderStoreSettings
+from reservoir.common.understore.under_store import UnderStoreSettings
 
 if TYPE_CHECKING:
     from obstore.store import S3Credential, S3Store

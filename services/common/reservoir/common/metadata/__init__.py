@@ -1,0 +1,1 @@
+"""The metadata store (etcd or memory) and the tables the cluster keeps in it."""

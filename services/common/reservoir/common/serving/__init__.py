@@ -1,0 +1,1 @@
+"""What every server process runs: its gRPC server, auth, metrics endpoints."""
