@@ -16,7 +16,7 @@ read_bench.py. Then, all against that one S3 server:
 
   save           one process writes --size-mb MiB with `Client.open(path, "wb")` (16 MiB
                  writes, default write settings), from open to the end of close (the file
-                 published, its blocks at their homes) | boto3 `upload_fileobj` of the same
+                 published, its blocks kept where staged) | boto3 `upload_fileobj` of the same
                  bytes with its default transfer settings
   load           right after the save, --readers processes at once each read the whole
                  file with `readinto` a 16 MiB buffer (`Client.open(path, "rb")`); MB/s per
@@ -67,7 +67,7 @@ def _payload(size: int) -> bytes:
 
 def save_reservoir(master: str, path: str, data: bytes) -> tuple[float, float]:
     """Seconds from open to the end of close, and of those the close alone (the last
-    parts, the publish, the blocks committed at their homes)."""
+    parts, the publish, the staged blocks committed)."""
     view = memoryview(data)
     with Client(master) as rs:
         start = time.perf_counter()
