@@ -56,10 +56,12 @@ class _GatedLoader:
 
 def _jobs(store: MemoryMetadataStore, loader: _GatedLoader) -> LoadJobs:
     """A master's load jobs over `store` (several share one: masters over one etcd)."""
+    namespace = _Namespace()
     return LoadJobs(
         store,
         MasterConfig(),
-        _Namespace(),
+        namespace,
+        namespace,
         loader,
         BlockLocationTable(store),
         LoadJobCounters(CollectorRegistry()),
@@ -102,10 +104,12 @@ def test_load_job_counters_add_up_the_blocks_and_bytes_loaded_and_failed() -> No
 
     async def run() -> None:
         store = MemoryMetadataStore()
+        namespace = _Namespace()
         jobs = LoadJobs(
             store,
             MasterConfig(),
-            _Namespace(),
+            namespace,
+            namespace,
             _LastBlockFails(),
             BlockLocationTable(store),
             LoadJobCounters(registry),
@@ -168,6 +172,7 @@ def test_a_job_loads_its_first_page_of_files_before_it_reads_the_next(
         jobs = LoadJobs(
             store,
             MasterConfig(),
+            namespace,
             namespace,
             _SignallingLoader(loaded),
             BlockLocationTable(store),

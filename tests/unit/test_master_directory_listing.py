@@ -57,7 +57,7 @@ def _tree(tmp_path: Path, files: list[str]) -> str:
 async def _stat_all(master: MasterService, many: list[str]) -> list[Any]:
     async def one(path: str) -> Any:
         try:
-            return await master.file_info(path)
+            return await master.reads.file_info(path)
         except NotFound as exc:
             return exc
 
@@ -79,13 +79,13 @@ def test_sixteen_concurrent_misses_in_an_unlisted_directory_cause_one_listing_an
         assert isinstance(found[16], NotFound)
         assert calls == {"LIST": 1}
         # Afterwards every answer about the directory comes from the store.
-        assert (await master.file_info("/m/d/sub")).is_dir
-        assert (await master.file_info("/m/d/f03.bin")).size == len("d/f03.bin")
+        assert (await master.reads.file_info("/m/d/sub")).is_dir
+        assert (await master.reads.file_info("/m/d/f03.bin")).size == len("d/f03.bin")
         with pytest.raises(NotFound):
-            await master.file_info("/m/d/absent.bin")
+            await master.reads.file_info("/m/d/absent.bin")
         assert calls == {"LIST": 1}
         # Another directory is its own first touch.
-        assert (await master.file_info("/m/other/x.bin")).size == len("other/x.bin")
+        assert (await master.reads.file_info("/m/other/x.bin")).size == len("other/x.bin")
         assert calls == {"LIST": 2}
 
     asyncio.run(scenario())
@@ -99,14 +99,14 @@ def test_a_file_created_after_the_listing_appears_once_the_sync_interval_has_pas
     async def scenario() -> None:
         master = _master()
         await master.mount("/m", uri, HOUR)
-        await master.file_info("/m/d/old.bin")
+        await master.reads.file_info("/m/d/old.bin")
         (tmp_path / "ufs" / "d" / "new.bin").write_bytes(b"new")
         with pytest.raises(NotFound):  # the listing is trusted for an hour
-            await master.file_info("/m/d/new.bin")
+            await master.reads.file_info("/m/d/new.bin")
         lists = calls["LIST"]
         later = metadata_sync.now_ms() + 2 * 3600 * 1000
         monkeypatch.setattr(metadata_sync, "now_ms", lambda: later)
-        assert (await master.file_info("/m/d/new.bin")).size == 3
+        assert (await master.reads.file_info("/m/d/new.bin")).size == 3
         assert calls["LIST"] == lists + 1 and calls["HEAD"] == 0
 
     asyncio.run(scenario())
@@ -130,10 +130,10 @@ def test_a_directory_past_the_listing_bound_answers_the_rest_with_a_head_each(
         heads = calls["HEAD"]
         assert heads == 2
         # The directory is remembered as too big: a further miss is a HEAD, not a listing.
-        assert (await master.file_info("/m/d/f05.bin")).size == len(names[5])
+        assert (await master.reads.file_info("/m/d/f05.bin")).size == len(names[5])
         assert calls["LIST"] == 2 and calls["HEAD"] == heads + 1
         # What the bounded listing saw is stored and trusted.
-        assert (await master.file_info("/m/d/f01.bin")).size == len(names[1])
+        assert (await master.reads.file_info("/m/d/f01.bin")).size == len(names[1])
         assert calls["HEAD"] == heads + 1
 
     asyncio.run(scenario())
@@ -148,8 +148,8 @@ def test_a_mount_that_always_syncs_checks_each_file_with_a_head_not_a_listing(
         master = _master()
         await master.mount("/m", uri, MountOptions(metadata_sync="always"))
         calls.clear()
-        await master.file_info("/m/d/a.bin")
-        await master.file_info("/m/d/a.bin")
+        await master.reads.file_info("/m/d/a.bin")
+        await master.reads.file_info("/m/d/a.bin")
         assert calls == {"HEAD": 2}
 
     asyncio.run(scenario())
@@ -172,11 +172,11 @@ def test_a_failed_listing_reaches_every_waiting_reader_and_the_next_miss_lists_a
         await master.mount("/m", uri, HOUR)
         monkeypatch.setattr(LocalUnderStore, "list", flaky)
         results = await asyncio.gather(
-            *(master.file_info(f"/m/d/{n}.bin") for n in "ab"), return_exceptions=True
+            *(master.reads.file_info(f"/m/d/{n}.bin") for n in "ab"), return_exceptions=True
         )
         assert [type(r) for r in results] == [ConnectionError, ConnectionError]
         failing[0] = False
-        assert (await master.file_info("/m/d/b.bin")).size == len("d/b.bin")
+        assert (await master.reads.file_info("/m/d/b.bin")).size == len("d/b.bin")
 
     asyncio.run(scenario())
 
@@ -214,6 +214,6 @@ def test_a_stat_that_races_the_storing_of_its_directory_listing_finds_the_file(
         mount = await master.mount("/m", uri, HOUR)
         store.key = keyspace.namespace_group("/m", "/m") + b"f.bin"
         store.meanwhile = lambda: master.sync.sync_directory(mount, "/m")
-        assert (await master.file_info("/m/f.bin")).size == len("f.bin")
+        assert (await master.reads.file_info("/m/f.bin")).size == len("f.bin")
 
     asyncio.run(scenario())

@@ -55,9 +55,9 @@ def _tree(tmp_path: Path, files: list[str]) -> str:
 
 
 async def _all_pages(master: MasterService, path: str, size: int = PAGE) -> list[DirectoryPage]:
-    pages = [await master.directories.page(path, size)]
+    pages = [await master.reads.directories.page(path, size)]
     while pages[-1].next_token:
-        pages.append(await master.directories.page(path, size, pages[-1].next_token))
+        pages.append(await master.reads.directories.page(path, size, pages[-1].next_token))
     return pages
 
 
@@ -103,7 +103,7 @@ def test_a_directory_larger_than_a_page_lists_every_entry_once_in_name_order(
         await _all_pages(master, "/m/d")
         assert set(store.range_limits) == {1} and 8 <= len(store.range_limits) <= 9
         # The whole listing, through the pages, says the same.
-        assert _names(await master.list_directory("/m/d")) == _names(listed)
+        assert _names(await master.reads.list_directory("/m/d")) == _names(listed)
 
     asyncio.run(scenario())
 
@@ -122,7 +122,7 @@ def test_above_every_mount_the_mount_points_are_the_entries_paged_in_name_order(
         pages = await _all_pages(master, "/top", 2)
         assert [_names(p.entries) for p in pages] == [["a", "b"], ["c", "d"]]
         assert all(e.is_dir for p in pages for e in p.entries)
-        assert _names((await master.directories.page("/", 5)).entries) == ["elsewhere", "top"]
+        assert _names((await master.reads.directories.page("/", 5)).entries) == ["elsewhere", "top"]
 
     asyncio.run(scenario())
 
@@ -134,7 +134,7 @@ def test_an_empty_directory_is_one_empty_last_page(tmp_path: Path) -> None:
     async def scenario() -> None:
         master = _master()
         await master.mount("/e", f"file://{empty}/", HOUR)
-        page = await master.directories.page("/e", PAGE)
+        page = await master.reads.directories.page("/e", PAGE)
         assert page == DirectoryPage([], "")
 
     asyncio.run(scenario())
@@ -148,15 +148,15 @@ def test_a_token_of_another_directory_or_one_the_master_did_not_make_is_refused(
     async def scenario() -> None:
         master = _master()
         await master.mount("/m", uri, HOUR)
-        first = await master.directories.page("/m/a", PAGE)
+        first = await master.reads.directories.page("/m/a", PAGE)
         assert first.next_token
         with pytest.raises(InvalidArgument, match="of a listing of /m/a, not of /m/b"):
-            await master.directories.page("/m/b", PAGE, first.next_token)
+            await master.reads.directories.page("/m/b", PAGE, first.next_token)
         for garbage in ("not base64!", "bm90IGpzb24=", page_token("/m/a", "")[:-4], "e30="):
             with pytest.raises(InvalidArgument, match="bad page token"):
-                await master.directories.page("/m/a", PAGE, garbage)
+                await master.reads.directories.page("/m/a", PAGE, garbage)
         # The good token still works after the refusals: tokens are not state.
-        second = await master.directories.page("/m/a", PAGE, first.next_token)
+        second = await master.reads.directories.page("/m/a", PAGE, first.next_token)
         assert _names(second.entries) == ["f07", "f08", "f09"] and not second.next_token
 
     asyncio.run(scenario())
@@ -169,14 +169,14 @@ def test_a_page_size_above_the_masters_most_or_below_zero_is_refused(tmp_path: P
         master = _master(list_page_size=2, list_max_page_size=5)
         await master.mount("/m", uri, HOUR)
         with pytest.raises(InvalidArgument, match="RESERVOIR_LIST_MAX_PAGE_SIZE"):
-            await master.directories.page("/m/d", 6)
+            await master.reads.directories.page("/m/d", 6)
         with pytest.raises(InvalidArgument, match="negative"):
-            await master.directories.page("/m/d", -1)
-        assert len((await master.directories.page("/m/d", 5)).entries) == 3
+            await master.reads.directories.page("/m/d", -1)
+        assert len((await master.reads.directories.page("/m/d", 5)).entries) == 3
         # 0: the master's own page size.
-        assert len((await master.directories.page("/m/d", 0)).entries) == 2
+        assert len((await master.reads.directories.page("/m/d", 0)).entries) == 2
         with pytest.raises(NotADirectory):
-            await master.directories.page("/m/d/f.bin", 0)
+            await master.reads.directories.page("/m/d/f.bin", 0)
 
     asyncio.run(scenario())
 
@@ -190,12 +190,12 @@ def test_entries_added_between_pages_neither_repeat_nor_hide_the_entries_already
     async def scenario() -> None:
         master = _master()
         await master.mount("/m", uri, HOUR)
-        first = await master.directories.page("/m/d", PAGE)
+        first = await master.reads.directories.page("/m/d", PAGE)
         assert _names(first.entries) == names[:PAGE]
         # Files land in the under-store before and after the page already read, and a
         # metadata load stores them while the listing is half way.
         _tree(tmp_path, ["d/a-first", "d/f01", "d/f13", "d/f39"])
-        async for _ in master.load_metadata("/m/d", recursive=False):
+        async for _ in master.reads.load_metadata("/m/d", recursive=False):
             pass
         rest = await _all_pages_from(master, "/m/d", first.next_token)
         later = _names([e for p in rest for e in p.entries])
@@ -208,7 +208,7 @@ def test_entries_added_between_pages_neither_repeat_nor_hide_the_entries_already
 
 
 async def _all_pages_from(master: MasterService, path: str, token: str) -> list[DirectoryPage]:
-    pages = [await master.directories.page(path, PAGE, token)]
+    pages = [await master.reads.directories.page(path, PAGE, token)]
     while pages[-1].next_token:
-        pages.append(await master.directories.page(path, PAGE, pages[-1].next_token))
+        pages.append(await master.reads.directories.page(path, PAGE, pages[-1].next_token))
     return pages

@@ -173,11 +173,11 @@ def test_a_namespace_stored_as_json_per_key_is_migrated_when_the_master_starts(
         try:
             assert await store.get_prefix(keyspace.LEGACY_INODES) == []
             # Nothing in the under-store: every answer comes from the migrated inodes.
-            assert await master.file_info("/m/train/img-0042.jpg") == files[42]
-            assert [i.path for i in await master.list_directory("/m/train")] == [
+            assert await master.reads.file_info("/m/train/img-0042.jpg") == files[42]
+            assert [i.path for i in await master.reads.list_directory("/m/train")] == [
                 f.path for f in files
             ]
-            report = await master.report("/m")
+            report = await master.reads.report("/m")
             assert report["files"] == 250
             assert report["bytes"] == sum(f.size for f in files)
         finally:

@@ -39,18 +39,18 @@ def test_refresh_rereads_one_overwritten_file_despite_a_long_sync_interval(
         uri = _dir(tmp_path, "a", {"f.bin": b"old", "g.bin": b"other"})
         master = _master()
         await master.mount("/m", uri, HOUR)
-        await master.list_directory("/m")
-        before = await master.file_info("/m/f.bin")
+        await master.reads.list_directory("/m")
+        before = await master.reads.file_info("/m/f.bin")
         (tmp_path / "a" / "f.bin").write_bytes(b"newer bytes")
         os.utime(tmp_path / "a" / "f.bin", ns=(1, 10**18))  # a different mtime, surely
-        assert await master.file_info("/m/f.bin") == before  # trusted for an hour
-        fresh = await master.file_info("/m/f.bin", refresh=True)
+        assert await master.reads.file_info("/m/f.bin") == before  # trusted for an hour
+        fresh = await master.reads.file_info("/m/f.bin", refresh=True)
         assert fresh.size == len(b"newer bytes") and fresh.file_id != before.file_id
-        assert await master.file_info("/m/f.bin") == fresh  # stored for everyone
-        assert [i.path for i in await master.list_directory("/m")] == ["/m/f.bin", "/m/g.bin"]
+        assert await master.reads.file_info("/m/f.bin") == fresh  # stored for everyone
+        assert [i.path for i in await master.reads.list_directory("/m")] == ["/m/f.bin", "/m/g.bin"]
         (tmp_path / "a" / "f.bin").unlink()
         with pytest.raises(NotFound):
-            await master.file_info("/m/f.bin", refresh=True)
+            await master.reads.file_info("/m/f.bin", refresh=True)
 
     asyncio.run(scenario())
 
@@ -62,15 +62,15 @@ def test_mounting_the_same_mount_again_is_a_no_op_that_keeps_its_namespace(
         uri = _dir(tmp_path, "a", {"f.bin": b"f"})
         master = _master()
         first = await master.mount("/m", uri, HOUR)
-        assert [i.path for i in await master.list_directory("/m")] == ["/m/f.bin"]
+        assert [i.path for i in await master.reads.list_directory("/m")] == ["/m/f.bin"]
         (tmp_path / "a" / "g.bin").write_bytes(b"g")
         # The same URI (here without its slash) and options: the mount as it was...
         assert await master.mount("/m/", uri.rstrip("/"), HOUR) == first
         assert master.mounts() == [first]
         # ...its namespace untouched (a remount would have dropped it and listed g.bin).
-        assert [i.path for i in await master.list_directory("/m")] == ["/m/f.bin"]
+        assert [i.path for i in await master.reads.list_directory("/m")] == ["/m/f.bin"]
         await master.mount("/m", uri, HOUR, replace=True)
-        assert [i.path for i in await master.list_directory("/m")] == ["/m/f.bin", "/m/g.bin"]
+        assert [i.path for i in await master.reads.list_directory("/m")] == ["/m/f.bin", "/m/g.bin"]
 
     asyncio.run(scenario())
 
@@ -81,7 +81,7 @@ def test_replace_swaps_the_mount_and_reads_its_namespace_afresh(tmp_path: Path) 
         second = _dir(tmp_path, "b", {"same.bin": b"from b, longer", "only_b.bin": b"b"})
         master = _master()
         await master.mount("/m", first, HOUR)
-        assert [i.path for i in await master.list_directory("/m")] == [
+        assert [i.path for i in await master.reads.list_directory("/m")] == [
             "/m/only_a.bin",
             "/m/same.bin",
         ]
@@ -92,11 +92,11 @@ def test_replace_swaps_the_mount_and_reads_its_namespace_afresh(tmp_path: Path) 
         assert [m.uri for m in master.mounts()] == [first]  # ...and the old mount stays
         mount = await master.mount("/m", second, MountOptions(block_size=8192), replace=True)
         assert master.mounts() == [mount]
-        assert [i.path for i in await master.list_directory("/m")] == [
+        assert [i.path for i in await master.reads.list_directory("/m")] == [
             "/m/only_b.bin",
             "/m/same.bin",
         ]
-        same = await master.file_info("/m/same.bin")
+        same = await master.reads.file_info("/m/same.bin")
         assert same.size == len(b"from b, longer") and same.block_size == 8192
 
     asyncio.run(scenario())

@@ -72,7 +72,7 @@ async def _stored(master: MasterService) -> dict[str, Inode]:
 
 
 async def _load(master: MasterService) -> list[tuple[int, int, int, bool]]:
-    return [p async for p in master.load_metadata("/m", recursive=True)]
+    return [p async for p in master.reads.load_metadata("/m", recursive=True)]
 
 
 @pytest.mark.parametrize(
@@ -103,7 +103,7 @@ def test_every_object_is_stored_once_with_its_directories_marked_listed(
         # them is answered from etcd, and the whole tree is marked as loaded.
         for path in dirs:
             assert stored[path].listed_ms > 0, path
-        assert await master.tree_is_fresh("/m")
+        assert await master.reads.tree_is_fresh("/m")
         # Progress: running counts that never go back, then the totals, done.
         entries = len(files) + len(dirs)
         assert progress[-1] == (entries, entries, 0, True)
@@ -178,9 +178,9 @@ def test_report_of_a_loaded_tree_counts_every_file_once(tmp_path: Path) -> None:
         await master.mount("/m", uri, HOUR)
         await _load(master)
         # Directories are read several at a time: each file still counts once.
-        report = await master.report("/m")
+        report = await master.reads.report("/m")
         assert report["files"] == len(files)
         assert report["bytes"] == sum(len(k) for k in KEYS)
-        assert (await master.report("/m/wide"))["files"] == 36
+        assert (await master.reads.report("/m/wide"))["files"] == 36
 
     asyncio.run(scenario())

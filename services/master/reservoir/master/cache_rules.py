@@ -37,7 +37,7 @@ from reservoir.common.models import CacheRule, Inode, Mount, WorkerRecord
 from reservoir.common.placement import Candidate, block_key, placement
 from reservoir.v1 import worker_pb2
 
-from .jobs import LoadJobs
+from .jobs import LoadJobs, Membership
 from .locations import BlockLocationTable
 
 log = logs.get_logger(__name__)
@@ -53,8 +53,6 @@ class RuleNamespace(Protocol):
     def subtree(self, path: str) -> AsyncIterator[list[Inode]]:
         """Every stored inode below `path`, a page at a time."""
         ...
-
-    async def workers(self) -> list[WorkerRecord]: ...
 
 
 class MountLookup(Protocol):
@@ -102,6 +100,7 @@ class CacheRules:
         config: MasterConfig,
         *,
         namespace: RuleNamespace,
+        membership: Membership,
         mounts: MountLookup,
         workers: CacheWorkers,
         jobs: LoadJobs,
@@ -110,6 +109,7 @@ class CacheRules:
         self._store = store
         self._config = config
         self._namespace = namespace
+        self._membership = membership
         self._mounts = mounts
         self._workers = workers
         self._jobs = jobs
@@ -196,7 +196,7 @@ class CacheRules:
         where the worker keeps pinned blocks on disk) against the room that worker has
         for pinned blocks: its disk tiers when it has any (a pinned block may leave memory
         once it is on disk), else its memory."""
-        workers = await self._namespace.workers()
+        workers = await self._membership.workers()
         if not workers:
             raise ResourceExhausted(f"cannot pin {path}: no live workers")
         stats = await asyncio.gather(*(self._workers.stats(w) for w in workers))
@@ -300,7 +300,7 @@ class CacheRules:
                 nbytes += reply.freed_bytes
             return blocks, nbytes
 
-        results = await asyncio.gather(*(one(w) for w in await self._namespace.workers()))
+        results = await asyncio.gather(*(one(w) for w in await self._membership.workers()))
         result = FreeResult(
             files=len(files),
             freed_blocks=sum(b for b, _ in results),

@@ -90,6 +90,10 @@ class Namespace(Protocol):
         """Every stored inode below `path`, a page at a time."""
         ...
 
+
+class Membership(Protocol):
+    """The workers registered now (the master's membership)."""
+
     async def workers(self) -> list[WorkerRecord]: ...
 
 
@@ -109,6 +113,7 @@ class LoadJobs:
         store: MetadataStore,
         config: MasterConfig,
         namespace: Namespace,
+        membership: Membership,
         loader: BlockLoader,
         locations: BlockLocationTable,
         counters: LoadJobCounters,
@@ -116,6 +121,7 @@ class LoadJobs:
         self._store = store
         self._config = config
         self._namespace = namespace
+        self._membership = membership
         self._loader = loader
         self._locations = locations
         self._counters = counters
@@ -161,7 +167,7 @@ class LoadJobs:
                 return earlier
         info = await self._namespace.file_info(path)  # NOT_FOUND / INVALID_ARGUMENT early
         replicas = replicas or 1
-        live = await self._namespace.workers()
+        live = await self._membership.workers()
         if replicas < 1 or (not metadata_only and replicas > len(live)):
             raise InvalidArgument(f"replicas must be between 1 and {len(live)} (live workers)")
         named = self._named_files(info.path, files)
@@ -389,7 +395,7 @@ class LoadJobs:
 
     async def _homes(self, job: Job) -> tuple[dict[str, WorkerRecord], Placement]:
         """The live workers by id and the placement over them, for the whole job."""
-        workers = await self._namespace.workers()
+        workers = await self._membership.workers()
         if len(workers) < job.replicas:
             raise InvalidArgument(f"{job.replicas} replicas asked, {len(workers)} workers live")
         by_id = {w.id: w for w in workers}

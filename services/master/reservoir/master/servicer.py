@@ -56,7 +56,7 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
     async def GetFileInfo(
         self, request: master_pb2.GetFileInfoRequest, context: grpc.aio.ServicerContext
     ) -> common_pb2.FileInfo:
-        inode = await self._service.file_info(
+        inode = await self._service.reads.file_info(
             request.path, request.with_locations, refresh=request.refresh
         )
         return inode.to_proto()
@@ -65,7 +65,7 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
     async def GetFileInfos(
         self, request: master_pb2.GetFileInfosRequest, context: grpc.aio.ServicerContext
     ) -> master_pb2.GetFileInfosResponse:
-        results = await self._service.file_infos(list(request.paths), request.with_locations)
+        results = await self._service.reads.file_infos(list(request.paths), request.with_locations)
         out = []
         for item in results:
             if isinstance(item, Inode):
@@ -78,7 +78,7 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
     async def ListDirectory(
         self, request: master_pb2.ListDirectoryRequest, context: grpc.aio.ServicerContext
     ) -> master_pb2.ListDirectoryResponse:
-        page = await self._service.directories.page(
+        page = await self._service.reads.directories.page(
             request.path, request.page_size, request.page_token, request.with_locations
         )
         return master_pb2.ListDirectoryResponse(
@@ -116,7 +116,7 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
         self, request: master_pb2.LoadMetadataRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[master_pb2.LoadMetadataProgress]:
         start = time.monotonic()
-        async for listed, written, removed, done in self._service.load_metadata(
+        async for listed, written, removed, done in self._service.reads.load_metadata(
             request.path, request.recursive
         ):
             yield master_pb2.LoadMetadataProgress(
@@ -131,7 +131,7 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
     async def Report(
         self, request: master_pb2.ReportRequest, context: grpc.aio.ServicerContext
     ) -> master_pb2.ReportResponse:
-        return master_pb2.ReportResponse(**await self._service.report(request.path))
+        return master_pb2.ReportResponse(**await self._service.reads.report(request.path))
 
     @translate_errors
     async def SubmitLoad(
