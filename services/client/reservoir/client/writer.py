@@ -6,9 +6,9 @@ and records it (`BeginWrite`); each part goes to the store straight from this pr
 closing completes the upload and publishes the file in one namespace write
 (`PublishWrite`), then has each staging worker keep its blocks under the published file's
 id where they are and report them to the master, so a read right after costs the store
-nothing (readers go to a block's holders before its home). Until the publish, readers see the
-previous version or nothing; a write that fails is aborted at once, and one whose process
-died is aborted by the master when its keep-alives stop.
+nothing (readers go to a block's holders before its home). Until the publish, readers see
+the previous version or nothing; a write that fails is aborted at once, and one whose
+process died is aborted by the master when its keep-alives stop.
 
 `ReservoirWriter` is the blocking file object (`Client.open(path, "wb")`) over a session.
 """
