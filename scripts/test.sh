@@ -13,7 +13,7 @@ PY="${PYTHON:-python3}"
 export PATH="$PWD/.venv/bin:$PATH"
 ruff check services tests bench
 ruff format --check services tests bench
-mypy services/common/reservoir/common services/master/reservoir services/worker/reservoir services/client/reservoir
+mypy services/common/reservoir/common services/master/reservoir services/worker/reservoir services/client/reservoir services/local/reservoir
 run() {
   set +e
   pytest -q -p no:cacheprovider "$@"
