@@ -286,14 +286,21 @@ def test_failed_s3_gets_count_as_under_store_errors(observed: Observed) -> None:
                 c.read(path)
         finally:
             cluster.s3_config(fail_gets=0)
-    after = scrape(cluster, "worker1")
-    errors = value(after, "reservoir_worker_ufs_errors_total") - value(
-        before, "reservoir_worker_ufs_errors_total"
-    )
-    requests = value(after, "reservoir_worker_ufs_requests_total") - value(
-        before, "reservoir_worker_ufs_requests_total"
-    )
-    assert errors >= 1 and requests == errors
+
+    def count(metrics: Any, name: str) -> float:
+        return value(metrics, name) - value(before, name)
+
+    def settled() -> Any:
+        # A fetch outlives a reader that gave up on it (its deadline passed while S3 was
+        # retried): its GET is counted when it starts and its failure when it ends, so
+        # the two agree once every fetch the read started has ended.
+        metrics = scrape(cluster, "worker1")
+        errors = count(metrics, "reservoir_worker_ufs_errors_total")
+        requests = count(metrics, "reservoir_worker_ufs_requests_total")
+        return metrics if errors >= 1 and requests == errors else None
+
+    after = eventually(settled, what="every GET worker1 started counted as an error")
+    errors = count(after, "reservoir_worker_ufs_errors_total")
     failed_gets = value(
         after,
         "reservoir_worker_ufs_request_seconds_count",
