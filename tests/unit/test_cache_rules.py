@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry
 
 from reservoir.common.config import MasterConfig
 from reservoir.common.errors import InvalidArgument, NotFound, ReservoirError, ResourceExhausted
-from reservoir.common.metadata.metadata_store import MemoryMetadataStore
+from reservoir.common.metadata.memory_store import MemoryMetadataStore
 from reservoir.common.models import Inode, Mount, WorkerRecord, file_id_for
 from reservoir.master.cache_rules import CacheRules
 from reservoir.master.job_counters import LoadJobCounters

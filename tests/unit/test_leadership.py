@@ -12,7 +12,8 @@ import pytest
 from reservoir.common.errors import NotLeader
 from reservoir.common.metadata import keyspace
 from reservoir.common.metadata.fenced_store import FencedStore
-from reservoir.common.metadata.metadata_store import Guard, MemoryMetadataStore
+from reservoir.common.metadata.memory_store import MemoryMetadataStore
+from reservoir.common.metadata.metadata_store import Guard
 from reservoir.master.leadership import LEADER, STANDBY, Leadership
 
 

@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry
 
 from reservoir.common.config import MasterConfig
 from reservoir.common.errors import ReservoirError, Unavailable
-from reservoir.common.metadata.metadata_store import MemoryMetadataStore
+from reservoir.common.metadata.memory_store import MemoryMetadataStore
 from reservoir.common.models import Inode, WorkerRecord
 from reservoir.master import jobs as jobs_module
 from reservoir.master.job_counters import LoadJobCounters

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from reservoir.common.metadata.metadata_store import MemoryMetadataStore
+from reservoir.common.metadata.memory_store import MemoryMetadataStore
 from reservoir.master.locations import BlockLocationTable
 
 

@@ -15,7 +15,7 @@ import pytest
 from reservoir.common.config import MasterConfig
 from reservoir.common.errors import NotFound
 from reservoir.common.metadata import keyspace
-from reservoir.common.metadata.metadata_store import MemoryMetadataStore
+from reservoir.common.metadata.memory_store import MemoryMetadataStore
 from reservoir.common.models import MountOptions
 from reservoir.common.understore.local_under_store import LocalUnderStore
 from reservoir.master import metadata_sync

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from reservoir.common.errors import AlreadyExists, InvalidArgument, NotFound, PermissionDenied
-from reservoir.common.metadata.metadata_store import MemoryMetadataStore
+from reservoir.common.metadata.memory_store import MemoryMetadataStore
 from reservoir.common.models import Mount, MountOptions
 from reservoir.master.mount_policy import MountPolicy
 from reservoir.master.mount_table import MountTable

@@ -15,7 +15,7 @@ import pytest
 from reservoir.common.config import MasterConfig
 from reservoir.common.metadata import keyspace
 from reservoir.common.metadata.inode_codec import iter_chunk
-from reservoir.common.metadata.metadata_store import MemoryMetadataStore
+from reservoir.common.metadata.memory_store import MemoryMetadataStore
 from reservoir.common.models import Inode, Mount, MountOptions, file_id_for
 from reservoir.master.metadata_sync import now_ms
 from reservoir.master.mount_policy import MountPolicy

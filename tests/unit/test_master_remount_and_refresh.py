@@ -11,7 +11,7 @@ import pytest
 
 from reservoir.common.config import MasterConfig
 from reservoir.common.errors import AlreadyExists, NotFound
-from reservoir.common.metadata.metadata_store import MemoryMetadataStore
+from reservoir.common.metadata.memory_store import MemoryMetadataStore
 from reservoir.common.models import MountOptions
 from reservoir.master.service import MasterService
 

@@ -9,7 +9,7 @@ import pytest
 
 from reservoir.common.errors import NotFound, Unavailable
 from reservoir.common.metadata import keyspace
-from reservoir.common.metadata.metadata_store import MemoryMetadataStore
+from reservoir.common.metadata.memory_store import MemoryMetadataStore
 from reservoir.common.models import Mount, MountOptions
 from reservoir.worker.mount_table import MountTable
 

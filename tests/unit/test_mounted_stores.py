@@ -7,7 +7,7 @@ import asyncio
 import threading
 
 from reservoir.common.metadata import keyspace
-from reservoir.common.metadata.metadata_store import MemoryMetadataStore
+from reservoir.common.metadata.memory_store import MemoryMetadataStore
 from reservoir.common.models import Mount, MountOptions
 from reservoir.common.understore.mounted_stores import MountedStores
 from reservoir.common.understore.s3_under_store import S3UnderStore

@@ -9,7 +9,7 @@ import asyncio
 from dataclasses import replace
 
 from reservoir.common.errors import Unavailable
-from reservoir.common.metadata.metadata_store import MemoryMetadataStore
+from reservoir.common.metadata.memory_store import MemoryMetadataStore
 from reservoir.common.models import Inode, WorkerRecord
 from reservoir.common.placement import Candidate, block_key, placement
 from reservoir.master.locations import BlockLocationTable

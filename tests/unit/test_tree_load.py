@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from reservoir.common.config import MasterConfig
-from reservoir.common.metadata.metadata_store import MemoryMetadataStore
+from reservoir.common.metadata.memory_store import MemoryMetadataStore
 from reservoir.common.models import Inode, MountOptions
 from reservoir.common.understore.local_under_store import LocalUnderStore
 from reservoir.common.understore.under_store import ObjectInfo

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from reservoir.common.blocks.block_file import checksum
-from reservoir.common.metadata.metadata_store import MemoryMetadataStore
+from reservoir.common.metadata.memory_store import MemoryMetadataStore
 from reservoir.common.metadata.write_records import WriteRecord, write_key
 from reservoir.worker.written_blocks import WrittenBlocks
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from reservoir.common.config import WorkerConfig
-from reservoir.common.metadata.metadata_store import MemoryMetadataStore
+from reservoir.common.metadata.memory_store import MemoryMetadataStore
 from reservoir.common.models import Mount, file_id_for
 from reservoir.worker.cache_rules import CacheRuleTable
 from reservoir.worker.mount_table import MountTable
