@@ -160,7 +160,7 @@ async def measure(
             # One cached block, so that report derives every file's id (as after a load).
             master.locations.record("w1", "no-such-file", 0)
             started, cpu = time.perf_counter(), time.process_time()
-            report = await master.report("/data")
+            report = await master.reads.report("/data")
             row["report_s"] = round(time.perf_counter() - started, 2)
             # The master's own CPU (this process): wall time on a loaded machine is noise.
             row["report_cpu_s"] = round(time.process_time() - cpu, 2)
@@ -169,11 +169,11 @@ async def measure(
             for shard in range(0, -(-files // per_dir), max(1, files // per_dir // 50)):
                 path = f"/data/train/shard-{shard:05d}/img-{shard * per_dir:06d}.jpg"
                 started = time.perf_counter()
-                await master.file_info(path)
+                await master.reads.file_info(path)
                 stats.append(time.perf_counter() - started)
             row["stat_ms_median"] = round(statistics.median(stats) * 1000, 2)
             started = time.perf_counter()
-            listed = await master.list_directory("/data/train/shard-00000")
+            listed = await master.reads.list_directory("/data/train/shard-00000")
             row["list_dir_ms"] = round((time.perf_counter() - started) * 1000, 1)
             assert len(listed) == min(per_dir, files)
         await master.close()
