@@ -36,11 +36,11 @@ class NamespaceReads:
         locations: BlockLocationTable,
     ) -> None:
         self._config = config
-        self.namespace = namespace
-        self.mount_table = mounts
-        self.sync = sync
-        self.locations = locations
-        self.tree_load = TreeLoad(namespace, sync, config.metadata_load_parallelism)
+        self._namespace = namespace
+        self._mounts = mounts
+        self._sync = sync
+        self._locations = locations
+        self._tree_load = TreeLoad(namespace, sync, config.metadata_load_parallelism)
         self.directories = DirectoryPages(
             namespace, config, mounts, sync, self.file_info, self.with_locations
         )
@@ -57,16 +57,16 @@ class NamespaceReads:
         """A path's inode: from etcd while the mount's sync policy trusts it, else checked
         against the under-store. `refresh` checks it now, whatever the policy says."""
         path = paths.normalize(path)
-        mount = self.mount_table.mount_for(path)
+        mount = self._mounts.mount_for(path)
         if mount is None:
-            if path == paths.ROOT or self.mount_table.children_of(path):
+            if path == paths.ROOT or self._mounts.children_of(path):
                 return dir_inode(path, None)
             raise NotFound(f"{path}: no such file or directory (not under any mount)")
         if path == mount.path:
             return dir_inode(path, mount, mount.created_ms)
-        stored = await self.namespace.get(path)
+        stored = await self._namespace.get(path)
         if refresh:
-            inode = await self.sync.sync_inode(mount, path)
+            inode = await self._sync.sync_inode(mount, path)
             old = stored
             log.info(
                 "inode_refreshed",
@@ -79,17 +79,17 @@ class NamespaceReads:
         parent = paths.parent_of(path)
         if stored is not None:
             inode = stored
-            if self.sync.fresh(mount, inode.synced_ms) or await self.sync.listed(mount, parent):
+            if self._sync.fresh(mount, inode.synced_ms) or await self._sync.listed(mount, parent):
                 return self.with_locations(inode) if with_locations else inode
-        elif await self.sync.listed(mount, parent):
+        elif await self._sync.listed(mount, parent):
             # Read again: a listing stored between the two reads above wrote this path's
             # inode no later than the directory's marker.
-            again = await self.namespace.get(path)
+            again = await self._namespace.get(path)
             if again is None:
-                raise await self.sync.unseen(mount, path)
+                raise await self._sync.unseen(mount, path)
             return self.with_locations(again) if with_locations else again
         # Unknown or stale: one listing of the directory answers this path and its siblings.
-        inode = await self.sync.lookup(mount, path)
+        inode = await self._sync.lookup(mount, path)
         return self.with_locations(inode) if with_locations else inode
 
     async def file_infos(
@@ -105,16 +105,16 @@ class NamespaceReads:
             except ReservoirError as exc:
                 results[position] = exc
                 continue
-            mount = self.mount_table.mount_for(path)
+            mount = self._mounts.mount_for(path)
             if mount is None or path == mount.path:
                 continue  # virtual directories: answered by file_info without the store
             keyed.append((position, path))
-        stored = await self.namespace.get_many([p for _, p in keyed])
+        stored = await self._namespace.get_many([p for _, p in keyed])
         for (position, path), inode in zip(keyed, stored, strict=True):
             if inode is None:
                 continue
-            mount = self.mount_table.mount_for(path)
-            if mount is not None and self.sync.fresh(mount, inode.synced_ms):
+            mount = self._mounts.mount_for(path)
+            if mount is not None and self._sync.fresh(mount, inode.synced_ms):
                 results[position] = self.with_locations(inode) if with_locations else inode
         # Several unknown files in one directory: one listing answers them all, where
         # a HEAD each would cost a round trip each.
@@ -125,12 +125,12 @@ class NamespaceReads:
         limit = asyncio.Semaphore(self._config.metadata_load_parallelism)
 
         async def listed(parent: str, positions: list[int]) -> None:
-            mount = self.mount_table.mount_for(parent)
+            mount = self._mounts.mount_for(parent)
             if mount is None:
                 return
             async with limit:
                 try:
-                    found = (await self.sync.sync_directory(mount, parent)).by_path
+                    found = (await self._sync.sync_directory(mount, parent)).by_path
                 except ReservoirError:
                     return  # left to the one-by-one path below, which reports it
             for position in positions:
@@ -165,7 +165,7 @@ class NamespaceReads:
 
     def subtree(self, path: str) -> AsyncIterator[list[Inode]]:
         """Every stored inode below `path`, a page at a time."""
-        return self.namespace.walk(path)
+        return self._namespace.walk(path)
 
     async def load_metadata(
         self, path: str, recursive: bool = True
@@ -174,16 +174,16 @@ class NamespaceReads:
         removed, done) as it goes. A tree is listed flat, subtrees side by side
         (`TreeLoad`); one level, or a store that lists keys out of order, level by level."""
         info = await self.file_info(path)
-        mount = self.mount_table.mount_for(info.path)
+        mount = self._mounts.mount_for(info.path)
         if mount is None:
             raise InvalidArgument(f"{info.path} is above every mount; load a mount instead")
         if not info.is_dir:
-            await self.sync.sync_inode(mount, info.path)
+            await self._sync.sync_inode(mount, info.path)
             yield (1, 1, 0, True)
             return
         if recursive:
             try:
-                async for counts in self.tree_load.run(mount, info.path):
+                async for counts in self._tree_load.run(mount, info.path):
                     yield (counts.listed, counts.written, counts.removed, False)
             except KeysOutOfOrder as exc:
                 log.warning("metadata_load_level_by_level", path=info.path, reason=str(exc))
@@ -195,9 +195,9 @@ class NamespaceReads:
             yield progress
 
     async def _mark_tree_listed(self, path: str) -> None:
-        stored = await self.namespace.get(path)
+        stored = await self._namespace.get(path)
         if stored is not None:
-            await self.namespace.put(replace(stored, tree_listed_ms=now_ms()))
+            await self._namespace.put(replace(stored, tree_listed_ms=now_ms()))
 
     async def _load_levels(
         self, mount: Mount, top: str, recursive: bool
@@ -209,7 +209,7 @@ class NamespaceReads:
 
         async def one(directory: str) -> DirectoryListing:
             async with limit:
-                return await self.sync.sync_directory(mount, directory)
+                return await self._sync.sync_directory(mount, directory)
 
         while pending:
             batch, pending = pending, []
@@ -227,12 +227,12 @@ class NamespaceReads:
     async def tree_is_fresh(self, path: str) -> bool:
         """True when a recursive metadata load of `path` is recent enough to trust."""
         path = paths.normalize(path)
-        mount = self.mount_table.mount_for(path)
-        stored = await self.namespace.get(path)
+        mount = self._mounts.mount_for(path)
+        stored = await self._namespace.get(path)
         return (
             mount is not None
             and stored is not None
-            and self.sync.fresh(mount, stored.tree_listed_ms)
+            and self._sync.fresh(mount, stored.tree_listed_ms)
         )
 
     async def report(self, path: str) -> dict[str, int]:
@@ -243,15 +243,15 @@ class NamespaceReads:
         totals = dict.fromkeys(("files", "bytes", "blocks", "cached_blocks", "cached_bytes"), 0)
         # Page by page, without building inodes: a data set of millions of files is never
         # in memory at once. A file's id is derived only when some block is cached at all.
-        with_ids = self.locations.holds_any()
-        async for page in self.namespace.walk_files(info.path, with_ids):
+        with_ids = self._locations.holds_any()
+        async for page in self._namespace.walk_files(info.path, with_ids):
             for key, value in self._totals(page, with_ids).items():
                 totals[key] += value
         return totals
 
     def _totals(self, files: list[tuple[int, int, str]], with_ids: bool) -> dict[str, int]:
         count = size_sum = blocks = cached_blocks = cached_bytes = 0
-        indices = self.locations.indices
+        indices = self._locations.indices
         for size, block_size, file_id in files:
             count += 1
             size_sum += size
@@ -276,5 +276,5 @@ class NamespaceReads:
         nobody holds costs no copy."""
         if inode.is_dir or not inode.file_id:
             return inode
-        held = self.locations.holders(inode.file_id)
+        held = self._locations.holders(inode.file_id)
         return inode.with_locations(held) if held else inode
