@@ -737,8 +737,8 @@ class ClientConfig:
     write_part_size: int = field(default=16 * MiB, metadata=env("RESERVOIR_WRITE_PART_SIZE"))
     write_concurrency: int = field(default=8, metadata=env("RESERVOIR_WRITE_CONCURRENCY"))
     write_part_retries: int = field(default=3, metadata=env("RESERVOIR_WRITE_PART_RETRIES"))
-    # How long the workers may take, at close, to keep a written file's staged blocks at
-    # their homes (a big file's blocks move between workers meanwhile).
+    # How long the workers may take, at close, to keep a written file's staged blocks
+    # (renamed in their tiers, copied where a tier cannot rename) and report them.
     write_commit_timeout_s: float = field(
         default=300.0, metadata=env("RESERVOIR_WRITE_COMMIT_TIMEOUT")
     )
