@@ -4,7 +4,8 @@ block sources that record what they were asked): no sockets, no files, no server
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 from reservoir.client.block_source import Outcome, Planner
 from reservoir.client.data_port import BlockRead
@@ -55,6 +56,12 @@ class Source:
         self.outcome = outcome
         self.same_host = same_host
         self.asked: list[str] = []
+        self.turns = 0  # batches read in one turn (ShortCircuit.turn)
+
+    @contextmanager
+    def turn(self) -> Iterator[None]:
+        self.turns += 1
+        yield
 
     def reaches(self, worker: WorkerRecord) -> bool:
         if self.same_host:

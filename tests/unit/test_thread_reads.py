@@ -21,7 +21,7 @@ def _reads(
 ) -> tuple[ThreadReads, View]:
     view = View(workers or [BEST, NEXT], PenaltyBox(60.0))
     local = short_circuit or Source("sc", Outcome.DECLINED, same_host=True)
-    fake: Any = (view, planner(view, local, ports), ports)
+    fake: Any = (view, planner(view, local, ports), local, ports)
     return ThreadReads(*fake), view
 
 
@@ -106,3 +106,12 @@ def test_block_files_only_reads_a_same_host_file_and_never_asks_a_port() -> None
     assert files.read_inode_bytes(held_by("near", size=10), 0, 10) is None
     assert files.read_inode_bytes(held_by("best", size=10), 0, 10) is None
     assert ports.asked == []
+
+
+def test_read_many_reads_same_host_files_in_one_turn() -> None:
+    ports = Source("dp", Outcome.READ)
+    local = Source("sc", Outcome.READ, same_host=True)
+    reads, _ = _reads(ports, local, [NEAR, BEST])
+    near = [held_by("near", size=n) for n in (3, 4, 5)]
+    assert reads.read_many(near) == [b"sss", b"ssss", b"sssss"]
+    assert local.turns == 1 and local.asked == ["near"] * 3 and ports.asked == []

@@ -89,7 +89,7 @@ class AsyncClient:
             GrpcBlocks(self.config, self._worker_channels),
             UnderStoreBlocks(self.config, self._view, under_stores),
         )
-        self.thread_reads = ThreadReads(self._view, planner, self.data_port)
+        self.thread_reads = ThreadReads(self._view, planner, self._short_circuit, self.data_port)
         self._writes: Writes | None = None
 
     async def close(self) -> None:

@@ -21,6 +21,7 @@ from reservoir.common.models import Inode, WorkerRecord
 from .block_source import Outcome, Planner
 from .cluster_view import ClusterView
 from .data_port import BlockRead, DataPortReader
+from .short_circuit import TURN_BYTES, ShortCircuit
 
 # A range of one block to read into a buffer: (inode, block index, offset in the block, out).
 _Part = tuple[Inode, int, int, memoryview]
@@ -31,6 +32,7 @@ class ThreadReads:
         self,
         view: ClusterView,
         planner: Planner,
+        short_circuit: ShortCircuit,
         data_port: DataPortReader,
         *,
         same_host_ports: bool = False,
@@ -38,7 +40,7 @@ class ThreadReads:
     ) -> None:
         self._view = view
         self._planner = planner
-        self._short_circuit = planner.short_circuit
+        self._short_circuit = short_circuit  # the planner's, with its turns for batches
         self._data_port = data_port  # the planner's, with its pipelined reads of many
         self._same_host_ports = same_host_ports
         self._ports = ports
@@ -49,12 +51,16 @@ class ThreadReads:
         then asked of that worker's data port, which fetches a miss from the under-store,
         where these leave it to the full path. For a reader whose threads may wait on
         cold reads (the S3 gateway's): one plain socket round trip instead of a gRPC call."""
-        return ThreadReads(self._view, self._planner, self._data_port, same_host_ports=True)
+        return ThreadReads(
+            self._view, self._planner, self._short_circuit, self._data_port, same_host_ports=True
+        )
 
     def block_files_only(self) -> ThreadReads:
         """These reads from same-host workers' block files alone, never a socket, so
         they never wait on the network (safe on an event loop): any other block is None."""
-        return ThreadReads(self._view, self._planner, self._data_port, ports=False)
+        return ThreadReads(
+            self._view, self._planner, self._short_circuit, self._data_port, ports=False
+        )
 
     def knows_workers(self) -> bool:
         return self._view.known_workers() is not None
@@ -139,6 +145,7 @@ class ThreadReads:
         workers = self._workers()
         if workers is None:
             return results
+        local: list[tuple[int, Inode, tuple[WorkerRecord, ...]]] = []
         positions: list[int] = []
         parts: list[_Part] = []
         for position, inode in enumerate(inodes):
@@ -148,16 +155,38 @@ class ThreadReads:
                 results[position] = b""
                 continue
             plan = self._planner.plan(inode, 0, workers)
-            if plan.local or plan.port is None:
-                # A same-host file: straight into the bytes returned (no buffer to copy).
-                results[position] = self._bytes(inode, 0, inode.size, workers)
-            else:
+            if plan.local:
+                local.append((position, inode, plan.local))
+            elif plan.port is not None:
                 positions.append(position)
                 parts.append((inode, 0, 0, memoryview(bytearray(inode.size))))
+        if local:
+            # Same-host files straight into the bytes returned, the short ones in one
+            # turn; the rest, and what those files could not give, every route this
+            # thread has, after the turn (a data port may keep it waiting).
+            with self._short_circuit.turn():
+                for position, inode, holders in local:
+                    if inode.size <= TURN_BYTES:
+                        results[position] = self._file_bytes(holders, inode)
+            for position, inode, _ in local:
+                if results[position] is None:
+                    results[position] = self._bytes(inode, 0, inode.size, workers)
         done = self._parts_into(parts, workers)
         for position, part, read in zip(positions, parts, done, strict=True):
             results[position] = bytes(part[3]) if read else None
         return results
+
+    def _file_bytes(self, holders: tuple[WorkerRecord, ...], inode: Inode) -> bytes | None:
+        """A one-block file whole from the first same-host worker's file that holds it."""
+        read = False
+
+        def fill(out: memoryview) -> None:
+            nonlocal read
+            source = self._short_circuit
+            read = any(source.read_into(w, inode, 0, 0, out) is Outcome.READ for w in holders)
+
+        data = filled_bytes(inode.size, fill)
+        return data if read else None
 
     def _parts_into(self, parts: list[_Part], workers: list[WorkerRecord]) -> list[bool]:
         """Which parts were read here: those whose plan starts at a data port pipelined
