@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,6 +41,9 @@ log = logs.get_logger(__name__)
 # How long obstore keeps a credential it was handed before asking the session again;
 # boto3's refreshable credentials renew themselves well before they expire.
 _CREDENTIAL_TTL = timedelta(minutes=5)
+
+
+_RANGE_NOT_SATISFIABLE = re.compile(r"\bstatus(?: code)?: 416\b")
 
 
 class _TruncatedBody(Exception):
@@ -206,7 +210,9 @@ class S3RangeReader:
             )
         if isinstance(exc, ox.PreconditionError):
             return Conflict(f"{what}: the object changed (ETag mismatch)")
-        if "416" in message or "Range Not Satisfiable" in message:
+        # The status alone: the message also holds the elapsed time and the server's
+        # error body (request and host ids), where any "416" may stand.
+        if _RANGE_NOT_SATISFIABLE.search(message):
             return OutOfRange(f"{what}: range not satisfiable")
         if "error sending request" in message or "connect" in message.lower():
             return Unavailable(
