@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -17,10 +18,34 @@ class ClusterError(RuntimeError):
     pass
 
 
+# Ports for servers are picked below the kernel's ephemeral range. A port the kernel hands
+# out for bind(0) is one it also hands out as the local end of outgoing connections, and
+# between the pick and the server's bind a connection of anything on the machine (clients,
+# servers dialing each other) could take it: "address already in use" at start, now and
+# then. Below the range only other listeners compete, and those check first.
+_LOWEST_PORT = 10_000
+_PICKS = 100
+
+
 def free_port() -> int:
+    """A port a server may listen on at 127.0.0.1: a random free one below the ephemeral
+    range where there is room, else one the kernel picks."""
+    low, _ = _ephemeral_range()
+    for _ in range(_PICKS if low - _LOWEST_PORT >= 1_000 else 0):
+        port = random.randrange(_LOWEST_PORT, low)
+        if port_is_free(port):
+            return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32_768, 60_999  # Linux's default
 
 
 def port_is_free(port: int) -> bool:
