@@ -59,7 +59,8 @@ def _s3_answering(status: int, body: bytes) -> ThreadingHTTPServer:
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    # A short poll: `shutdown` waits for the loop to look, every 0.5 s by default.
+    threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True).start()
     return server
 
 

@@ -14,6 +14,8 @@ import textwrap
 import tomllib
 from pathlib import Path
 
+import pytest
+
 PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
 
 
@@ -46,7 +48,16 @@ def _installed_view(tmp_path: Path) -> Path:
     return site
 
 
-def _mypy(tmp_path: Path, source: str) -> subprocess.CompletedProcess[str]:
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The installed view and a mypy cache, shared by this module's checks: the second
+    check reads the package's analysis from the cache instead of redoing it."""
+    root = tmp_path_factory.mktemp("typed-sdk")
+    _installed_view(root)
+    return root
+
+
+def _mypy(installed: Path, tmp_path: Path, source: str) -> subprocess.CompletedProcess[str]:
     """mypy --strict on `source` as a user's script, in a directory of its own (so
     nothing of this source tree is on its path but the installed view)."""
     work = tmp_path / "user"
@@ -54,11 +65,11 @@ def _mypy(tmp_path: Path, source: str) -> subprocess.CompletedProcess[str]:
     script = work / "train.py"
     script.write_text(textwrap.dedent(source))
     env = {k: v for k, v in os.environ.items() if k not in ("MYPYPATH", "PYTHONPATH")}
-    env["PYTHONPATH"] = str(_installed_view(tmp_path))
+    env["PYTHONPATH"] = str(installed / "site")
     return subprocess.run(
         [
             sys.executable, "-m", "mypy", "--strict", "--no-error-summary",
-            "--cache-dir", str(tmp_path / "mypy-cache"), script.name,
+            "--cache-dir", str(installed / "mypy-cache"), script.name,
         ],
         cwd=work, env=env, capture_output=True, text=True, timeout=240,
     )  # fmt: skip
@@ -118,8 +129,10 @@ TYPED_USE = """
 """
 
 
-def test_mypy_accepts_a_typed_user_script_against_the_installed_package(tmp_path: Path) -> None:
-    result = _mypy(tmp_path, TYPED_USE)
+def test_mypy_accepts_a_typed_user_script_against_the_installed_package(
+    installed: Path, tmp_path: Path
+) -> None:
+    result = _mypy(installed, tmp_path, TYPED_USE)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -136,8 +149,8 @@ MISUSE = """
 """
 
 
-def test_mypy_rejects_a_user_script_that_misuses_the_sdk(tmp_path: Path) -> None:
-    result = _mypy(tmp_path, MISUSE)
+def test_mypy_rejects_a_user_script_that_misuses_the_sdk(installed: Path, tmp_path: Path) -> None:
+    result = _mypy(installed, tmp_path, MISUSE)
     source = textwrap.dedent(MISUSE).splitlines()
     expected = {i for i, line in enumerate(source, start=1) if "# error:" in line}
     flagged = {int(m) for m in re.findall(r"^train\.py:(\d+): error", result.stdout, re.M)}
