@@ -79,7 +79,7 @@ class ShortCircuit:
         turn = self._turn if block_length <= TURN_BYTES else nullcontext()
         try:
             with turn:
-                self._copy(path, inode, index, offset, out)
+                self._copy(path, inode, index, block_length, offset, out)
         except OSError:
             return Outcome.DECLINED  # not cached there (or evicted since)
         except DataLoss as exc:
@@ -90,10 +90,11 @@ class ShortCircuit:
             self.bytes_read += len(out)
         return Outcome.READ
 
-    def _copy(self, path: str, inode: Inode, index: int, offset: int, out: memoryview) -> None:
+    def _copy(
+        self, path: str, inode: Inode, index: int, block_length: int, offset: int, out: memoryview
+    ) -> None:
         # Copied out and checked against the checksum in the file's header: the file is
         # another process's, so it is never mapped or trusted.
-        block_length = inode.block_length(index)
         start = index * inode.block_size
         if offset == 0 and len(out) == block_length:
             read_block_file_into(path, out, start, verify=self._verify)
