@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -227,12 +226,18 @@ def test_a_paused_leader_past_its_lease_writes_nothing_and_comes_back_as_a_stand
             uri=f"s3://{BUCKET}/stale-{run}/",
             options=common_pb2.MountOptions(endpoint_url=cluster.s3_endpoint),
         )
-        address = f"127.0.0.1:{cluster.processes[paused].port}"
-        with channel(address) as ch:
+        port = cluster.processes[paused].port
+        earlier = _connections_to(port)
+        with channel(f"127.0.0.1:{port}") as ch:
             pending = master_pb2_grpc.MasterServiceStub(ch).Mount.future(stale, timeout=30)
-            # Time for the request to reach the paused process's socket (nothing outside it
-            # can see that it has): a fixed pause, not a wait for a condition.
-            time.sleep(0.5)
+            # The kernel holds the call for the stopped process: more bytes waiting to be read
+            # on a connection to its port (gRPC may reuse one this process already has).
+            eventually(
+                lambda: any(
+                    queued > earlier.get(peer, 0) for peer, queued in _connections_to(port).items()
+                ),
+                what="the call waiting in the paused master's socket",
+            )
             os.kill(cluster.processes[paused].pid, signal.SIGCONT)
             with pytest.raises(grpc.RpcError) as refused:
                 pending.result()
@@ -324,3 +329,17 @@ def test_masters_command_and_local_status_name_the_one_leader(healed: LocalClust
     leader_port = masters[0]["address"].rpartition(":")[2]
     (leading,) = [n for n, r in roles.items() if r == "leader"]
     assert str(document["processes"][leading]["port"]) == leader_port
+
+
+def _connections_to(port: int) -> dict[str, int]:
+    """Established TCP connections whose local end is `port`: each peer's address (hex, as
+    /proc/net/tcp{,6} has it) and the bytes received and not yet read. gRPC servers listen
+    on IPv6 sockets, where IPv4 peers show as mapped addresses."""
+    found: dict[str, int] = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            local, peer, state, queues = fields[1], fields[2], fields[3], fields[4]
+            if state == "01" and int(local.rsplit(":", 1)[1], 16) == port:
+                found[peer] = int(queues.split(":")[1], 16)
+    return found
