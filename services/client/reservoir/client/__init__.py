@@ -8,7 +8,8 @@ from .async_client import AsyncClient
 from .cache_state import CacheReport, FreeResult, PinResult, TierStats, WorkerStats
 from .client import Client, ReservoirFile
 from .load_jobs import JobState, LoadJob, MetadataLoadProgress
-from .writer import ReservoirWriter, WriteSession
+from .reservoir_writer import ReservoirWriter
+from .writer import WriteSession
 
 __all__ = [
     "AsyncClient",

@@ -19,8 +19,8 @@ from .cache_state import CacheReport, FreeResult, PinResult, WorkerStats
 from .load_jobs import LoadJob, MetadataLoadProgress
 from .loop_runtime import LoopRuntime
 from .reservoir_file import ReservoirFile, joined
+from .reservoir_writer import ReservoirWriter
 from .thread_reads import ThreadReads
-from .writer import ReservoirWriter
 
 T = TypeVar("T")
 
