@@ -12,7 +12,7 @@ from reservoir.common.config import MasterConfig
 from reservoir.common.errors import ReservoirError, Unavailable
 from reservoir.common.metadata.memory_store import MemoryMetadataStore
 from reservoir.common.models import Inode, WorkerRecord
-from reservoir.master import jobs as jobs_module
+from reservoir.master import job_run
 from reservoir.master.job_counters import LoadJobCounters
 from reservoir.master.jobs import TERMINAL, LoadJobs
 from reservoir.master.locations import BlockLocationTable
@@ -163,7 +163,7 @@ class _SignallingLoader:
 def test_a_job_loads_its_first_page_of_files_before_it_reads_the_next(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(jobs_module, "_PAGE_FILES", 3)  # a round is one page of 3 files
+    monkeypatch.setattr(job_run, "_PAGE_FILES", 3)  # a round is one page of 3 files
 
     async def run() -> None:
         store = MemoryMetadataStore()

@@ -37,7 +37,8 @@ from reservoir.common.models import CacheRule, Inode, Mount, WorkerRecord
 from reservoir.common.placement import Candidate, block_key, placement
 from reservoir.v1 import worker_pb2
 
-from .jobs import LoadJobs, Membership
+from .job_run import Membership
+from .jobs import LoadJobs
 from .locations import BlockLocationTable
 
 log = logs.get_logger(__name__)

@@ -19,7 +19,7 @@ from reservoir.common.errors import ReservoirError
 from reservoir.common.metadata import keyspace
 from reservoir.common.metadata.metadata_store import MetadataStore
 
-from .jobs import TERMINAL
+from .job_records import TERMINAL
 from .leadership import LEADER, Leadership
 from .service import MasterService
 

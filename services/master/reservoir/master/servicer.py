@@ -14,7 +14,7 @@ from reservoir.common.rpc import translate_errors, translate_stream_errors
 from reservoir.common.understore.object_writes import Part
 from reservoir.v1 import common_pb2, master_pb2, master_pb2_grpc
 
-from .jobs import Job
+from .job_records import Job
 from .leadership import Leadership
 from .service import MasterService
 
