@@ -34,7 +34,6 @@ from reservoir.common.models import (
     MountOptions,
     WorkerRecord,
 )
-from reservoir.common.paths import normalize
 from reservoir.common.rpc import CHANNEL_OPTIONS, ChannelPool, error_from_rpc
 from reservoir.common.security import Transport
 from reservoir.common.understore.mounted_stores import MountedStores
@@ -195,7 +194,7 @@ class AsyncClient:
         # A first page brings the directory up to date with the under-store (and says it
         # is one); a page token naming `start_after` then seeks past the names before it.
         await self._view.ls_page(path, 1, "", False)
-        token = page_token(normalize(path), start_after)
+        token = page_token(paths.normalize(path), start_after)
         while token:
             entries, token = await self._view.ls_page(path, page_size, token, with_locations)
             for entry in entries:

@@ -51,20 +51,17 @@ class BlockReader:
         end = inode.size if length < 0 else min(inode.size, offset + length)
         if offset >= end:
             return []
-        first, last = offset // inode.block_size, (end - 1) // inode.block_size
+        spans = list(inode.block_spans(offset, end))
         workers = await self._view.workers(fresh=False)
+        if len(spans) == 1:
+            return await self._read_block(inode, *spans[0], workers)
         limit = asyncio.Semaphore(self.config.parallelism)
 
-        async def part(index: int) -> list[memoryview]:
-            block_start = index * inode.block_size
-            lo = max(offset, block_start) - block_start
-            hi = min(end, block_start + inode.block_length(index)) - block_start
+        async def part(index: int, start: int, length: int) -> list[memoryview]:
             async with limit:
-                return await self._read_block(inode, index, lo, hi - lo, workers)
+                return await self._read_block(inode, index, start, length, workers)
 
-        if first == last:
-            return await part(first)
-        parts = await asyncio.gather(*(part(i) for i in range(first, last + 1)))
+        parts = await asyncio.gather(*(part(*span) for span in spans))
         return [p for ps in parts for p in ps]
 
     async def _read_block(

@@ -6,7 +6,7 @@ import contextlib
 import dataclasses
 import io
 import typing
-from collections.abc import Callable, Coroutine, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from typing import Any, TypeVar
 
 from reservoir.common import config as cfg
@@ -218,15 +218,8 @@ class Client:
     ) -> MetadataLoadProgress:
         """Syncs the namespace below `path` from the under-store into etcd now, calling
         `progress` with each update; returns the last (its `done` is set)."""
-
-        async def run() -> MetadataLoadProgress:
-            last = MetadataLoadProgress()
-            async for last in self._async.load_metadata(path, recursive):
-                if progress is not None:
-                    progress(last)
-            return last
-
-        return self._run(run())
+        followed = _followed(self._async.load_metadata(path, recursive), progress)
+        return self._run(followed) or MetadataLoadProgress()
 
     def report(self, path: str) -> CacheReport:
         """The files and bytes below `path`, and how much of them is cached."""
@@ -264,10 +257,7 @@ class Client:
         (`progress=print` prints a line a person reads); returns the finished job."""
 
         async def run() -> LoadJob:
-            last: LoadJob | None = None
-            async for last in self._async.watch_job(job_id):
-                if progress is not None:
-                    progress(last)
+            last = await _followed(self._async.watch_job(job_id), progress)
             # The master's watch always sends the job at least once; should a stream end
             # without a word, the job as it is now is the honest answer.
             return last if last is not None else await self._async.job(job_id)
@@ -355,3 +345,13 @@ def _unpickle(config: cfg.ClientConfig) -> Client:
     client.config = config
     client._runtime = LoopRuntime(config)  # started by the first call in this process
     return client
+
+
+async def _followed(items: AsyncIterator[T], progress: Callable[[T], None] | None) -> T | None:
+    """The last of `items` (None if there is none), each handed to `progress` on the way."""
+    last: T | None = None
+    async for item in items:
+        if progress is not None:
+            progress(item)
+        last = item
+    return last

@@ -124,8 +124,7 @@ class ClusterView:
         known = self._workers
         if fresh or known is None:
             return await self._fetch_workers()
-        if known.expires <= time.monotonic() and self._workers_refresh is None:
-            self._workers_refresh = asyncio.ensure_future(self._refresh_workers())
+        self._start_refresh()
         return known.value  # type: ignore[no-any-return]  # the read path's, not to change
 
     def known_workers(self) -> list[WorkerRecord] | None:
@@ -272,41 +271,32 @@ class ClusterView:
         """Stats of many paths in one master call (those not already cached).
         `with_locations`: all of them asked now, with the workers holding each block."""
         if with_locations:
-            return await self._located(many)
+            return await self._stat_batches(list(many), with_locations=True)
         normal = [paths.normalize(p) for p in many]
         now = time.monotonic()
-        missing = sorted(
-            {p for p in normal if not (p in self._infos and self._infos[p].expires > now)}
-        )
-        # Calls of bounded size, so each finishes well within its deadline.
-        for start in range(0, len(missing), _STAT_BATCH):
-            chunk = missing[start : start + _STAT_BATCH]
-            try:
-                request = master_pb2.GetFileInfosRequest(paths=chunk, with_locations=True)
-                response = await self.call("GetFileInfos", request, "stat many")
-            except Unavailable:
-                if any(p not in self._infos for p in chunk):
-                    raise
-                continue  # the master is down: read with what we knew (see `stat`)
-            for result in response.results:
-                if result.code:
-                    raise error_for_code_value(result.code, result.message)
-                self.remember(Inode.from_proto(result.info), located=True)
+        missing = {p for p in normal if not (p in self._infos and self._infos[p].expires > now)}
+        await self._stat_batches(sorted(missing), with_locations=False)
         return [self._infos[p].value for p in normal]
 
-    async def _located(self, many: Sequence[str]) -> list[Inode]:
+    async def _stat_batches(self, many: list[str], *, with_locations: bool) -> list[Inode]:
+        """The inodes of `many`, asked with their blocks' locations and remembered, in calls
+        of bounded size so each finishes well within its deadline. Unless `with_locations`,
+        a batch all known already is read with what we knew while the master is down."""
         found: list[Inode] = []
         for start in range(0, len(many), _STAT_BATCH):
-            request = master_pb2.GetFileInfosRequest(
-                paths=many[start : start + _STAT_BATCH], with_locations=True
-            )
-            response = await self.call("GetFileInfos", request, "stat many with locations")
+            chunk = many[start : start + _STAT_BATCH]
+            request = master_pb2.GetFileInfosRequest(paths=chunk, with_locations=True)
+            try:
+                response = await self.call("GetFileInfos", request, "stat many")
+            except Unavailable:
+                if with_locations or any(p not in self._infos for p in chunk):
+                    raise
+                continue  # see `stat`
             for result in response.results:
                 if result.code:
                     raise error_for_code_value(result.code, result.message)
-                inode = Inode.from_proto(result.info)
-                self.remember(inode, located=True)
-                found.append(inode)
+                found.append(Inode.from_proto(result.info))
+                self.remember(found[-1], located=True)
         return found
 
     async def ls(self, path: str, *, with_locations: bool = False) -> list[Inode]:

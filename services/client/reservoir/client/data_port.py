@@ -127,9 +127,7 @@ class DataPortReader:
         unsent: dict[str, deque[BlockRead]] = {}
         workers: dict[str, WorkerRecord] = {}
         for read in reads:
-            read.outcome = (
-                Outcome.DECLINED if not self.reaches(read.worker) else Outcome.UNREACHABLE
-            )
+            read.outcome = Outcome.UNREACHABLE if self.reaches(read.worker) else Outcome.DECLINED
             if read.outcome is Outcome.UNREACHABLE:
                 unsent.setdefault(read.worker.data_address, deque()).append(read)
                 workers[read.worker.data_address] = read.worker
@@ -146,9 +144,9 @@ class DataPortReader:
                 body = _request(read.inode, read.index, read.offset, len(read.out))
                 batch.append(wire.encode_request(body))
                 in_flight[address] += 1
-            if batch:
+            if sock is not None and batch:
                 try:
-                    _send(connections[address], b"".join(batch), deadline)
+                    _send(sock, b"".join(batch), deadline)
                 except _Failed:
                     broken(address)
 

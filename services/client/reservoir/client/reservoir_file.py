@@ -42,14 +42,10 @@ class ReservoirFile(io.RawIOBase):
         return self._pos
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        if whence == io.SEEK_SET:
-            target = offset
-        elif whence == io.SEEK_CUR:
-            target = self._pos + offset
-        elif whence == io.SEEK_END:
-            target = self._inode.size + offset
-        else:
+        bases = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._inode.size}
+        if whence not in bases:
             raise ValueError(f"invalid whence {whence}")
+        target = bases[whence] + offset
         if target < 0:
             raise ValueError("negative seek position")
         self._pos = target

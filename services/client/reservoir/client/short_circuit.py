@@ -57,14 +57,10 @@ class ShortCircuit:
     ) -> bytes | None:
         """The block range from `worker`'s file, or None when that is not possible
         (another host, not cached there, evicted, or bytes that fail their checksum)."""
-        outcome = Outcome.DECLINED
-
-        def fill(out: memoryview) -> None:
-            nonlocal outcome
-            outcome = self.read_into(worker, inode, index, offset, out)
-
-        data = filled_bytes(range_length(inode, index, offset, length), fill)
-        return data if outcome is Outcome.READ else None
+        return filled_bytes(
+            range_length(inode, index, offset, length),
+            lambda out: self.read_into(worker, inode, index, offset, out) is Outcome.READ,
+        )
 
     def read_into(
         self, worker: WorkerRecord, inode: Inode, index: int, offset: int, out: memoryview

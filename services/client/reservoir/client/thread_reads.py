@@ -12,13 +12,14 @@ share is read-only here (dict reads under the GIL) except the counters, which lo
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 
 from reservoir.common.blocks.fresh_bytes import filled_bytes
 from reservoir.common.errors import Unavailable
 from reservoir.common.models import Inode, WorkerRecord
 
-from .block_source import Outcome, Planner
+from .block_source import Outcome, Plan, Planner
 from .cluster_view import ClusterView
 from .data_port import BlockRead, DataPortReader
 from .short_circuit import TURN_BYTES, ShortCircuit
@@ -34,16 +35,13 @@ class ThreadReads:
         planner: Planner,
         short_circuit: ShortCircuit,
         data_port: DataPortReader,
-        *,
-        same_host_ports: bool = False,
-        ports: bool = True,
     ) -> None:
         self._view = view
         self._planner = planner
         self._short_circuit = short_circuit  # the planner's, with its turns for batches
         self._data_port = data_port  # the planner's, with its pipelined reads of many
-        self._same_host_ports = same_host_ports
-        self._ports = ports
+        self._same_host_ports = False  # see `asking_same_host_ports`
+        self._ports = True  # see `block_files_only`
         self._checked: tuple[list[WorkerRecord], bool] | None = None
 
     def asking_same_host_ports(self) -> ThreadReads:
@@ -51,16 +49,16 @@ class ThreadReads:
         then asked of that worker's data port, which fetches a miss from the under-store,
         where these leave it to the full path. For a reader whose threads may wait on
         cold reads (the S3 gateway's): one plain socket round trip instead of a gRPC call."""
-        return ThreadReads(
-            self._view, self._planner, self._short_circuit, self._data_port, same_host_ports=True
-        )
+        reads = copy.copy(self)
+        reads._same_host_ports = True
+        return reads
 
     def block_files_only(self) -> ThreadReads:
         """These reads from same-host workers' block files alone, never a socket, so
         they never wait on the network (safe on an event loop): any other block is None."""
-        return ThreadReads(
-            self._view, self._planner, self._short_circuit, self._data_port, ports=False
-        )
+        reads = copy.copy(self)
+        reads._ports = False
+        return reads
 
     def knows_workers(self) -> bool:
         return self._view.known_workers() is not None
@@ -98,14 +96,7 @@ class ThreadReads:
     def _bytes(
         self, inode: Inode, offset: int, end: int, workers: list[WorkerRecord]
     ) -> bytes | None:
-        complete = False
-
-        def fill(out: memoryview) -> None:
-            nonlocal complete
-            complete = self._read_into(inode, offset, out, workers)
-
-        data = filled_bytes(end - offset, fill)
-        return data if complete else None
+        return filled_bytes(end - offset, lambda out: self._read_into(inode, offset, out, workers))
 
     def read_into(self, inode: Inode, offset: int, out: memoryview) -> bool:
         """Bytes [offset, offset+len(out)) of the file straight into `out` (which must not
@@ -125,15 +116,13 @@ class ThreadReads:
         end = offset + len(out)
         index = offset // block_size
         if index == (end - 1) // block_size:  # one block: most reads of small files
-            return self._block_into(inode, index, offset - index * block_size, out, workers)
+            plan = self._planner.plan(inode, index, workers)
+            return self._block_into(plan, inode, index, offset - index * block_size, out)
         parts: list[_Part] = []
         filled = 0
-        for index in range(offset // block_size, (end - 1) // block_size + 1):
-            block_start = index * block_size
-            lo = max(offset, block_start) - block_start
-            hi = min(end, block_start + inode.block_length(index)) - block_start
-            parts.append((inode, index, lo, out[filled : filled + hi - lo]))
-            filled += hi - lo
+        for index, start, length in inode.block_spans(offset, end):
+            parts.append((inode, index, start, out[filled : filled + length]))
+            filled += length
         return all(self._parts_into(parts, workers))
 
     def read_many(self, inodes: Sequence[Inode]) -> list[bytes | None]:
@@ -178,15 +167,11 @@ class ThreadReads:
 
     def _file_bytes(self, holders: tuple[WorkerRecord, ...], inode: Inode) -> bytes | None:
         """A one-block file whole from the first same-host worker's file that holds it."""
-        read = False
-
-        def fill(out: memoryview) -> None:
-            nonlocal read
-            source = self._short_circuit
-            read = any(source.read_into(w, inode, 0, 0, out) is Outcome.READ for w in holders)
-
-        data = filled_bytes(inode.size, fill)
-        return data if read else None
+        source = self._short_circuit
+        return filled_bytes(
+            inode.size,
+            lambda out: any(source.read_into(w, inode, 0, 0, out) is Outcome.READ for w in holders),
+        )
 
     def _parts_into(self, parts: list[_Part], workers: list[WorkerRecord]) -> list[bool]:
         """Which parts were read here: those whose plan starts at a data port pipelined
@@ -197,7 +182,7 @@ class ThreadReads:
         for i, part in enumerate(parts):
             plan = self._planner.plan(part[0], part[1], workers)
             if plan.local or plan.port is None or not self._ports:
-                done[i] = self._block_into(*part, workers)
+                done[i] = self._block_into(plan, *part)
             else:
                 reads.append(BlockRead(plan.port, *part))
                 at.append(i)
@@ -211,13 +196,12 @@ class ThreadReads:
         return done
 
     def _block_into(
-        self, inode: Inode, index: int, offset: int, out: memoryview, workers: list[WorkerRecord]
+        self, plan: Plan, inode: Inode, index: int, offset: int, out: memoryview
     ) -> bool:
         """One block range into `out` by the plan's routes in this thread: a same-host
         worker's file, else the one data port the plan names. What these cannot read is
         the full path's, whose failover and repair (a worker drops a block that fails its
         checksum and fetches it again) know more than this thread does."""
-        plan = self._planner.plan(inode, index, workers)
         for worker in plan.local:
             if self._short_circuit.read_into(worker, inode, index, offset, out) is Outcome.READ:
                 return True

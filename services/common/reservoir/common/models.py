@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 
 from reservoir.common.config import MiB, parse_duration
@@ -135,6 +136,14 @@ class Inode:
 
     def block_length(self, index: int) -> int:
         return min(self.block_size, self.size - index * self.block_size)
+
+    def block_spans(self, offset: int, end: int) -> Iterator[tuple[int, int, int]]:
+        """(block index, offset in the block, length) of each block's share of the file's
+        bytes [offset, end), in order (`end` at most the size)."""
+        for index in range(offset // self.block_size, (end - 1) // self.block_size + 1):
+            start = index * self.block_size
+            lo = max(offset, start)
+            yield index, lo - start, min(end, start + self.block_length(index)) - lo
 
     def to_json(self) -> bytes:
         data = asdict(self)

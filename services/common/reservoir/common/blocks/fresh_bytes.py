@@ -30,20 +30,19 @@ if _IN_PLACE:
     _PYBUF_WRITE = 0x200
 
 
-def filled_bytes(length: int, fill: Callable[[memoryview], None]) -> bytes:
-    """`length` bytes written by `fill` into the writable view it is given; what `fill`
-    raises propagates and the half-filled object is dropped."""
+def filled_bytes(length: int, fill: Callable[[memoryview], bool]) -> bytes | None:
+    """`length` bytes written by `fill` into the writable view it is given, which answers
+    whether it wrote them all: None when it did not (a read that must go another way).
+    What `fill` raises propagates; a half-filled object is dropped, never returned."""
     if length <= 0:
-        fill(memoryview(bytearray()))
-        return b""
+        return b"" if fill(memoryview(bytearray())) else None
     if not _IN_PLACE:
         buffer = bytearray(length)
-        fill(memoryview(buffer))
-        return bytes(buffer)
+        return bytes(buffer) if fill(memoryview(buffer)) else None
     result: bytes = _new_bytes(None, length)
     view: memoryview = _memory_view(_bytes_buffer(result), length, _PYBUF_WRITE)
     try:
-        fill(view)
+        filled = fill(view)
     finally:
         view.release()
-    return result
+    return result if filled else None
