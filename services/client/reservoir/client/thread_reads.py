@@ -134,32 +134,32 @@ class ThreadReads:
         workers = self._workers()
         if workers is None:
             return results
-        local: list[tuple[int, Inode, tuple[WorkerRecord, ...]]] = []
+        rest: list[tuple[int, Inode]] = []  # same-host files to read after the turn
         positions: list[int] = []
         parts: list[_Part] = []
-        for position, inode in enumerate(inodes):
-            if inode.is_dir or inode.size > inode.block_size:
-                continue
-            if inode.size == 0:
-                results[position] = b""
-                continue
-            plan = self._planner.plan(inode, 0, workers)
-            if plan.local:
-                local.append((position, inode, plan.local))
-            elif plan.port is not None:
-                positions.append(position)
-                parts.append((inode, 0, 0, memoryview(bytearray(inode.size))))
-        if local:
-            # Same-host files straight into the bytes returned, the short ones in one
-            # turn; the rest, and what those files could not give, every route this
-            # thread has, after the turn (a data port may keep it waiting).
-            with self._short_circuit.turn():
-                for position, inode, holders in local:
+        # Same-host files are read straight into the bytes returned, the short ones in one
+        # turn that spans the planning too: the other reading threads wait on its lock
+        # meanwhile, not for the GIL at each of this thread's system calls. The rest, and
+        # what those files could not give, by every route this thread has, after the
+        # turn (a data port may keep it waiting).
+        with self._short_circuit.turn():
+            for position, inode in enumerate(inodes):
+                if inode.is_dir or inode.size > inode.block_size:
+                    continue
+                if inode.size == 0:
+                    results[position] = b""
+                    continue
+                plan = self._planner.plan(inode, 0, workers)
+                if plan.local:
                     if inode.size <= TURN_BYTES:
-                        results[position] = self._file_bytes(holders, inode)
-            for position, inode, _ in local:
-                if results[position] is None:
-                    results[position] = self._bytes(inode, 0, inode.size, workers)
+                        results[position] = self._file_bytes(plan.local, inode)
+                    if results[position] is None:
+                        rest.append((position, inode))
+                elif plan.port is not None:
+                    positions.append(position)
+                    parts.append((inode, 0, 0, memoryview(bytearray(inode.size))))
+        for position, inode in rest:
+            results[position] = self._bytes(inode, 0, inode.size, workers)
         done = self._parts_into(parts, workers)
         for position, part, read in zip(positions, parts, done, strict=True):
             results[position] = bytes(part[3]) if read else None
