@@ -101,6 +101,18 @@ def test_sdk_iter_ls_streams_every_entry_once_in_name_order(listed: Listed, page
         list(paged.iter_ls(f"{listed.root}/{FILES[0]}"))
 
 
+def test_sdk_iter_ls_starts_after_a_name_without_listing_the_ones_before(
+    listed: Listed, paged: Client
+) -> None:
+    after = NAMES[20]
+    assert [_name(e.path) for e in paged.iter_ls(listed.root, start_after=after)] == NAMES[21:]
+    pages = paged.iter_ls(listed.root, page_size=3, start_after="f3")  # between two names
+    assert [_name(e.path) for e in pages] == [n for n in NAMES if n > "f3"]
+    assert list(paged.iter_ls(listed.root, start_after=NAMES[-1])) == []
+    with pytest.raises(NotADirectoryError):
+        list(paged.iter_ls(f"{listed.root}/{FILES[0]}", start_after="a"))
+
+
 def _cli(listed: Listed, *args: str) -> subprocess.CompletedProcess[str]:
     done = subprocess.run(
         [sys.executable, "-m", "reservoir.cli.main", "--master", listed.cluster.master_address]

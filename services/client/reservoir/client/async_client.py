@@ -184,21 +184,22 @@ class AsyncClient:
         arrive after one call, and the client holds one page, however big the directory.
         `start_after` (a name): only the entries whose names sort after it, found without
         listing the ones before. Errors raise where they happen, also between pages."""
-        if not start_after:
-            async for page in self._view.ls_pages(
-                path, page_size=page_size, with_locations=with_locations
-            ):
-                for entry in page:
-                    yield entry
-            return
-        # A first page brings the directory up to date with the under-store (and says it
-        # is one); a page token naming `start_after` then seeks past the names before it.
-        await self._view.ls_page(path, 1, "", False)
-        token = page_token(paths.normalize(path), start_after)
-        while token:
+        token = await self._ls_start(path, start_after)
+        while True:
             entries, token = await self._view.ls_page(path, page_size, token, with_locations)
             for entry in entries:
                 yield entry
+            if not token:
+                return
+
+    async def _ls_start(self, path: str, start_after: str) -> str:
+        """The page token a listing starts from: "" (the first page), or one that seeks
+        past the names up to `start_after`, once a first page has brought the directory up
+        to date with the under-store (and said it is one). Both clients' `iter_ls`."""
+        if not start_after:
+            return ""
+        await self._view.ls_page(path, 1, "", False)
+        return page_token(paths.normalize(path), start_after)
 
     async def _ls_page(
         self, path: str, page_size: int | None, token: str, with_locations: bool

@@ -144,11 +144,17 @@ class Client:
         return self._run(self._async.ls(path, with_locations=with_locations))
 
     def iter_ls(
-        self, path: str, *, page_size: int | None = None, with_locations: bool = False
+        self,
+        path: str,
+        *,
+        page_size: int | None = None,
+        with_locations: bool = False,
+        start_after: str = "",
     ) -> Iterator[Inode]:
         """The entries of a directory in name order, fetched a page at a time as the loop
-        reaches them (see `AsyncClient.iter_ls`): the client holds one page."""
-        token = ""
+        reaches them (see `AsyncClient.iter_ls`): the client holds one page. `start_after`
+        (a name): only the entries whose names sort after it."""
+        token = self._run(self._async._ls_start(path, start_after))
         while True:
             page, token = self._run(self._async._ls_page(path, page_size, token, with_locations))
             yield from page

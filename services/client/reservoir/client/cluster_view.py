@@ -303,23 +303,14 @@ class ClusterView:
         """Every entry, page by page; remembered with their blocks' replicas, so a read
         that follows needs no master call and goes to the nearest replica."""
         entries: list[Inode] = []
-        async for page in self.ls_pages(path, with_locations=True):
+        token = ""
+        while True:
+            page, token = await self.ls_page(path, None, token, with_locations=True)
             for entry in page:
                 plain = self.remember(entry, located=True)
                 entries.append(entry if with_locations else plain)
-        return entries
-
-    async def ls_pages(
-        self, path: str, *, page_size: int | None = None, with_locations: bool = False
-    ) -> AsyncIterator[list[Inode]]:
-        """A directory's entries in name order, a page (one master call) at a time; not
-        remembered, so what the client holds of a listing is one page."""
-        token = ""
-        while True:
-            entries, token = await self.ls_page(path, page_size, token, with_locations)
-            yield entries
             if not token:
-                return
+                return entries
 
     async def ls_page(
         self,
