@@ -101,7 +101,7 @@ def test_sdk_iter_ls_streams_every_entry_once_in_name_order(listed: Listed, page
         list(paged.iter_ls(f"{listed.root}/{FILES[0]}"))
 
 
-def test_sdk_iter_ls_starts_after_a_name_without_listing_the_ones_before(
+def test_sdk_iter_ls_after_a_name_yields_only_the_names_sorting_after_it(
     listed: Listed, paged: Client
 ) -> None:
     after = NAMES[20]

@@ -137,11 +137,10 @@ class ThreadReads:
         rest: list[tuple[int, Inode]] = []  # same-host files to read after the turn
         positions: list[int] = []
         parts: list[_Part] = []
-        # Same-host files are read straight into the bytes returned, the short ones in one
-        # turn that spans the planning too: the other reading threads wait on its lock
-        # meanwhile, not for the GIL at each of this thread's system calls. The rest, and
-        # what those files could not give, by every route this thread has, after the
-        # turn (a data port may keep it waiting).
+        # One pass plans the batch and reads its short same-host files straight into the
+        # bytes returned, in one turn (planning is Python only: no wait under the lock).
+        # The rest, and what those files could not give, by every route this thread has,
+        # after the turn (a data port may keep it waiting).
         with self._short_circuit.turn():
             for position, inode in enumerate(inodes):
                 if inode.is_dir or inode.size > inode.block_size:
