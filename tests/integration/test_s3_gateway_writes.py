@@ -7,6 +7,7 @@ refuses with AccessDenied and upstream S3 sees nothing."""
 from __future__ import annotations
 
 import base64
+import datetime
 import hashlib
 import os
 import shutil
@@ -308,3 +309,88 @@ def test_aws_cli_cp_uploads_a_file_through_the_gateway(
     assert got == data
     with Client(mounted.cluster.master_address) as c:
         assert c.read(mounted.path("cli/up.bin")) == data
+
+
+def test_calls_the_gateway_does_not_serve_get_501_and_leave_the_object_as_it_was(
+    mounted: Mounted, gw: Any, upstream: Any
+) -> None:
+    """The calls that once emptied or replaced an object, in S3 too (ACLs, tags, retention,
+    legal holds, restores, selects, bucket policies): refused by name, nothing written."""
+    data = os.urandom(3000)
+    key = mounted.key("untouched/object.bin")
+    etag = gw.put_object(Bucket="t", Key=key, Body=data)["ETag"]
+    until = datetime.datetime(2030, 1, 1, tzinfo=datetime.UTC)
+    calls = {
+        "PutObjectAcl": lambda: gw.put_object_acl(Bucket="t", Key=key, ACL="public-read"),
+        "PutObjectTagging": lambda: gw.put_object_tagging(
+            Bucket="t", Key=key, Tagging={"TagSet": [{"Key": "team", "Value": "vision"}]}
+        ),
+        "DeleteObjectTagging": lambda: gw.delete_object_tagging(Bucket="t", Key=key),
+        "PutObjectRetention": lambda: gw.put_object_retention(
+            Bucket="t", Key=key, Retention={"Mode": "GOVERNANCE", "RetainUntilDate": until}
+        ),
+        "PutObjectLegalHold": lambda: gw.put_object_legal_hold(
+            Bucket="t", Key=key, LegalHold={"Status": "ON"}
+        ),
+        "RestoreObject": lambda: gw.restore_object(Bucket="t", Key=key, RestoreRequest={"Days": 1}),
+        "SelectObjectContent": lambda: gw.select_object_content(
+            Bucket="t",
+            Key=key,
+            Expression="select * from s3object",
+            ExpressionType="SQL",
+            InputSerialization={"CSV": {}},
+            OutputSerialization={"CSV": {}},
+        ),
+        "PutBucketPolicy": lambda: gw.put_bucket_policy(Bucket="t", Policy="{}"),
+    }
+    for name, call in calls.items():
+        with pytest.raises(ClientError) as exc:
+            call()
+        assert _code(exc) == ("NotImplemented", 501), name
+        assert name in exc.value.response["Error"]["Message"]
+        got = gw.get_object(Bucket="t", Key=key)
+        assert (got["Body"].read(), got["ETag"]) == (data, etag), name
+        upstream_key = "rw/untouched/object.bin"
+        kept = upstream.get_object(Bucket=mounted.upstream_bucket, Key=upstream_key)
+        assert (kept["Body"].read(), kept["ETag"]) == (data, etag), name
+
+
+def test_a_write_asking_for_what_the_gateway_does_not_provide_is_refused_naming_it(
+    mounted: Mounted, gw: Any, upstream: Any
+) -> None:
+    key = mounted.key("refused/object.bin")
+    asks: list[dict[str, Any]] = [
+        {"ServerSideEncryption": "aws:kms"},
+        {"StorageClass": "GLACIER"},
+        {"Tagging": "team=vision"},
+        {
+            "ObjectLockMode": "GOVERNANCE",
+            "ObjectLockRetainUntilDate": datetime.datetime(2030, 1, 1),
+        },
+    ]
+    for ask in asks:
+        with pytest.raises(ClientError) as exc:
+            gw.put_object(Bucket="t", Key=key, Body=b"x", **ask)
+        assert _code(exc) == ("NotImplemented", 501), ask
+        assert "x-amz-" in exc.value.response["Error"]["Message"]
+    assert _upstream_keys(upstream, mounted.upstream_bucket, "rw/refused/") == []
+
+
+def test_list_multipart_uploads_lists_an_open_upload_until_it_is_aborted(
+    mounted: Mounted, gw: Any
+) -> None:
+    key = mounted.key("leaked/upload.bin")
+    upload = gw.create_multipart_upload(Bucket="t", Key=key)["UploadId"]
+    prefix = mounted.key("leaked/")
+    listed = gw.list_multipart_uploads(Bucket="t", Prefix=prefix)
+    assert [(u["Key"], u["UploadId"]) for u in listed["Uploads"]] == [(key, upload)]
+    rolled = gw.list_multipart_uploads(Bucket="t", Prefix=mounted.key(""), Delimiter="/")
+    assert {"Prefix": prefix} in rolled["CommonPrefixes"]
+    gw.abort_multipart_upload(Bucket="t", Key=key, UploadId=upload)
+    assert "Uploads" not in gw.list_multipart_uploads(Bucket="t", Prefix=prefix)
+
+
+def test_list_buckets_shows_when_each_bucket_was_made(gw: Any) -> None:
+    buckets = gw.list_buckets()["Buckets"]
+    made = {b["Name"]: b["CreationDate"] for b in buckets}
+    assert made["t"] > datetime.datetime(2020, 1, 1, tzinfo=datetime.UTC)

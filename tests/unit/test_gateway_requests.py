@@ -1,6 +1,6 @@
 """What the S3 gateway makes of a request before it touches the cluster: the target
-(bucket, key, path), the Range and conditional headers as S3 reads them, which write
-operation a request is, and its settings."""
+(bucket, key, path), the Range and conditional headers as S3 reads them, and its
+settings."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from reservoir.gateway.key_walk import _name_before
 from reservoir.gateway.naming import Target
 from reservoir.gateway.object_headers import ByteRange, byte_range, check_conditions
 from reservoir.gateway.s3_errors import S3Error
-from reservoir.gateway.writes import operation_name
 
 MTIME = datetime.datetime(2024, 5, 1, 12, 0, 0, tzinfo=datetime.UTC)
 INODE = Inode("/b/k", False, size=100, mtime_ms=int(MTIME.timestamp() * 1000), etag="abc")
@@ -102,27 +101,6 @@ def test_a_request_names_a_bucket_and_a_key(
     got = Target.of(raw, host, domain)
     assert got == target
     assert got.object_path() == path
-
-
-@pytest.mark.parametrize(
-    ("method", "key", "query", "headers", "name"),
-    [
-        ("PUT", "k", {}, {}, "PutObject"),
-        ("PUT", "k", {}, {"x-amz-copy-source": "b/x"}, "CopyObject"),
-        ("POST", "k", {"uploads": ""}, {}, "CreateMultipartUpload"),
-        ("PUT", "k", {"uploadId": "u", "partNumber": "1"}, {}, "UploadPart"),
-        ("POST", "k", {"uploadId": "u"}, {}, "CompleteMultipartUpload"),
-        ("DELETE", "k", {"uploadId": "u"}, {}, "AbortMultipartUpload"),
-        ("DELETE", "k", {}, {}, "DeleteObject"),
-        ("POST", "", {"delete": ""}, {}, "DeleteObjects"),
-        ("PUT", "", {}, {}, "CreateBucket"),
-        ("DELETE", "", {}, {}, "DeleteBucket"),
-    ],
-)
-def test_each_write_is_named_as_s3_names_it(
-    method: str, key: str, query: dict[str, str], headers: dict[str, str], name: str
-) -> None:
-    assert operation_name(method, Target("b", key), query, headers) == name
 
 
 @pytest.mark.parametrize("name", ["a", "img_0001", "x-", "é", "\ue000", "ab\x01"])

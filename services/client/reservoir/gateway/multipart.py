@@ -19,10 +19,14 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from reservoir.common import logs
 
 from .s3_errors import S3Error, invalid_argument
+
+if TYPE_CHECKING:
+    from .write_xml import UploadListingAsk
 
 log = logs.get_logger(__name__)
 
@@ -149,6 +153,39 @@ class MultipartUploads:
         part = SpooledPart(number, size, md5.hexdigest(), int(time.time() * 1000))
         upload.parts[number] = part
         return part
+
+    def listing(self, bucket: str, asked: UploadListingAsk) -> tuple[list[Upload], list[str], bool]:
+        """ListMultipartUploads: the bucket's uploads in progress after the markers, in
+        (key, initiation) order, keys below a delimiter rolled up into common prefixes;
+        whether more follow."""
+        self._expire()
+        after = (asked.key_marker, asked.upload_id_marker)
+        mine = sorted(
+            (u for u in self._uploads.values() if u.bucket == bucket and not u.completing),
+            key=lambda u: (u.key, u.initiated_ms, u.upload_id),
+        )
+        uploads: list[Upload] = []
+        prefixes: list[str] = []
+        for upload in mine:
+            if not upload.key.startswith(asked.prefix):
+                continue
+            if asked.key_marker and (
+                upload.key < after[0]
+                or (upload.key == after[0] and (not after[1] or upload.upload_id <= after[1]))
+            ):
+                continue
+            rest = upload.key[len(asked.prefix) :]
+            if asked.delimiter and asked.delimiter in rest:
+                common = asked.prefix + rest.split(asked.delimiter, 1)[0] + asked.delimiter
+                if common not in prefixes:
+                    if len(uploads) + len(prefixes) == asked.max_uploads:
+                        return uploads, prefixes, True
+                    prefixes.append(common)
+                continue
+            if len(uploads) + len(prefixes) == asked.max_uploads:
+                return uploads, prefixes, True
+            uploads.append(upload)
+        return uploads, prefixes, False
 
     def chosen(self, upload: Upload, listed: list[tuple[int, str]]) -> list[SpooledPart]:
         """The parts a CompleteMultipartUpload names, checked as S3 checks them."""

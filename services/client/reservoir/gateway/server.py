@@ -25,61 +25,21 @@ from .bucket_listing import list_objects_v1, list_objects_v2
 from .key_walk import KeyWalk
 from .naming import Target
 from .object_headers import byte_range, check_conditions, object_headers, overrides
+from .routes import WRITE_METHODS, Routes
 from .s3_errors import (
     REQUEST_ID,
     S3Error,
+    access_denied,
     from_reservoir,
     no_such_bucket,
     no_such_key,
-    not_implemented,
 )
 from .signatures import AccessKey, SignatureCheck, SignedRequest, query_pairs, read_keys
-from .writes import WRITE_METHODS, GatewayWrites
+from .writes import GatewayWrites, Operation
 
 log = logs.get_logger(__name__)
 
 _XML = "application/xml"
-# Subresources of a bucket or an object that this gateway does not serve (S3's names).
-_BUCKET_SUBRESOURCES = frozenset(
-    [
-        "accelerate",
-        "acl",
-        "analytics",
-        "cors",
-        "encryption",
-        "intelligent-tiering",
-        "inventory",
-        "lifecycle",
-        "logging",
-        "metrics",
-        "notification",
-        "object-lock",
-        "ownershipControls",
-        "policy",
-        "policyStatus",
-        "publicAccessBlock",
-        "replication",
-        "requestPayment",
-        "tagging",
-        "uploads",
-        "versioning",
-        "versions",
-        "website",
-    ]
-)
-_OBJECT_SUBRESOURCES = frozenset(
-    [
-        "acl",
-        "attributes",
-        "legal-hold",
-        "retention",
-        "tagging",
-        "torrent",
-        "uploadId",
-        "restore",
-        "select",
-    ]
-)
 
 
 class Gateway:
@@ -90,6 +50,18 @@ class Gateway:
         self._signatures = SignatureCheck(keys, config.clock_skew_s) if keys is not None else None
         self.writes = GatewayWrites(config, client, signatures_checked=keys is not None)
         self.bodies = BodyReads(config, client)
+        self.routes: Routes[Operation] = Routes(
+            {
+                "ListBuckets": self._list_buckets,
+                "HeadBucket": self._head_bucket,
+                "GetBucketLocation": self._bucket_location,
+                "ListObjects": self._list_objects,
+                "ListObjectsV2": self._list_objects,
+                "GetObject": self._object,
+                "HeadObject": self._object,
+                **self.writes.operations,
+            }
+        )
 
     def app(self) -> web.Application:
         app = web.Application(handler_args={"max_field_size": 16384})
@@ -123,37 +95,29 @@ class Gateway:
     async def _dispatch(
         self, request: web.Request, target: Target, signer: AccessKey | None
     ) -> web.StreamResponse:
-        method, query = request.method, request.query
-        if method in WRITE_METHODS:
-            return await self.writes.handle(request, target, signer)
-        if method not in ("GET", "HEAD"):
-            raise S3Error(
-                "MethodNotAllowed",
-                405,
-                "The specified method is not allowed against this resource.",
-            )
-        if not target.bucket:
-            return await self._list_buckets(method == "HEAD")
-        if not target.valid_bucket():
+        if request.method in WRITE_METHODS and signer is not None and not signer.may_write:
+            raise access_denied()  # before anything is read or written
+        route = self.routes.route(request.method, target, request.query, request.headers)
+        if target.bucket and not target.valid_bucket():
             raise no_such_bucket(target.bucket)
-        if not target.key:
-            return await self._bucket(request, target)
-        if method == "GET" and "uploadId" in query:
-            return await self.writes.list_parts(request, target)
-        unsupported = _OBJECT_SUBRESOURCES.intersection(query)
-        if unsupported:
-            raise not_implemented(f"?{min(unsupported)}")
-        return await self._object(request, target)
+        return await route.handler(request, target)
 
     # ---- the service and buckets ----------------------------------------------------------
 
-    async def _list_buckets(self, head: bool) -> web.StreamResponse:
+    async def _list_buckets(self, request: web.Request, target: Target) -> web.StreamResponse:
+        """Each top-level directory, created when the first mount below it was (such a
+        directory exists only through its mounts, and has no time of its own)."""
+        created: dict[str, int] = {}
+        for mount in await self._client.mounts():
+            bucket = mount.path.split("/")[1]
+            created[bucket] = min(created.get(bucket, mount.created_ms), mount.created_ms)
         names = [
-            (entry.path[1:], entry.mtime_ms)
+            (entry.path[1:], entry.mtime_ms or created.get(entry.path[1:], 0))
             async for entry in self._client.iter_ls("/")
             if entry.is_dir
         ]
-        return web.Response(body=b"" if head else xml_replies.buckets(names), content_type=_XML)
+        body = b"" if request.method == "HEAD" else xml_replies.buckets(names)
+        return web.Response(body=body, content_type=_XML)
 
     async def _check_bucket(self, target: Target) -> None:
         try:
@@ -163,16 +127,18 @@ class Gateway:
         if not inode.is_dir:
             raise no_such_bucket(target.bucket)
 
-    async def _bucket(self, request: web.Request, target: Target) -> web.StreamResponse:
+    async def _head_bucket(self, request: web.Request, target: Target) -> web.StreamResponse:
+        await self._check_bucket(target)
+        return web.Response(headers={"x-amz-bucket-region": self.config.region})
+
+    async def _bucket_location(self, request: web.Request, target: Target) -> web.StreamResponse:
+        await self._check_bucket(target)
+        return web.Response(body=xml_replies.location(self.config.region), content_type=_XML)
+
+    async def _list_objects(self, request: web.Request, target: Target) -> web.StreamResponse:
+        """ListObjects and ListObjectsV2."""
         await self._check_bucket(target)
         query = request.query
-        if request.method == "HEAD":
-            return web.Response(headers={"x-amz-bucket-region": self.config.region})
-        if "location" in query:
-            return web.Response(body=xml_replies.location(self.config.region), content_type=_XML)
-        unsupported = _BUCKET_SUBRESOURCES.intersection(query)
-        if unsupported:
-            raise not_implemented(f"?{min(unsupported)}")
         walk = KeyWalk(self._client, target.bucket, self.config.client.list_page_size)
         if query.get("list-type") == "2":
             body = await list_objects_v2(walk, target.bucket, query)

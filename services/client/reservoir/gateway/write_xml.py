@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from urllib.parse import quote
 from xml.etree import ElementTree
 from xml.sax.saxutils import escape
 
@@ -140,3 +141,57 @@ def part_listing(
         f"{_element('NextPartNumberMarker', following)}{_element('MaxParts', max_parts)}"
         f"{_element('IsTruncated', 'true' if truncated else 'false')}{listed}</ListPartsResult>"
     ).encode()
+
+
+def upload_listing(
+    bucket: str,
+    asked: UploadListingAsk,
+    uploads: list[Upload],
+    prefixes: list[str],
+    truncated: bool,
+) -> bytes:
+    """ListMultipartUploadsResult; keys and prefixes URL-encoded when asked to."""
+    owner = f"{_element('ID', 'reservoir')}{_element('DisplayName', 'reservoir')}"
+
+    def key(value: str) -> str:
+        return quote(value, safe="/") if asked.encoding == "url" else value
+
+    listed = "".join(
+        f"<Upload>{_element('Key', key(u.key))}{_element('UploadId', u.upload_id)}"
+        f"<Initiator>{owner}</Initiator><Owner>{owner}</Owner>"
+        f"{_element('StorageClass', 'STANDARD')}{_element('Initiated', iso_time(u.initiated_ms))}"
+        "</Upload>"
+        for u in uploads
+    )
+    common = "".join(
+        f"<CommonPrefixes>{_element('Prefix', key(p))}</CommonPrefixes>" for p in prefixes
+    )
+    following = (
+        f"{_element('NextKeyMarker', key(uploads[-1].key))}"
+        f"{_element('NextUploadIdMarker', uploads[-1].upload_id)}"
+        if truncated and uploads
+        else ""
+    )
+    return (
+        f'{_HEAD}<ListMultipartUploadsResult xmlns="{NAMESPACE}">'
+        f"{_element('Bucket', bucket)}{_element('KeyMarker', key(asked.key_marker))}"
+        f"{_element('UploadIdMarker', asked.upload_id_marker)}{following}"
+        f"{_element('Prefix', key(asked.prefix))}"
+        + (_element("Delimiter", asked.delimiter) if asked.delimiter else "")
+        + (_element("EncodingType", asked.encoding) if asked.encoding else "")
+        + f"{_element('MaxUploads', asked.max_uploads)}"
+        f"{_element('IsTruncated', 'true' if truncated else 'false')}{listed}{common}"
+        "</ListMultipartUploadsResult>"
+    ).encode()
+
+
+@dataclass(frozen=True)
+class UploadListingAsk:
+    """What a ListMultipartUploads asks for (its query)."""
+
+    prefix: str = ""
+    delimiter: str = ""
+    key_marker: str = ""
+    upload_id_marker: str = ""
+    max_uploads: int = 1000
+    encoding: str = ""

@@ -1,10 +1,11 @@
 """The S3 operations that write: PutObject, multipart uploads, DeleteObject(s) and
 CopyObject, all through Reservoir's write path (writable mounts): an object is published
 whole when its write completes, or not at all. Every write request arrives here, and only
-here, after the key's role is checked: a reader's key is refused (AccessDenied) before
-anything is read or written. A read-only mount refuses too (AccessDenied) and nothing
-reaches the store. CreateBucket, DeleteBucket and browser POST uploads answer
-NotImplemented (a bucket is a top-level directory of mounts, made by `reservoir mount`)."""
+here, named by S3's operation table (routes.py) after the key's role is checked: a
+reader's key is refused (AccessDenied) before anything is read or written. A read-only
+mount refuses too (AccessDenied) and nothing reaches the store. Every other operation
+(CreateBucket, PutObjectTagging, browser POST uploads...) answers NotImplemented before
+it gets here (a bucket is a top-level directory of mounts, made by `reservoir mount`)."""
 
 from __future__ import annotations
 
@@ -33,14 +34,11 @@ from .s3_errors import (
     invalid_argument,
     no_such_bucket,
     no_such_key,
-    not_implemented,
 )
-from .signatures import AccessKey
 from .slow_answers import answer_while
 from .streamed_write import begin, write_stream
 
 Operation = Callable[[web.Request, Target], Awaitable[web.StreamResponse]]
-WRITE_METHODS = frozenset({"PUT", "POST", "DELETE"})
 _XML = "application/xml"
 _MAX_XML_BYTES = 2 << 20  # a DeleteObjects of 1,000 long keys, a completion of 10,000 parts
 _DELETES_AT_ONCE = 16
@@ -52,25 +50,6 @@ _COPY_CONDITIONS = {
     "x-amz-copy-source-if-modified-since": "If-Modified-Since",
     "x-amz-copy-source-if-unmodified-since": "If-Unmodified-Since",
 }
-
-
-def operation_name(
-    method: str, target: Target, query: Mapping[str, str], headers: Mapping[str, str]
-) -> str:
-    """Which S3 write operation a request is (S3's API names)."""
-    if not target.key:
-        if method == "POST" and "delete" in query:
-            return "DeleteObjects"
-        return {"PUT": "CreateBucket", "DELETE": "DeleteBucket"}.get(method, "PostObject")
-    if method == "POST":
-        if "uploads" in query:
-            return "CreateMultipartUpload"
-        return "CompleteMultipartUpload" if "uploadId" in query else "PostObject"
-    if method == "DELETE":
-        return "AbortMultipartUpload" if "uploadId" in query else "DeleteObject"
-    if "uploadId" in query:
-        return "UploadPartCopy" if "x-amz-copy-source" in headers else "UploadPart"
-    return "CopyObject" if "x-amz-copy-source" in headers else "PutObject"
 
 
 class GatewayWrites:
@@ -85,36 +64,33 @@ class GatewayWrites:
         self._uploads = MultipartUploads(
             config.spool_dir, config.spool_bytes, config.upload_expiry_s
         )
-        self._operations: dict[str, Operation] = {
-            "PutObject": self._put_object,
-            "DeleteObject": self._delete_object,
-            "DeleteObjects": self._delete_objects,
-            "CopyObject": self._copy_object,
-            "CreateMultipartUpload": self._create_multipart_upload,
-            "UploadPart": self._upload_part,
-            "UploadPartCopy": self._upload_part_copy,
-            "CompleteMultipartUpload": self._complete_multipart_upload,
-            "AbortMultipartUpload": self._abort_multipart_upload,
+        # S3's operation names: what routes.py sends here, each in a bucket that exists.
+        self.operations: dict[str, Operation] = {
+            name: self._in_bucket(operation)
+            for name, operation in {
+                "PutObject": self._put_object,
+                "DeleteObject": self._delete_object,
+                "DeleteObjects": self._delete_objects,
+                "CopyObject": self._copy_object,
+                "CreateMultipartUpload": self._create_multipart_upload,
+                "UploadPart": self._upload_part,
+                "UploadPartCopy": self._upload_part_copy,
+                "CompleteMultipartUpload": self._complete_multipart_upload,
+                "AbortMultipartUpload": self._abort_multipart_upload,
+                "ListParts": self._list_parts,
+                "ListMultipartUploads": self._list_uploads,
+            }.items()
         }
 
     def close(self) -> None:
         self._uploads.close()
 
-    async def handle(
-        self, request: web.Request, target: Target, signer: AccessKey | None
-    ) -> web.StreamResponse:
-        """A PUT, POST or DELETE. `signer` None: the gateway checks no signatures (a
-        cluster without authentication), and the cluster's own checks decide."""
-        if signer is not None and not signer.may_write:
-            raise access_denied()
-        name = operation_name(request.method, target, request.query, request.headers)
-        operation = self._operations.get(name)
-        if operation is None:
-            raise not_implemented(name)
-        if not target.valid_bucket():
-            raise no_such_bucket(target.bucket)
-        await self._check_bucket(target)
-        return await operation(request, target)
+    def _in_bucket(self, operation: Operation) -> Operation:
+        async def checked(request: web.Request, target: Target) -> web.StreamResponse:
+            await self._check_bucket(target)
+            return await operation(request, target)
+
+        return checked
 
     async def _check_bucket(self, target: Target) -> None:
         try:
@@ -318,7 +294,7 @@ class GatewayWrites:
         self._uploads.discard(self._upload(request, target))
         return web.Response(status=204)
 
-    async def list_parts(self, request: web.Request, target: Target) -> web.StreamResponse:
+    async def _list_parts(self, request: web.Request, target: Target) -> web.StreamResponse:
         """ListParts (a GET with uploadId): the parts spooled so far, by number."""
         upload = self._upload(request, target)
         try:
@@ -330,6 +306,31 @@ class GatewayWrites:
         page = [upload.parts[n] for n in following[: max(0, most)]]
         truncated = len(following) > len(page)
         body = write_xml.part_listing(upload, page, marker, most, truncated)
+        return web.Response(body=body, content_type=_XML)
+
+    async def _list_uploads(self, request: web.Request, target: Target) -> web.StreamResponse:
+        """ListMultipartUploads: this gateway's uploads in progress in the bucket, so a
+        leaked one can be found and aborted."""
+        query = request.query
+        try:
+            most = min(_MAX_LIST_PARTS, int(query.get("max-uploads", _MAX_LIST_PARTS)))
+        except ValueError:
+            raise invalid_argument("max-uploads must be an integer") from None
+        encoding = query.get("encoding-type", "")
+        if encoding not in ("", "url"):
+            raise invalid_argument(
+                "Invalid Encoding Method specified in Request", "encoding-type", encoding
+            )
+        asked = write_xml.UploadListingAsk(
+            prefix=query.get("prefix", ""),
+            delimiter=query.get("delimiter", ""),
+            key_marker=query.get("key-marker", ""),
+            upload_id_marker=query.get("upload-id-marker", ""),
+            max_uploads=max(0, most),
+            encoding=encoding,
+        )
+        uploads, prefixes, truncated = self._uploads.listing(target.bucket, asked)
+        body = write_xml.upload_listing(target.bucket, asked, uploads, prefixes, truncated)
         return web.Response(body=body, content_type=_XML)
 
 
