@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from reservoir.client import Client
+from reservoir.client.filesystem import ReservoirFileSystem
 from reservoir.local.cluster import LocalCluster
 from tests.conftest import new_mount_path
 from tests.gateway_process import running_gateway
@@ -394,3 +396,129 @@ def test_list_buckets_shows_when_each_bucket_was_made(gw: Any) -> None:
     buckets = gw.list_buckets()["Buckets"]
     made = {b["Name"]: b["CreationDate"] for b in buckets}
     assert made["t"] > datetime.datetime(2020, 1, 1, tzinfo=datetime.UTC)
+
+
+def test_a_single_part_put_answers_the_md5_etag_that_s3_holds_too(
+    mounted: Mounted, gw: Any, upstream: Any
+) -> None:
+    data = os.urandom(PART - 1)  # one part of the write path: one PUT
+    put = gw.put_object(Bucket="t", Key=mounted.key("md5/one.bin"), Body=data)
+    assert put["ETag"] == f'"{hashlib.md5(data).hexdigest()}"'
+    head = upstream.head_object(Bucket=mounted.upstream_bucket, Key="rw/md5/one.bin")
+    assert head["ETag"] == put["ETag"]
+    assert gw.get_object(Bucket="t", Key=mounted.key("md5/one.bin"))["Body"].read() == data
+
+
+def test_if_none_match_creates_only_when_absent_and_two_racing_creators_get_one_200(
+    mounted: Mounted, gw: Any, upstream: Any
+) -> None:
+    key = mounted.key("conditional/new.bin")
+    first = gw.put_object(Bucket="t", Key=key, Body=b"first", IfNoneMatch="*")
+    with pytest.raises(ClientError) as exc:
+        gw.put_object(Bucket="t", Key=key, Body=b"second", IfNoneMatch="*")
+    assert _code(exc) == ("PreconditionFailed", 412)
+    got = upstream.get_object(Bucket=mounted.upstream_bucket, Key="rw/conditional/new.bin")
+    assert (got["Body"].read(), got["ETag"]) == (b"first", first["ETag"])
+
+    race = mounted.key("conditional/race.bin")
+    bodies = [f"creator {n}".encode() * 1000 for n in range(4)]
+
+    def create(body: bytes) -> str:
+        try:
+            gw.put_object(Bucket="t", Key=race, Body=body, IfNoneMatch="*")
+        except ClientError as error:
+            return str(error.response["Error"]["Code"])
+        return "ok"
+
+    with ThreadPoolExecutor(len(bodies)) as pool:
+        outcomes = list(pool.map(create, bodies))
+    assert sorted(outcomes) == ["PreconditionFailed"] * 3 + ["ok"]
+    winner = bodies[outcomes.index("ok")]
+    kept = upstream.get_object(Bucket=mounted.upstream_bucket, Key="rw/conditional/race.bin")
+    assert kept["Body"].read() == winner
+    assert gw.get_object(Bucket="t", Key=race)["Body"].read() == winner
+
+
+def test_if_match_replaces_only_the_version_named_and_multipart_completion_checks_too(
+    mounted: Mounted, gw: Any
+) -> None:
+    key = mounted.key("conditional/match.bin")
+    old = gw.put_object(Bucket="t", Key=key, Body=b"v1")["ETag"]
+    new = gw.put_object(Bucket="t", Key=key, Body=b"v2", IfMatch=old)["ETag"]
+    with pytest.raises(ClientError) as exc:
+        gw.put_object(Bucket="t", Key=key, Body=b"v3", IfMatch=old)
+    assert _code(exc) == ("PreconditionFailed", 412)
+    with pytest.raises(ClientError) as exc:
+        gw.put_object(Bucket="t", Key=mounted.key("conditional/none.bin"), Body=b"x", IfMatch=old)
+    assert _code(exc) == ("NoSuchKey", 404)
+    assert gw.get_object(Bucket="t", Key=key)["ETag"] == new
+
+    upload = gw.create_multipart_upload(Bucket="t", Key=key)["UploadId"]
+    etag = gw.upload_part(Bucket="t", Key=key, UploadId=upload, PartNumber=1, Body=b"v4")["ETag"]
+    with pytest.raises(ClientError) as exc:
+        gw.complete_multipart_upload(
+            Bucket="t",
+            Key=key,
+            UploadId=upload,
+            MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": etag}]},
+            IfNoneMatch="*",
+        )
+    assert _code(exc) == ("PreconditionFailed", 412)
+    assert gw.get_object(Bucket="t", Key=key)["Body"].read() == b"v2"
+
+
+def test_content_type_and_user_metadata_round_trip_through_s3_the_sdk_and_fsspec(
+    mounted: Mounted, gw: Any, upstream: Any
+) -> None:
+    key = mounted.key("meta/page.html")
+    written = {
+        "ContentType": "text/html; charset=utf-8",
+        "ContentEncoding": "identity",
+        "ContentDisposition": 'attachment; filename="page.html"',
+        "CacheControl": "max-age=60",
+        "Metadata": {"team": "vision", "run": "42"},
+    }
+    gw.put_object(Bucket="t", Key=key, Body=b"<html/>", **written)
+    for head in (
+        gw.head_object(Bucket="t", Key=key),
+        gw.get_object(Bucket="t", Key=key),
+        upstream.head_object(Bucket=mounted.upstream_bucket, Key="rw/meta/page.html"),
+    ):
+        assert {k: head[k] for k in written} == written
+    with Client(mounted.cluster.master_address) as c:
+        meta = c.stat(mounted.path("meta/page.html")).metadata
+        assert meta.content_type == "text/html; charset=utf-8"
+        assert dict(meta.user) == {"team": "vision", "run": "42"}
+        fs = ReservoirFileSystem(client=c, skip_instance_cache=True)
+        info = fs.info(mounted.path("meta/page.html"))
+        assert info["ContentType"] == "text/html; charset=utf-8"
+        assert info["metadata"] == {"team": "vision", "run": "42"}
+
+    copied, replaced = mounted.key("meta/copied.html"), mounted.key("meta/replaced.html")
+    source = {"Bucket": "t", "Key": key}
+    gw.copy_object(Bucket="t", Key=copied, CopySource=source)
+    assert gw.head_object(Bucket="t", Key=copied)["Metadata"] == written["Metadata"]
+    gw.copy_object(
+        Bucket="t",
+        Key=replaced,
+        CopySource=source,
+        MetadataDirective="REPLACE",
+        ContentType="text/plain",
+        Metadata={"kind": "copy"},
+    )
+    head = gw.head_object(Bucket="t", Key=replaced)
+    assert (head["ContentType"], head["Metadata"]) == ("text/plain", {"kind": "copy"})
+
+    upload_key = mounted.key("meta/multipart.bin")
+    upload = gw.create_multipart_upload(
+        Bucket="t", Key=upload_key, ContentType="application/x-tar", Metadata={"a": "b"}
+    )["UploadId"]
+    etag = gw.upload_part(Bucket="t", Key=upload_key, UploadId=upload, PartNumber=1, Body=b"x")
+    gw.complete_multipart_upload(
+        Bucket="t",
+        Key=upload_key,
+        UploadId=upload,
+        MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": etag["ETag"]}]},
+    )
+    head = gw.head_object(Bucket="t", Key=upload_key)
+    assert (head["ContentType"], head["Metadata"]) == ("application/x-tar", {"a": "b"})

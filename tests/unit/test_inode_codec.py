@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
+
+from reservoir.common.errors import InvalidArgument
 from reservoir.common.metadata.inode_codec import (
     ChunkPlace,
     decode_chunk,
@@ -12,6 +15,7 @@ from reservoir.common.metadata.inode_codec import (
     iter_chunk,
 )
 from reservoir.common.models import Inode, file_id_for
+from reservoir.common.object_metadata import ObjectMetadata
 
 PLACE = ChunkPlace("/data/train/shard-00042", "/data", "s3://bucket/imagenet/")
 SYNCED = 1_764_600_000_123
@@ -119,3 +123,26 @@ def test_a_reports_facts_of_a_chunk_agree_with_its_decoded_inodes() -> None:
     assert files == [(i.size, i.block_size, i.file_id) for i in decoded if not i.is_dir]
     assert directories == ["g-dir"]
     assert file_facts(raw, PLACE, with_ids=False)[0] == [(s, b, "") for s, b, _ in files]
+
+
+def test_what_a_file_was_written_with_round_trips_and_others_pay_nothing_for_it() -> None:
+    written = ObjectMetadata.of(
+        {"Team": "vision", "run": "42"}, content_type="text/html", cache_control="max-age=60"
+    )
+    files = [_file("a.html", metadata=written), _file("b.jpg")]
+    raw = encode_chunk([entry(i, PLACE) for i in files], PLACE)
+    assert decode_chunk(raw, PLACE) == files
+    assert find_in_chunk(raw, "a.html", PLACE) == files[0]
+    assert dict(files[0].metadata.user) == {"team": "vision", "run": "42"}
+    plain = encode_chunk([entry(files[1], PLACE)], PLACE)
+    assert len(entry(files[1], PLACE).body) == len(entry(_file("b.jpg"), PLACE).body)
+    assert decode_chunk(plain, PLACE) == [files[1]]
+    sizes = file_facts(raw, PLACE, with_ids=True)[0]
+    assert sizes == [(f.size, f.block_size, f.file_id) for f in files]
+
+
+def test_user_metadata_over_s3s_two_kib_is_refused() -> None:
+    with pytest.raises(InvalidArgument):
+        ObjectMetadata.of({"big": "x" * 2048})
+    with pytest.raises(InvalidArgument):
+        ObjectMetadata.of({"bad name": "x"})

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from reservoir.common.config import MasterConfig
 from reservoir.common.errors import AlreadyExists, NotFound
 from reservoir.common.metadata.memory_store import MemoryMetadataStore
 from reservoir.common.models import MountOptions
+from reservoir.common.object_metadata import ObjectMetadata
 from reservoir.master.service import MasterService
 
 HOUR = MountOptions(metadata_sync="interval:1h")
@@ -98,5 +100,29 @@ def test_replace_swaps_the_mount_and_reads_its_namespace_afresh(tmp_path: Path) 
         ]
         same = await master.reads.file_info("/m/same.bin")
         assert same.size == len(b"from b, longer") and same.block_size == 8192
+
+    asyncio.run(scenario())
+
+
+def test_what_a_file_was_written_with_outlives_a_listing_and_a_refresh_of_it(
+    tmp_path: Path,
+) -> None:
+    """A listing does not say an object's content type or user metadata: the inode keeps
+    what its write said while the object is the same, and drops it once it changed."""
+
+    async def scenario() -> None:
+        uri = _dir(tmp_path, "a", {"page.html": b"<html/>"})
+        master = _master()
+        await master.mount("/m", uri, MountOptions(metadata_sync="always"))
+        listed = await master.reads.file_info("/m/page.html")
+        written = ObjectMetadata.of({"team": "vision"}, content_type="text/html")
+        await master.namespace.put(replace(listed, metadata=written))
+        await master.reads.list_directory("/m")  # listed again: "always"
+        assert (await master.reads.file_info("/m/page.html")).metadata == written
+        refreshed = await master.reads.file_info("/m/page.html", refresh=True)
+        assert refreshed.metadata == written
+        (tmp_path / "a" / "page.html").write_bytes(b"<html>changed</html>")
+        changed = await master.reads.file_info("/m/page.html", refresh=True)
+        assert changed.etag != listed.etag and not changed.metadata
 
     asyncio.run(scenario())

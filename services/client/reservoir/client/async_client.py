@@ -37,6 +37,7 @@ from reservoir.common.models import (
 from reservoir.common.rpc import CHANNEL_OPTIONS, ChannelPool, error_from_rpc
 from reservoir.common.security import Transport
 from reservoir.common.understore.mounted_stores import MountedStores
+from reservoir.common.write_terms import WriteTerms
 from reservoir.v1 import master_pb2, worker_pb2
 
 from . import discovery
@@ -50,7 +51,7 @@ from .load_jobs import LoadJob, MetadataLoadProgress
 from .short_circuit import ShortCircuit
 from .thread_reads import ThreadReads
 from .under_store_blocks import UnderStoreBlocks
-from .writer import Writes, WriteSession
+from .writer import NO_TERMS, Writes, WriteSession
 
 log = logs.get_logger(__name__)
 _tracer = trace.get_tracer("reservoir.client")
@@ -435,19 +436,26 @@ class AsyncClient:
 
     # ---- writes to writable mounts (writer.py) -------------------------------------------
 
-    async def begin_write(self, path: str) -> WriteSession:
-        """A file being written at `path` (see WriteSession): put its parts, then publish
-        it, or abort. ReadOnly (a PermissionError) on a read-only mount."""
+    async def begin_write(
+        self, path: str, terms: WriteTerms = NO_TERMS, size: int | None = None
+    ) -> WriteSession:
+        """A file being written at `path` (see WriteSession): put its parts (or, begun
+        with a `size` of at most one part, `put_whole`), then publish it, or abort.
+        ReadOnly (a PermissionError) on a read-only mount; `terms`: its metadata and
+        condition (FileExistsError or Conflict at the publish when it fails)."""
         if self._writes is None:
             self._writes = Writes(self.config, self._view, self._worker_channels)
-        return await self._writes.begin(path)
+        return await self._writes.begin(path, terms, size)
 
     async def write(self, path: str, data: bytes) -> Inode:
         """Writes the whole file and publishes it: readers see all of `data` or, until
         this returns, what was there before."""
-        session = await self.begin_write(path)
+        session = await self.begin_write(path, size=len(data))
         try:
-            await session.put_all(data)
+            if session.whole is not None:
+                await session.put_whole(data)
+            else:
+                await session.put_all(data)
         except BaseException:
             await session.abort()
             raise

@@ -340,7 +340,7 @@ def _omit_only_missing(error: OSError) -> None:
 
 
 def _info(inode: Inode) -> dict[str, Any]:
-    return {
+    info = {
         "name": inode.path,
         "size": 0 if inode.is_dir else inode.size,
         "type": "directory" if inode.is_dir else "file",
@@ -348,3 +348,10 @@ def _info(inode: Inode) -> dict[str, Any]:
         "etag": inode.etag,
         "block_size": inode.block_size,
     }
+    if inode.metadata:  # what it was written with; s3fs's names where it has them
+        written = inode.metadata.to_dict()
+        if "content_type" in written:
+            info["ContentType"] = written.pop("content_type")
+        info["metadata"] = written.pop("user", {})
+        info |= written
+    return info

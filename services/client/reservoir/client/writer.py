@@ -19,7 +19,9 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 import grpc
 
@@ -29,17 +31,21 @@ from reservoir.common.blocks.block_file import checksum
 from reservoir.common.blocks.staged_block_wire import encode_stage_request
 from reservoir.common.errors import InvalidArgument, ReservoirError, Unavailable
 from reservoir.common.models import Inode, Mount, WorkerRecord
+from reservoir.common.object_metadata import ObjectMetadata
 from reservoir.common.observability import inject_metadata
 from reservoir.common.placement import block_key
 from reservoir.common.rpc import ChannelPool, error_from_rpc
 from reservoir.common.understore.mounted_stores import MountedStores
 from reservoir.common.understore.object_writes import MAX_PARTS, ObjectWrites, Part
+from reservoir.common.write_terms import WriteTerms
 from reservoir.v1 import master_pb2, worker_pb2
 
 from .cluster_view import ClusterView
 
 log = logs.get_logger(__name__)
 
+_T = TypeVar("_T")
+NO_TERMS = WriteTerms()
 _STAGE_BLOCK = worker_methods.STAGE_BLOCK
 _COMMIT_BLOCKS = worker_methods.COMMIT_BLOCKS
 
@@ -55,11 +61,21 @@ class Writes:
         self.stores = MountedStores.from_settings(config.ufs)
         self.pool = ThreadPoolExecutor(config.write_concurrency, thread_name_prefix="write")
 
-    async def begin(self, path: str) -> WriteSession:
-        reply = await self.view.call(
-            "BeginWrite", master_pb2.BeginWriteRequest(path=path), f"write {path}"
+    async def begin(
+        self, path: str, terms: WriteTerms = NO_TERMS, size: int | None = None
+    ) -> WriteSession:
+        """`size`, when the writer knows it: a file of at most one part then goes in one
+        PUT (its ETag the MD5 of its bytes, as S3's PutObject gives), unless conditional."""
+        whole = size is not None and size <= self.config.write_part_size and not terms.conditional
+        request = master_pb2.BeginWriteRequest(
+            path=path,
+            metadata=terms.metadata.to_proto(),
+            if_absent=terms.if_absent,
+            if_match=terms.if_match,
+            whole=whole,
         )
-        session = WriteSession(self, path, reply)
+        reply = await self.view.call("BeginWrite", request, f"write {path}")
+        session = WriteSession(self, path, reply, terms.metadata if whole else None)
         try:
             session.start(ObjectWrites.of(await self.stores.open(session.mount)))
         except BaseException:
@@ -72,7 +88,14 @@ class Writes:
 
 
 class WriteSession:
-    def __init__(self, writes: Writes, path: str, reply: master_pb2.BeginWriteResponse) -> None:
+    def __init__(
+        self,
+        writes: Writes,
+        path: str,
+        reply: master_pb2.BeginWriteResponse,
+        whole: ObjectMetadata | None = None,
+    ) -> None:
+        """`whole`: the metadata of a write in one PUT (`put_whole`), None for parts."""
         self._writes = writes
         self._config = writes.config
         self.path = path
@@ -91,6 +114,8 @@ class WriteSession:
         self._keeper: asyncio.Task[None] | None = None
         self._lost: ReservoirError | None = None
         self._slots = asyncio.Semaphore(self._config.write_concurrency)
+        self.whole = whole
+        self._put_etag = ""
 
     def start(self, store: ObjectWrites) -> None:
         self._store = store
@@ -130,6 +155,20 @@ class WriteSession:
                 await staging
             self._parts.append(part)
 
+    async def put_whole(self, data: bytes) -> None:
+        """The whole file in one PUT (a session begun with its size), its blocks staged
+        meanwhile."""
+        assert self.whole is not None and self._store is not None
+        if self._lost is not None:
+            raise self._lost
+        staging = asyncio.ensure_future(self._stage(0, data))
+        try:
+            self._put_etag = await self._retried(
+                "the object", self._store.put, self._key, data, self.whole
+            )
+        finally:
+            await staging
+
     async def put_all(self, data: bytes) -> None:
         """Every part of `data`; a part is copied out of it only when its turn comes, so
         at most `write_concurrency` copies exist at once."""
@@ -145,26 +184,25 @@ class WriteSession:
 
     async def _upload(self, number: int, data: bytes) -> Part:
         assert self._store is not None
+        return await self._retried(
+            f"part {number}", self._store.upload_part, self._key, self._upload_id, number, data
+        )
+
+    async def _retried(self, what: str, call: Callable[..., _T], *args: Any) -> _T:
+        """A blocking store call on the write pool, retried within a bound while the
+        store is unavailable."""
         loop = asyncio.get_running_loop()
         attempts = self._config.write_part_retries + 1
         for attempt in range(attempts):
             try:
-                return await loop.run_in_executor(
-                    self._writes.pool,
-                    self._store.upload_part,
-                    self._key,
-                    self._upload_id,
-                    number,
-                    data,
-                )
+                return await loop.run_in_executor(self._writes.pool, call, *args)
             except Unavailable as exc:
                 if attempt == attempts - 1:
                     raise Unavailable(
-                        f"{self.path}: part {number} failed {attempts} times; the write is "
-                        f"aborted ({exc})"
+                        f"{self.path}: {what} failed {attempts} times; the write is aborted ({exc})"
                     ) from exc
                 delay = min(2.0, 0.1 * 2**attempt) * random.uniform(0.5, 1.0)
-                log.info("write_part_retry", path=self.path, part=number, error=str(exc))
+                log.info("write_part_retry", path=self.path, part=what, error=str(exc))
                 await asyncio.sleep(delay)
         raise AssertionError("unreachable")
 
@@ -214,6 +252,7 @@ class WriteSession:
             write_id=self.write_id,
             size=size,
             parts=[master_pb2.UploadedPart(number=p.number, etag=p.etag) for p in self._parts],
+            etag=self._put_etag,
         )
         start = time.perf_counter()
         try:

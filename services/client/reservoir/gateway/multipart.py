@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from reservoir.common import logs
+from reservoir.common.object_metadata import ObjectMetadata
 
 from .s3_errors import S3Error, invalid_argument
 
@@ -51,6 +52,7 @@ class Upload:
     path: str  # the Reservoir path it publishes
     directory: Path
     initiated_ms: int
+    metadata: ObjectMetadata = field(default_factory=ObjectMetadata)  # stored at completion
     parts: dict[int, SpooledPart] = field(default_factory=dict)
     completing: bool = False
 
@@ -91,12 +93,22 @@ class MultipartUploads:
         self._uploads: dict[str, Upload] = {}
         self._spooled = 0  # bytes held (or reserved) by every part of every upload
 
-    def create(self, bucket: str, key: str, path: str) -> Upload:
+    def create(
+        self, bucket: str, key: str, path: str, metadata: ObjectMetadata | None = None
+    ) -> Upload:
         self._expire()
         upload_id = secrets.token_urlsafe(32)
         directory = self._root / upload_id
         directory.mkdir()
-        upload = Upload(upload_id, bucket, key, path, directory, int(time.time() * 1000))
+        upload = Upload(
+            upload_id,
+            bucket,
+            key,
+            path,
+            directory,
+            int(time.time() * 1000),
+            metadata or ObjectMetadata(),
+        )
         self._uploads[upload_id] = upload
         return upload
 

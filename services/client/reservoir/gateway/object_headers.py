@@ -10,9 +10,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import format_datetime, parsedate_to_datetime
 
+from reservoir.common.errors import InvalidArgument
 from reservoir.common.models import Inode
+from reservoir.common.object_metadata import ObjectMetadata
+from reservoir.common.write_terms import WriteTerms
 
-from .s3_errors import S3Error, invalid_range, precondition_failed
+from .s3_errors import S3Error, invalid_range, not_implemented, precondition_failed
 
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 
@@ -62,13 +65,58 @@ def modified(inode: Inode) -> datetime:
     return datetime.fromtimestamp(inode.mtime_ms // 1000, UTC)
 
 
+# The system metadata a writer sets with these headers, and a reader gets back.
+_WRITTEN = (
+    ("Content-Type", "content_type"),
+    ("Content-Encoding", "content_encoding"),
+    ("Content-Disposition", "content_disposition"),
+    ("Cache-Control", "cache_control"),
+    ("Content-Language", "content_language"),
+)
+_USER = "x-amz-meta-"
+
+
 def object_headers(inode: Inode) -> dict[str, str]:
-    return {
+    meta = inode.metadata
+    headers = {
         "ETag": quoted_etag(inode),
         "Last-Modified": format_datetime(modified(inode), usegmt=True),
         "Accept-Ranges": "bytes",
-        "Content-Type": "binary/octet-stream",
+        "Content-Type": meta.content_type or "binary/octet-stream",
     }
+    headers |= {header: getattr(meta, name) for header, name in _WRITTEN if getattr(meta, name)}
+    headers |= {_USER + name: value for name, value in meta.user}
+    return headers
+
+
+def written_metadata(headers: Mapping[str, str]) -> ObjectMetadata:
+    """The metadata a PutObject, CreateMultipartUpload or CopyObject (REPLACE) gives:
+    `aws-chunked`, the body's framing, is no Content-Encoding of the object."""
+    system = {name: headers.get(header, "").strip() for header, name in _WRITTEN}
+    codings = [c.strip() for c in system["content_encoding"].split(",")]
+    system["content_encoding"] = ",".join(c for c in codings if c and c != "aws-chunked")
+    user = {k[len(_USER) :]: v for k, v in headers.items() if k.lower().startswith(_USER)}
+    try:
+        return ObjectMetadata.of(user, **system)
+    except InvalidArgument as exc:
+        raise S3Error(
+            "MetadataTooLarge" if "bytes" in str(exc) else "InvalidArgument",
+            400,
+            f"Your metadata headers are not valid: {exc}",
+        ) from exc
+
+
+def write_terms(headers: Mapping[str, str], metadata: ObjectMetadata) -> WriteTerms:
+    """A write's metadata and S3's conditional-write headers: If-None-Match (only `*`, as
+    S3 takes it) and If-Match."""
+    if_none_match = headers.get("If-None-Match")
+    if if_none_match is not None and if_none_match.strip() != "*":
+        raise not_implemented(f"If-None-Match: {if_none_match} (only * on writes)")
+    return WriteTerms(
+        metadata=metadata,
+        if_absent=if_none_match is not None,
+        if_match=headers.get("If-Match", "").strip().strip('"'),
+    )
 
 
 def _etag_matches(header: str, inode: Inode) -> bool:

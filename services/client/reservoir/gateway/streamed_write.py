@@ -9,16 +9,22 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 
 from reservoir.client.async_client import AsyncClient
-from reservoir.client.writer import WriteSession
-from reservoir.common.errors import IsADirectory, NotFound, ReadOnly
+from reservoir.client.writer import NO_TERMS, WriteSession
+from reservoir.common.errors import InvalidArgument, IsADirectory, NotFound, ReadOnly
 from reservoir.common.models import Inode
+from reservoir.common.write_terms import WriteTerms
 
 
-async def begin(client: AsyncClient, path: str) -> WriteSession:
-    """The write of `path`, begun: ReadOnly (AccessDenied) where nothing may be written."""
+async def begin(
+    client: AsyncClient, path: str, terms: WriteTerms = NO_TERMS, size: int | None = None
+) -> WriteSession:
+    """The write of `path`, begun: ReadOnly (AccessDenied) where nothing may be written.
+    `size`, when known: a small object goes in one PUT (its ETag its MD5, as in S3)."""
     try:
-        return await client.begin_write(path)
+        return await client.begin_write(path, terms, size)
     except (NotFound, IsADirectory) as exc:
+        if isinstance(exc, NotFound) and terms.if_match:
+            raise  # no object to match, under a mount or not: NoSuchKey, as in S3
         # No mount holds the path, or it is a mount's root: nothing may be written there.
         raise ReadOnly(f"{path}: no writable mount holds it ({exc})") from exc
 
@@ -31,6 +37,8 @@ async def write_stream(
 ) -> Inode:
     """Writes `chunks` through the begun `session`; the published file. `check` runs after
     the last chunk, before the publish (a digest that does not match raises there)."""
+    if session.whole is not None:
+        return await _write_whole(session, chunks, check)
     limit = client.config.write_concurrency
     in_flight: set[asyncio.Future[None]] = set()
     try:
@@ -68,3 +76,21 @@ async def write_stream(
         await session.abort()
         raise
     return await session.publish(size)
+
+
+async def _write_whole(
+    session: WriteSession, chunks: AsyncIterator[bytes], check: Callable[[], None]
+) -> Inode:
+    """A session begun with its size: every chunk gathered, then one PUT."""
+    try:
+        buffer = bytearray()
+        async for chunk in chunks:
+            buffer += chunk
+            if len(buffer) > session.part_size:  # more than the size it was begun with
+                raise InvalidArgument(f"{session.path}: more bytes than the write announced")
+        check()
+        await session.put_whole(bytes(buffer))
+    except BaseException:
+        await session.abort()
+        raise
+    return await session.publish(len(buffer))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Mapping
 from typing import Any
 from urllib.parse import unquote
 
@@ -19,13 +19,21 @@ from aiohttp import web
 
 from reservoir.client.async_client import AsyncClient
 from reservoir.common.config import GatewayConfig
-from reservoir.common.errors import IsADirectory, NotADirectory, NotFound, ReservoirError
+from reservoir.common.errors import (
+    AlreadyExists,
+    Conflict,
+    IsADirectory,
+    NotADirectory,
+    NotFound,
+    ReservoirError,
+)
 from reservoir.common.models import Inode
+from reservoir.common.write_terms import WriteTerms
 
 from . import write_xml
 from .multipart import MultipartUploads, Upload, part_number
 from .naming import Target
-from .object_headers import check_conditions, quoted_etag
+from .object_headers import check_conditions, quoted_etag, write_terms, written_metadata
 from .request_body import BodyDigests, body_chunks
 from .s3_errors import (
     S3Error,
@@ -34,6 +42,7 @@ from .s3_errors import (
     invalid_argument,
     no_such_bucket,
     no_such_key,
+    precondition_failed,
 )
 from .slow_answers import answer_while
 from .streamed_write import begin, write_stream
@@ -120,14 +129,16 @@ class GatewayWrites:
 
     async def _put_object(self, request: web.Request, target: Target) -> web.StreamResponse:
         path = self._path(target)
+        terms = write_terms(request.headers, written_metadata(request.headers))
         digests = BodyDigests(request.headers, self._signed)
-        session = await begin(self._client, path)
-        inode = await write_stream(
-            self._client,
-            session,
-            body_chunks(request.content, request.headers, digests),
-            digests.check,
-        )
+        with _conditions(terms):
+            session = await begin(self._client, path, terms, _declared_size(request))
+            inode = await write_stream(
+                self._client,
+                session,
+                body_chunks(request.content, request.headers, digests),
+                digests.check,
+            )
         return web.Response(headers={"ETag": quoted_etag(inode)})
 
     async def _delete_object(self, request: web.Request, target: Target) -> web.StreamResponse:
@@ -173,7 +184,15 @@ class GatewayWrites:
                 "without changing the object's metadata, storage class, website redirect "
                 "location or encryption attributes.",
             )
-        session = await begin(self._client, path)
+        metadata = source.metadata
+        if directive == "REPLACE":
+            metadata = written_metadata(request.headers)
+        elif directive != "COPY":
+            raise invalid_argument(
+                "Unknown metadata directive.", "x-amz-metadata-directive", directive
+            )
+        terms = WriteTerms(metadata=metadata)
+        session = await begin(self._client, path, terms, source.size)
 
         async def copy() -> bytes:
             inode = await write_stream(self._client, session, self._read(source, 0, source.size))
@@ -237,7 +256,8 @@ class GatewayWrites:
         mounts = [m for m in await self._client.mounts() if _below(path, m.path)]
         if not mounts or not max(mounts, key=lambda m: len(m.path)).options.writable:
             raise access_denied()
-        upload = self._uploads.create(target.bucket, target.key, path)
+        metadata = written_metadata(request.headers)
+        upload = self._uploads.create(target.bucket, target.key, path, metadata)
         return web.Response(body=write_xml.initiated(upload), content_type=_XML)
 
     def _upload(self, request: web.Request, target: Target) -> Upload:
@@ -271,14 +291,19 @@ class GatewayWrites:
         self, request: web.Request, target: Target
     ) -> web.StreamResponse:
         upload = self._upload(request, target)
+        terms = write_terms(request.headers, upload.metadata)
         listed = write_xml.completed_parts(await self._small_body(request))
         parts = self._uploads.chosen(upload, listed)
-        session = await begin(self._client, upload.path)
+        with _conditions(terms):
+            session = await begin(self._client, upload.path, terms)
         upload.completing = True  # no part may change while it is written through
 
         async def complete() -> bytes:
             try:
-                inode = await write_stream(self._client, session, self._uploads.read(upload, parts))
+                with _conditions(terms):
+                    inode = await write_stream(
+                        self._client, session, self._uploads.read(upload, parts)
+                    )
             except BaseException:
                 upload.completing = False  # S3 lets a client retry a completion that failed
                 raise
@@ -332,6 +357,28 @@ class GatewayWrites:
         uploads, prefixes, truncated = self._uploads.listing(target.bucket, asked)
         body = write_xml.upload_listing(target.bucket, asked, uploads, prefixes, truncated)
         return web.Response(body=body, content_type=_XML)
+
+
+@contextlib.contextmanager
+def _conditions(terms: WriteTerms) -> Iterator[None]:
+    """A write's failed condition, as S3 answers it: 412 PreconditionFailed."""
+    try:
+        yield
+    except AlreadyExists as exc:
+        raise precondition_failed("If-None-Match") from exc
+    except Conflict as exc:
+        if not terms.conditional:
+            raise
+        raise precondition_failed("If-Match") from exc
+
+
+def _declared_size(request: web.Request) -> int | None:
+    """The object's size as the request announces it (an `aws-chunked` body's decoded
+    length, else its Content-Length); None when it does not."""
+    if "aws-chunked" in request.headers.get("Content-Encoding", ""):
+        decoded = request.headers.get("x-amz-decoded-content-length", "")
+        return int(decoded) if decoded.isdigit() else None
+    return request.content_length
 
 
 def _below(path: str, mount_path: str) -> bool:

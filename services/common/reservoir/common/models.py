@@ -9,9 +9,11 @@ from dataclasses import asdict, dataclass, field, replace
 
 from reservoir.common.config import MiB, parse_duration
 from reservoir.common.errors import InvalidArgument
+from reservoir.common.object_metadata import ObjectMetadata
 from reservoir.v1 import common_pb2, master_pb2, worker_pb2
 
 DEFAULT_BLOCK_SIZE = 4 * MiB
+NO_METADATA = ObjectMetadata()
 MIN_BLOCK_SIZE = 4096
 MAX_BLOCK_SIZE = 256 * MiB
 
@@ -127,6 +129,8 @@ class Inode:
     tree_listed_ms: int = 0  # directories: when a recursive metadata load last completed
     # Per block index, the ids of the workers that hold it (filled on request).
     locations: dict[int, list[str]] = field(default_factory=dict)
+    # What the file was written with through Reservoir (content type, user metadata).
+    metadata: ObjectMetadata = NO_METADATA
 
     @property
     def block_count(self) -> int:
@@ -148,11 +152,14 @@ class Inode:
     def to_json(self) -> bytes:
         data = asdict(self)
         del data["locations"]
+        data["metadata"] = self.metadata.to_dict()
         return json.dumps(data, separators=(",", ":")).encode()
 
     @classmethod
     def from_json(cls, raw: bytes) -> Inode:
-        return cls(**json.loads(raw))
+        data = json.loads(raw)
+        data["metadata"] = ObjectMetadata.from_dict(data.get("metadata") or {})
+        return cls(**data)
 
     def with_locations(self, locations: dict[int, list[str]]) -> Inode:
         return replace(self, locations=locations)
@@ -172,6 +179,7 @@ class Inode:
                 common_pb2.BlockLocation(index=i, worker_ids=ids)
                 for i, ids in sorted(self.locations.items())
             ],
+            metadata=self.metadata.to_proto() if self.metadata else None,
         )
 
     @classmethod
@@ -187,6 +195,9 @@ class Inode:
             ufs_uri=msg.ufs_uri,
             mount_path=msg.mount_path,
             locations={loc.index: list(loc.worker_ids) for loc in msg.locations},
+            metadata=ObjectMetadata.from_proto(msg.metadata)
+            if msg.HasField("metadata")
+            else NO_METADATA,
         )
 
 

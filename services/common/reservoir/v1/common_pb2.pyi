@@ -155,6 +155,7 @@ class FileInfo(_message.Message):
     UFS_URI_FIELD_NUMBER: _builtins.int
     MOUNT_PATH_FIELD_NUMBER: _builtins.int
     LOCATIONS_FIELD_NUMBER: _builtins.int
+    METADATA_FIELD_NUMBER: _builtins.int
     path: _builtins.str
     kind: Global___FileKind.ValueType
     size: _builtins.int
@@ -172,6 +173,10 @@ class FileInfo(_message.Message):
     def locations(self) -> _containers.RepeatedCompositeFieldContainer[Global___BlockLocation]:
         """filled only when asked for"""
 
+    @_builtins.property
+    def metadata(self) -> Global___ObjectMetadata:
+        """what it was written with, when written through Reservoir"""
+
     def __init__(
         self,
         *,
@@ -185,14 +190,77 @@ class FileInfo(_message.Message):
         ufs_uri: _builtins.str = ...,
         mount_path: _builtins.str = ...,
         locations: _abc.Iterable[Global___BlockLocation] | None = ...,
+        metadata: Global___ObjectMetadata | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["metadata", b"metadata"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["block_size", b"block_size", "etag", b"etag", "file_id", b"file_id", "kind", b"kind", "locations", b"locations", "mount_path", b"mount_path", "mtime_ms", b"mtime_ms", "path", b"path", "size", b"size", "ufs_uri", b"ufs_uri"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["block_size", b"block_size", "etag", b"etag", "file_id", b"file_id", "kind", b"kind", "locations", b"locations", "metadata", b"metadata", "mount_path", b"mount_path", "mtime_ms", b"mtime_ms", "path", b"path", "size", b"size", "ufs_uri", b"ufs_uri"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___FileInfo: _TypeAlias = FileInfo  # noqa: Y015
+
+@_typing.final
+class ObjectMetadata(_message.Message):
+    """What an object says of itself beside its bytes: S3's system metadata a writer sets, and
+    user metadata (x-amz-meta-*). Stored with the object in the under-store and kept with
+    its inode; empty for objects known only from listings.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class UserEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    CONTENT_TYPE_FIELD_NUMBER: _builtins.int
+    CONTENT_ENCODING_FIELD_NUMBER: _builtins.int
+    CONTENT_DISPOSITION_FIELD_NUMBER: _builtins.int
+    CACHE_CONTROL_FIELD_NUMBER: _builtins.int
+    CONTENT_LANGUAGE_FIELD_NUMBER: _builtins.int
+    USER_FIELD_NUMBER: _builtins.int
+    content_type: _builtins.str
+    content_encoding: _builtins.str
+    content_disposition: _builtins.str
+    cache_control: _builtins.str
+    content_language: _builtins.str
+    @_builtins.property
+    def user(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """names lower case, without the x-amz-meta- prefix"""
+
+    def __init__(
+        self,
+        *,
+        content_type: _builtins.str = ...,
+        content_encoding: _builtins.str = ...,
+        content_disposition: _builtins.str = ...,
+        cache_control: _builtins.str = ...,
+        content_language: _builtins.str = ...,
+        user: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cache_control", b"cache_control", "content_disposition", b"content_disposition", "content_encoding", b"content_encoding", "content_language", b"content_language", "content_type", b"content_type", "user", b"user"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ObjectMetadata: _TypeAlias = ObjectMetadata  # noqa: Y015
 
 @_typing.final
 class WorkerInfo(_message.Message):

@@ -24,15 +24,38 @@ class BeginWriteRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     PATH_FIELD_NUMBER: _builtins.int
+    METADATA_FIELD_NUMBER: _builtins.int
+    IF_ABSENT_FIELD_NUMBER: _builtins.int
+    IF_MATCH_FIELD_NUMBER: _builtins.int
+    WHOLE_FIELD_NUMBER: _builtins.int
     path: _builtins.str
+    if_absent: _builtins.bool
+    """Conditions checked again at the publish, in one step with it: the file is published
+    only if no file is at the path then (ALREADY_EXISTS otherwise), or only if the file
+    there has this ETag (ABORTED otherwise; NOT_FOUND when there is none).
+    """
+    if_match: _builtins.str
+    whole: _builtins.bool
+    """The writer sends the whole object in one PUT (its size known and at most one part):
+    no multipart upload, and the object's ETag is its MD5, as a single PutObject's is.
+    Not with a condition (a PUT cannot be taken back once the condition fails).
+    """
+    @_builtins.property
+    def metadata(self) -> _common_pb2.ObjectMetadata:
+        """stored with the object"""
+
     def __init__(
         self,
         *,
         path: _builtins.str = ...,
+        metadata: _common_pb2.ObjectMetadata | None = ...,
+        if_absent: _builtins.bool = ...,
+        if_match: _builtins.str = ...,
+        whole: _builtins.bool = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["metadata", b"metadata"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["path", b"path"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["if_absent", b"if_absent", "if_match", b"if_match", "metadata", b"metadata", "path", b"path", "whole", b"whole"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -159,9 +182,12 @@ class PublishWriteRequest(_message.Message):
     WRITE_ID_FIELD_NUMBER: _builtins.int
     PARTS_FIELD_NUMBER: _builtins.int
     SIZE_FIELD_NUMBER: _builtins.int
+    ETAG_FIELD_NUMBER: _builtins.int
     write_id: _builtins.str
     size: _builtins.int
     """bytes written: the completed object must have exactly this many"""
+    etag: _builtins.str
+    """a whole write: the ETag its PUT answered (the object must still have it)"""
     @_builtins.property
     def parts(self) -> _containers.RepeatedCompositeFieldContainer[Global___UploadedPart]: ...
     def __init__(
@@ -170,10 +196,11 @@ class PublishWriteRequest(_message.Message):
         write_id: _builtins.str = ...,
         parts: _abc.Iterable[Global___UploadedPart] | None = ...,
         size: _builtins.int = ...,
+        etag: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["parts", b"parts", "size", b"size", "write_id", b"write_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["etag", b"etag", "parts", b"parts", "size", b"size", "write_id", b"write_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -54,6 +54,14 @@ def dir_inode(path: str, mount: Mount | None, mtime_ms: int = 0) -> Inode:
     )
 
 
+def carried(stored: Inode | None, fresh: Inode) -> Inode:
+    """`fresh` with what only a write through Reservoir told of the object (its content
+    type, user metadata: a listing does not say), while it is still the same object."""
+    if stored is None or not stored.metadata or fresh.is_dir or stored.etag != fresh.etag:
+        return fresh
+    return replace(fresh, metadata=stored.metadata)
+
+
 def _same(stored: Inode | None, listed: Inode) -> bool:
     """Whether a stored inode already says what a fresh listing says."""
     if stored is None:
@@ -267,7 +275,7 @@ class NamespaceSync:
         key = path[len(mount.path) + 1 :]
         try:
             obj = await self.ufs(ufs.head, key)
-            inode = self.file_inode(mount, ufs, path, obj)
+            inode = carried(await self._namespace.get(path), self.file_inode(mount, ufs, path, obj))
         except NotFound:
             listing = await self.ufs(ufs.list, key + "/", 1)
             if not listing.objects and not listing.prefixes:
@@ -338,6 +346,7 @@ class NamespaceSync:
             return DirectoryListing(children, written=len(files), complete=False)
         seen = {c.path for c in children}
         stored = {c.path: c for c in await self.stored_children(path)}
+        children = [carried(stored.get(c.path), c) for c in children]
         gone = [old for old in stored.values() if old.path not in seen]
         for old in gone:
             if old.is_dir:

@@ -12,6 +12,7 @@ workers cache, whose blocks are then kept under the new name's identity
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 
 from reservoir.common import logs, paths
 from reservoir.common.errors import (
@@ -114,6 +115,8 @@ class NamespaceEdits:
         await sync.ufs(writes.delete, [old_key])
         ufs = await sync.under_store(mount)
         moved = sync.file_inode(mount, ufs, destination, info)
+        if same_bytes:  # the store's copy keeps the object's metadata; so does the inode
+            moved = replace(moved, metadata=inode.metadata)
         parents = await self._writes.missing_parents(mount, destination)
         await self._writes.namespace.write([moved, *parents], [source])
         if same_bytes and moved.file_id != inode.file_id:

@@ -10,13 +10,16 @@ import grpc.aio
 
 from reservoir.common.errors import ReservoirError, code_value
 from reservoir.common.models import Inode, Mount, MountOptions
+from reservoir.common.object_metadata import ObjectMetadata
 from reservoir.common.rpc import translate_errors, translate_stream_errors
 from reservoir.common.understore.object_writes import Part
+from reservoir.common.write_terms import WriteTerms
 from reservoir.v1 import common_pb2, master_pb2, master_pb2_grpc
 
 from .job_records import Job
 from .leadership import Leadership
 from .service import MasterService
+from .write_sessions import WriteAsk
 
 
 class MasterServicer(master_pb2_grpc.MasterServiceServicer):
@@ -216,7 +219,13 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
     async def BeginWrite(
         self, request: master_pb2.BeginWriteRequest, context: grpc.aio.ServicerContext
     ) -> master_pb2.BeginWriteResponse:
-        record, mount = await self._service.writes.begin(request.path)
+        terms = WriteTerms(
+            metadata=ObjectMetadata.from_proto(request.metadata),
+            if_absent=request.if_absent,
+            if_match=request.if_match,
+        )
+        ask = WriteAsk(path=request.path, terms=terms, whole=request.whole)
+        record, mount = await self._service.writes.begin(ask)
         return master_pb2.BeginWriteResponse(
             write_id=record.id,
             upload_id=record.upload_id,
@@ -239,7 +248,9 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
         self, request: master_pb2.PublishWriteRequest, context: grpc.aio.ServicerContext
     ) -> common_pb2.FileInfo:
         parts = [Part(p.number, p.etag) for p in request.parts]
-        inode = await self._service.writes.publish(request.write_id, parts, request.size)
+        inode = await self._service.writes.publish(
+            request.write_id, parts, request.size, request.etag
+        )
         return inode.to_proto()
 
     @translate_errors

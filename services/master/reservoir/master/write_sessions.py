@@ -16,12 +16,15 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 from reservoir.common import logs, paths
 from reservoir.common.config import MasterConfig
 from reservoir.common.errors import (
+    AlreadyExists,
+    Conflict,
     DataLoss,
+    InvalidArgument,
     IsADirectory,
     NotFound,
     ReadOnly,
@@ -31,6 +34,7 @@ from reservoir.common.metadata.metadata_store import MetadataStore
 from reservoir.common.metadata.write_records import WRITES, WriteRecord, write_key
 from reservoir.common.models import Inode, Mount
 from reservoir.common.understore.object_writes import ObjectWrites, Part
+from reservoir.common.write_terms import WriteTerms
 
 from .metadata_sync import NamespaceSync, dir_inode, now_ms
 from .mount_table import MountTable
@@ -41,6 +45,15 @@ log = logs.get_logger(__name__)
 # How long at least a published write's record stays (its writer commits its staged
 # blocks right after publishing; a slow one still finds the record).
 _PUBLISHED_KEPT_MS = 60_000
+
+
+@dataclass(frozen=True)
+class WriteAsk:
+    """What a writer asks of a write (BeginWriteRequest)."""
+
+    path: str
+    terms: WriteTerms = field(default_factory=WriteTerms)
+    whole: bool = False  # one PUT by the writer, no multipart upload
 
 
 def writable_mount(mounts: MountTable, path: str) -> tuple[str, Mount]:
@@ -91,24 +104,35 @@ class WriteSessions:
 
     # ---- a write's life ---------------------------------------------------------------
 
-    async def begin(self, path: str) -> tuple[WriteRecord, Mount]:
-        path, mount = writable_mount(self.mounts, path)
+    async def begin(self, ask: WriteAsk) -> tuple[WriteRecord, Mount]:
+        path, mount = writable_mount(self.mounts, ask.path)
+        terms = ask.terms
+        if ask.whole and terms.conditional:
+            raise InvalidArgument(f"{path}: a write in one PUT cannot be conditional")
         stored = await self.namespace.get(path)
         if stored is not None and stored.is_dir:
             raise IsADirectory(f"{path}: is a directory")
         writes = await self.writes_of(mount)
         key = path[len(mount.path) + 1 :]
-        upload_id = await self.sync.ufs(writes.create_upload, key)
         now = now_ms()
         record = WriteRecord(
             id=uuid.uuid4().hex,
             path=path,
             mount_path=mount.path,
             key=key,
-            upload_id=upload_id,
+            upload_id="",
             started_ms=now,
             expires_ms=now + self.timeout_ms,
+            metadata=terms.metadata.to_json() if terms.metadata else "",
+            if_absent=terms.if_absent,
+            if_match=terms.if_match.strip('"'),
+            whole=ask.whole,
         )
+        # Early, so a write bound to fail sends no bytes; again at the publish, for real.
+        await self._check_condition(record, mount)
+        if not ask.whole:
+            upload_id = await self.sync.ufs(writes.create_upload, key, terms.metadata)
+            record = replace(record, upload_id=upload_id)
         await self._store.put(write_key(record.id), record.to_json())
         log.info("write_started", path=path, write=record.id)
         return record, mount
@@ -127,8 +151,30 @@ class WriteSessions:
         kept = replace(record, expires_ms=now_ms() + self.timeout_ms)
         await self._store.put(write_key(write_id), kept.to_json())
 
-    async def publish(self, write_id: str, parts: list[Part], size: int) -> Inode:
-        """Completes the upload, then stores the inode; the new version's file id."""
+    async def _check_condition(self, record: WriteRecord, mount: Mount) -> None:
+        """The write's condition against the object the store holds now (a HEAD: the
+        store is the truth, also for an object no listing brought in yet)."""
+        if not (record.if_absent or record.if_match):
+            return
+        ufs = await self.sync.under_store(mount)
+        try:
+            current: str | None = (await self.sync.ufs(ufs.head, record.key)).etag
+        except NotFound:
+            current = None
+        if record.if_absent and current is not None:
+            raise AlreadyExists(f"{record.path}: exists, and the write asked for a new file")
+        if record.if_match:
+            if current is None:
+                raise NotFound(f"{record.path}: no such file (the write asked for its ETag)")
+            if current.strip('"') != record.if_match:
+                raise Conflict(
+                    f"{record.path}: its ETag is {current}, not {record.if_match} as the "
+                    "write asked"
+                )
+
+    async def publish(self, write_id: str, parts: list[Part], size: int, etag: str = "") -> Inode:
+        """Completes the upload (a whole write: checks its PUT is what the store holds),
+        then stores the inode; the new version's file id."""
         record = await self._record(write_id)
         mount = self.mounts.mount_for(record.path)
         if mount is None or mount.path != record.mount_path:
@@ -138,13 +184,30 @@ class WriteSessions:
         lock = self._publishing.setdefault(record.path, asyncio.Lock())
         async with lock:
             old = await self.namespace.get(record.path)
+            ufs = await self.sync.under_store(mount)
             try:
-                info = await self.sync.ufs(
-                    writes.complete_upload, record.key, record.upload_id, sorted(parts, key=_n)
-                )
+                await self._check_condition(record, mount)
+                if record.whole:
+                    info = await self.sync.ufs(ufs.head, record.key)
+                else:
+                    info = await self.sync.ufs(
+                        writes.complete_upload,
+                        record.key,
+                        record.upload_id,
+                        sorted(parts, key=_n),
+                        record.object_metadata,
+                    )
             except ReservoirError:
                 await self.abort(write_id)
                 raise
+            if record.whole and info.etag.strip('"') != etag.strip('"'):
+                # Another PUT of the key landed after this one: the store holds its object,
+                # which this write's blocks do not describe.
+                await self._store.delete(write_key(write_id))
+                raise Conflict(
+                    f"{record.path}: replaced in the store by another write before this one "
+                    "was published"
+                )
             if info.size != size:
                 # Another writer's object replaced ours between completion and HEAD: only
                 # possible outside Reservoir. Its object is not ours to describe.
@@ -153,8 +216,10 @@ class WriteSessions:
                     f"{record.path}: the store holds {info.size} bytes after the upload of "
                     f"{size}: the object was replaced outside Reservoir meanwhile"
                 )
-            ufs = await self.sync.under_store(mount)
-            inode = self.sync.file_inode(mount, ufs, record.path, info)
+            inode = replace(
+                self.sync.file_inode(mount, ufs, record.path, info),
+                metadata=record.object_metadata,
+            )
             parents = await self.missing_parents(mount, record.path)
             await self.namespace.write([inode, *parents], ())
             # Kept a while as published: workers keep the write's staged blocks under
@@ -180,8 +245,8 @@ class WriteSessions:
 
     async def _abort(self, record: WriteRecord, why: str) -> None:
         mount = self.mounts.mount_for(record.path)
-        if record.published_file_id:
-            pass  # completed: nothing left in the store to drop
+        if record.published_file_id or record.whole:
+            pass  # completed, or one PUT: nothing left in the store to drop
         elif mount is not None and mount.path == record.mount_path:
             writes = await self.writes_of(mount)
             await self.sync.ufs(writes.abort_upload, record.key, record.upload_id)

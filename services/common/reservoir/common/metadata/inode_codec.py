@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from reservoir.common.errors import DataLoss
 from reservoir.common.models import Inode, file_id_for
+from reservoir.common.object_metadata import ObjectMetadata
 
 VERSION = 2
 _MAGIC = bytes([VERSION])
@@ -36,6 +37,7 @@ _LISTED = 32  # directories: varint listed_ms and tree_listed_ms follow
 _URI = 64  # ufs_uri stored (not the mount's URI plus the path)
 _FILE_ID = 128  # file_id stored (not derived)
 _MOUNT = 256  # mount_path stored (not the mount's)
+_METADATA = 512  # what the file was written with (content type, user metadata), as JSON
 
 _MD5 = re.compile(r"[0-9a-f]{32}(-[1-9][0-9]*)?")
 
@@ -128,6 +130,9 @@ def encode_body(inode: Inode, place: ChunkPlace, synced_base_ms: int) -> bytes:
     if inode.mount_path != place.mount_path:
         flags |= _MOUNT
         _text(inode.mount_path, tail)
+    if inode.metadata:
+        flags |= _METADATA
+        _text(inode.metadata.to_json(), tail)
     body = bytearray()
     _varint(flags, body)
     return bytes(body + tail)
@@ -189,7 +194,7 @@ def decode_body(body: bytes, path: str, place: ChunkPlace, synced_base_ms: int) 
     if flags & _MOUNT:
         mount_path, pos = _read_text(body, pos)
     # Positional: measurably faster than keywords at millions of inodes.
-    return Inode(
+    inode = Inode(
         path,
         is_dir,
         size,
@@ -203,6 +208,10 @@ def decode_body(body: bytes, path: str, place: ChunkPlace, synced_base_ms: int) 
         listed,
         tree_listed,
     )
+    if flags & _METADATA:
+        written, pos = _read_text(body, pos)
+        inode = replace(inode, metadata=ObjectMetadata.from_json(written))
+    return inode
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass
 
 from reservoir.common.errors import InvalidArgument
 from reservoir.common.metadata import keyspace
+from reservoir.common.object_metadata import ObjectMetadata
 
 WRITES = keyspace.ROOT + b"writes/"
 _WRITE_ID = re.compile(r"^[0-9a-f]{32}$")  # uuid4().hex
@@ -38,6 +39,16 @@ class WriteRecord:
     # Set once published: the file id its staged blocks may be kept under, until
     # `expires_ms` (then the reaper drops the record; nothing is aborted).
     published_file_id: str = ""
+    metadata: str = ""  # ObjectMetadata as JSON, "" for none
+    # Checked at the publish, in one step with it (BeginWriteRequest).
+    if_absent: bool = False
+    if_match: str = ""
+    # One PUT by the writer (upload_id ""): nothing to complete or abort in the store.
+    whole: bool = False
+
+    @property
+    def object_metadata(self) -> ObjectMetadata:
+        return ObjectMetadata.from_json(self.metadata) if self.metadata else ObjectMetadata()
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self)).encode()

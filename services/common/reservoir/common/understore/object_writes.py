@@ -13,12 +13,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from reservoir.common.errors import InvalidArgument
+from reservoir.common.object_metadata import ObjectMetadata
 from reservoir.common.understore.s3_under_store import S3UnderStore
 from reservoir.common.understore.under_store import ObjectInfo, UnderStore
 
 # S3's floor for every part but the last, and its most parts per upload.
 MIN_PART_SIZE = 5 * 1024 * 1024
 MAX_PARTS = 10_000
+NO_METADATA = ObjectMetadata()
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,9 +51,11 @@ class ObjectWrites:
     def _key(self, key: str) -> str:
         return self._prefix + key
 
-    def create_upload(self, key: str) -> str:
+    def create_upload(self, key: str, metadata: ObjectMetadata = NO_METADATA) -> str:
         try:
-            reply = self._s3.create_multipart_upload(Bucket=self._bucket, Key=self._key(key))
+            reply = self._s3.create_multipart_upload(
+                Bucket=self._bucket, Key=self._key(key), **metadata.store_args()
+            )
         except Exception as exc:
             raise self._store._error(exc, f"start upload of {self._store.uri_of(key)}") from exc
         return str(reply["UploadId"])
@@ -71,8 +75,21 @@ class ObjectWrites:
             ) from exc
         return Part(number, str(reply["ETag"]))
 
-    def complete_upload(self, key: str, upload_id: str, parts: list[Part]) -> ObjectInfo:
-        """Makes the object visible in the store; its metadata as the store has it now."""
+    def put(self, key: str, data: bytes, metadata: ObjectMetadata = NO_METADATA) -> str:
+        """The whole object in one PUT (its ETag is its MD5); the ETag, unquoted."""
+        try:
+            reply = self._s3.put_object(
+                Bucket=self._bucket, Key=self._key(key), Body=data, **metadata.store_args()
+            )
+        except Exception as exc:
+            raise self._store._error(exc, f"put {self._store.uri_of(key)}") from exc
+        return str(reply["ETag"]).strip('"')
+
+    def complete_upload(
+        self, key: str, upload_id: str, parts: list[Part], metadata: ObjectMetadata = NO_METADATA
+    ) -> ObjectInfo:
+        """Makes the object visible in the store; its metadata as the store has it now.
+        `metadata`: what the upload was created with (an empty file is one PUT)."""
         what = f"complete upload of {self._store.uri_of(key)}"
         try:
             if parts:
@@ -89,7 +106,9 @@ class ObjectWrites:
                 self._s3.abort_multipart_upload(
                     Bucket=self._bucket, Key=self._key(key), UploadId=upload_id
                 )
-                self._s3.put_object(Bucket=self._bucket, Key=self._key(key), Body=b"")
+                self._s3.put_object(
+                    Bucket=self._bucket, Key=self._key(key), Body=b"", **metadata.store_args()
+                )
         except Exception as exc:
             raise self._store._error(exc, what) from exc
         return self._store.head(key)
