@@ -21,13 +21,16 @@ from typing import Any
 
 import boto3
 import pytest
+import requests
 from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 from botocore.exceptions import ClientError
+from prometheus_client.parser import text_string_to_metric_families
 
 from reservoir.client import Client
 from reservoir.client.filesystem import ReservoirFileSystem
 from reservoir.local.cluster import LocalCluster
+from reservoir.local.process import free_port
 from tests.conftest import new_mount_path
 from tests.gateway_process import running_gateway
 
@@ -42,6 +45,7 @@ class Mounted:
     upstream_bucket: str
     writable: str  # "<mount id>": keys of bucket "t" below it are writable
     read_only: str
+    metrics_url: str
 
     bucket = "t"
 
@@ -69,11 +73,21 @@ def mounted(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> 
         )
         c.mount(read_only, f"s3://{upstream}/ro/", endpoint_url=cluster.s3_endpoint)
     # Completions and copies send their progress spaces often: boto3 must read past them.
-    env = {"RESERVOIR_WRITE_PART_SIZE": str(PART), "RESERVOIR_GATEWAY_PROGRESS_INTERVAL": "0.01"}
+    metrics = f"127.0.0.1:{free_port()}"
+    env = {
+        "RESERVOIR_WRITE_PART_SIZE": str(PART),
+        "RESERVOIR_GATEWAY_PROGRESS_INTERVAL": "0.01",
+        "RESERVOIR_METRICS_LISTEN": metrics,
+    }
     log = tmp_path_factory.mktemp("gateway-writes") / "gateway.log"
     with running_gateway(cluster, log, env) as url:
         yield Mounted(
-            cluster, url, upstream, writable.removeprefix("/t/"), read_only.removeprefix("/t/")
+            cluster,
+            url,
+            upstream,
+            writable.removeprefix("/t/"),
+            read_only.removeprefix("/t/"),
+            f"http://{metrics}/metrics",
         )
 
 
@@ -522,3 +536,37 @@ def test_content_type_and_user_metadata_round_trip_through_s3_the_sdk_and_fsspec
     )
     head = gw.head_object(Bucket="t", Key=upload_key)
     assert (head["ContentType"], head["Metadata"]) == ("application/x-tar", {"a": "b"})
+
+
+def test_the_gateways_metrics_count_requests_by_operation_and_status_and_bytes(
+    mounted: Mounted, gw: Any
+) -> None:
+    key = mounted.key("metrics/object.bin")
+    gw.put_object(Bucket="t", Key=key, Body=b"m" * 1000)
+    gw.get_object(Bucket="t", Key=key)["Body"].read()
+    with pytest.raises(ClientError):
+        gw.put_object_tagging(Bucket="t", Key=key, Tagging={"TagSet": []})
+    families = {
+        f.name: f
+        for f in text_string_to_metric_families(requests.get(mounted.metrics_url, timeout=10).text)
+    }
+
+    def value(family: str, name: str, **labels: str) -> float:
+        return sum(
+            s.value
+            for s in families[family].samples
+            if s.name == name and labels.items() <= s.labels.items()
+        )
+
+    requests_total = "reservoir_gateway_requests"
+    assert (
+        value(requests_total, requests_total + "_total", operation="PutObject", status="200") >= 1
+    )
+    refused = {"operation": "PutObjectTagging", "status": "501"}
+    assert value(requests_total, requests_total + "_total", **refused) >= 1
+    received = "reservoir_gateway_received_bytes"
+    assert value(received, received + "_total", operation="PutObject") >= 1000
+    sent = "reservoir_gateway_sent_bytes"
+    assert value(sent, sent + "_total", operation="GetObject") >= 1000
+    seconds = "reservoir_gateway_request_seconds"
+    assert value(seconds, seconds + "_count", operation="GetObject") >= 1

@@ -184,3 +184,28 @@ def test_reservoir_config_prints_settings_sources_and_typos_without_secrets(
         .splitlines()[-1]
         .startswith("reservoir: error: setting RESERVOIR_RPC_TIMEOUT: cannot parse 'soon'")
     )
+
+
+def test_reservoir_config_gateway_shows_the_master_it_would_use_and_its_metrics(
+    tmp_path: Path,
+) -> None:
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(tmp_path),
+        "RESERVOIR_STATE_DIR": str(tmp_path),
+        "RESERVOIR_METRICS_LISTEN": "127.0.0.1:0",
+    }
+    shown = subprocess.run(
+        [sys.executable, "-m", "reservoir.cli.main", "--master", "10.1.2.3:19998"]
+        + ["config", "gateway", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert shown.returncode == 0, shown.stderr
+    rows = {row["name"]: row for row in json.loads(shown.stdout)}
+    assert rows["RESERVOIR_MASTER"]["value"] == "10.1.2.3:19998"
+    assert rows["RESERVOIR_MASTER"]["source"] == "--master"
+    assert rows["RESERVOIR_METRICS_LISTEN"]["value"] == "127.0.0.1:0"
+    assert rows["RESERVOIR_GATEWAY_LISTEN"]["source"] == "default"

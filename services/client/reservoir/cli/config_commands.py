@@ -35,6 +35,11 @@ def cmd_config(args: argparse.Namespace) -> None:
         # Beyond the environment, only the master and its CA/token are found for the
         # client: from --master, or from the local cluster of --state-dir.
         given = "--master" if args.master else f"local cluster ({args.state_dir}/cluster.json)"
+    elif args.component == "gateway":
+        # The master it would really use: found as `reservoir gateway` finds it.
+        client = client_config(args.master, state_dir=args.state_dir)
+        settings = cfg.load(cfg.GatewayConfig, client=client)
+        given = "--master" if args.master else f"local cluster ({args.state_dir}/cluster.json)"
     else:
         settings = cfg.load(COMPONENTS[args.component])
         given = "given"

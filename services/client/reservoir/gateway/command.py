@@ -19,14 +19,22 @@ def register(commands: Subcommands) -> None:
     """Registers `gateway` on the CLI's subcommands."""
     p = commands.add(
         "gateway",
-        "serve the S3 API (path style; GetObject, HeadObject, ListObjects v1 and v2, "
-        "ListBuckets...) in front of the cluster: any S3 client reads through the cache",
+        "serve the S3 API in front of the cluster: any S3 client reads through the cache "
+        "(GetObject, HeadObject, ListObjects v1 and v2, ListBuckets...) and writes to "
+        "writable mounts through it (PutObject, multipart uploads, CopyObject, "
+        "DeleteObject(s)); every other S3 operation answers 501 NotImplemented",
         cmd_gateway,
     )
     p.add_argument(
         "--listen",
         metavar="HOST:PORT",
         help="where to serve (default: $RESERVOIR_GATEWAY_LISTEN, else 127.0.0.1:19900)",
+    )
+    p.add_argument(
+        "--metrics-listen",
+        metavar="HOST:PORT",
+        help="serve Prometheus metrics at http://HOST:PORT/metrics (port 0: any free "
+        "port; default: $RESERVOIR_METRICS_LISTEN, else none)",
     )
     p.add_argument(
         "--keys-file",
@@ -38,8 +46,13 @@ def register(commands: Subcommands) -> None:
 
 def cmd_gateway(args: argparse.Namespace) -> None:
     client = discovery.client_config(args.master, state_dir=args.state_dir)
+    metrics = cfg.load(cfg.MetricsSettings, listen=args.metrics_listen)
     config = cfg.load(
-        cfg.GatewayConfig, client=client, listen=args.listen, keys_file=args.keys_file
+        cfg.GatewayConfig,
+        client=client,
+        listen=args.listen,
+        keys_file=args.keys_file,
+        metrics=metrics,
     )
     # In the foreground its events (serving, refused signatures) are what the operator
     # watches: at info.

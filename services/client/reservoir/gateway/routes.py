@@ -102,13 +102,30 @@ class Routes(Generic[Handler]):
     def served(self) -> frozenset[str]:
         return frozenset(self._handlers)
 
+    def operation(
+        self, method: str, target: Target, query: Mapping[str, str], headers: Mapping[str, str]
+    ) -> OperationShape | None:
+        """The S3 operation a request is; None when it has the form of none."""
+        return self.table.classify(method, level_of(target), query, headers.keys())
+
     def route(
         self, method: str, target: Target, query: Mapping[str, str], headers: Mapping[str, str]
     ) -> Route[Handler]:
-        """The handler of a request; NotImplemented (501) naming the operation, query
-        parameter or header the gateway does not serve; InvalidRequest (400) for a served
-        operation missing a member S3 requires."""
-        shape = self.table.classify(method, level_of(target), query, headers.keys())
+        return self.handler_for(
+            self.operation(method, target, query, headers), method, target, query, headers
+        )
+
+    def handler_for(
+        self,
+        shape: OperationShape | None,
+        method: str,
+        target: Target,
+        query: Mapping[str, str],
+        headers: Mapping[str, str],
+    ) -> Route[Handler]:
+        """The handler of a request named `shape`; NotImplemented (501) naming the
+        operation, query parameter or header the gateway does not serve; InvalidRequest
+        (400) for a served operation missing a member S3 requires."""
         if shape is None:
             raise not_implemented(f"{method} of a {level_of(target).value} with this query")
         handler = self._handlers.get(shape.name)

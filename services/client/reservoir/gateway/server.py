@@ -18,10 +18,12 @@ from reservoir.common import logs
 from reservoir.common.config import GatewayConfig
 from reservoir.common.errors import NotADirectory, NotFound, ReservoirError
 from reservoir.common.models import Inode
+from reservoir.common.serving.metrics_endpoint import MetricsEndpoint
 
 from . import xml_replies
 from .body_reads import BodyReads
 from .bucket_listing import list_objects_v1, list_objects_v2
+from .gateway_metrics import OPERATION, UNNAMED, GatewayMetrics
 from .key_walk import KeyWalk
 from .naming import Target
 from .object_headers import byte_range, check_conditions, object_headers, overrides
@@ -50,6 +52,7 @@ class Gateway:
         self._signatures = SignatureCheck(keys, config.clock_skew_s) if keys is not None else None
         self.writes = GatewayWrites(config, client, signatures_checked=keys is not None)
         self.bodies = BodyReads(config, client)
+        self.metrics = GatewayMetrics()
         self.routes: Routes[Operation] = Routes(
             {
                 "ListBuckets": self._list_buckets,
@@ -64,7 +67,9 @@ class Gateway:
         )
 
     def app(self) -> web.Application:
-        app = web.Application(handler_args={"max_field_size": 16384})
+        app = web.Application(
+            handler_args={"max_field_size": 16384}, middlewares=[self.metrics.middleware]
+        )
         app.router.add_route("*", "/{tail:.*}", self.handle)
         app.on_response_prepare.append(_stamp)
         return app
@@ -95,9 +100,12 @@ class Gateway:
     async def _dispatch(
         self, request: web.Request, target: Target, signer: AccessKey | None
     ) -> web.StreamResponse:
-        if request.method in WRITE_METHODS and signer is not None and not signer.may_write:
+        method, query, headers = request.method, request.query, request.headers
+        shape = self.routes.operation(method, target, query, headers)
+        request[OPERATION] = shape.name if shape is not None else UNNAMED
+        if method in WRITE_METHODS and signer is not None and not signer.may_write:
             raise access_denied()  # before anything is read or written
-        route = self.routes.route(request.method, target, request.query, request.headers)
+        route = self.routes.handler_for(shape, method, target, query, headers)
         if target.bucket and not target.valid_bucket():
             raise no_such_bucket(target.bucket)
         return await route.handler(request, target)
@@ -269,10 +277,12 @@ async def serve(config: GatewayConfig, started: asyncio.Event | None = None) -> 
         gateway = Gateway(config, client)
         runner = web.AppRunner(gateway.app(), access_log=None, handle_signals=False)
         await runner.setup()
+        metrics = MetricsEndpoint(gateway.metrics.registry, config.metrics)
         context = _ssl_context(config)
         site = web.TCPSite(runner, host.strip("[]") or "0.0.0.0", int(port), ssl_context=context)
         try:
             await site.start()
+            metrics_port = await metrics.start()
             bound = runner.addresses[0]
             scheme = "https" if context else "http"
             log.info(
@@ -280,6 +290,7 @@ async def serve(config: GatewayConfig, started: asyncio.Event | None = None) -> 
                 url=f"{scheme}://{bound[0]}:{bound[1]}",
                 master=config.client.master,
                 signatures="checked" if config.keys_file else "not checked",
+                metrics_port=metrics_port or None,
             )
             if started is not None:
                 started.set()
@@ -287,5 +298,6 @@ async def serve(config: GatewayConfig, started: asyncio.Event | None = None) -> 
         finally:
             with contextlib.suppress(Exception):
                 await runner.cleanup()
+            await metrics.close()
             gateway.writes.close()
             gateway.bodies.close()

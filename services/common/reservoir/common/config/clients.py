@@ -10,6 +10,7 @@ from reservoir.common.errors import InvalidArgument
 
 from .loading import GiB, MiB, env, load
 from .shared import (
+    MetricsSettings,
     SecuritySettings,
     UnderStoreCalls,
     list_page_size_field,
@@ -189,6 +190,8 @@ class GatewayConfig:
     progress_interval_s: float = field(
         default=10.0, metadata=env("RESERVOIR_GATEWAY_PROGRESS_INTERVAL")
     )
+    # Its Prometheus metrics (RESERVOIR_METRICS_LISTEN; empty: none), on a port of their own.
+    metrics: MetricsSettings = field(default_factory=lambda: load(MetricsSettings))
     client: ClientConfig = field(default_factory=lambda: load(ClientConfig))
 
     def __post_init__(self) -> None:
