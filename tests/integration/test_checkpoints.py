@@ -10,6 +10,7 @@ import io
 import os
 import subprocess
 import sys
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -276,3 +277,66 @@ def test_torch_distributed_checkpoint_save_and_load_through_fsspec(
     assert _gets(cluster) == before  # its renamed .metadata too: all from the cache
     assert torch.equal(target["layer"], state["layer"])
     assert torch.equal(target["bias"], state["bias"])
+
+
+_NO_KEYS_WRITER = textwrap.dedent(
+    """
+    import dataclasses, os, sys
+    import boto3
+    from reservoir.client import AsyncClient, Client, discovery
+    assert boto3.session.Session().get_credentials() is None  # truly none here
+    config = dataclasses.replace(
+        discovery.client_config(sys.argv[1]), write_part_size=5 << 20
+    )
+    root = sys.argv[2]
+    with Client(config=config) as rs:
+        with rs.open(f"{root}/model.pt", "wb") as f:
+            f.write(bytes(range(256)) * (48 << 12))  # 12 MiB: three parts
+        rs.write(f"{root}/small.pt", b"one PUT")
+    print("saved", flush=True)
+    """
+)
+
+
+def test_a_trainer_holding_no_s3_credentials_saves_through_the_workers(
+    cluster: LocalCluster, bucket: str, writer: Client, tmp_path: Path
+) -> None:
+    """Each part goes to a worker once; the worker uploads it with the mount's
+    credentials. The trainer's process has none: were it to reach S3 itself, boto3 would
+    refuse to sign."""
+    root = _mount(writer, cluster, bucket)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env |= {
+        "AWS_CONFIG_FILE": "/dev/null",
+        "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+    script = tmp_path / "writer.py"
+    script.write_text(_NO_KEYS_WRITER)
+    saved = subprocess.run(
+        [sys.executable, str(script), cluster.master_address, root],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert saved.returncode == 0 and saved.stdout.strip() == "saved", saved.stderr
+    stdin_data = os.urandom(7 * BLOCK + 5)
+    copied = subprocess.run(
+        [sys.executable, "-m", "reservoir.cli.main", "--master", cluster.master_address]
+        + ["cp", "-", f"reservoir://{root}/from-stdin.bin"],
+        input=stdin_data,
+        env=env,
+        capture_output=True,
+        timeout=120,
+    )
+    assert copied.returncode == 0, copied.stderr
+    s3 = cluster.s3_client()
+    model = bytes(range(256)) * (48 << 12)
+    assert s3.get_object(Bucket=bucket, Key="ckpt/model.pt")["Body"].read() == model
+    assert s3.get_object(Bucket=bucket, Key="ckpt/small.pt")["Body"].read() == b"one PUT"
+    assert s3.get_object(Bucket=bucket, Key="ckpt/from-stdin.bin")["Body"].read() == stdin_data
+    gets = _gets(cluster)
+    assert writer.read(f"{root}/model.pt") == model  # read-your-writes from the workers
+    assert _gets(cluster) == gets
+    assert _open_uploads(cluster, bucket) == []

@@ -60,7 +60,7 @@ def test_writes_take_a_writer_or_an_admin_and_a_writer_may_read_but_not_mount() 
         "/reservoir.v1.MasterService/PublishWrite",
         "/reservoir.v1.MasterService/Rename",
         "/reservoir.v1.MasterService/Remove",
-        "/reservoir.v1.WorkerService/StageBlock",
+        "/reservoir.v1.WorkerService/WritePart",
         "/reservoir.v1.WorkerService/CommitBlocks",
     ]
     for method in writes:

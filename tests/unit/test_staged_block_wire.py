@@ -59,3 +59,15 @@ def test_a_truncated_stage_request_is_refused(cut: int) -> None:
     wire = encode_stage_request(WRITE_ID, 3, b"0123456789abcdef", 9)
     with pytest.raises(InvalidArgument):
         decode_stage_request(wire[:-cut])
+
+
+def test_a_hand_built_part_is_byte_for_byte_protobufs_write_part_request() -> None:
+    data = os.urandom((2 << 20) + 5)
+    wire = encode_stage_request(WRITE_ID, 8, data, 7, number=3, block_size=1 << 20)
+    expected = worker_pb2.WritePartRequest(
+        write_id=WRITE_ID, first_block=8, data=data, crc32c=7, number=3, block_size=1 << 20
+    )
+    assert wire == expected.SerializeToString()
+    part = decode_stage_request(wire)
+    assert (part.index, part.number, part.block_size, part.crc32c) == (8, 3, 1 << 20, 7)
+    assert part.data == data

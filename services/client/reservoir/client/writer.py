@@ -1,14 +1,18 @@
 """Writing a file through Reservoir: write-through to the store, published on close.
 
 `WriteSession` is one file being written (asyncio): the master opens a multipart upload
-and records it (`BeginWrite`); each part goes to the store straight from this process
-(parts in parallel, each retried within a bound) while its blocks are staged on workers;
-closing completes the upload and publishes the file in one namespace write
+and records it (`BeginWrite`); each part goes once to a worker (`WritePart`: in parallel,
+the worker chosen by placement), which stages its blocks and uploads it to the store with
+the mount's credentials, so the writer holds none and sends each byte once. A part the
+store failed is sent again to the next worker, within a bound; the writer keeps it until
+then. Closing completes the upload and publishes the file in one namespace write
 (`PublishWrite`), then has each staging worker keep its blocks under the published file's
 id where they are and report them to the master, so a read right after costs the store
 nothing (readers go to a block's holders before its home). Until the publish, readers see
 the previous version or nothing; a write that fails is aborted at once, and one whose
-process died is aborted by the master when its keep-alives stop.
+process died is aborted by the master when its keep-alives stop. A file whose size is
+known and fits one part goes in one PUT instead (its ETag its MD5). With no worker at
+all, parts go to the store from this process, with its own credentials.
 
 The blocking file object over a session (`Client.open(path, "wb")`) is `ReservoirWriter`,
 in reservoir_writer.py.
@@ -34,7 +38,7 @@ from reservoir.common.models import Inode, Mount, WorkerRecord
 from reservoir.common.object_metadata import ObjectMetadata
 from reservoir.common.observability import inject_metadata
 from reservoir.common.placement import block_key
-from reservoir.common.rpc import ChannelPool, error_from_rpc
+from reservoir.common.rpc import ChannelPool, error_from_rpc, is_transport_failure
 from reservoir.common.understore.mounted_stores import MountedStores
 from reservoir.common.understore.object_writes import MAX_PARTS, ObjectWrites, Part
 from reservoir.common.write_terms import WriteTerms
@@ -46,13 +50,13 @@ log = logs.get_logger(__name__)
 
 _T = TypeVar("_T")
 NO_TERMS = WriteTerms()
-_STAGE_BLOCK = worker_methods.STAGE_BLOCK
+_WRITE_PART = worker_methods.WRITE_PART
 _COMMIT_BLOCKS = worker_methods.COMMIT_BLOCKS
 
 
 class Writes:
     """What the writes of one client share: its under-store clients and the threads
-    that run boto3's blocking part uploads."""
+    that run boto3's blocking uploads (for a cluster with no worker only)."""
 
     def __init__(self, config: cfg.ClientConfig, view: ClusterView, channels: ChannelPool) -> None:
         self.config = config
@@ -76,12 +80,13 @@ class Writes:
         )
         reply = await self.view.call("BeginWrite", request, f"write {path}")
         session = WriteSession(self, path, reply, terms.metadata if whole else None)
-        try:
-            session.start(ObjectWrites.of(await self.stores.open(session.mount)))
-        except BaseException:
-            await session.abort()
-            raise
+        session.start()
         return session
+
+    async def direct_store(self, mount: Mount) -> ObjectWrites:
+        """The mount's store as this process reaches it, with its own credentials: only
+        for a cluster with no worker to upload through."""
+        return ObjectWrites.of(await self.stores.open(mount))
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
@@ -110,15 +115,14 @@ class WriteSession:
         self._keepalive_s = max(0.05, reply.keepalive_ms / 1000)
         self._parts: list[Part] = []
         self._staged: dict[int, WorkerRecord] = {}  # block index -> worker holding it
-        self._store: ObjectWrites | None = None
+        self._direct: ObjectWrites | None = None  # when no worker takes parts
         self._keeper: asyncio.Task[None] | None = None
         self._lost: ReservoirError | None = None
         self._slots = asyncio.Semaphore(self._config.write_concurrency)
         self.whole = whole
         self._put_etag = ""
 
-    def start(self, store: ObjectWrites) -> None:
-        self._store = store
+    def start(self) -> None:
         self._keeper = asyncio.create_task(self._keep_alive())
 
     async def _keep_alive(self) -> None:
@@ -138,8 +142,9 @@ class WriteSession:
     # ---- parts ------------------------------------------------------------------------
 
     async def put_part(self, number: int, data: bytes) -> None:
-        """Uploads part `number` (1-based; every part but the last `part_size` long) and
-        stages its blocks on workers, at most `write_concurrency` parts at once."""
+        """Sends part `number` (1-based; every part but the last `part_size` long) to a
+        worker, which stages its blocks and uploads it, at most `write_concurrency` parts
+        at once; each is kept here until the store has it."""
         if self._lost is not None:
             raise self._lost
         if number > MAX_PARTS:
@@ -148,26 +153,90 @@ class WriteSession:
             )
         async with self._slots:
             first = (number - 1) * self.part_size // self.block_size
-            staging = asyncio.ensure_future(self._stage(first, data))
-            try:
-                part = await self._upload(number, data)
-            finally:
-                await staging
-            self._parts.append(part)
+            self._parts.append(await self._send(number, first, data))
 
     async def put_whole(self, data: bytes) -> None:
-        """The whole file in one PUT (a session begun with its size), its blocks staged
-        meanwhile."""
-        assert self.whole is not None and self._store is not None
+        """The whole file in one PUT (a session begun with its size)."""
+        assert self.whole is not None
         if self._lost is not None:
             raise self._lost
-        staging = asyncio.ensure_future(self._stage(0, data))
+        self._put_etag = (await self._send(1, 0, data)).etag
+
+    async def _send(self, number: int, first: int, data: bytes) -> Part:
+        """The part to a worker, the first in placement order that answers (the healthy
+        first); a store failure it reports is tried again, on the next worker, at most
+        `write_part_retries` times. With no worker at all, to the store from here."""
         try:
-            self._put_etag = await self._retried(
-                "the object", self._store.put, self._key, data, self.whole
-            )
-        finally:
-            await staging
+            workers = await self._writes.view.workers(fresh=False)
+        except ReservoirError:
+            workers = []
+        if not workers:
+            return await self._upload_directly(number, data)
+        view = self._writes.view
+        ranked = view.placement(workers).homes(block_key(self.write_id, first), len(workers))
+        by_id = {w.id: w for w in workers}
+        order = view.penalties.healthy_first([by_id[i] for i in ranked])
+        request = encode_stage_request(
+            self.write_id, first, data, checksum(data), number, self.block_size
+        )
+        attempts = self._config.write_part_retries + 1
+        turn = 0
+        for attempt in range(attempts):
+            reply, worker = None, order[0]
+            for _ in range(len(order)):  # past the workers that cannot be reached
+                worker = order[turn % len(order)]
+                turn += 1
+                try:
+                    reply = await self._write_part(worker, request)
+                    break
+                except grpc.RpcError as exc:
+                    error = error_from_rpc(exc, f"part {number} of {self.path} on {worker.id}")
+                    if not is_transport_failure(exc):
+                        if isinstance(error, Unavailable) and attempt < attempts - 1:
+                            break  # the store failed it: once more, on the next worker
+                        if isinstance(error, Unavailable):
+                            raise Unavailable(
+                                f"{self.path}: part {number} failed {attempts} times; the "
+                                f"write is aborted ({error})"
+                            ) from None
+                        raise error from None
+                    view.worker_failed(worker, error)
+            else:
+                raise Unavailable(f"{self.path}: part {number}: no worker could be reached")
+            if reply is None:
+                delay = min(2.0, 0.1 * 2**attempt) * random.uniform(0.5, 1.0)
+                log.info("write_part_retry", path=self.path, part=number, worker=worker.id)
+                await asyncio.sleep(delay)
+                continue
+            blocks = -(-len(data) // self.block_size)
+            if reply.staged == blocks:
+                self._staged.update(dict.fromkeys(range(first, first + blocks), worker))
+            return Part(number, reply.etag)
+        raise AssertionError("unreachable")
+
+    async def _write_part(
+        self, worker: WorkerRecord, request: bytes
+    ) -> worker_pb2.WritePartResponse:
+        call = self._writes.channels.get(worker.address).unary_unary(
+            _WRITE_PART,
+            request_serializer=None,  # already wire bytes: one copy of the part
+            response_deserializer=worker_pb2.WritePartResponse.FromString,
+        )
+        reply: worker_pb2.WritePartResponse = await call(
+            request, timeout=self._config.write_part_timeout_s, metadata=inject_metadata()
+        )
+        return reply
+
+    async def _upload_directly(self, number: int, data: bytes) -> Part:
+        if self._direct is None:
+            self._direct = await self._writes.direct_store(self.mount)
+        store = self._direct
+        if self.whole is not None:
+            etag = await self._retried("the object", store.put, self._key, data, self.whole)
+            return Part(number, etag)
+        return await self._retried(
+            f"part {number}", store.upload_part, self._key, self._upload_id, number, data
+        )
 
     async def put_all(self, data: bytes) -> None:
         """Every part of `data`; a part is copied out of it only when its turn comes, so
@@ -181,12 +250,6 @@ class WriteSession:
                 await self.put_part(number, bytes(view[start : start + size]))
 
         await asyncio.gather(*(one(n + 1, s) for n, s in enumerate(range(0, len(view), size))))
-
-    async def _upload(self, number: int, data: bytes) -> Part:
-        assert self._store is not None
-        return await self._retried(
-            f"part {number}", self._store.upload_part, self._key, self._upload_id, number, data
-        )
 
     async def _retried(self, what: str, call: Callable[..., _T], *args: Any) -> _T:
         """A blocking store call on the write pool, retried within a bound while the
@@ -205,40 +268,6 @@ class WriteSession:
                 log.info("write_part_retry", path=self.path, part=what, error=str(exc))
                 await asyncio.sleep(delay)
         raise AssertionError("unreachable")
-
-    async def _stage(self, first: int, data: bytes) -> None:
-        """Offers each block of the part to a worker; one that cannot take it is read
-        from the store later (never an error for the write)."""
-        try:
-            workers = await self._writes.view.workers(fresh=False)
-        except ReservoirError:
-            return
-        if not workers:
-            return
-        table = self._writes.view.placement(workers)
-        by_id = {w.id: w for w in workers}
-        view = memoryview(data)
-
-        async def one(index: int, start: int) -> None:
-            block = view[start : start + self.block_size]
-            worker = by_id[table.homes(block_key(self.write_id, index), 1)[0]]
-            call = self._writes.channels.get(worker.address).unary_unary(
-                _STAGE_BLOCK,
-                request_serializer=None,  # already wire bytes: one copy of the block
-                response_deserializer=worker_pb2.StageBlockResponse.FromString,
-            )
-            request = encode_stage_request(self.write_id, index, block, checksum(block))
-            try:
-                # A block's bytes on the wire: the deadline of a block read.
-                await call(request, timeout=self._config.read_timeout_s, metadata=inject_metadata())
-            except grpc.RpcError as exc:
-                log.info("block_not_staged", path=self.path, block=index, error=str(exc.details()))
-                return
-            self._staged[index] = worker
-
-        await asyncio.gather(
-            *(one(first + n, start) for n, start in enumerate(range(0, len(data), self.block_size)))
-        )
 
     # ---- the end of a write -----------------------------------------------------------
 

@@ -14,8 +14,8 @@ READ_BLOCKS_NAME = "ReadBlocks"
 LOAD_BLOCKS_NAME = "LoadBlocks"
 FREE_BLOCKS_NAME = "FreeBlocks"
 GET_STATS_NAME = "GetStats"
-STAGE_BLOCK_NAME = "StageBlock"
 COMMIT_BLOCKS_NAME = "CommitBlocks"
+WRITE_PART_NAME = "WritePart"
 COPY_BLOCKS_NAME = "CopyBlocks"
 
 
@@ -30,8 +30,8 @@ READ_BLOCKS = method_path(READ_BLOCKS_NAME)
 LOAD_BLOCKS = method_path(LOAD_BLOCKS_NAME)
 FREE_BLOCKS = method_path(FREE_BLOCKS_NAME)
 GET_STATS = method_path(GET_STATS_NAME)
-STAGE_BLOCK = method_path(STAGE_BLOCK_NAME)
 COMMIT_BLOCKS = method_path(COMMIT_BLOCKS_NAME)
+WRITE_PART = method_path(WRITE_PART_NAME)
 COPY_BLOCKS = method_path(COPY_BLOCKS_NAME)
 
 # The methods that hand out block bytes (a span or a rule about reads names these).

@@ -21,6 +21,8 @@ DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
 class StageBlockRequest(_message.Message):
+    """One staged block: the wire form WritePartRequest extends (staged_block_wire.py)."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     WRITE_ID_FIELD_NUMBER: _builtins.int
@@ -48,19 +50,68 @@ class StageBlockRequest(_message.Message):
 Global___StageBlockRequest: _TypeAlias = StageBlockRequest  # noqa: Y015
 
 @_typing.final
-class StageBlockResponse(_message.Message):
+class WritePartRequest(_message.Message):
+    """Fields 1-4 as StageBlockRequest's (one hand-built wire form serves both): `first_block`
+    is the index of the part's first block, `data` the whole part, `crc32c` its checksum.
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
+    WRITE_ID_FIELD_NUMBER: _builtins.int
+    FIRST_BLOCK_FIELD_NUMBER: _builtins.int
+    DATA_FIELD_NUMBER: _builtins.int
+    CRC32C_FIELD_NUMBER: _builtins.int
+    NUMBER_FIELD_NUMBER: _builtins.int
+    BLOCK_SIZE_FIELD_NUMBER: _builtins.int
+    write_id: _builtins.str
+    first_block: _builtins.int
+    data: _builtins.bytes
+    crc32c: _builtins.int
+    number: _builtins.int
+    """the part's number in the upload (1-based)"""
+    block_size: _builtins.int
+    """how the part is cut into blocks"""
     def __init__(
         self,
+        *,
+        write_id: _builtins.str = ...,
+        first_block: _builtins.int = ...,
+        data: _builtins.bytes = ...,
+        crc32c: _builtins.int = ...,
+        number: _builtins.int = ...,
+        block_size: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["block_size", b"block_size", "crc32c", b"crc32c", "data", b"data", "first_block", b"first_block", "number", b"number", "write_id", b"write_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
-Global___StageBlockResponse: _TypeAlias = StageBlockResponse  # noqa: Y015
+Global___WritePartRequest: _TypeAlias = WritePartRequest  # noqa: Y015
+
+@_typing.final
+class WritePartResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ETAG_FIELD_NUMBER: _builtins.int
+    STAGED_FIELD_NUMBER: _builtins.int
+    etag: _builtins.str
+    """the store's ETag of the part (of the object, for a whole write)"""
+    staged: _builtins.int
+    """blocks of it this worker holds for the publish"""
+    def __init__(
+        self,
+        *,
+        etag: _builtins.str = ...,
+        staged: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["etag", b"etag", "staged", b"staged"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WritePartResponse: _TypeAlias = WritePartResponse  # noqa: Y015
 
 @_typing.final
 class CommitBlocksRequest(_message.Message):

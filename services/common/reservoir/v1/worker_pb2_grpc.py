@@ -66,15 +66,15 @@ class WorkerServiceStub:
                 request_serializer=reservoir_dot_v1_dot_worker__pb2.FreeBlocksRequest.SerializeToString,
                 response_deserializer=reservoir_dot_v1_dot_worker__pb2.FreeBlocksResponse.FromString,
                 _registered_method=True)
-        self.StageBlock = channel.unary_unary(
-                '/reservoir.v1.WorkerService/StageBlock',
-                request_serializer=reservoir_dot_v1_dot_worker__pb2.StageBlockRequest.SerializeToString,
-                response_deserializer=reservoir_dot_v1_dot_worker__pb2.StageBlockResponse.FromString,
-                _registered_method=True)
         self.CommitBlocks = channel.unary_unary(
                 '/reservoir.v1.WorkerService/CommitBlocks',
                 request_serializer=reservoir_dot_v1_dot_worker__pb2.CommitBlocksRequest.SerializeToString,
                 response_deserializer=reservoir_dot_v1_dot_worker__pb2.CommitBlocksResponse.FromString,
+                _registered_method=True)
+        self.WritePart = channel.unary_unary(
+                '/reservoir.v1.WorkerService/WritePart',
+                request_serializer=reservoir_dot_v1_dot_worker__pb2.WritePartRequest.SerializeToString,
+                response_deserializer=reservoir_dot_v1_dot_worker__pb2.WritePartResponse.FromString,
                 _registered_method=True)
         self.CopyBlocks = channel.unary_unary(
                 '/reservoir.v1.WorkerService/CopyBlocks',
@@ -135,19 +135,22 @@ class WorkerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def StageBlock(self, request, context):
-        """Blocks of a file being written, held under the write's id until the file is published
-        (its identity, with the ETag, is known only then); bounded by
-        RESERVOIR_WRITE_STAGING_BYTES, dropped when not committed within the write timeout.
+    def CommitBlocks(self, request, context):
+        """The published file's identity for a write's staged blocks: each is cached under it
+        here, where it was staged, and reported to the master (readers find it through the
+        block-location table, so no block crosses the network a second time).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def CommitBlocks(self, request, context):
-        """The published file's identity for a write's staged blocks: each is cached under it
-        here, where it was staged, and reported to the master (readers find it through the
-        block-location table, so no block crosses the network a second time).
+    def WritePart(self, request, context):
+        """A part of a file being written, sent by its writer once: this worker stages its blocks
+        (held under the write's id until the file is published: its identity, with the ETag,
+        is known only then; evicted like any block) and uploads the part to the under-store itself, with the mount's
+        credentials (the writer holds none), as part `number` of the write's multipart upload
+        or, for a write begun whole, as the whole object in one PUT. Answers when the store
+        has it. Writers only.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -195,15 +198,15 @@ def add_WorkerServiceServicer_to_server(servicer, server):
                     request_deserializer=reservoir_dot_v1_dot_worker__pb2.FreeBlocksRequest.FromString,
                     response_serializer=reservoir_dot_v1_dot_worker__pb2.FreeBlocksResponse.SerializeToString,
             ),
-            'StageBlock': grpc.unary_unary_rpc_method_handler(
-                    servicer.StageBlock,
-                    request_deserializer=reservoir_dot_v1_dot_worker__pb2.StageBlockRequest.FromString,
-                    response_serializer=reservoir_dot_v1_dot_worker__pb2.StageBlockResponse.SerializeToString,
-            ),
             'CommitBlocks': grpc.unary_unary_rpc_method_handler(
                     servicer.CommitBlocks,
                     request_deserializer=reservoir_dot_v1_dot_worker__pb2.CommitBlocksRequest.FromString,
                     response_serializer=reservoir_dot_v1_dot_worker__pb2.CommitBlocksResponse.SerializeToString,
+            ),
+            'WritePart': grpc.unary_unary_rpc_method_handler(
+                    servicer.WritePart,
+                    request_deserializer=reservoir_dot_v1_dot_worker__pb2.WritePartRequest.FromString,
+                    response_serializer=reservoir_dot_v1_dot_worker__pb2.WritePartResponse.SerializeToString,
             ),
             'CopyBlocks': grpc.unary_unary_rpc_method_handler(
                     servicer.CopyBlocks,
@@ -386,33 +389,6 @@ class WorkerService:
             _registered_method=True)
 
     @staticmethod
-    def StageBlock(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/reservoir.v1.WorkerService/StageBlock',
-            reservoir_dot_v1_dot_worker__pb2.StageBlockRequest.SerializeToString,
-            reservoir_dot_v1_dot_worker__pb2.StageBlockResponse.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
     def CommitBlocks(request,
             target,
             options=(),
@@ -429,6 +405,33 @@ class WorkerService:
             '/reservoir.v1.WorkerService/CommitBlocks',
             reservoir_dot_v1_dot_worker__pb2.CommitBlocksRequest.SerializeToString,
             reservoir_dot_v1_dot_worker__pb2.CommitBlocksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WritePart(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/reservoir.v1.WorkerService/WritePart',
+            reservoir_dot_v1_dot_worker__pb2.WritePartRequest.SerializeToString,
+            reservoir_dot_v1_dot_worker__pb2.WritePartResponse.FromString,
             options,
             channel_credentials,
             insecure,

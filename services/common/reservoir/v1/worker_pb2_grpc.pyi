@@ -55,15 +55,18 @@ class WorkerServiceStub:
     """
     FreeBlocks: _grpc.UnaryUnaryMultiCallable[_worker_pb2.FreeBlocksRequest, _worker_pb2.FreeBlocksResponse]
     """Drops every block of the given files from every tier now (for `reservoir free`)."""
-    StageBlock: _grpc.UnaryUnaryMultiCallable[_worker_pb2.StageBlockRequest, _worker_pb2.StageBlockResponse]
-    """Blocks of a file being written, held under the write's id until the file is published
-    (its identity, with the ETag, is known only then); bounded by
-    RESERVOIR_WRITE_STAGING_BYTES, dropped when not committed within the write timeout.
-    """
     CommitBlocks: _grpc.UnaryUnaryMultiCallable[_worker_pb2.CommitBlocksRequest, _worker_pb2.CommitBlocksResponse]
     """The published file's identity for a write's staged blocks: each is cached under it
     here, where it was staged, and reported to the master (readers find it through the
     block-location table, so no block crosses the network a second time).
+    """
+    WritePart: _grpc.UnaryUnaryMultiCallable[_worker_pb2.WritePartRequest, _worker_pb2.WritePartResponse]
+    """A part of a file being written, sent by its writer once: this worker stages its blocks
+    (held under the write's id until the file is published: its identity, with the ETag,
+    is known only then; evicted like any block) and uploads the part to the under-store itself, with the mount's
+    credentials (the writer holds none), as part `number` of the write's multipart upload
+    or, for a write begun whole, as the whole object in one PUT. Answers when the store
+    has it. Writers only.
     """
     CopyBlocks: _grpc.UnaryUnaryMultiCallable[_worker_pb2.CopyBlocksRequest, _worker_pb2.CopyBlocksResponse]
     """The blocks this worker holds of one file, cached again under a file with the same
@@ -98,15 +101,18 @@ class WorkerServiceAsyncStub(WorkerServiceStub):
     """
     FreeBlocks: _aio.UnaryUnaryMultiCallable[_worker_pb2.FreeBlocksRequest, _worker_pb2.FreeBlocksResponse]  # type: ignore[assignment]
     """Drops every block of the given files from every tier now (for `reservoir free`)."""
-    StageBlock: _aio.UnaryUnaryMultiCallable[_worker_pb2.StageBlockRequest, _worker_pb2.StageBlockResponse]  # type: ignore[assignment]
-    """Blocks of a file being written, held under the write's id until the file is published
-    (its identity, with the ETag, is known only then); bounded by
-    RESERVOIR_WRITE_STAGING_BYTES, dropped when not committed within the write timeout.
-    """
     CommitBlocks: _aio.UnaryUnaryMultiCallable[_worker_pb2.CommitBlocksRequest, _worker_pb2.CommitBlocksResponse]  # type: ignore[assignment]
     """The published file's identity for a write's staged blocks: each is cached under it
     here, where it was staged, and reported to the master (readers find it through the
     block-location table, so no block crosses the network a second time).
+    """
+    WritePart: _aio.UnaryUnaryMultiCallable[_worker_pb2.WritePartRequest, _worker_pb2.WritePartResponse]  # type: ignore[assignment]
+    """A part of a file being written, sent by its writer once: this worker stages its blocks
+    (held under the write's id until the file is published: its identity, with the ETag,
+    is known only then; evicted like any block) and uploads the part to the under-store itself, with the mount's
+    credentials (the writer holds none), as part `number` of the write's multipart upload
+    or, for a write begun whole, as the whole object in one PUT. Answers when the store
+    has it. Writers only.
     """
     CopyBlocks: _aio.UnaryUnaryMultiCallable[_worker_pb2.CopyBlocksRequest, _worker_pb2.CopyBlocksResponse]  # type: ignore[assignment]
     """The blocks this worker holds of one file, cached again under a file with the same
@@ -176,17 +182,6 @@ class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
         """Drops every block of the given files from every tier now (for `reservoir free`)."""
 
     @_abc_1.abstractmethod
-    def StageBlock(
-        self,
-        request: _worker_pb2.StageBlockRequest,
-        context: _ServicerContext,
-    ) -> _typing.Union[_worker_pb2.StageBlockResponse, _abc.Awaitable[_worker_pb2.StageBlockResponse]]:
-        """Blocks of a file being written, held under the write's id until the file is published
-        (its identity, with the ETag, is known only then); bounded by
-        RESERVOIR_WRITE_STAGING_BYTES, dropped when not committed within the write timeout.
-        """
-
-    @_abc_1.abstractmethod
     def CommitBlocks(
         self,
         request: _worker_pb2.CommitBlocksRequest,
@@ -195,6 +190,20 @@ class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
         """The published file's identity for a write's staged blocks: each is cached under it
         here, where it was staged, and reported to the master (readers find it through the
         block-location table, so no block crosses the network a second time).
+        """
+
+    @_abc_1.abstractmethod
+    def WritePart(
+        self,
+        request: _worker_pb2.WritePartRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_worker_pb2.WritePartResponse, _abc.Awaitable[_worker_pb2.WritePartResponse]]:
+        """A part of a file being written, sent by its writer once: this worker stages its blocks
+        (held under the write's id until the file is published: its identity, with the ETag,
+        is known only then; evicted like any block) and uploads the part to the under-store itself, with the mount's
+        credentials (the writer holds none), as part `number` of the write's multipart upload
+        or, for a write begun whole, as the whole object in one PUT. Answers when the store
+        has it. Writers only.
         """
 
     @_abc_1.abstractmethod

@@ -28,6 +28,7 @@ from .master_link import MasterLink
 from .membership import Membership
 from .metrics import WorkerMetrics
 from .mount_table import MountTable
+from .part_uploads import PartUploads
 from .service import WorkerService
 from .servicer import SERVICE, WorkerServicer
 from .shm_tier import ShmTier
@@ -132,7 +133,8 @@ async def serve(config: cfg.WorkerConfig, transport: Transport) -> None:
     # Written files' blocks (checkpoints): kept where staged, reported to the master.
     reporter = BlockReporter(config, service, link)
     written = WrittenBlocks(service, store, reporter)
-    server.add_generic_rpc_handlers([WorkerServicer(service, written).handler()])
+    uploads = PartUploads(service, store, written)
+    server.add_generic_rpc_handlers([WorkerServicer(service, written, uploads).handler()])
     # With TLS the data port speaks it too, and checks the tokens gRPC checks.
     security = transport.settings
     data_port = (

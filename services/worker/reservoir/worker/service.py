@@ -86,6 +86,13 @@ class WorkerService:
         except TimeoutError:
             log.info("under_stores_still_opening", waited_s=wait_s)
 
+    async def write_store(self, mount_path: str) -> UnderStore:
+        """The store of the mount at `mount_path`, for uploading a written file's parts."""
+        mount = next((m for m in self.mounts.known() if m.path == mount_path), None)
+        if mount is None:  # not seen yet (a mount made a moment ago): the master knows it
+            mount = await self.mounts.get(mount_path, "")
+        return await self._under_stores.open(mount)
+
     async def _under_store(self, mount_path: str, ufs_uri: str) -> tuple[Mount, UnderStore]:
         # The mount as it is now (remounts arrive by watch), its store reopened if it changed.
         mount = await self.mounts.get(mount_path, ufs_uri)

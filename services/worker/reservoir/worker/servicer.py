@@ -16,10 +16,11 @@ import grpc.aio
 
 from reservoir.common import worker_methods as methods
 from reservoir.common.blocks.staged_block_wire import StagedBlock, decode_stage_request, varint
-from reservoir.common.errors import InvalidArgument, ReservoirError, ResourceExhausted, code_value
+from reservoir.common.errors import InvalidArgument, ReservoirError, code_value
 from reservoir.common.rpc import translate_errors, translate_stream_errors
 from reservoir.v1 import common_pb2, worker_pb2
 
+from .part_uploads import PartUploads
 from .read_request import domain_request
 from .read_trace import ReadTrace
 from .service import BlockRequest, WorkerService
@@ -57,11 +58,17 @@ def encode_payload(payload: memoryview, crc: int) -> bytes:
 
 
 class WorkerServicer:
-    def __init__(self, service: WorkerService, written: WrittenBlocks | None = None) -> None:
+    def __init__(
+        self,
+        service: WorkerService,
+        written: WrittenBlocks | None = None,
+        uploads: PartUploads | None = None,
+    ) -> None:
         """`written`: where written files' blocks are staged and committed (absent: the
         worker refuses them)."""
         self._service = service
         self._written = written
+        self._uploads = uploads
 
     @translate_stream_errors
     async def ReadBlock(
@@ -146,14 +153,13 @@ class WorkerServicer:
         return worker_stats(self._service)
 
     @translate_errors
-    async def StageBlock(
+    async def WritePart(
         self, request: StagedBlock, context: grpc.aio.ServicerContext
-    ) -> worker_pb2.StageBlockResponse:
-        if self._written is None:
-            raise InvalidArgument("this worker takes no written blocks")
-        if not self._written.stage(request.write_id, request.index, request.data, request.crc32c):
-            raise ResourceExhausted(f"block {request.index}: no tier of this worker took it")
-        return worker_pb2.StageBlockResponse()
+    ) -> worker_pb2.WritePartResponse:
+        if self._uploads is None:
+            raise InvalidArgument("this worker uploads no written parts")
+        etag, staged = await self._uploads.upload(request)
+        return worker_pb2.WritePartResponse(etag=etag, staged=staged)
 
     @translate_errors
     async def CommitBlocks(
@@ -212,11 +218,10 @@ class WorkerServicer:
                     request_deserializer=worker_pb2.FreeBlocksRequest.FromString,
                     response_serializer=worker_pb2.FreeBlocksResponse.SerializeToString,
                 ),
-                methods.STAGE_BLOCK_NAME: grpc.unary_unary_rpc_method_handler(
-                    self.StageBlock,
-                    # The payload stays a view into gRPC's bytes (staged_block_wire.py).
+                methods.WRITE_PART_NAME: grpc.unary_unary_rpc_method_handler(
+                    self.WritePart,
                     request_deserializer=decode_stage_request,
-                    response_serializer=worker_pb2.StageBlockResponse.SerializeToString,
+                    response_serializer=worker_pb2.WritePartResponse.SerializeToString,
                 ),
                 methods.COMMIT_BLOCKS_NAME: grpc.unary_unary_rpc_method_handler(
                     self.CommitBlocks,

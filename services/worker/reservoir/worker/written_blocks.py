@@ -1,13 +1,14 @@
 """Blocks of files being written through Reservoir (checkpoints), held until publish.
 
 A written file's identity (its file id, from the ETag) exists only once the upload is
-complete. So a writer stages each block on some worker under the write's id, as it
-writes; once the file is published it tells each staging worker the file's identity. The
+complete. So each block is staged under the write's id on the worker its writer sent the
+block's part to (part_uploads.py), as it writes; once the file is published the writer
+tells each staging worker the file's identity. The
 worker then keeps each block where it landed, under the real id (renamed in its tier,
 never copied), and reports it to the master before it answers: readers find every block
 through the block-location table, which they consult before a block's home. Reading a
 file right after it was written costs the under-store nothing, and no block crosses the
-network twice. StageBlock requests travel in protobuf's encoding built and read by hand
+network twice. Parts travel in protobuf's encoding built and read by hand
 (staged_block_wire.py): the payload is copied once into the request and read on arrival
 as a view into it.
 

@@ -1,4 +1,5 @@
-"""The wire form of `StageBlockRequest`, built and read without protobuf on the payload.
+"""The wire form of `StageBlockRequest` and `WritePartRequest` (the same fields 1-4, two
+more varints for a part), built and read without protobuf on the payload.
 
 A staged block is a checkpoint's bytes on their second trip (the first goes to the
 store): protobuf would copy each block into a message, again into its encoding, and once
@@ -21,6 +22,8 @@ _WRITE_ID = 1 << 3 | 2
 _INDEX = 2 << 3 | 0
 _DATA = 3 << 3 | 2
 _CRC = 4 << 3 | 5
+_NUMBER = 5 << 3 | 0
+_BLOCK_SIZE = 6 << 3 | 0
 
 
 def varint(n: int) -> bytes:
@@ -37,8 +40,12 @@ def varint(n: int) -> bytes:
             return bytes(out)
 
 
-def encode_stage_request(write_id: str, index: int, data: Buffer, crc: int) -> bytes:
-    """`StageBlockRequest(write_id, index, data, crc32c)` on the wire, copying `data` once."""
+def encode_stage_request(
+    write_id: str, index: int, data: Buffer, crc: int, number: int = 0, block_size: int = 0
+) -> bytes:
+    """`StageBlockRequest(write_id, index, data, crc32c)` on the wire, copying `data` once;
+    with `number`, `WritePartRequest(write_id, first_block=index, data, crc32c, number,
+    block_size)`."""
     name = write_id.encode()
     payload = memoryview(data).cast("B")
     head = b"".join(
@@ -52,15 +59,20 @@ def encode_stage_request(write_id: str, index: int, data: Buffer, crc: int) -> b
             varint(len(payload)),
         )
     )
-    return b"".join((head, payload, bytes((_CRC,)), crc.to_bytes(4, "little")))
+    tail = b""
+    if number:
+        tail = bytes((_NUMBER,)) + varint(number) + bytes((_BLOCK_SIZE,)) + varint(block_size)
+    return b"".join((head, payload, bytes((_CRC,)), crc.to_bytes(4, "little"), tail))
 
 
 @dataclass(frozen=True, slots=True)
 class StagedBlock:
     write_id: str
-    index: int
+    index: int  # a part's: its first block's
     data: memoryview  # a view into the request's bytes: no copy
     crc32c: int
+    number: int = 0  # a part's number in its upload (WritePartRequest); 0: one block
+    block_size: int = 0  # how a part is cut into blocks
 
 
 def _read_varint(raw: memoryview, at: int) -> tuple[int, int]:
@@ -80,7 +92,7 @@ def decode_stage_request(raw: bytes) -> StagedBlock:
     """The request in `raw` (any field order, as protobuf allows; unknown fields skipped);
     InvalidArgument for bytes that are not one."""
     view = memoryview(raw)
-    write_id, index, crc = "", 0, 0
+    write_id, index, crc, number, block_size = "", 0, 0, 0, 0
     data = view[0:0]
     at = 0
     while at < len(view):
@@ -88,8 +100,13 @@ def decode_stage_request(raw: bytes) -> StagedBlock:
         kind = tag & 7
         if kind == 0:
             value, at = _read_varint(view, at)
+            signed = value - (1 << 64) if value >= 1 << 63 else value
             if tag == _INDEX:
-                index = value - (1 << 64) if value >= 1 << 63 else value
+                index = signed
+            elif tag == _NUMBER:
+                number = signed
+            elif tag == _BLOCK_SIZE:
+                block_size = signed
         elif kind == 2:
             length, at = _read_varint(view, at)
             if at + length > len(view):
@@ -115,4 +132,4 @@ def decode_stage_request(raw: bytes) -> StagedBlock:
             raise InvalidArgument(f"a staged block's request has wire type {kind}")
     if at != len(view):
         raise InvalidArgument("a staged block's request is truncated")
-    return StagedBlock(write_id, index, data, crc)
+    return StagedBlock(write_id, index, data, crc, number, block_size)

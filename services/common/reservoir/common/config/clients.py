@@ -18,6 +18,9 @@ from .shared import (
     under_store_field,
 )
 
+# A part travels to a worker in one gRPC message (at most 64 MiB with its header).
+MAX_PART_BYTES = 63 * MiB
+
 
 @dataclass(frozen=True)
 class FuseConfig:
@@ -129,6 +132,9 @@ class ClientConfig:
     write_part_size: int = field(default=16 * MiB, metadata=env("RESERVOIR_WRITE_PART_SIZE"))
     write_concurrency: int = field(default=8, metadata=env("RESERVOIR_WRITE_CONCURRENCY"))
     write_part_retries: int = field(default=3, metadata=env("RESERVOIR_WRITE_PART_RETRIES"))
+    # A part goes to a worker, which uploads it to the store before it answers: how long
+    # that may take before the part goes to the next worker.
+    write_part_timeout_s: float = field(default=120.0, metadata=env("RESERVOIR_WRITE_PART_TIMEOUT"))
     # How long the workers may take, at close, to keep a written file's staged blocks
     # (renamed in their tiers, copied where a tier cannot rename) and report them.
     write_commit_timeout_s: float = field(
@@ -138,8 +144,11 @@ class ClientConfig:
     def __post_init__(self) -> None:
         if self.list_page_size < 1:
             raise InvalidArgument("RESERVOIR_LIST_PAGE_SIZE must be >= 1")
-        if self.write_part_size < 5 * MiB:
-            raise InvalidArgument("RESERVOIR_WRITE_PART_SIZE must be at least 5MiB (S3's floor)")
+        if not 5 * MiB <= self.write_part_size <= MAX_PART_BYTES:
+            raise InvalidArgument(
+                "RESERVOIR_WRITE_PART_SIZE must be at least 5MiB (S3's floor) and at most "
+                "63MiB (a part travels to a worker in one message)"
+            )
         if self.write_concurrency < 1 or self.write_part_retries < 0:
             raise InvalidArgument(
                 "RESERVOIR_WRITE_CONCURRENCY must be >= 1, RESERVOIR_WRITE_PART_RETRIES >= 0"

@@ -182,6 +182,9 @@ class WorkerConfig:
     )
     rpc_timeout_s: float = rpc_timeout_field()
     ufs: UnderStoreCalls = under_store_field()
+    # Parts of files being written that this worker uploads to the under-store at once
+    # (WritePart: writers send each part here once).
+    write_threads: int = field(default=8, metadata=env("RESERVOIR_WORKER_WRITE_THREADS"))
     chunk_size: int = field(default=1 * MiB, metadata=env("RESERVOIR_CHUNK_SIZE"))
     # The largest range ReadSmall answers in one message (above it, clients stream).
     small_read_max_bytes: int = field(

@@ -85,7 +85,7 @@ RULES: dict[str, Rule] = {
     worker.LOAD_BLOCKS: Rule(_ADMIN | _CLUSTER),
     worker.FREE_BLOCKS: Rule(_ADMIN | _CLUSTER),
     # A written file's blocks: from its writer only (they stay where they are staged).
-    worker.STAGE_BLOCK: Rule(_WRITE),
+    worker.WRITE_PART: Rule(_WRITE),
     worker.COMMIT_BLOCKS: Rule(_WRITE),
     # A renamed file's blocks kept under its new id: what the master asks, and no one else.
     worker.COPY_BLOCKS: Rule(_CLUSTER),

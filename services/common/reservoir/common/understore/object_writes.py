@@ -3,8 +3,9 @@
 The read-side store (`s3_under_store.py`) only reads; writes to writable mounts go
 through this, on the same boto3 client, so they sign with the same credentials and name
 the same endpoint in their errors. An upload is created and completed (or aborted) by the
-master, which records it in etcd; its parts are uploaded by the writer. All calls block:
-callers run them on a pool.
+master, which records it in etcd; its parts are uploaded by the workers the writer sends
+them to (or, on a cluster with no worker, by the writer). All calls block: callers run
+them on a pool.
 """
 
 from __future__ import annotations
