@@ -93,6 +93,89 @@ def test_up_resume_brings_back_the_mounts_and_the_managed_s3_data_on_its_old_por
         assert c.read("/life/a.bin") == content
 
 
+def _ports(status: dict[str, Any]) -> dict[str, Any]:
+    """Every address a user may have exported or configured, from `local status --json`."""
+    return {
+        "master": status["master"],
+        "s3": status["s3_endpoint"],
+        "gateway": status.get("gateway"),
+        "etcd": status["metadata_url"],
+        **{name: (p["port"], p.get("metrics")) for name, p in status["processes"].items()},
+    }
+
+
+def test_resume_keeps_every_port_so_an_exported_master_and_s3_still_answer(
+    cli: Cli, tmp_path: Path
+) -> None:
+    content = os.urandom(10_000)
+    cli.up("--gateway")
+    _mount_with_data(cli, content)
+    before = json.loads(cli("--json", "local", "status").stdout)
+    recorded = json.loads((cli.state_dir / "cluster.json").read_text())
+    assert cli("local", "down").returncode == 0
+    resumed = cli("local", "up", "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    after = json.loads(cli("--json", "local", "status").stdout)
+    assert _ports(after) == _ports(before)
+    assert {p["pid"] for p in after["processes"].values()}.isdisjoint(
+        p["pid"] for p in before["processes"].values()
+    )
+    # What a user exported before `down` (no state dir to find the cluster by) still works.
+    exported = {**own_cluster_env(), "RESERVOIR_MASTER": before["master"]}
+    if "tls_ca" in recorded:
+        exported |= {
+            "RESERVOIR_TLS_CA": recorded["tls_ca"],
+            "RESERVOIR_TOKEN_FILE": recorded["tokens"]["admin"],
+        }
+    cat = subprocess.run(
+        [sys.executable, "-m", "reservoir.cli.main", "--state-dir", str(tmp_path / "none"),
+         "cat", "/life/a.bin"],
+        capture_output=True,
+        timeout=60,
+        env=exported,
+    )  # fmt: skip
+    assert cat.returncode == 0, cat.stderr
+    assert cat.stdout == content
+
+
+def _hold_port(port: int) -> subprocess.Popen[str]:
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import socket, sys, time\n"
+         "s = socket.socket()\n"
+         f"s.bind(('127.0.0.1', {port}))\n"
+         "s.listen()\n"
+         "print('listening', flush=True)\n"
+         "time.sleep(300)\n"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "listening"
+    return holder
+
+
+def test_resume_refuses_a_port_another_process_holds_naming_the_port_and_that_process(
+    cli: Cli,
+) -> None:
+    cli.up()
+    worker_port = LocalCluster.load(cli.state_dir).processes["worker1"].port
+    assert cli("local", "down").returncode == 0
+    holder = _hold_port(worker_port)
+    try:
+        refused = cli("local", "up", "--resume")
+        command_name = Path(f"/proc/{holder.pid}/comm").read_text().strip()
+    finally:
+        holder.kill()
+        holder.wait(timeout=10)
+    assert refused.returncode == 1 and refused.stderr.count("\n") == 1, refused.stderr
+    assert f"port {worker_port} (worker1) is held by pid {holder.pid} ({command_name})" in (
+        refused.stderr
+    )
+    assert not (cli.state_dir / "cluster.json").exists()  # nothing started
+    assert cli.up("--resume")  # the stopped cluster is intact: once the port is free, it resumes
+    assert LocalCluster.load(cli.state_dir).processes["worker1"].port == worker_port
+
+
 def test_up_refuses_while_the_cluster_of_the_state_dir_is_running(cli: Cli) -> None:
     master = cli.up()
     again = cli("local", "up", "--workers", "1")

@@ -65,6 +65,9 @@ class LocalCluster:
     metadata_url: str = ""
     processes: dict[str, Process] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)
+    # The processes of the stopped cluster this one resumes, as they ran: not started, not
+    # recorded as this cluster's, only where each process's ports are kept from.
+    recorded: dict[str, Process] = field(default_factory=dict, repr=False)
     _supervisor: Supervisor = field(default_factory=Supervisor, repr=False)
 
     # ---- persistence ---------------------------------------------------------------------
@@ -90,6 +93,11 @@ class LocalCluster:
         )
 
     # ---- processes -----------------------------------------------------------------------
+
+    def previous(self, name: str) -> Process | None:
+        """Process `name` as it ran last (in this cluster, or the stopped one it resumes):
+        a server started again takes its ports."""
+        return self.processes.get(name) or self.recorded.get(name)
 
     def _spawn(self, proc: Process) -> Process:
         self._supervisor.spawn(proc)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .pki import LocalCredentials
-from .process import ClusterError, Process, free_port, port_is_free
+from .process import ClusterError, Process, free_port
 
 # Revisions older than an hour are dropped: enough for a watch that reconnects to resume,
 # and the database does not grow with every overwrite of a worker report.
@@ -52,20 +52,12 @@ def new_members(count: int) -> list[Member]:
 
 
 def recorded_members(processes: list[Process]) -> list[Member]:
-    """The members a stopped cluster ran, on the ports it ran them on: the other members
-    know a member by its recorded peer URL, so a resumed cluster keeps every port."""
-    members = [Member(p.name, p.port, p.peer_port) for p in processes if is_member(p.name)]
-    busy = [
-        f"{m.name} :{port}"
-        for m in members
-        for port in (m.client_port, m.peer_port)
-        if not port_is_free(port)
+    """The members a stopped cluster ran, on the ports it ran them on (the other members
+    know a member by its recorded peer URL; the master and workers by its client URL).
+    Whether those ports are free is checked before anything starts (state_dir.py)."""
+    members = [
+        Member(p.name, p.port, p.peer_port or free_port()) for p in processes if is_member(p.name)
     ]
-    if busy:
-        raise ClusterError(
-            f"cannot resume: ports of the stopped cluster's etcd members are in use "
-            f"({', '.join(busy)}); its members find each other on those ports"
-        )
     return sorted(members, key=lambda m: m.name)
 
 

@@ -1,7 +1,7 @@
 """What `reservoir local up` starts, decided before anything starts: the settings (given
 ones checked against a stopped cluster's recorded ones when resuming, see
-cluster_settings.py), and what a resumed cluster keeps (its etcd members' ports, its
-managed S3's port and objects, its credentials) or a clean one wipes (see state_dir.py).
+cluster_settings.py), and what a resumed cluster keeps (every process's ports, its managed
+S3's objects, its credentials) or a clean one wipes (see state_dir.py).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from . import cluster_settings, pki
 from .etcd_members import member_names
 from .process import Process
-from .state_dir import StateDir
+from .state_dir import StateDir, ensure_ports_free
 
 if TYPE_CHECKING:
     from .cluster import LocalCluster
@@ -26,6 +26,8 @@ class LaunchPlan:
     state: StateDir
     settings: dict[str, Any]
     recorded_etcd: list[Process]  # a resumed etcd cluster's members ([]: new ones)
+    # A resumed cluster's processes as they ran: each starts again on its ports ({}: new).
+    recorded: dict[str, Process]
     s3_endpoint: str  # an S3 not managed by the cluster ("": start the managed one)
     s3_port: int  # the managed S3's port (0: a free one)
     keep_s3_data: bool
@@ -51,10 +53,11 @@ class LaunchPlan:
             requested, state.resumable().settings if resume else None
         )
         member_names(settings["etcd_members"])  # refused before the stopped cluster is wiped
-        # A resumed etcd cluster keeps its ports (its members know each other by them).
-        recorded_etcd = state.resumable().etcd if resume and settings["etcd_members"] > 1 else []
+        recorded = state.resumable().processes if resume else {}
+        recorded_etcd = state.resumable().etcd if resume else []
         s3_port = 0  # the resumed managed S3 keeps its port: the mounts name it
         if resume:
+            ensure_ports_free(recorded)
             s3 = state.resumable_s3(s3_endpoint)
             s3_port = s3.managed_port
             s3_endpoint = "" if s3_port else s3.endpoint
@@ -70,6 +73,7 @@ class LaunchPlan:
             state=state,
             settings=settings,
             recorded_etcd=recorded_etcd,
+            recorded=recorded,
             s3_endpoint=s3_endpoint,
             s3_port=s3_port,
             keep_s3_data=keep_s3_data,
@@ -82,6 +86,7 @@ class LaunchPlan:
         """Starts `cluster` as planned, in dependency order (etcd, S3, masters, workers,
         gateway); on any failure stops what started, so no process is left behind."""
         settings = self.settings
+        cluster.recorded = dict(self.recorded)
         try:
             if self.make_credentials:
                 pki.create(

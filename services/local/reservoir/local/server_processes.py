@@ -47,7 +47,7 @@ def gateway_process(cluster: LocalCluster) -> Process:
     """`reservoir gateway`, reading through the cluster with the gateway's token (a writer
     of its own); on a secure cluster it serves HTTPS with the servers' certificate and
     checks signatures of the keys in `<state dir>/gateway-keys` (made here)."""
-    existing = cluster.processes.get(GATEWAY)
+    existing = cluster.previous(GATEWAY)
     port = existing.port if existing else free_port()
     env = {
         **server_env(cluster),
@@ -69,7 +69,7 @@ def gateway_process(cluster: LocalCluster) -> Process:
 def master_process(cluster: LocalCluster, n: int) -> Process:
     """Master `n` (processes "master", "master2", ...)."""
     name = "master" if n == 1 else f"master{n}"
-    existing = cluster.processes.get(name)
+    existing = cluster.previous(name)
     port = existing.port if existing else free_port()
     metrics = metrics_port(existing)
     return Process(
@@ -90,7 +90,7 @@ def master_process(cluster: LocalCluster, n: int) -> Process:
 def worker_process(cluster: LocalCluster, n: int) -> Process:
     """Worker `n`, with the cluster's capacity, lease, shm and disk tier settings."""
     name = f"worker{n}"
-    existing = cluster.processes.get(name)
+    existing = cluster.previous(name)
     port = existing.port if existing else free_port()
     metrics = metrics_port(existing)
     settings = cluster.settings

@@ -10,6 +10,9 @@
 data are wiped, so no mount can point at the previous run's S3. `local up --resume`
 keeps them, and only when the S3 the mounts point at can be had again: the managed one
 (its data kept) restarted on its old port, or an external endpoint that still answers.
+A resumed cluster keeps every port it had (an exported RESERVOIR_MASTER, an aws profile
+naming the S3 or the gateway, a Prometheus scraping the metrics ports go on working), so
+it is refused while another process holds one of them, naming that process.
 """
 
 from __future__ import annotations
@@ -22,7 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .port_holders import holder
 from .process import ClusterError, Process, port_is_free
+
+CLEAN = "run `reservoir local up` without --resume for a clean cluster (on new ports)"
 
 
 @dataclass(frozen=True)
@@ -34,6 +40,7 @@ class StoppedCluster:
     s3_port: int
     settings: dict[str, Any]  # what it was started with (see cluster_settings)
     etcd: list[Process]  # its etcd members as they ran (names, ports, data)
+    processes: dict[str, Process]  # every process as it ran: a resumed one keeps its ports
 
 
 @dataclass(frozen=True)
@@ -98,6 +105,7 @@ class StateDir:
             s3_port=int(s3["port"]) if s3 else 0,
             settings={"workers": workers, **data.get("settings", {})},
             etcd=[Process(**p) for name, p in processes.items() if name.startswith("etcd")],
+            processes={name: Process(**p) for name, p in processes.items()},
         )
 
     def mark_stopped(self) -> None:
@@ -126,17 +134,12 @@ class StateDir:
                 f"cannot resume with S3 {s3_endpoint}: the stopped cluster's mounts point at "
                 f"{previous.s3_endpoint}"
             )
-        clean = "run `reservoir local up` without --resume for a clean cluster"
+        clean = CLEAN
         if previous.s3_managed:
             if not (self.s3_data / "manifest.json").exists():
                 raise ClusterError(
                     f"cannot resume: the stopped cluster's S3 data is gone ({self.s3_data}); "
                     + clean
-                )
-            if not port_is_free(previous.s3_port):
-                raise ClusterError(
-                    f"cannot resume: port {previous.s3_port} of the stopped cluster's S3 "
-                    f"(its mounts point at {previous.s3_endpoint}) is in use; " + clean
                 )
             return ResumedS3(previous.s3_endpoint, previous.s3_port)
         if not _answers(previous.s3_endpoint):
@@ -145,6 +148,28 @@ class StateDir:
                 "unreachable; start it again, or " + clean
             )
         return ResumedS3(previous.s3_endpoint, 0)
+
+
+def ensure_ports_free(processes: dict[str, Process]) -> None:
+    """Refuses to resume while another process holds a port the stopped cluster's
+    processes had, naming each such port, whose it was, and who holds it now."""
+    busy: list[str] = []
+    for name, proc in sorted(processes.items()):
+        for port, what in (
+            (proc.port, name),
+            (proc.metrics_port, f"{name} metrics"),
+            (proc.peer_port, f"{name} peers"),
+        ):
+            if port and not port_is_free(port):
+                who = holder(port)
+                busy.append(f"port {port} ({what}) is held by {who or 'another process'}")
+    if busy:
+        raise ClusterError(
+            "cannot resume on the stopped cluster's ports: "
+            + "; ".join(busy)
+            + " (its clients, mounts and exported addresses name those ports): stop that, "
+            "or " + CLEAN
+        )
 
 
 def _answers(endpoint: str) -> bool:
