@@ -9,6 +9,7 @@ from .cache_state import CacheReport, FreeResult, PinResult, TierStats, WorkerSt
 from .client import Client, ReservoirFile
 from .load_jobs import JobState, LoadJob, MetadataLoadProgress
 from .reservoir_writer import ReservoirWriter
+from .sigterm_aborts import abort_writes_on_sigterm
 from .writer import WriteSession
 
 __all__ = [
@@ -30,4 +31,5 @@ __all__ = [
     "WorkerRecord",
     "WorkerStats",
     "WriteSession",
+    "abort_writes_on_sigterm",
 ]

@@ -13,7 +13,7 @@ from reservoir.common import config as cfg
 from reservoir.common.errors import ReservoirError
 from reservoir.common.models import CacheRule, Inode, MasterRecord, Mount, WorkerRecord
 
-from . import discovery
+from . import discovery, sigterm_aborts
 from .async_client import AsyncClient
 from .cache_state import CacheReport, FreeResult, PinResult, WorkerStats
 from .load_jobs import LoadJob, MetadataLoadProgress
@@ -294,6 +294,7 @@ class Client:
         "wb" writes a new version on a writable mount, published whole on close
         (`with` aborts it on an exception)."""
         if mode in ("w", "wb"):
+            self._abort_writes_on_sigterm()
             return ReservoirWriter(self, self._run(self._async.begin_write(path)))
         if mode not in ("r", "rb"):
             raise ValueError(f"unsupported mode {mode!r}: rb or wb")
@@ -302,7 +303,12 @@ class Client:
 
     def write(self, path: str, data: bytes) -> Inode:
         """Writes a whole file on a writable mount (see `open(path, "wb")`)."""
+        self._abort_writes_on_sigterm()
         return self._run(self._async.write(path, data))
+
+    def _abort_writes_on_sigterm(self) -> None:
+        if self.config.write_abort_on_sigterm:
+            sigterm_aborts.abort_writes_on_sigterm()
 
     def rm(self, path: str, *, recursive: bool = False) -> int:
         """Removes a file, or (`recursive`) a directory tree; objects deleted."""

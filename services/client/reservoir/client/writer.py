@@ -44,6 +44,7 @@ from reservoir.common.understore.object_writes import MAX_PARTS, ObjectWrites, P
 from reservoir.common.write_terms import WriteTerms
 from reservoir.v1 import master_pb2, worker_pb2
 
+from . import sigterm_aborts
 from .cluster_view import ClusterView
 
 log = logs.get_logger(__name__)
@@ -121,6 +122,9 @@ class WriteSession:
         self._slots = asyncio.Semaphore(self._config.write_concurrency)
         self.whole = whole
         self._put_etag = ""
+        self.abort_on_signal_timeout_s = self._config.write_sigterm_abort_timeout_s
+        if self._config.write_abort_on_sigterm:
+            sigterm_aborts.watch(self, asyncio.get_running_loop())
 
     def start(self) -> None:
         self._keeper = asyncio.create_task(self._keep_alive())
@@ -289,6 +293,7 @@ class WriteSession:
         except BaseException:
             await self.abort()
             raise
+        sigterm_aborts.unwatch(self)  # published: nothing left to abort
         inode = Inode.from_proto(reply)
         published = time.perf_counter()
         await self._commit(inode)
@@ -352,6 +357,7 @@ class WriteSession:
         """Drops the upload now (a write that failed leaves nothing behind). A master
         that cannot be told drops it after its timeout."""
         await self._stop_keeping()
+        sigterm_aborts.unwatch(self)
         try:
             await self._writes.view.call(
                 "AbortWrite", master_pb2.WriteRef(write_id=self.write_id), f"abort {self.path}"

@@ -140,6 +140,15 @@ class ClientConfig:
     write_commit_timeout_s: float = field(
         default=300.0, metadata=env("RESERVOIR_WRITE_COMMIT_TIMEOUT")
     )
+    # SIGTERM aborts the files being written (client/sigterm_aborts.py) as Ctrl-C does,
+    # rather than leaving their uploads to the master's timeout; the abort waits at most
+    # this long for the master before the process ends.
+    write_abort_on_sigterm: bool = field(
+        default=True, metadata=env("RESERVOIR_WRITE_ABORT_ON_SIGTERM")
+    )
+    write_sigterm_abort_timeout_s: float = field(
+        default=3.0, metadata=env("RESERVOIR_WRITE_SIGTERM_ABORT_TIMEOUT")
+    )
 
     def __post_init__(self) -> None:
         if self.list_page_size < 1:
