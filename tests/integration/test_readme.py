@@ -183,10 +183,12 @@ def test_local_up_prints_lines_that_point_boto3_at_its_s3_and_mount_what_they_pu
     # README.md shows the same block (its port and state directory are an example's).
     shown = next(s.code for s in snippets(README.read_text()) if s.code.startswith("# S3: "))
     normalized = block.replace(endpoint, "ENDPOINT").replace(str(user.state_dir), "STATE")
+    normalized = normalized.replace(sys.executable, "PYTHON")  # the interpreter with boto3
     example_endpoint = re.search(r"http://127\.0\.0\.1:\d+", shown)
     assert example_endpoint is not None
     shown = shown.replace(example_endpoint.group(), "ENDPOINT")
     shown = re.sub(r"state: \S+", "state: STATE", shown)
+    shown = re.sub(r"^/\S+/bin/python3? ", "PYTHON ", shown, flags=re.MULTILINE)
     assert normalized.strip() == shown.strip()
     status = user.run(Snippet(0, "sh", "reservoir local status --json\n", ""), 0)
     assert json.loads(status.stdout)["s3_env"]["AWS_ENDPOINT_URL"] == endpoint
