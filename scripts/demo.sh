@@ -12,5 +12,8 @@ R=(.venv/bin/reservoir --state-dir "$STATE")
 "${R[@]}" local up --workers "${WORKERS:-3}"
 "${R[@]}" local demo --files "${FILES:-400}"
 echo
-echo "The cluster is still running: try  .venv/bin/reservoir --state-dir $STATE ls -l /datasets/demo/train"
-echo "Stop it with:                       .venv/bin/reservoir --state-dir $STATE local down"
+echo "The cluster is still running. To use reservoir from this shell:"
+echo "  source $PWD/.venv/bin/activate   # puts reservoir (and the python with boto3) on PATH"
+echo "  export RESERVOIR_STATE_DIR=$STATE"
+echo "  reservoir ls -l /datasets/demo/train"
+echo "Stop it with: $PWD/.venv/bin/reservoir --state-dir $STATE local down"
