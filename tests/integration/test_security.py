@@ -4,6 +4,8 @@ block reports refused, and no secret in any log line even at debug level."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -232,3 +234,36 @@ def test_a_readers_cache_aware_sampler_reads_cached_files_first_and_starts_no_lo
         # A reader may not start load jobs: the sampler only reorders, and says so once.
         assert view.loads_refused and view.jobs == []
         assert len(admin.jobs()) == jobs_before
+
+
+def test_the_cli_tells_a_missing_token_a_refused_one_and_a_role_too_weak_apart(
+    secure: LocalCluster, tmp_path: Path
+) -> None:
+    creds = secure.credentials
+    assert creds is not None
+    secure.s3_client().create_bucket(Bucket="seccli")
+    with _client(secure, "admin") as admin:
+        admin.mount("/seccli", "s3://seccli/", endpoint_url=secure.s3_endpoint, writable=True)
+    mine = ("RESERVOIR_MASTER", "RESERVOIR_TLS_CA", "RESERVOIR_TOKEN", "RESERVOIR_TOKEN_FILE")
+    base = {k: v for k, v in os.environ.items() if k not in mine}
+    base |= {"RESERVOIR_MASTER": secure.master_address, "RESERVOIR_TLS_CA": str(creds.ca)}
+    reader = {**base, "RESERVOIR_TOKEN_FILE": str(creds.token("reader"))}
+    local = tmp_path / "local.bin"
+    local.write_bytes(b"data")
+
+    def error(env: dict[str, str], *args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "reservoir.cli.main", *args],
+            capture_output=True, text=True, timeout=60, env=env,
+        )  # fmt: skip
+        assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+        assert "StatusCode." not in done.stderr and "Traceback" not in done.stderr
+        return done.stderr
+
+    assert "no token given: set RESERVOIR_TOKEN" in error(base, "ls", "/seccli")
+    refused = error({**base, "RESERVOIR_TOKEN": "rsv_not-a-token-of-this-cluster"}, "ls", "/")
+    assert "the token was refused" in refused
+    written = error(reader, "cp", str(local), "reservoir:///seccli/by-reader.bin")
+    assert "writing needs the writer role" in written and "BeginWrite" not in written
+    mounted = error(reader, "mount", "/seccli2", "s3://seccli/")
+    assert "needs the admin role" in mounted and "reader" in mounted

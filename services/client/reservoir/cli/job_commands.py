@@ -7,9 +7,10 @@ import dataclasses
 import math
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from reservoir.client.load_jobs import LoadJob, MetadataLoadProgress
+from reservoir.client.load_jobs import JobState, LoadJob, MetadataLoadProgress
+from reservoir.common.errors import InvalidArgument
 
 from .connection import open_client
 from .output import (
@@ -23,6 +24,9 @@ from .output import (
     iso_time_or_none,
 )
 from .subcommands import Subcommands
+
+if TYPE_CHECKING:
+    from reservoir.client import Client
 
 
 def job_dict(job: LoadJob) -> dict[str, Any]:
@@ -150,8 +154,25 @@ def cmd_jobs(args: argparse.Namespace) -> None:
 
 def cmd_job(args: argparse.Namespace) -> None:
     with open_client(args) as rs:
-        job = rs.cancel_job(args.id) if args.action == "cancel" else rs.job(args.id)
+        job = _cancel(rs, args.id) if args.action == "cancel" else rs.job(args.id)
     emit(args, job_dict(job), lambda: job_text(job))
+
+
+def _cancel(rs: Client, job_id: str) -> LoadJob:
+    """Cancels a job that still runs. The master returns a finished job as it was, which
+    would read as cancelled by this command: a finished one is an error that says so."""
+    job = rs.job(job_id)
+    if not job.finished:
+        job = rs.cancel_job(job_id)
+        if job.state is JobState.CANCELLED:
+            return job
+    raise InvalidArgument(
+        f"job {job_id} already finished ({job.state.value}{_when(job)}): nothing to cancel"
+    )
+
+
+def _when(job: LoadJob) -> str:
+    return f" at {iso_time(job.updated_ms)}" if job.updated_ms else ""
 
 
 def cmd_load_metadata(args: argparse.Namespace) -> None:

@@ -11,10 +11,14 @@ import argparse
 import sys
 from collections.abc import Callable
 from importlib import metadata
+from typing import NoReturn
+
+import grpc
 
 from reservoir.common import DISTRIBUTION, logs
 from reservoir.common import config as cfg
 from reservoir.common.errors import ReservoirError, Unavailable
+from reservoir.common.rpc import error_from_rpc
 from reservoir.fuse import command as fuse_command
 from reservoir.gateway import command as gateway_command
 
@@ -32,6 +36,8 @@ from . import (
 from .connection import unreachable_hint
 from .output import EXIT_ERROR
 from .subcommands import Subcommands, top_parser
+
+log = logs.get_logger(__name__)
 
 # Every command module, in the order `reservoir --help` lists their subcommands.
 REGISTRATIONS: tuple[Callable[[Subcommands], None], ...] = (
@@ -77,12 +83,24 @@ def main(argv: list[str] | None = None) -> None:
         args.func(args)
     except BrokenPipeError:
         sys.exit(0)
+    except grpc.RpcError as exc:  # a call no layer below translated: never shown raw
+        fail(args, error_from_rpc(exc, f"reservoir {args.command}"))
     except (ReservoirError, ClusterError, OSError, ValueError) as exc:
-        hint = unreachable_hint(args) if isinstance(exc, Unavailable) else ""
-        print(f"reservoir: error: {exc}" + (f"; {hint}" if hint else ""), file=sys.stderr)
-        sys.exit(EXIT_ERROR)
+        fail(args, exc)
     except KeyboardInterrupt:
         sys.exit(130)
+    except Exception as exc:
+        # A bug: one line all the same, the traceback in the log for whoever debugs it.
+        log.debug("cli_failed", exc_info=True)
+        fail(args, f"internal error: {type(exc).__name__}: {exc} (a bug; "
+             "RESERVOIR_LOG_LEVEL=debug logs its traceback)")  # fmt: skip
+
+
+def fail(args: argparse.Namespace, error: BaseException | str) -> NoReturn:
+    """The one line an error prints, and exit code 1."""
+    hint = unreachable_hint(args) if isinstance(error, Unavailable) else ""
+    print(f"reservoir: error: {error}" + (f"; {hint}" if hint else ""), file=sys.stderr)
+    sys.exit(EXIT_ERROR)
 
 
 if __name__ == "__main__":

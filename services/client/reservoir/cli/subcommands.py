@@ -9,7 +9,9 @@ subcommand they override the top parser's value, absent they leave it alone.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+import difflib
+import re
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -49,11 +51,57 @@ def _global_options(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
 
 class CommandParser(argparse.ArgumentParser):
     """A parser whose usage errors are like every other error of the CLI: one line on
-    stderr, exit code 1 (argparse's own print the whole usage first and exit with 2).
-    Subcommand parsers are made of the same class, so `reservoir local up --bad` is too."""
+    stderr, exit code 1 (argparse's own print the whole usage first and exit with 2),
+    with the closest option or subcommand when one was mistyped. Subcommand parsers are
+    made of the same class, so `reservoir local up --bad` is too."""
+
+    def parse_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> argparse.Namespace:
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            # Said by the parser of the subcommand they came with: its options are the
+            # ones the user meant.
+            deepest: CommandParser = getattr(parsed, _DEEPEST, self)
+            deepest.error(f"unrecognized arguments: {' '.join(extras)}")
+        if hasattr(parsed, _DEEPEST):
+            delattr(parsed, _DEEPEST)
+        return parsed
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extras = super().parse_known_args(args, namespace)
+        if not hasattr(parsed, _DEEPEST):  # the innermost subcommand's parser finishes first
+            setattr(parsed, _DEEPEST, self)
+        return parsed, extras
 
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_ERROR, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+        self.exit(EXIT_ERROR, f"{self._with_suggestion(message)} (see `{self.prog} --help`)\n")
+
+    def _with_suggestion(self, message: str) -> str:
+        """The message, with '; did you mean --json?' for an unknown option or subcommand
+        close to one (and then without the list of every subcommand)."""
+        line = f"{self.prog}: error: {message}"
+        choice = re.search(r"(invalid choice: '([^']*)') \(choose from (.*)\)", message)
+        if choice:
+            close = difflib.get_close_matches(choice[2], re.findall(r"'([^']*)'", choice[3]), 1)
+            if close:
+                kept = message[: choice.start()] + choice[1]
+                return f"{self.prog}: error: {kept}; did you mean {close[0]}?"
+            return line
+        unknown = re.match(r"unrecognized arguments: (.*)", message)
+        if unknown:
+            options = [o for action in self._actions for o in action.option_strings]
+            for word in unknown[1].split():
+                close = difflib.get_close_matches(word.split("=", 1)[0], options, 1)
+                if word.startswith("-") and close:
+                    return f"{line}; did you mean {close[0]}?"
+        return line
+
+
+# Where a parse remembers the innermost subcommand parser it went through.
+_DEEPEST = "_reservoir_parser"
 
 
 def top_parser(prog: str, description: str, version: str) -> argparse.ArgumentParser:

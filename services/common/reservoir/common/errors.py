@@ -72,6 +72,11 @@ class NotLeader(Unavailable):
         self.leader = leader
 
 
+class NotAMaster(Unavailable):
+    """The address given as a master's answers, but as something else (a worker, etcd,
+    an HTTP server): raised by the caller, never sent by a server."""
+
+
 class DeadlineExceeded(Unavailable, TimeoutError):
     """A call ran past its deadline."""
 
@@ -98,6 +103,7 @@ STATUS_BY_ERROR: tuple[tuple[type[ReservoirError], grpc.StatusCode], ...] = (
     (ResourceExhausted, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (DeadlineExceeded, grpc.StatusCode.DEADLINE_EXCEEDED),
     (NotLeader, grpc.StatusCode.UNAVAILABLE),
+    (NotAMaster, grpc.StatusCode.UNAVAILABLE),
     (Unavailable, grpc.StatusCode.UNAVAILABLE),
     (DataLoss, grpc.StatusCode.DATA_LOSS),
     (Internal, grpc.StatusCode.INTERNAL),
@@ -111,7 +117,7 @@ LEADER_KEY = "reservoir-leader"
 _BY_NAME: dict[str, type[ReservoirError]] = {cls.__name__: cls for cls, _ in STATUS_BY_ERROR}
 _BY_CODE: dict[grpc.StatusCode, type[ReservoirError]] = {}
 for _cls, _code in STATUS_BY_ERROR:
-    if _cls is not NotLeader:  # a bare UNAVAILABLE is Unavailable
+    if _cls not in (NotLeader, NotAMaster):  # a bare UNAVAILABLE is Unavailable
         _BY_CODE.setdefault(_code, _cls)
 
 

@@ -7,6 +7,10 @@ is passed over for the next in the list. All of it within the call's own deadlin
 with no leader to be found by then, the call fails as a call to one master does.
 
 With a single address nothing changes: an unreachable master fails the call at once.
+
+An address that answers as something else (a worker, etcd, an HTTP server: a port mixed
+up) fails a call with `NotAMaster`, saying what answered there rather than the gRPC
+status it met; in a list of several it is passed over like an unreachable one.
 """
 
 from __future__ import annotations
@@ -19,21 +23,34 @@ from typing import Any
 import grpc
 import grpc.aio
 
-from reservoir.common import logs
+from reservoir.common import logs, worker_methods
 from reservoir.common.errors import (
     DeadlineExceeded,
+    Internal,
     InvalidArgument,
+    NotAMaster,
     NotLeader,
     ReservoirError,
     Unavailable,
 )
-from reservoir.common.rpc import ChannelOpener, error_from_rpc, is_transport_failure
+from reservoir.common.rpc import ChannelOpener, error_from_rpc, error_kind, is_transport_failure
 
 log = logs.get_logger(__name__)
 
 # Between rounds of asking while no master leads (a takeover under way).
 _FIRST_PAUSE_S = 0.05
 _LONGEST_PAUSE_S = 0.5
+# What a peer that is not the master it was taken for may be, each with a method only it
+# serves: called with an empty request, anything but UNIMPLEMENTED means it is served
+# there. A master comes first: one without the method asked is an older version.
+_A_MASTER = "a Reservoir master"
+_IDENTITIES = (
+    ("/reservoir.v1.MasterService/ListMounts", _A_MASTER),
+    (worker_methods.GET_STATS, "a Reservoir worker"),
+    ("/etcdserverpb.Maintenance/Status", "etcd"),
+)
+# Each question to a peer being identified: it has just answered, so it answers at once.
+_IDENTIFY_TIMEOUT_S = 2.0
 
 
 def master_addresses(masters: str) -> list[str]:
@@ -65,19 +82,18 @@ class MasterCalls:
         self._opener = opener
         self._stub_class = stub
         self._stubs: dict[str, Any] = {}
-        self._channels: list[grpc.aio.Channel] = []
+        self._channels: dict[str, grpc.aio.Channel] = {}
         self.leader = self.addresses[0]  # the master calls go to first
 
     def _stub(self, address: str) -> Any:
         stub = self._stubs.get(address)
         if stub is None:
-            channel = self._opener.channel(address)
-            self._channels.append(channel)
+            channel = self._channels[address] = self._opener.channel(address)
             stub = self._stubs[address] = self._stub_class(channel)
         return stub
 
     async def close(self) -> None:
-        for channel in self._channels:
+        for channel in self._channels.values():
             await channel.close()
         self._channels.clear()
         self._stubs.clear()
@@ -123,6 +139,49 @@ class MasterCalls:
         listed = ", ".join(self.addresses)
         return Unavailable(f"{what}: no master at {listed} answered as leader{hint}")
 
+    async def not_a_master(
+        self, address: str, exc: grpc.RpcError, what: str
+    ) -> ReservoirError | None:
+        """What to raise when `address` answered a call as no master would (its
+        UNIMPLEMENTED, or bytes that are not HTTP/2), after asking it what it is; None
+        when it answered as a master does."""
+        details = exc.details() if hasattr(exc, "details") else ""
+        code = exc.code() if hasattr(exc, "code") else None
+        if code == grpc.StatusCode.UNAVAILABLE and "Failed parsing HTTP/2" in (details or ""):
+            speaks = " HTTP/1.x, not gRPC" if "http1.x server" in details else ", but not gRPC"
+            return NotAMaster(f"{address} is not a Reservoir master (it answers{speaks})")
+        if code == grpc.StatusCode.UNAVAILABLE and "WRONG_VERSION_NUMBER" in (details or ""):
+            # What a TLS handshake meets when the other end answers in plaintext.
+            return NotAMaster(f"{address} is not a Reservoir master (it answers without TLS)")
+        if code != grpc.StatusCode.UNIMPLEMENTED or error_kind(exc) is not None:
+            return None
+        peer = await _identify(self._channels[address])
+        if peer == _A_MASTER:
+            return Internal(
+                f"{what}: the master at {address} does not know this call (an older version "
+                "of Reservoir than this client?)"
+            )
+        return NotAMaster(f"{address} is not a Reservoir master (it answers as {peer})")
+
+
+async def _identify(channel: grpc.aio.Channel) -> str:
+    """What serves at the other end of `channel`, in words."""
+
+    def raw(data: bytes) -> bytes:
+        return data
+
+    for method, name in _IDENTITIES:
+        call = channel.unary_unary(method, request_serializer=raw, response_deserializer=raw)
+        try:
+            await call(b"", timeout=_IDENTIFY_TIMEOUT_S)
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+                continue
+            if is_transport_failure(exc):
+                return "gRPC, then stopped answering"
+        return name
+    return "gRPC, but serves none of Reservoir's services"
+
 
 class _Route:
     """Where one call goes next after a failure, within its deadline."""
@@ -141,6 +200,12 @@ class _Route:
         """Returns when the call should be tried again (at `calls.leader`); raises the
         call's error when it should not."""
         calls = self._calls
+        wrong = await calls.not_a_master(address, exc, what)
+        if wrong is not None:
+            if len(calls.addresses) == 1 or not isinstance(wrong, NotAMaster):
+                raise wrong from None
+            await self._pass_over(address, what)  # a mistake in the list: the others may lead
+            return
         error: ReservoirError = error_from_rpc(exc, what)
         if isinstance(error, DeadlineExceeded):
             if len(calls.addresses) > 1:
@@ -167,6 +232,11 @@ class _Route:
             return
         if not is_transport_failure(exc):
             raise error from None
+        await self._pass_over(address, what)
+
+    async def _pass_over(self, address: str, what: str) -> None:
+        """Goes on to the next master after one that did not answer as a master."""
+        calls = self._calls
         self._unreachable.add(address)
         if len(calls.addresses) == 1:
             raise calls.unreachable(what) from None

@@ -129,14 +129,15 @@ def _trailing(exc: grpc.RpcError, name: str) -> str | None:
     return None
 
 
-def _error_kind(exc: grpc.RpcError) -> str | None:
+def error_kind(exc: grpc.RpcError) -> str | None:
+    """The domain error's class name a Reservoir server sent; None from anything else."""
     return _trailing(exc, errors.ERROR_KIND_KEY)
 
 
 def is_transport_failure(exc: grpc.RpcError) -> bool:
     """True when the peer could not be reached or did not answer (no domain error sent)."""
     code = exc.code() if hasattr(exc, "code") else None
-    return _error_kind(exc) is None and code in (
+    return error_kind(exc) is None and code in (
         grpc.StatusCode.UNAVAILABLE,
         grpc.StatusCode.DEADLINE_EXCEEDED,
         grpc.StatusCode.CANCELLED,
@@ -147,7 +148,7 @@ def error_from_rpc(exc: grpc.RpcError, what: str) -> errors.ReservoirError:
     """The domain error for a failed call, naming what was being done."""
     code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
     details = exc.details() if hasattr(exc, "details") else str(exc)
-    kind = _error_kind(exc)
+    kind = error_kind(exc)
     if kind == errors.NotLeader.__name__:
         return errors.NotLeader(details or what, _trailing(exc, errors.LEADER_KEY) or "")
     if kind is not None:

@@ -179,13 +179,37 @@ def authorize_token(table: TokenTable, method: str, token: str) -> Principal:
     """The principal of `token` when it may call `method` (a method with a rule; the
     subject check, if any, is the caller's); Unauthenticated or PermissionDenied otherwise.
     The gRPC interceptor and the worker's data port both ask this."""
-    principal = table.principal(token) if token else None
+    if not token:
+        raise Unauthenticated(
+            "no token given: set RESERVOIR_TOKEN_FILE (a file holding the token) or "
+            "RESERVOIR_TOKEN to a token of this cluster"
+        )
+    principal = table.principal(token)
     if principal is None:
-        raise Unauthenticated("a valid token is required (RESERVOIR_TOKEN_FILE or RESERVOIR_TOKEN)")
+        raise Unauthenticated(
+            "the token was refused: this cluster's tokens file does not list it (a token "
+            "of another cluster, mistyped, or revoked?)"
+        )
     rule = RULES.get(method)
     if rule is None or principal.role not in rule.roles:
-        raise PermissionDenied(f"role {principal.role!r} may not call {method.rsplit('/', 1)[-1]}")
+        raise PermissionDenied(f"{_needs(rule)} (this token's role is {principal.role})")
     return principal
+
+
+# What a refused caller reads: the role a call needs, said by what the call does rather
+# than by an RPC name the caller never typed.
+_NEEDS = {
+    _ADMIN: "this needs the admin role (mounts, metadata loads, load jobs, pins, TTLs, free)",
+    _WRITE: "writing needs the writer role (or admin)",
+    _CLUSTER: "only the cluster's own workers may do this (the worker role)",
+    _ADMIN | _CLUSTER: "this needs the admin role",
+}
+
+
+def _needs(rule: Rule | None) -> str:
+    if rule is None:
+        return "no role may make this call"
+    return _NEEDS.get(rule.roles, f"this needs one of the roles {', '.join(sorted(rule.roles))}")
 
 
 class AuthInterceptor(grpc.aio.ServerInterceptor):
