@@ -386,6 +386,31 @@ def test_master_metrics_count_namespace_chunks_and_load_jobs(observed: Observed)
     assert value(master, "reservoir_master_jobs", state="running") == 0
 
 
+def test_master_metrics_count_the_namespaces_files_and_directories(observed: Observed) -> None:
+    cluster = observed.cluster
+    s3 = cluster.s3_client()
+    s3.create_bucket(Bucket="counted")
+    # 7 files in 4 directories (a, a/b, c, and the mount's own).
+    for key in ("x.bin", "a/1", "a/2", "a/b/3", "a/b/4", "c/5", "c/6"):
+        s3.put_object(Bucket="counted", Key=f"p/{key}", Body=b"x")
+
+    def counts() -> tuple[float, float]:
+        samples = scrape(cluster, "master")
+        assert ("reservoir_master_namespace_files", ()) in samples  # counted, not absent
+        return (
+            value(samples, "reservoir_master_namespace_files"),
+            value(samples, "reservoir_master_namespace_directories"),
+        )
+
+    files, directories = counts()
+    with Client(cluster.master_address) as c:
+        c.mount("/counted", "s3://counted/p/", endpoint_url=cluster.s3_endpoint)
+        c.load_metadata("/counted")
+        assert counts() == (files + 7, directories + 4)
+        c.unmount("/counted")
+    assert counts() == (files, directories)
+
+
 def test_read_spans_reach_an_otlp_collector_with_worker_hit_miss_and_bytes(
     observed: Observed,
 ) -> None:

@@ -1,7 +1,9 @@
-"""The master's Prometheus metrics: mounts, known inodes, load jobs by state, live workers.
+"""The master's Prometheus metrics: mounts, files and directories, load jobs by state,
+live workers.
 
-Inodes, jobs and workers live in etcd; `refresh` reads them there before each scrape (an
-inode count is counted by etcd, none is sent), under the store's deadline. When etcd does
+Namespace chunks, jobs and workers live in etcd; `refresh` reads them there before each
+scrape (chunks are counted by etcd, none is sent), under the store's deadline. Files and
+directories are the leader's own count (namespace_counts.py). When etcd does
 not answer, the scrape still succeeds: `reservoir_master_metadata_up` is 0 and those
 series are left out rather than shown stale.
 """
@@ -68,6 +70,19 @@ class MasterMetrics(Collector):
         )
         if stored is None:
             return
+        counted = self._service.namespace.counts.totals()
+        if counted is not None:  # the leader, once it has counted (see namespace_counts.py)
+            files, directories = counted
+            yield GaugeMetricFamily(
+                PREFIX + "namespace_files",
+                "Files in the namespace (the leader's count; a standby has none).",
+                value=files,
+            )
+            yield GaugeMetricFamily(
+                PREFIX + "namespace_directories",
+                "Directories in the namespace, each mount's own included (the leader's count).",
+                value=directories,
+            )
         yield GaugeMetricFamily(
             PREFIX + "namespace_chunks",
             "etcd keys holding the namespace (each up to 64 files and directories of one "

@@ -28,17 +28,20 @@ from reservoir.common.metadata import keyspace
 from reservoir.common.metadata.inode_codec import (
     ChunkPlace,
     RawEntry,
+    count_entries,
     decode_chunk,
     encode_chunk,
     entry,
     file_facts,
     find_in_chunk,
+    is_dir_entry,
     iter_chunk,
 )
 from reservoir.common.metadata.metadata_store import MetadataStore, prefix_end
 from reservoir.common.models import Inode
 
 from .mount_table import MountTable
+from .namespace_counts import NamespaceCounts
 
 log = logs.get_logger(__name__)
 
@@ -80,6 +83,7 @@ class NamespaceStore:
         self._page_chunks = min(store.page_keys, PAGE_CHUNKS)
         self._locks: dict[bytes, asyncio.Lock] = {}
         self._lock_users: dict[bytes, int] = defaultdict(int)
+        self.counts = NamespaceCounts()
 
     def _where(self, path: str) -> tuple[bytes, ChunkPlace, str] | None:
         """A path's group, its chunk's place and its name; None outside every mount."""
@@ -255,8 +259,13 @@ class NamespaceStore:
     async def delete_subtree(self, path: str) -> None:
         """Deletes every stored inode below `path` (not `path` itself)."""
         groups: list[bytes] = []
+        # What each group held, for the counts: read by the walk, as good as a count.
+        held: dict[bytes, list[int]] = defaultdict(lambda: [0, 0])
         async for page in self.walk(path):
             for inode in page:
+                parent = self._directory(paths.parent_of(inode.path))
+                if parent is not None:
+                    held[parent[0]][inode.is_dir] += 1
                 if inode.is_dir:
                     where = self._directory(inode.path)
                     if where is not None:
@@ -267,10 +276,35 @@ class NamespaceStore:
         for group in groups:
             async with self._locked(group):
                 await self._store.delete_prefix(group)
+                files, directories = held.get(group, (0, 0))
+                self.counts.add(group, -files, -directories)
 
     async def delete_mount(self, mount_path: str) -> None:
         """Deletes a mount's whole namespace, its own directory entry included."""
-        await self._store.delete_prefix(keyspace.namespace_mount_prefix(mount_path))
+        prefix = keyspace.namespace_mount_prefix(mount_path)
+        await self._store.delete_prefix(prefix)
+        self.counts.drop_mount(prefix)
+
+    async def count(self) -> None:
+        """Counts the files and directories of the whole namespace into `counts`, a
+        directory group at a time under its lock (see namespace_counts.py)."""
+        self.counts.restart()
+        start, end = keyspace.NAMESPACE, prefix_end(keyspace.NAMESPACE)
+        while first := await self._store.get_range(start, end, 1):
+            group = keyspace.namespace_group_of(first[0][0])
+            mounted = {keyspace.namespace_mount_prefix(m.path) for m in self._mounts.mounts()}
+            async with self._locked(group):
+                files = directories = 0
+                if keyspace.namespace_mount_of(group) in mounted:  # else left by an unmount
+                    async for page in self._store.scan_prefix(group, self._page_chunks):
+                        for _, raw in page:
+                            more_files, more_directories = count_entries(raw)
+                            files += more_files
+                            directories += more_directories
+                self.counts.group_counted(group, files, directories)
+            start = prefix_end(group)
+        self.counts.finish()
+        log.info("namespace_counted", totals=self.counts.totals())
 
     async def migrate_legacy(self) -> int:
         """Moves inodes stored one JSON value per key (before chunks) into chunks, page
@@ -343,6 +377,7 @@ class NamespaceStore:
         keys = sorted(loaded)
         chunks: dict[bytes, dict[str, RawEntry]] = {}
         touched: set[bytes] = set()
+        counted = [0, 0]  # files, directories this write adds (or removes)
         for name in names:
             key = _first_at_or_after(keys, group + name.encode())
             if key is None:
@@ -351,11 +386,15 @@ class NamespaceStore:
                 raw = loaded.get(key)
                 chunks[key] = {e.name: e for e in iter_chunk(raw)} if raw else {}
             entries = chunks[key]
+            old = entries.pop(name, None)
             if name in change.deletes:
-                if entries.pop(name, None) is None:
+                if old is None:
                     continue
             else:
-                entries[name] = change.upserts[name]
+                new = entries[name] = change.upserts[name]
+                counted[is_dir_entry(new)] += 1
+            if old is not None:
+                counted[is_dir_entry(old)] -= 1
             touched.add(key)
         puts: list[tuple[bytes, bytes]] = []
         removed: list[bytes] = []
@@ -376,6 +415,7 @@ class NamespaceStore:
             await self._store.put_many(puts)
         if removed:
             await self._store.delete_many(removed)
+        self.counts.add(group, *counted)
 
     def _pieces(
         self, ordered: list[RawEntry], place: ChunkPlace

@@ -39,6 +39,10 @@ from .renamed_blocks import RenamedBlocks
 from .worker_link import WorkerLink
 from .write_sessions import WriteSessions
 
+# Between attempts to count the namespace while etcd does not answer.
+_COUNT_RETRY_S = 1.0
+_COUNT_RETRY_MAX_S = 30.0
+
 log = logs.get_logger(__name__)
 
 
@@ -74,6 +78,7 @@ class MasterService:
         # (asyncio's default pool is small on small machines).
         self._pool = ThreadPoolExecutor(config.ufs.concurrency, thread_name_prefix="ufs")
         self.namespace = NamespaceStore(store, self.mount_table)
+        self._counting: asyncio.Task[None] | None = None
         self.sync = NamespaceSync(
             self.namespace, config, self.mount_table, self._under_stores, self._pool
         )
@@ -118,11 +123,31 @@ class MasterService:
         for mount in self.mount_table.mounts():
             self._under_stores.prepare(mount)  # before the first stat needs it
         await self.namespace.migrate_legacy()
+        # In the background: a large namespace takes a while, and the leader serves meanwhile.
+        self._counting = asyncio.create_task(self._count_namespace())
         await self.locations.load()
         await self.refresh_workers()
         await self.jobs.resume()
         self.writes.start()  # aborts the uploads of writers that died, this master's or not
         log.info("master_state_loaded", mounts=len(self.mount_table))
+
+    async def _count_namespace(self) -> None:
+        pause = _COUNT_RETRY_S
+        while True:
+            try:
+                await self.namespace.count()
+                return
+            except ReservoirError as exc:
+                log.warning("namespace_count_failed", error=str(exc), retry_s=pause)
+                await asyncio.sleep(pause)
+                pause = min(2 * pause, _COUNT_RETRY_MAX_S)
+
+    async def _stop_counting(self) -> None:
+        task, self._counting = self._counting, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        self.namespace.counts.restart()  # a standby's writes are not its own: no totals
 
     async def metadata_health(self) -> None:
         """Raises what a write to the metadata store would meet now (etcd out of space,
@@ -132,6 +157,7 @@ class MasterService:
     async def stand_down(self) -> None:
         """Stops what only the leader does: load jobs stop with their records as they are,
         for the next leader to resume; the last block reports go to etcd first."""
+        await self._stop_counting()
         await self.writes.stop()
         await self.jobs.close()
         try:
@@ -140,6 +166,7 @@ class MasterService:
             log.warning("final_location_flush_failed", error=str(exc))
 
     async def close(self) -> None:
+        await self._stop_counting()
         await self.writes.stop()
         await self.jobs.close()
         await self._worker_link.close()

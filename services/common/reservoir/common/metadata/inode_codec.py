@@ -224,6 +224,19 @@ class RawEntry:
     synced_ms: int
 
 
+def is_dir_entry(item: RawEntry) -> bool:
+    return bool(item.body[0] & _DIR)
+
+
+def count_entries(raw: bytes) -> tuple[int, int]:
+    """(files, directories) in a chunk, read from each entry's flags alone."""
+    directories = total = 0
+    for _, body, _ in _framed(raw):
+        total += 1
+        directories += body[0] & _DIR
+    return total - directories, directories
+
+
 def entry(inode: Inode, place: ChunkPlace) -> RawEntry:
     name = inode.path.rsplit("/", 1)[1]
     # Bodies are stored relative to the chunk's latest synced_ms; a fresh entry is its

@@ -35,6 +35,10 @@ def _digest(path: str) -> bytes:
     return hashlib.blake2b(path.encode(), digest_size=8).hexdigest().encode()
 
 
+# Hex of an 8-byte digest and the '/' after it: a namespace key's parts have fixed widths.
+_DIGEST_PART = 17
+
+
 def namespace_mount_prefix(mount_path: str) -> bytes:
     """Every chunk of a mount's namespace: dropped as one range when the mount goes."""
     return NAMESPACE + _digest(mount_path) + b"/"
@@ -47,6 +51,16 @@ def namespace_mount_prefix(mount_path: str) -> bytes:
 # about 3 in 10^6 at ten million directories, 3 in 10^8 at a million).
 def namespace_group(mount_path: str, directory: str) -> bytes:
     return namespace_mount_prefix(mount_path) + _digest(directory) + b"/"
+
+
+def namespace_group_of(key: bytes) -> bytes:
+    """The group (see namespace_group) a namespace chunk's key lies in."""
+    return key[: len(NAMESPACE) + 2 * _DIGEST_PART]
+
+
+def namespace_mount_of(key: bytes) -> bytes:
+    """The mount prefix (see namespace_mount_prefix) a namespace key lies under."""
+    return key[: len(NAMESPACE) + _DIGEST_PART]
 
 
 # A chunk's key is its group plus the last name it may hold; the group's last chunk
