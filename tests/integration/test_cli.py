@@ -420,3 +420,88 @@ def test_version_and_help_for_every_subcommand_and_option() -> None:
 
     walk(build_parser(), "reservoir")
     assert not missing, f"no help text: {missing}"
+
+
+def _moments(document: Any, where: str = "") -> list[tuple[str, bool]]:
+    """(where, has its partner) for every time field of a JSON document: an ISO 8601
+    string `X` needs `X_ms` beside it, and a moment `X_ms` needs `X`."""
+    found: list[tuple[str, bool]] = []
+    if isinstance(document, list):
+        for i, item in enumerate(document):
+            found += _moments(item, f"{where}[{i}]")
+    elif isinstance(document, dict):
+        for key, item in document.items():
+            if isinstance(item, str) and ISO_UTC.fullmatch(item):
+                found.append((f"{where}.{key}", f"{key}_ms" in document))
+            elif key.endswith("_ms") and key.removesuffix("_ms") in document:
+                found.append((f"{where}.{key}", True))
+            found += _moments(item, f"{where}.{key}")
+    return found
+
+
+def test_every_time_in_every_commands_json_has_its_ms_partner(mounted: Mounted) -> None:
+    cluster, root = mounted.cluster, mounted.root
+    pinned = json.loads(_cli(cluster, "--json", "pin", f"{root}/sub", "--wait").stdout)
+    documents = {"pin": pinned}
+    for argv in (
+        ("mounts",), ("ls", root), ("ls", f"{root}/big.bin"), ("stat", f"{root}/big.bin"),
+        ("jobs",), ("job", "show", pinned["load_job_id"]), ("workers",), ("workers", "-l"),
+        ("masters",), ("rules",), ("report", root), ("unpin", f"{root}/sub"),
+    ):  # fmt: skip
+        done = _cli(cluster, "--json", *argv)
+        assert done.returncode == 0, (argv, done.stderr)
+        documents[" ".join(argv)] = json.loads(done.stdout)
+    moments = _moments(documents)
+    # Times of mounts, files, jobs, workers, masters and rules, each with its partner.
+    for name in ("created", "mtime", "updated", "started", "since"):
+        assert any(where.endswith(f".{name}") for where, _ in moments), name
+    assert not [where for where, partnered in moments if not partnered]
+    (mount,) = [m for m in documents["mounts"] if m["path"] == root]
+    assert ISO_UTC.fullmatch(mount["created"]) and isinstance(mount["created_ms"], int)
+
+
+def test_ls_of_a_file_lists_that_file_and_ls_lh_is_a_long_listing(mounted: Mounted) -> None:
+    cluster, big = mounted.cluster, f"{mounted.root}/big.bin"
+    plain = _cli(cluster, "ls", big)
+    assert plain.returncode == 0, plain.stderr
+    assert plain.stdout == f"{big}\n"
+    (listed,) = json.loads(_cli(cluster, "--json", "ls", big).stdout)
+    assert listed["path"] == big and listed["size"] == len(mounted.payload)
+    for argv in (("ls", "-lh", big), ("ls", "-l", "-h", big), ("ls", big, "-hl")):
+        done = _cli(cluster, *argv)
+        assert done.returncode == 0, (argv, done.stderr)
+        rows = _table(done.stdout)
+        assert rows[0] == ["TYPE", "SIZE", "MODIFIED", "NAME"], argv
+        assert rows[1][0] == "file" and rows[1][1] == "193.2KiB" and rows[1][3] == big, argv
+    whole = _table(_cli(cluster, "ls", "-lh", mounted.root).stdout)
+    assert [r[3] for r in whole[1:]] == ["big.bin", "sub/"]
+    assert b"usage:" in _bare("ls", "--help").stdout
+
+
+@pytest.mark.parametrize("shell", ["bash", "zsh"])
+def test_completion_prints_a_script_made_from_the_parsers(shell: str) -> None:
+    done = _bare("completion", shell)
+    assert done.returncode == 0 and done.stderr == b"", done.stderr
+    script = done.stdout.decode()
+    assert "load-metadata" in script and "--json" in script and "credentials" in script
+    if shell == "zsh":
+        assert script.startswith("#compdef reservoir")
+        return
+    command = f"{sys.executable} -m reservoir.cli.main"
+    sourced = subprocess.run(
+        [
+            "bash",
+            "-c",
+            f"source <({command} completion bash) && complete -p reservoir && "
+            "COMP_WORDS=(reservoir mou) COMP_CWORD=1 && _shtab_reservoir && "
+            'echo "${COMPREPLY[@]}"',
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert sourced.returncode == 0 and sourced.stderr == "", sourced.stderr
+    assert sourced.stdout.splitlines() == [
+        "complete -o bashdefault -F _shtab_reservoir reservoir",
+        "mount mounts",
+    ]

@@ -11,7 +11,7 @@ from reservoir.common.models import CacheRule
 
 from .connection import open_client
 from .job_commands import job_dict
-from .output import EXIT_ERROR, Table, emit, human, iso_time_or_none
+from .output import EXIT_ERROR, Table, emit, human, time_fields
 from .subcommands import Subcommands
 
 
@@ -24,7 +24,7 @@ def rule_dict(rule: CacheRule) -> dict[str, Any]:
         "pinned_files": rule.pinned_files,
         "pinned_bytes": rule.pinned_bytes,
         "ttl_s": rule.ttl_ms / 1000 if rule.ttl_ms else None,
-        "updated": iso_time_or_none(rule.updated_ms),
+        **time_fields("updated", rule.updated_ms),
     }
 
 

@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from .connection import open_client
-from .output import EXIT_ERROR, Table, emit, human, iso_time_or_none
+from .output import EXIT_ERROR, Table, emit, human, time_fields
 from .subcommands import Subcommands
 
 
@@ -30,7 +30,7 @@ def cmd_workers(args: argparse.Namespace) -> None:
             "host": w.host,
             "zone": w.zone,
             "capacity_bytes": w.capacity_bytes,
-            "started": iso_time_or_none(w.started_ms),
+            **time_fields("started", w.started_ms),
         }
         if w.id in stats:
             counters = dataclasses.asdict(stats[w.id])
@@ -95,7 +95,7 @@ def cmd_masters(args: argparse.Namespace) -> None:
         {
             "address": m.address,
             "role": m.role,
-            "since": iso_time_or_none(m.since_ms),
+            **time_fields("since", m.since_ms),
             "term": m.term,
             "id": m.id,
         }

@@ -21,7 +21,7 @@ from .output import (
     fields,
     human,
     iso_time,
-    iso_time_or_none,
+    time_fields,
 )
 from .subcommands import Subcommands
 
@@ -35,8 +35,7 @@ def job_dict(job: LoadJob) -> dict[str, Any]:
     data["state"] = job.state.value
     data["priority_paths"] = list(job.priority_paths)
     data["errors"] = list(job.errors)
-    data["created"] = iso_time_or_none(job.created_ms)
-    data["updated"] = iso_time_or_none(job.updated_ms)
+    data |= time_fields("created", job.created_ms) | time_fields("updated", job.updated_ms)
     return data
 
 

@@ -25,6 +25,7 @@ from reservoir.gateway import command as gateway_command
 from . import (
     cache_rule_commands,
     cluster_commands,
+    completion_commands,
     config_commands,
     credential_commands,
     job_commands,
@@ -52,6 +53,7 @@ REGISTRATIONS: tuple[Callable[[Subcommands], None], ...] = (
     config_commands.register,
     fuse_command.register,
     gateway_command.register,
+    completion_commands.register,
 )
 
 

@@ -5,14 +5,17 @@ from __future__ import annotations
 import argparse
 import itertools
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from reservoir.common.config import parse_size
 from reservoir.common.models import Inode, Mount
 
 from .connection import open_client
-from .output import Table, emit, fields, human, iso_time, iso_time_or_none, print_json_array
+from .output import Table, emit, fields, human, iso_time, print_json_array, time_fields
 from .subcommands import Subcommands
+
+if TYPE_CHECKING:
+    from reservoir.client import Client
 
 
 def inode_dict(inode: Inode) -> dict[str, Any]:
@@ -20,8 +23,7 @@ def inode_dict(inode: Inode) -> dict[str, Any]:
         "path": inode.path,
         "type": "directory" if inode.is_dir else "file",
         "size": inode.size,
-        "mtime": iso_time_or_none(inode.mtime_ms),
-        "mtime_ms": inode.mtime_ms,
+        **time_fields("mtime", inode.mtime_ms),
         "etag": inode.etag,
         "block_size": inode.block_size,
         "file_id": inode.file_id,
@@ -40,7 +42,7 @@ def mount_dict(m: Mount) -> dict[str, Any]:
         "credentials": m.options.credentials,
         "metadata_sync": m.options.metadata_sync,
         "writable": m.options.writable,
-        "created": iso_time_or_none(m.created_ms),
+        **time_fields("created", m.created_ms),
     }
 
 
@@ -108,20 +110,39 @@ def cmd_ls(args: argparse.Namespace) -> None:
     failure between pages leaves what was printed and exits 1."""
     with open_client(args) as rs:
         page = rs.config.list_page_size
-        entries = rs.iter_ls(args.path, page_size=page)
+        entries = _listing(rs, args.path, page)
         if args.json:
             print_json_array((inode_dict(e) for e in entries), flush_every=page)
             return
+
+        def name(e: Inode) -> str:
+            # A file listed by its own path is shown by that path, as `ls FILE` does.
+            return args.path if e.path == args.path and not e.is_dir else _name(e)
+
         for number, chunk in enumerate(_chunks(entries, page)):
             if not args.long:
-                print("\n".join(_name(e) for e in chunk), flush=True)
+                print("\n".join(name(e) for e in chunk), flush=True)
                 continue
             # Fixed widths but for the name: every page's rows line up under one header.
             table = Table("TYPE", "SIZE", "MODIFIED", "NAME", numeric=("SIZE",), widths=_LONG)
             for e in chunk:
                 size = "-" if e.is_dir else human(e.size)
-                table.row("dir" if e.is_dir else "file", size, iso_time(e.mtime_ms), _name(e))
+                table.row("dir" if e.is_dir else "file", size, iso_time(e.mtime_ms), name(e))
             print(table.render(header=number == 0), flush=True)
+
+
+def _listing(rs: Client, path: str, page: int) -> Iterator[Inode]:
+    """A directory's entries; for a file, the file itself (as `ls FILE` lists it)."""
+    entries = rs.iter_ls(path, page_size=page)
+    try:
+        first = next(entries)
+    except StopIteration:
+        return
+    except NotADirectoryError:
+        yield rs.stat(path)
+        return
+    yield first
+    yield from entries
 
 
 # TYPE ("file"), SIZE (up to "1023.9KiB"), MODIFIED (ISO 8601 with its UTC offset).
@@ -200,10 +221,17 @@ def register(commands: Subcommands) -> None:
     p = commands.add("unmount", "remove a mount (the under-store is not touched)", cmd_unmount)
     p.add_argument("path", help="the mount's path")
     commands.add("mounts", "list mounts", cmd_mounts)
-    p = commands.add("ls", "list a directory", cmd_ls)
-    p.add_argument("path", nargs="?", default="/", help="the directory (default /)")
+    p = commands.add("ls", "list a directory, or show one file", cmd_ls, short_help=False)
+    p.add_argument("path", nargs="?", default="/", help="the directory or file (default /)")
     p.add_argument(
         "-l", "--long", action="store_true", help="a table: type, size, modification time"
+    )
+    p.add_argument(
+        "-h",
+        "--human-readable",
+        action="store_true",
+        help="sizes in KiB, MiB, GiB: what the table shows anyway, taken so that `ls -lh` "
+        "works as typed (--help is the help)",
     )
     p = commands.add("stat", "a file's info, with the workers caching each block", cmd_stat)
     p.add_argument("path", help="the file or directory")

@@ -60,6 +60,12 @@ def iso_time_or_none(ms: int) -> str | None:
     return iso_time(ms) if ms else None
 
 
+def time_fields(name: str, ms: int) -> dict[str, Any]:
+    """A moment as --json prints it: `name` in ISO 8601 for people, `name_ms` beside it
+    (milliseconds since the epoch) for programs; both null for never."""
+    return {name: iso_time_or_none(ms), f"{name}_ms": ms or None}
+
+
 class Table:
     """Columns under a header row, like `kubectl get`: text left-aligned, numbers right."""
 

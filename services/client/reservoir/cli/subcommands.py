@@ -127,10 +127,15 @@ class Subcommands:
         _global_options(common, defaults=False)
         return cls(parser, "command", common)
 
-    def add(self, name: str, help: str, handler: Handler | None = None) -> argparse.ArgumentParser:
+    def add(
+        self, name: str, help: str, handler: Handler | None = None, *, short_help: bool = True
+    ) -> argparse.ArgumentParser:
+        """`short_help=False`: `--help` only, leaving `-h` to the command (`ls -lh`)."""
         parser: argparse.ArgumentParser = self._action.add_parser(
-            name, help=help, description=help, parents=[self._common]
+            name, help=help, description=help, parents=[self._common], add_help=short_help
         )
+        if not short_help:
+            parser.add_argument("--help", action="help", help="show this help message and exit")
         if handler is not None:
             parser.set_defaults(func=handler)
         return parser
