@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,6 +112,9 @@ def test_resume_keeps_every_port_so_an_exported_master_and_s3_still_answer(
     cli.up("--gateway")
     _mount_with_data(cli, content)
     before = json.loads(cli("--json", "local", "status").stdout)
+    # The gateway's metrics are in `local status` beside the servers' (and keep their port).
+    with urllib.request.urlopen(before["processes"]["gateway"]["metrics"], timeout=10) as got:
+        assert b"reservoir_gateway_requests" in got.read()
     recorded = json.loads((cli.state_dir / "cluster.json").read_text())
     assert cli("local", "down").returncode == 0
     resumed = cli("local", "up", "--resume")

@@ -277,11 +277,15 @@ def test_compose_master_and_workers_build_from_the_deploy_dockerfile() -> None:
 def test_compose_servers_serve_metrics_and_prometheus_scrapes_every_one_of_them() -> None:
     services = load_compose()["services"]
     served = set()
-    for name in (*MASTERS, *WORKERS):
+    for name in (*MASTERS, *WORKERS, "gateway"):
         env = compose_env(services[name])
         host, _, port = env["RESERVOIR_METRICS_LISTEN"].rpartition(":")
         assert host == "0.0.0.0", f"{name}: other containers must reach its metrics"
-        grpc_listen = env.get("RESERVOIR_MASTER_LISTEN") or env["RESERVOIR_WORKER_LISTEN"]
+        grpc_listen = (
+            env.get("RESERVOIR_MASTER_LISTEN")
+            or env.get("RESERVOIR_WORKER_LISTEN")
+            or env["RESERVOIR_GATEWAY_LISTEN"]
+        )
         assert port != grpc_listen.rpartition(":")[2], name
         served.add(f"{name}:{port}")
     prometheus = services["prometheus"]

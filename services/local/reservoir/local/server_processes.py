@@ -49,11 +49,13 @@ def gateway_process(cluster: LocalCluster) -> Process:
     checks signatures of the keys in `<state dir>/gateway-keys` (made here)."""
     existing = cluster.previous(GATEWAY)
     port = existing.port if existing else free_port()
+    metrics = metrics_port(existing)
     env = {
         **server_env(cluster),
         **_security(cluster).server_env(GATEWAY),
         "RESERVOIR_MASTER": cluster.master_address,
         "RESERVOIR_GATEWAY_LISTEN": f"127.0.0.1:{port}",
+        "RESERVOIR_METRICS_LISTEN": f"127.0.0.1:{metrics}",
     }
     if cluster.credentials is not None:
         env["RESERVOIR_GATEWAY_KEYS_FILE"] = str(write_gateway_keys(cluster.state_dir))
@@ -63,6 +65,7 @@ def gateway_process(cluster: LocalCluster) -> Process:
         env=env,
         port=port,
         log=str(cluster.state_dir / "gateway.log"),
+        metrics_port=metrics,
     )
 
 
