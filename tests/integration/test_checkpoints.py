@@ -340,3 +340,51 @@ def test_a_trainer_holding_no_s3_credentials_saves_through_the_workers(
     assert writer.read(f"{root}/model.pt") == model  # read-your-writes from the workers
     assert _gets(cluster) == gets
     assert _open_uploads(cluster, bucket) == []
+
+
+def _cli(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "reservoir.cli.main", "--master", cluster.master_address, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_cp_r_copies_a_tree_both_ways_and_cp_into_a_directory_keeps_the_name(
+    cluster: LocalCluster, bucket: str, writer: Client, tmp_path: Path
+) -> None:
+    root = _mount(writer, cluster, bucket)
+    tree = tmp_path / "run"
+    files = {"model.pt": os.urandom(6 * BLOCK + 1), "opt/state.pt": b"s", "opt/x/y.json": b"{}"}
+    for name, data in files.items():
+        (tree / name).parent.mkdir(parents=True, exist_ok=True)
+        (tree / name).write_bytes(data)
+    up = _cli(cluster, "cp", "-r", str(tree), f"reservoir://{root}/step-1")
+    assert up.returncode == 0, up.stderr
+    keys = [o["Key"] for o in cluster.s3_client().list_objects_v2(Bucket=bucket)["Contents"]]
+    assert sorted(keys) == sorted(f"ckpt/step-1/{name}" for name in files)  # no dir markers
+    again = _cli(cluster, "cp", "-r", str(tree), f"reservoir://{root}/step-1")
+    assert again.returncode == 0, again.stderr  # into the existing directory, as cp -r does
+    assert writer.read(f"{root}/step-1/run/opt/state.pt") == b"s"
+
+    back = tmp_path / "back"
+    down = _cli(cluster, "cp", "-r", f"{root}/step-1", str(back))
+    assert down.returncode == 0, down.stderr
+    for name, data in files.items():
+        assert (back / name).read_bytes() == data
+    plain = _cli(cluster, "cp", f"{root}/step-1", str(tmp_path / "x"))
+    assert plain.returncode == 1 and "cp -r" in plain.stderr
+
+    kept = _cli(cluster, "cp", str(tree / "model.pt"), f"reservoir://{root}/step-1/opt/")
+    assert kept.returncode == 0, kept.stderr
+    assert writer.read(f"{root}/step-1/opt/model.pt") == files["model.pt"]
+
+
+def test_rm_f_of_a_missing_path_succeeds_and_rm_of_one_fails(
+    cluster: LocalCluster, bucket: str, writer: Client
+) -> None:
+    root = _mount(writer, cluster, bucket)
+    assert _cli(cluster, "rm", "-f", f"{root}/never-written").returncode == 0
+    missing = _cli(cluster, "rm", f"{root}/never-written")
+    assert missing.returncode == 1 and "never-written" in missing.stderr

@@ -9,12 +9,15 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from . import write_commands
 from .connection import open_client
 from .output import emit, human, note
 from .subcommands import Subcommands
+
+if TYPE_CHECKING:
+    from reservoir.client import Client
 
 _CHUNK = 4 << 20
 STDOUT = "-"
@@ -58,24 +61,62 @@ def write_atomically(target: Path, source: BinaryIO) -> int:
     return size
 
 
+def _download_tree(rs: Client, root: str, target: Path) -> tuple[int, int]:
+    """Every file below `root` in Reservoir to the same place below `target`; (files,
+    bytes). Each file is written atomically, as a single `cp` writes one."""
+    files = size = 0
+    pending = [root.rstrip("/") or "/"]
+    while pending:
+        directory = pending.pop()
+        for entry in rs.iter_ls(directory):
+            if entry.is_dir:
+                pending.append(entry.path)
+                continue
+            local = target / entry.path[len(root.rstrip("/")) + 1 :]
+            local.parent.mkdir(parents=True, exist_ok=True)
+            with rs.open(entry.path) as src:
+                size += write_atomically(local, src)
+            files += 1
+    return files, size
+
+
 def cmd_cp(args: argparse.Namespace) -> None:
-    if write_commands.is_upload(args.path, args.dest):
+    if write_commands.is_upload(args.path, args.dest, args.recursive):
         write_commands.cmd_upload(args)
         return
     start = time.perf_counter()
-    with open_client(args) as rs, rs.open(args.path) as src:
-        if args.dest == STDOUT:
-            shutil.copyfileobj(src, sys.stdout.buffer, _CHUNK)
-            sys.stdout.buffer.flush()
-            return
-        target = destination(args.path, args.dest)
-        size = write_atomically(target, src)
+    files = 1
+    with open_client(args) as rs:
+        source = write_commands.reservoir_path(args.path)
+        if rs.stat(source).is_dir:
+            if not args.recursive:
+                raise IsADirectoryError(f"{args.path}: is a directory (cp -r copies a tree)")
+            target = Path(args.dest)
+            if target.is_dir():  # into it, keeping the name, as cp -r does
+                target = target / (source.rstrip("/").rsplit("/", 1)[-1] or "root")
+            target.mkdir(parents=True, exist_ok=True)
+            files, size = _download_tree(rs, source, target)
+        else:
+            with rs.open(source) as src:
+                if args.dest == STDOUT:
+                    shutil.copyfileobj(src, sys.stdout.buffer, _CHUNK)
+                    sys.stdout.buffer.flush()
+                    return
+                target = destination(source, args.dest)
+                size = write_atomically(target, src)
     seconds = time.perf_counter() - start
-    data = {"path": args.path, "dest": str(target), "bytes": size, "seconds": round(seconds, 3)}
+    data = {
+        "path": args.path,
+        "dest": str(target),
+        "files": files,
+        "bytes": size,
+        "seconds": round(seconds, 3),
+    }
     if args.json:
         emit(args, data, str)
     else:
-        note(f"copied {human(size)} ({size} bytes) to {target} in {seconds:.2f}s")
+        what = f"{files} files, " if files != 1 else ""
+        note(f"copied {what}{human(size)} ({size} bytes) to {target} in {seconds:.2f}s")
 
 
 def register(commands: Subcommands) -> None:
@@ -89,6 +130,9 @@ def register(commands: Subcommands) -> None:
         cmd_cp,
     )
     p.add_argument("path", help="the file in Reservoir, or a local file or - to copy in")
+    p.add_argument(
+        "-r", "--recursive", action="store_true", help="copy a directory tree (either way)"
+    )
     p.add_argument(
         "dest",
         help="a file, a directory (the file keeps its name), or - for stdout; or the path "
