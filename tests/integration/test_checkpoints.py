@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from reservoir.client import Client, discovery
+from reservoir.client.filesystem import ReservoirFileSystem
 from reservoir.common.errors import Unavailable
 from reservoir.local.cluster import LocalCluster
 from tests.conftest import new_mount_path
@@ -388,3 +389,41 @@ def test_rm_f_of_a_missing_path_succeeds_and_rm_of_one_fails(
     assert _cli(cluster, "rm", "-f", f"{root}/never-written").returncode == 0
     missing = _cli(cluster, "rm", f"{root}/never-written")
     assert missing.returncode == 1 and "never-written" in missing.stderr
+
+
+def test_a_directory_renamed_moves_every_object_keeps_its_cache_and_leaves_no_marker(
+    cluster: LocalCluster, bucket: str, writer: Client
+) -> None:
+    """`reservoir mv DIR DIR2` and fsspec `mv(recursive=True)`: S3 holds the tree under the
+    new prefix only, the namespace shows the new tree where the old one was, and files
+    read right after cost S3 nothing (their cached blocks were kept)."""
+    root = _mount(writer, cluster, bucket)
+    writer.makedirs(f"{root}/run/opt")  # as DCP does before writing into it
+    files = {"model.pt": os.urandom(3 * BLOCK + 1), "opt/state.pt": b"state", "meta.json": b"{}"}
+    for name, data in files.items():
+        writer.write(f"{root}/run/{name}", data)
+    keys = [o["Key"] for o in cluster.s3_client().list_objects_v2(Bucket=bucket)["Contents"]]
+    # The empty object makedirs left went with the directory's first file.
+    assert sorted(keys) == sorted(f"ckpt/run/{n}" for n in files)
+
+    moved = _cli(cluster, "mv", f"{root}/run", f"{root}/step-1")
+    assert moved.returncode == 0, moved.stderr
+    keys = [o["Key"] for o in cluster.s3_client().list_objects_v2(Bucket=bucket)["Contents"]]
+    assert sorted(keys) == sorted(f"ckpt/step-1/{n}" for n in files)
+    before = _gets(cluster)
+    with Client(cluster.master_address) as reader:
+        assert [e.path for e in reader.ls(root)] == [f"{root}/step-1"]
+        for name, data in files.items():
+            assert reader.read(f"{root}/step-1/{name}") == data
+        with pytest.raises(FileNotFoundError):
+            reader.stat(f"{root}/run/model.pt")
+    assert _gets(cluster) == before
+
+    fs = ReservoirFileSystem(client=writer, skip_instance_cache=True)
+    fs.mv(f"{root}/step-1", f"{root}/final", recursive=True)
+    assert sorted(fs.find(f"{root}/final")) == sorted(f"{root}/final/{n}" for n in files)
+    writer.write(f"{root}/other/x", b"x")
+    with pytest.raises(FileExistsError):
+        writer.rename(f"{root}/final", f"{root}/other")  # onto a directory with files in it
+    with pytest.raises(ValueError):
+        writer.rename(f"{root}/final", f"{root}/final/inside")

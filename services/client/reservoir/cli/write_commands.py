@@ -145,8 +145,13 @@ def register(commands: Subcommands) -> None:
     p.add_argument(
         "-f", "--force", action="store_true", help="a path that does not exist is no error"
     )
-    p = commands.add("mv", "move a file within a writable mount (atomic for readers)", cmd_mv)
-    p.add_argument("source", help="the file to move")
+    p = commands.add(
+        "mv",
+        "move a file or a directory within a writable mount (atomic for readers; a "
+        "directory's objects are copied in S3, which has no rename)",
+        cmd_mv,
+    )
+    p.add_argument("source", help="the file or directory to move")
     p.add_argument("dest", help="its new path, in the same mount")
     p = commands.add("mkdir", "make a directory and its parents on a writable mount", cmd_mkdir)
     p.add_argument("path", help="the directory to make")

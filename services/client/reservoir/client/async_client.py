@@ -471,17 +471,17 @@ class AsyncClient:
         return int(reply.removed)
 
     async def rename(self, source: str, destination: str) -> Inode:
-        """Moves a file within its mount; readers see the destination's old version or
-        the whole new one."""
+        """Moves a file or a directory within its mount; readers see the destination's old
+        version or the whole new one (a directory: the old tree or the new one)."""
         reply = await self._view.call(
             "Rename",
             master_pb2.RenameRequest(source=source, destination=destination),
             f"rename {source}",
         )
-        self._view.forget(paths.normalize(source))
+        self._view.forget_below(paths.normalize(source))  # a directory: all below it
         # Not remembered: the next stat learns where its blocks are (kept by the workers
         # that held the source's), which this answer does not say.
-        self._view.forget(paths.normalize(destination))
+        self._view.forget_below(paths.normalize(destination))
         return Inode.from_proto(reply)
 
     async def makedirs(self, path: str) -> Inode:

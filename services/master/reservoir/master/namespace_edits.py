@@ -3,7 +3,8 @@ the namespace, so that what a reader sees always exists in the store.
 
 A rename is a server-side copy and a delete in the store (S3 has no rename), then one
 namespace write that stores the destination and drops the source: readers see the old
-destination or the whole new one, never a part (what `torch.distributed.checkpoint`
+destination or the whole new one, never a part; a directory's is a copy of every object
+below it, then that one write at its root (what `torch.distributed.checkpoint`
 relies on when it renames `.metadata` into place). The copy is made from the version the
 workers cache, whose blocks are then kept under the new name's identity
 (`RenamedBlocks`): reading a file renamed into place costs the store nothing.
@@ -11,6 +12,7 @@ workers cache, whose blocks are then kept under the new name's identity
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
@@ -20,16 +22,20 @@ from reservoir.common.errors import (
     Conflict,
     InvalidArgument,
     IsADirectory,
+    NotADirectory,
     NotFound,
     ReservoirError,
 )
 from reservoir.common.models import Inode, Mount
 
-from .metadata_sync import dir_inode, now_ms
+from .metadata_sync import carried, dir_inode, now_ms
 from .renamed_blocks import RenamedBlocks
 from .write_sessions import WriteSessions, writable_mount
 
 log = logs.get_logger(__name__)
+
+# Server-side copies of a directory rename in flight at once.
+_COPIES_AT_ONCE = 16
 
 
 class NamespaceEdits:
@@ -97,9 +103,9 @@ class NamespaceEdits:
         inode = await self._existing(source)
         if inode is None:
             raise NotFound(f"{source}: no such file")
-        if inode.is_dir:
-            raise IsADirectory(f"{source}: only files are renamed")
         replaced = await self._existing(destination)
+        if inode.is_dir:
+            return await self._rename_directory(mount, inode, destination, replaced)
         if replaced is not None and replaced.is_dir:
             raise IsADirectory(f"{destination}: is a directory")
         writes = await self._writes.writes_of(mount)
@@ -130,9 +136,84 @@ class NamespaceEdits:
         log.info("file_renamed", source=source, destination=destination)
         return moved
 
+    async def _rename_directory(
+        self, mount: Mount, inode: Inode, destination: str, replaced: Inode | None
+    ) -> Inode:
+        """Every object below the directory copied below `destination` (server-side, from
+        the versions the workers cache), then one namespace change that shows the new tree
+        where the old one was, then the old objects deleted. S3 has no rename: this costs a
+        copy per object, no bytes through the cluster."""
+        source = inode.path
+        if paths.is_within(destination, source):
+            raise InvalidArgument(f"{source} -> {destination}: a directory into itself")
+        if replaced is not None and not replaced.is_dir:
+            raise NotADirectory(f"{destination}: is a file")
+        writes = await self._writes.writes_of(mount)
+        sync = self._writes.sync
+        namespace = self._writes.namespace
+        old_prefix, new_prefix = _key(mount, source) + "/", _key(mount, destination) + "/"
+        if replaced is not None:
+            inside: list[str] = await sync.ufs(writes.keys_below, new_prefix)
+            if inside:
+                raise AlreadyExists(f"{destination}: a directory that is not empty")
+        known = {f.path: f async for page in namespace.walk(source) for f in page}
+        keys = await sync.ufs(writes.keys_below, old_prefix)
+        ufs = await sync.under_store(mount)
+        slots = asyncio.Semaphore(_COPIES_AT_ONCE)
+
+        async def copy(key: str) -> tuple[Inode | None, Inode]:
+            old = known.get(paths.join(source, key[len(old_prefix) :]))
+            new_path = paths.join(destination, key[len(old_prefix) :])
+            async with slots:
+                try:
+                    etag = old.etag if old is not None else ""
+                    info = await sync.ufs(
+                        writes.copy, key, new_prefix + key[len(old_prefix) :], etag
+                    )
+                except Conflict:  # changed in the store behind Reservoir: copy what is there
+                    info = await sync.ufs(writes.copy, key, new_prefix + key[len(old_prefix) :])
+                    old = None
+            moved = carried(old, sync.file_inode(mount, ufs, new_path, info))
+            return old, moved
+
+        # Empty "directory" objects (`dir/`, left by other tools) are not carried over.
+        markers = {k for k in keys if k.endswith("/")}
+        copied = await asyncio.gather(*(copy(k) for k in keys if k not in markers))
+        now = now_ms()
+        directories = {paths.parent_of(moved.path) for _, moved in copied} | {destination}
+        directories |= {
+            paths.join(destination, k[len(old_prefix) :].rstrip("/"))
+            for k in markers
+            if k != old_prefix
+        }
+        for directory in list(directories):
+            while directory != destination and paths.is_within(directory, destination):
+                directory = paths.parent_of(directory)
+                directories.add(directory)
+        made = [dir_inode(d, mount, now) for d in sorted(directories)]
+        await namespace.put_many([moved for _, moved in copied] + made[1:])
+        parents = await self._writes.missing_parents(mount, destination)
+        # The switch: the new tree's root appears and the old one's goes in one write.
+        await namespace.write([made[0], *parents], [source])
+        await namespace.delete_subtree(source)
+        for old, moved in copied:
+            if old is not None and old.file_id and moved.file_id != old.file_id:
+                try:
+                    await self._blocks.carry(old, moved)
+                except ReservoirError as exc:
+                    log.warning("renamed_blocks_not_carried", path=moved.path, error=str(exc))
+        await sync.ufs(writes.delete, keys)
+        gone = [f.file_id for f in known.values() if f.file_id]
+        kept = {moved.file_id for _, moved in copied}
+        await self._drop_blocks([f for f in gone if f not in kept])
+        log.info("directory_renamed", source=source, destination=destination, objects=len(keys))
+        return made[0]
+
     async def make_dirs(self, path: str) -> Inode:
-        """The directory and its parents (an empty marker object, `dir/`, keeps an empty
-        directory in S3); an existing directory is returned as it is."""
+        """The directory and its parents: an empty marker object (`dir/`) keeps it in S3
+        while it is empty, and goes when its first file is published (WriteSessions), so
+        none is left beside files (as s3fs leaves none). An existing directory is returned
+        as it is."""
         path, mount = writable_mount(self._writes.mounts, path)
         inode = await self._existing(path)
         if inode is not None:
@@ -140,7 +221,9 @@ class NamespaceEdits:
                 raise AlreadyExists(f"{path}: is a file")
             return inode
         ufs = await self._writes.sync.under_store(mount)
-        await self._writes.sync.ufs(ufs.put, _key(mount, path) + "/", b"")
+        marker = _key(mount, path) + "/"
+        await self._writes.sync.ufs(ufs.put, marker, b"")
+        self._writes.markers.add((mount.path, marker))
         made = dir_inode(path, mount, now_ms())
         parents = await self._writes.missing_parents(mount, path)
         await self._writes.namespace.write([made, *parents], ())

@@ -93,6 +93,10 @@ class WriteSessions:
         self._drop_blocks = drop_blocks
         # One lock per path ever published by this master: a few bytes each.
         self._publishing: dict[str, asyncio.Lock] = {}
+        # (mount path, key) of the empty directory objects this master made (make_dirs):
+        # a directory's goes when its first file is published. One made by another
+        # master, or before a restart, stays (an empty object, no harm).
+        self.markers: set[tuple[str, str]] = set()
         self._reaper: asyncio.Task[None] | None = None
 
     @property
@@ -232,8 +236,24 @@ class WriteSessions:
             await self._store.put(write_key(write_id), published.to_json())
         if old is not None and old.file_id and old.file_id != inode.file_id:
             await self._drop_blocks([old.file_id])
+        await self._drop_markers(mount, record.key, writes)
         log.info("write_published", path=record.path, size=size, etag=inode.etag, write=write_id)
         return inode
+
+    async def _drop_markers(self, mount: Mount, key: str, writes: ObjectWrites) -> None:
+        """Deletes the empty directory objects this master made above a file just
+        published: the file keeps its directories in S3 now."""
+        parts = key.split("/")[:-1]
+        above = {(mount.path, "/".join(parts[: n + 1]) + "/") for n in range(len(parts))}
+        doomed = above & self.markers
+        if not doomed:
+            return
+        try:
+            await self.sync.ufs(writes.delete, sorted(k for _, k in doomed))
+        except ReservoirError as exc:
+            log.warning("directory_markers_not_deleted", key=key, error=str(exc))
+            return
+        self.markers -= doomed
 
     async def abort(self, write_id: str) -> None:
         """Drops the upload and its record; an unknown write is already gone."""
