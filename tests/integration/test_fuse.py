@@ -378,3 +378,120 @@ def test_a_supervisor_out_of_restarts_gives_up_and_leaves_no_dead_mount(
         assert "fuse_server_died" in log and "fuse_gave_up" in log
     finally:
         _force_unmount(target)
+
+
+# ---- a writable mount -------------------------------------------------------------------
+
+
+@dataclass
+class WritableMount:
+    root: Path  # the mount point, showing /ckpt
+    cluster: LocalCluster
+    bucket: str
+
+    def s3_keys(self) -> list[str]:
+        listed = self.cluster.s3_client().list_objects_v2(Bucket=self.bucket, Prefix="run/")
+        return sorted(o["Key"] for o in listed.get("Contents", []))
+
+
+@pytest.fixture(scope="module")
+def writable(mounted: Mounted, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WritableMount]:
+    root = tmp_path_factory.mktemp("fuse-rw") / "mnt"
+    root.mkdir()
+    cluster = mounted.cluster
+    cluster.s3_client().create_bucket(Bucket="fuse-ckpt")
+    with Client(cluster.master_address) as c:
+        c.mount("/ckpt", "s3://fuse-ckpt/run/", endpoint_url=cluster.s3_endpoint, writable=True)
+    master = ["--master", cluster.master_address]
+    done = _cli(mounted.env, *master, "fuse", "-d", "--writable", str(root), "--path", "/ckpt")
+    assert done.returncode == 0, done.stderr
+    try:
+        yield WritableMount(root, cluster, "fuse-ckpt")
+    finally:
+        _cli(mounted.env, "fuse", "--unmount", str(root))
+        _force_unmount(root)
+
+
+def _shell(command: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", "-c", command], cwd=cwd, capture_output=True, text=True, timeout=60
+    )
+
+
+def test_a_shell_creates_writes_moves_and_removes_files_and_directories(
+    writable: WritableMount,
+) -> None:
+    root = writable.root
+    made = _shell(
+        "mkdir -p sh/a/b && echo hello > sh/a/b/x.txt && touch sh/empty && "
+        "printf 'second' > sh/y && mv sh/a sh/moved && cat sh/moved/b/x.txt",
+        root,
+    )
+    assert made.returncode == 0 and made.stdout == "hello\n", made.stderr
+    assert sorted(os.listdir(root / "sh")) == ["empty", "moved", "y"]
+    assert (root / "sh/y").read_bytes() == b"second" and (root / "sh/empty").stat().st_size == 0
+    assert writable.s3_keys() == ["run/sh/empty", "run/sh/moved/b/x.txt", "run/sh/y"]
+    failed = _shell("rmdir sh/moved", root)
+    assert failed.returncode != 0 and "not empty" in failed.stderr.lower()
+    assert (
+        _shell("rm sh/y && rm -r sh/moved && rmdir sh/moved 2>/dev/null; ls sh", root).stdout
+        == "empty\n"
+    )
+    assert writable.s3_keys() == ["run/sh/empty"]
+
+
+def test_torch_save_numpy_copytree_and_an_atomic_replace_work_on_a_path(
+    writable: WritableMount, tmp_path: Path
+) -> None:
+    torch = pytest.importorskip("torch")
+    import numpy as np
+
+    root = writable.root / "py"
+    root.mkdir()
+    model = torch.nn.Linear(256, 256)
+    torch.save(model.state_dict(), root / "model.pt")
+    loaded = torch.load(root / "model.pt")
+    assert all(torch.equal(loaded[k], v) for k, v in model.state_dict().items())
+    array = np.arange(100_000, dtype=np.float32)
+    np.save(root / "array.npy", array)
+    assert np.array_equal(np.load(root / "array.npy"), array)
+    local = tmp_path / "tree"
+    (local / "sub").mkdir(parents=True)
+    (local / "sub" / "w.bin").write_bytes(os.urandom(3 * BLOCK))
+    (local / "config.json").write_text("{}")
+    shutil.copytree(local, root / "copied")
+    assert (root / "copied/sub/w.bin").read_bytes() == (local / "sub/w.bin").read_bytes()
+    (root / "step.tmp").write_bytes(b"new")
+    (root / "step").write_bytes(b"old")
+    os.replace(root / "step.tmp", root / "step")
+    assert (root / "step").read_bytes() == b"new" and not (root / "step.tmp").exists()
+    key = "run/py/model.pt"
+    assert key in writable.s3_keys()
+    with Client(writable.cluster.master_address) as c:
+        assert c.read("/ckpt/py/model.pt") == (root / "model.pt").read_bytes()
+
+
+def test_appends_writes_into_a_file_and_out_of_order_are_refused_with_errnos(
+    writable: WritableMount,
+) -> None:
+    """Object-store semantics: an existing file is only rewritten whole; what a file holds
+    is what was written to it in order."""
+    path = writable.root / "refused.bin"
+    path.write_bytes(b"0123456789")
+    for mode in ("ab", "r+b"):
+        with pytest.raises(OSError) as exc:
+            open(path, mode)  # noqa: SIM115
+        assert exc.value.errno == errno.EPERM
+    assert path.read_bytes() == b"0123456789"
+    with open(path, "wb", buffering=0) as f:
+        f.write(b"abc")
+        f.seek(100)
+        with pytest.raises(OSError) as exc:
+            f.write(b"x")
+        assert exc.value.errno == errno.EINVAL
+    assert path.read_bytes() == b"abc"
+    with pytest.raises(OSError) as exc:
+        os.truncate(path, 5)
+    assert exc.value.errno == errno.EOPNOTSUPP
+    os.truncate(path, 0)
+    assert path.read_bytes() == b""

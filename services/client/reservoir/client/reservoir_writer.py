@@ -99,6 +99,14 @@ class ReservoirWriter(io.RawIOBase):
             self._client._run(self._session.abort())
             super().close()
 
+    def sync(self) -> None:
+        """Waits until every part sent so far is in the store (what `fsync` of a file
+        being written means here: the part still being gathered is sent on close, as
+        every part but the last must be whole)."""
+        for future in self._pending:
+            self._wait(future)
+        self._pending.clear()
+
     def close(self) -> None:
         """Sends what is left and publishes the file (an error: nothing is published)."""
         if self.closed:

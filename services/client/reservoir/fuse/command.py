@@ -32,8 +32,8 @@ def register(commands: Subcommands) -> None:
     """Registers `fuse` on the CLI's subcommands."""
     p = commands.add(
         "fuse",
-        "mount the namespace as a read-only POSIX file system (FUSE), kept mounted by a "
-        "supervisor that restarts its serving process if it dies",
+        "mount the namespace as a POSIX file system (FUSE; read-only unless --writable), "
+        "kept mounted by a supervisor that restarts its serving process if it dies",
         cmd_fuse,
     )
     p.add_argument("mountpoint", metavar="MOUNTPOINT", help="an existing directory")
@@ -56,6 +56,13 @@ def register(commands: Subcommands) -> None:
         action="store_true",
         help="let other users read through the mount (needs root or user_allow_other in "
         "/etc/fuse.conf)",
+    )
+    p.add_argument(
+        "--writable",
+        action="store_true",
+        help="take writes below the cluster's writable mounts: create and write files in "
+        "order (published on close, atomically), rename files and directories, rm, mkdir, "
+        "rmdir; appends and writes into the middle of a file are refused",
     )
 
 
@@ -114,6 +121,7 @@ def _spec(args: argparse.Namespace) -> MountSpec:
         master=getattr(args, "master", None) or "",
         state_dir=str(getattr(args, "state_dir", "") or ""),
         allow_other=args.allow_other,
+        writable=args.writable,
     )
 
 

@@ -4,10 +4,15 @@ the failures a user would not expect."""
 from __future__ import annotations
 
 import errno
+import functools
 import threading
 import time
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
 from reservoir.common import errors, logs
+
+from .libfuse import load_mfusepy
 
 log = logs.get_logger(__name__)
 
@@ -47,7 +52,18 @@ def errno_for(error: BaseException) -> int:
 
 def is_expected(number: int) -> bool:
     """Errors a file system returns in normal use (a missing name), not worth a warning."""
-    return number in (errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.EROFS, errno.EACCES)
+    return number in (
+        errno.ENOENT,
+        errno.ENOTDIR,
+        errno.EISDIR,
+        errno.EROFS,
+        errno.EACCES,
+        # What a writable mount refuses, logged once by the refusal itself.
+        errno.EPERM,
+        errno.EOPNOTSUPP,
+        errno.ENOTEMPTY,
+        errno.EEXIST,
+    )
 
 
 class FailureLog:
@@ -77,3 +93,26 @@ class FailureLog:
             error=str(error),
             similar_left_out=left_out,
         )
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def errno_of_failures(op: F) -> F:
+    """Turns what a file system call raises into the errno FUSE returns, logging the
+    failures a user would not expect (a cluster away, a bad block) with their fields."""
+
+    @functools.wraps(op)
+    def wrapper(self: Any, path: str, *args: Any) -> Any:
+        mfusepy = load_mfusepy()  # imported once; here, so errno tables need no libfuse
+        try:
+            return op(self, path, *args)
+        except mfusepy.FuseOSError:
+            raise
+        except Exception as exc:
+            number = errno_for(exc)
+            if not is_expected(number):
+                self.failures.failed(op.__name__, path, number, exc)
+            raise mfusepy.FuseOSError(number) from exc
+
+    return cast(F, wrapper)

@@ -42,3 +42,10 @@ class InodeCache:
             self._entries.move_to_end(inode.path)
             while len(self._entries) > self._max_entries:
                 self._entries.popitem(last=False)
+
+    def forget_below(self, path: str) -> None:
+        """Drops `path` and everything below it (it was changed through the mount)."""
+        prefix = path.rstrip("/") + "/"
+        with self._lock:
+            for known in [p for p in self._entries if p == path or p.startswith(prefix)]:
+                del self._entries[known]

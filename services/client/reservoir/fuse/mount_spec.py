@@ -16,6 +16,7 @@ class MountSpec:
     master: str  # "" : found as the client finds it ($RESERVOIR_MASTER, the local cluster)
     state_dir: str  # the local cluster's state directory, for finding the master
     allow_other: bool = False
+    writable: bool = False  # files may be written (below writable mounts of the cluster)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "path", paths.normalize(self.path))
@@ -26,6 +27,8 @@ class MountSpec:
             args += ["--master", self.master]
         if self.allow_other:
             args.append("--allow-other")
+        if self.writable:
+            args.append("--writable")
         return args
 
     @staticmethod
@@ -35,7 +38,15 @@ class MountSpec:
         parser.add_argument("--state-dir", required=True)
         parser.add_argument("--master", default="")
         parser.add_argument("--allow-other", action="store_true")
+        parser.add_argument("--writable", action="store_true")
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> MountSpec:
-        return cls(args.mountpoint, args.path, args.master, str(args.state_dir), args.allow_other)
+        return cls(
+            args.mountpoint,
+            args.path,
+            args.master,
+            str(args.state_dir),
+            args.allow_other,
+            args.writable,
+        )

@@ -51,7 +51,7 @@ def serve(spec: MountSpec, config: cfg.FuseConfig, *, check: bool) -> int:
             inode = client.stat(spec.path)
             if not inode.is_dir:
                 raise NotADirectory(f"{spec.path}: not a directory")
-        filesystem = ReservoirFS(client, spec.path, config)
+        filesystem = ReservoirFS(client, spec.path, config, writable=spec.writable)
         log.info(
             "fuse_serving",
             mountpoint=spec.mountpoint,
@@ -65,7 +65,7 @@ def serve(spec: MountSpec, config: cfg.FuseConfig, *, check: bool) -> int:
                 spec.mountpoint,
                 raw_fi=True,
                 foreground=True,
-                ro=True,
+                ro=not spec.writable,
                 default_permissions=True,
                 allow_other=spec.allow_other,
                 fsname="reservoir:" + spec.path.replace(",", "_"),
