@@ -136,6 +136,14 @@ TARGETS: tuple[Target, ...] = (
         MB_S,
         0.5,
     ),
+    # Issue #30: what an S3 client gains by pointing at the gateway instead of its S3.
+    Target(
+        "gateway warm large / boto3 direct",
+        ("large", GATEWAY_WARM),
+        ("large", BOTO3),
+        MB_S,
+        1.5,
+    ),
     Target(
         "4 processes read_many / 1 process",
         ("small", PROCS_N),

@@ -59,11 +59,19 @@ def test_each_ratio_divides_the_medians_of_its_two_rows() -> None:
 
 
 def test_a_ratio_just_under_its_target_is_not_met() -> None:
+    """Each row is set just under its strictest target; a row with two baselines then
+    passes the laxer one (warm large remote: 0.99 x 0.6 of 100 is still >= 0.4 x 100;
+    the gateway's warm large: 0.99 x 1.5 of boto3 is far above 0.5 of the SDK's read)."""
     outcomes = T.evaluate(medians(0.99), {})
-    tcp = [o for o in outcomes if o.target.denominator == (T.CEILING, T.TCP)]
-    assert [o.verdict for o in outcomes if o not in tcp] == ["not met"] * (len(T.TARGETS) - 1)
-    assert [o.verdict for o in tcp] == ["met"]  # 0.99 x 0.6 of 100 is still >= 0.4 x 100
-    assert f"1 of {len(T.TARGETS)} targets met" in T.targets_table(outcomes)
+    laxer = [
+        o
+        for o in outcomes
+        if o.target.denominator == (T.CEILING, T.TCP)
+        or o.target.metric == "gateway warm large / SDK warm remote read"
+    ]
+    assert [o.verdict for o in outcomes if o not in laxer] == ["not met"] * (len(T.TARGETS) - 2)
+    assert [o.verdict for o in laxer] == ["met", "met"]
+    assert f"2 of {len(T.TARGETS)} targets met" in T.targets_table(outcomes)
 
 
 def test_every_target_met_when_every_ratio_reaches_it() -> None:

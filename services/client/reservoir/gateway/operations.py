@@ -55,7 +55,7 @@ class OperationShape:
             self.required_headers.difference(lowered)
         )
 
-    def _rank(self, query: Mapping[str, str], headers: Collection[str]) -> tuple[int, bool, int]:
+    def rank(self, query: Mapping[str, str], headers: Collection[str]) -> tuple[int, bool, int]:
         asked = len(self.required_query) + len(self.required_headers)
         return len(self.markers), not self.missing(query, headers), asked
 
@@ -87,7 +87,7 @@ class OperationTable:
         marked = [s for s in self._by_route.get((method, level), ()) if s.marked(query)]
         if not marked:
             return None
-        return max(marked, key=lambda s: (*s._rank(query, headers), s.name in self.served, s.name))
+        return max(marked, key=lambda s: (*s.rank(query, headers), s.name in self.served, s.name))
 
 
 def _level(uri_path: str) -> Level | None:

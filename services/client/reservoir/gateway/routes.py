@@ -88,19 +88,16 @@ def level_of(target: Target) -> Level:
 class Route(Generic[Handler]):
     operation: str
     handler: Handler
-    writes: bool
 
 
 class Routes(Generic[Handler]):
     """The served operations' handlers, by S3 operation name."""
 
-    def __init__(self, handlers: Mapping[str, Handler], table: OperationTable | None = None):
+    def __init__(
+        self, handlers: Mapping[str, Handler], table: OperationTable | None = None
+    ) -> None:
         self._handlers = dict(handlers)
         self.table = table or OperationTable.from_botocore(self._handlers)
-
-    @property
-    def served(self) -> frozenset[str]:
-        return frozenset(self._handlers)
 
     def operation(
         self, method: str, target: Target, query: Mapping[str, str], headers: Mapping[str, str]
@@ -143,7 +140,7 @@ class Routes(Generic[Handler]):
                 400,
                 f"{shape.name} requires {', '.join(missing)}, which the request lacks.",
             )
-        return Route(shape.name, handler, writes)
+        return Route(shape.name, handler)
 
 
 def _check_query(shape: OperationShape, query: Mapping[str, str], writes: bool) -> None:
