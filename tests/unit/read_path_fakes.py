@@ -10,11 +10,10 @@ from contextlib import contextmanager
 from reservoir.client.block_source import Outcome, Planner
 from reservoir.client.data_port import BlockRead
 from reservoir.client.penalty_box import PenaltyBox
-from reservoir.client.routing import placement_of
 from reservoir.common import config as cfg
 from reservoir.common.errors import ReservoirError
 from reservoir.common.models import Inode, WorkerRecord
-from reservoir.common.placement import Placement
+from reservoir.common.placement import Placement, placement_of
 
 HOST = "this-host"
 ZONE = "this-zone"

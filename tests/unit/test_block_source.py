@@ -7,9 +7,8 @@ import dataclasses
 
 from reservoir.client.block_source import Outcome, Plan, Planner
 from reservoir.client.penalty_box import PenaltyBox
-from reservoir.client.routing import placement_of
 from reservoir.common.models import WorkerRecord
-from reservoir.common.placement import block_key
+from reservoir.common.placement import block_key, placement_of
 from tests.unit.read_path_fakes import Source, View, held_by, planner, worker
 
 NEAR = worker("near", same_host=True)

@@ -8,9 +8,16 @@ from collections import Counter
 
 import pytest
 
-from reservoir.client.routing import candidates, placement_of
+from reservoir.client.routing import candidates
 from reservoir.common.models import WorkerRecord
-from reservoir.common.placement import TABLE_SIZE, Candidate, Placement, block_key, placement
+from reservoir.common.placement import (
+    TABLE_SIZE,
+    Candidate,
+    Placement,
+    block_key,
+    placement,
+    placement_of,
+)
 
 
 def _workers(n: int, prefix: str = "worker") -> list[Candidate]:

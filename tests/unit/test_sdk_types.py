@@ -46,6 +46,8 @@ def _job(**fields: object) -> master_pb2.Job:
         "updated_ms": CREATED_MS + 10_000,
         "attempts": 1,
         "named_files": True,
+        "kind": "drain",
+        "worker": "w2",
     }
     values.update(fields)
     return master_pb2.Job(**values)  # type: ignore[arg-type]
@@ -111,11 +113,13 @@ def test_a_completed_job_with_nothing_to_cache_is_all_done() -> None:
 
 
 def test_a_job_prints_as_a_line_a_person_reads() -> None:
-    text = str(LoadJob.from_proto(_job()))
+    text = str(LoadJob.from_proto(_job(kind="load", worker="")))
     assert text == (
         "load job j1 /datasets/demo: running 33% (1.0GiB of 3.0GiB, 120/300 blocks, 1 failed)"
     )
-    failed = str(LoadJob.from_proto(_job(state="failed")))
+    drain = str(LoadJob.from_proto(_job()))
+    assert drain.startswith("drain job j1 of worker w2: running 33%")
+    failed = str(LoadJob.from_proto(_job(state="failed", kind="load", worker="")))
     assert failed.startswith("load job j1 /datasets/demo: failed 33%")
     assert failed.endswith("; first error: /datasets/demo/x: gone")
     assert "\n" not in text and "{" not in text and ":" in text

@@ -30,6 +30,7 @@ def cmd_workers(args: argparse.Namespace) -> None:
             "host": w.host,
             "zone": w.zone,
             "capacity_bytes": w.capacity_bytes,
+            "state": w.state,
             **time_fields("started", w.started_ms),
         }
         if w.id in stats:
@@ -46,12 +47,12 @@ def cmd_workers(args: argparse.Namespace) -> None:
             return "(no live workers)"
         if not args.long:
             table = Table(
-                "ID", "ADDRESS", "DATA PORT", "HOST", "ZONE", "CAPACITY", "STARTED",
+                "ID", "STATE", "ADDRESS", "DATA PORT", "HOST", "ZONE", "CAPACITY", "STARTED",
                 numeric=("CAPACITY",),
             )  # fmt: skip
             for i in data:
                 table.row(
-                    i["id"], i["address"], i["data_address"], i["host"], i["zone"],
+                    i["id"], i["state"], i["address"], i["data_address"], i["host"], i["zone"],
                     human(i["capacity_bytes"]), i["started"],
                 )  # fmt: skip
             return table.render()
@@ -71,7 +72,7 @@ def cmd_workers(args: argparse.Namespace) -> None:
                 table.row(i["id"], i["address"], "UNREACHABLE", *["-"] * 10)
                 continue
             table.row(
-                i["id"], i["address"], "ready", human(i["used_bytes"]),
+                i["id"], i["address"], i["state"], human(i["used_bytes"]),
                 human(i["capacity_bytes"]), i["blocks"], i["hits"], i["misses"],
                 _ratio(i["hits"], i["hits"] + i["misses"]), human(i["bytes_from_cache"]),
                 human(i["bytes_from_ufs"]), i["evictions"], i["corrupt_blocks"],

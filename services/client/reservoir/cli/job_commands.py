@@ -87,6 +87,7 @@ def job_text(job: LoadJob) -> str:
     lines = fields(
         [
             ("id", job.id),
+            ("kind", job.kind if job.kind == "load" else f"{job.kind} of worker {job.worker}"),
             ("path", job.path),
             ("state", job.state),
             ("replicas", job.replicas),
@@ -144,7 +145,7 @@ def cmd_jobs(args: argparse.Namespace) -> None:
                 f"{j.done_blocks}/{j.total_blocks}",
                 f"{human(j.done_bytes)}/{human(j.total_bytes)}",
                 iso_time(j.created_ms),
-                j.path,
+                j.path if j.kind == "load" else f"({j.kind} of worker {j.worker})",
             )
         return table.render(empty="(no load jobs)")
 

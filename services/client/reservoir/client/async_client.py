@@ -360,6 +360,23 @@ class AsyncClient:
         )
         return LoadJob.from_proto(reply)
 
+    async def drain(self, worker_id: str) -> LoadJob:
+        """Starts draining a worker: nothing new goes to it, each block it holds is copied
+        to its next home while it still serves, then it is marked drained and may stop.
+        Returns the drain job (kind "drain"): follow it with `watch_job(job.id)`; a worker
+        already draining answers its running job."""
+        request = master_pb2.DrainRequest(worker_id=worker_id)
+        reply = await self._view.call("Drain", request, f"drain worker {worker_id}")
+        self._view.forget_workers()
+        return LoadJob.from_proto(reply)
+
+    async def undrain(self, worker_id: str) -> LoadJob:
+        """Stops a worker's drain and puts it back in service (the copies made stay)."""
+        request = master_pb2.DrainRequest(worker_id=worker_id)
+        reply = await self._view.call("Undrain", request, f"undrain worker {worker_id}")
+        self._view.forget_workers()
+        return LoadJob.from_proto(reply)
+
     async def jobs(self) -> list[LoadJob]:
         """Every load job the cluster remembers, oldest first."""
         response = await self._view.call("ListJobs", master_pb2.ListJobsRequest(), "list jobs")

@@ -275,6 +275,16 @@ class Client:
         it is."""
         return self._run(self._async.cancel_job(job_id))
 
+    def drain(self, worker_id: str, *, wait: bool = False) -> LoadJob:
+        """Drains a worker (see `AsyncClient.drain`); with `wait`, returns once the drain
+        has ended (its `state` says how)."""
+        job = self._run(self._async.drain(worker_id))
+        return self.watch_job(job.id) if wait else job
+
+    def undrain(self, worker_id: str) -> LoadJob:
+        """Stops a worker's drain and puts it back in service."""
+        return self._run(self._async.undrain(worker_id))
+
     def jobs(self) -> list[LoadJob]:
         """Every load job the cluster remembers, oldest first."""
         return self._run(self._async.jobs())

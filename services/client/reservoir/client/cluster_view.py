@@ -27,12 +27,11 @@ from reservoir.common.errors import (
 from reservoir.common.master_calls import MasterCalls
 from reservoir.common.models import Inode, Mount, MountOptions, WorkerRecord
 from reservoir.common.observability import inject_metadata
-from reservoir.common.placement import Placement
+from reservoir.common.placement import Placement, placement_of
 from reservoir.common.rpc import ChannelOpener
 from reservoir.v1 import master_pb2, master_pb2_grpc
 
 from .penalty_box import PenaltyBox
-from .routing import placement_of
 
 log = logs.get_logger(__name__)
 
@@ -368,6 +367,11 @@ class ClusterView:
     def known_mounts(self) -> list[Mount] | None:
         """The last mount list fetched, however old (None if never fetched)."""
         return None if self._mounts is None else list(self._mounts.value)
+
+    def forget_workers(self) -> None:
+        """The next read asks the master who the workers are (a drain changed a state)."""
+        if self._workers is not None:
+            self._workers.expires = 0.0
 
     def forget_all(self) -> None:
         self._infos.clear()

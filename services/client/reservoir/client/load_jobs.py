@@ -59,6 +59,10 @@ class LoadJob:
     updated_ms: int = 0
     attempts: int = 0  # how many masters have run it (it resumes after a failover)
     named_files: bool = False  # it loads the files its request named, not all below `path`
+    # "load"; "drain" (copies `worker`'s blocks to their next homes) or "fill" (copies
+    # onto `worker`, which joined, the blocks it is now home of).
+    kind: str = "load"
+    worker: str = ""
 
     @classmethod
     def from_proto(cls, msg: master_pb2.Job) -> LoadJob:
@@ -80,6 +84,8 @@ class LoadJob:
             updated_ms=msg.updated_ms,
             attempts=msg.attempts,
             named_files=msg.named_files,
+            kind=msg.kind or "load",
+            worker=msg.worker,
         )
 
     @property
@@ -132,10 +138,16 @@ class LoadJob:
             return None
         return max(self.total_bytes - self.done_bytes, 0) / rate
 
+    @property
+    def _what(self) -> str:
+        if self.kind == "load":
+            return f"load job {self.id} {self.path}"
+        return f"{self.kind} job {self.id} of worker {self.worker}"
+
     def __str__(self) -> str:
         percent = math.floor(100 * self.fraction_done)
         text = (
-            f"load job {self.id} {self.path}: {self.state} {percent}%"
+            f"{self._what}: {self.state} {percent}%"
             f" ({format_size(self.done_bytes)} of {format_size(self.total_bytes)},"
             f" {self.done_blocks}/{self.total_blocks} blocks, {self.failed_blocks} failed)"
         )

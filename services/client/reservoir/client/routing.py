@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from reservoir.common.models import WorkerRecord
-from reservoir.common.placement import Candidate, Placement, block_key, placement
+from reservoir.common.placement import Placement, block_key
 
 
 def locality(worker: WorkerRecord, host: str, zone: str) -> int:
@@ -15,12 +15,6 @@ def locality(worker: WorkerRecord, host: str, zone: str) -> int:
     if zone and worker.zone == zone:
         return 1
     return 2
-
-
-def placement_of(workers: Sequence[WorkerRecord]) -> Placement:
-    """The placement every client, worker and the master compute for these workers
-    (weighted by capacity)."""
-    return placement([Candidate(w.id, float(w.capacity_bytes or 1)) for w in workers])
 
 
 def candidates(

@@ -201,6 +201,13 @@ class Inode:
         )
 
 
+# A worker's states (WorkerRecord.state).
+SERVING = "serving"
+DRAINING = "draining"  # its blocks are being copied to their next homes; it still serves
+DRAINED = "drained"  # every block it held has another home: it may stop
+WORKER_STATES = (SERVING, DRAINING, DRAINED)
+
+
 @dataclass(frozen=True, slots=True)
 class WorkerRecord:
     id: str
@@ -212,6 +219,13 @@ class WorkerRecord:
     lease_id: int = 0  # the etcd lease its registration (and its block locations) live under
     shm_dir: str = ""  # blocks as files a same-host client may read directly
     data_address: str = ""  # the data port (block_transfer.py); empty: gRPC only
+    # SERVING, or DRAINING/DRAINED (an operator's mark, kept apart from the record the
+    # worker writes: see WorkerRegistry). Only a serving worker is any block's home.
+    state: str = "serving"
+
+    @property
+    def serving(self) -> bool:
+        return self.state == SERVING
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self)).encode()
@@ -230,6 +244,7 @@ class WorkerRecord:
             started_ms=self.started_ms,
             shm_dir=self.shm_dir,
             data_address=self.data_address,
+            state=self.state,
         )
 
     @classmethod
@@ -243,6 +258,7 @@ class WorkerRecord:
             msg.started_ms,
             shm_dir=msg.shm_dir,
             data_address=msg.data_address,
+            state=msg.state or SERVING,
         )
 
 

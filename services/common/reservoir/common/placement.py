@@ -21,6 +21,8 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from reservoir.common.models import WorkerRecord
+
 # Prime (so every skip below visits every slot) and ~65 slots a worker at 1,000 workers:
 # the granularity that keeps shares within ~1.5 % and movement on membership change small.
 TABLE_SIZE = 65537
@@ -126,3 +128,10 @@ def placement(workers: Sequence[Candidate]) -> Placement:
 def homes(key: bytes, workers: Sequence[Candidate], count: int = 1) -> list[str]:
     """The first `count` distinct homes of the block `key` among `workers`."""
     return placement(workers).homes(key, count)
+
+
+def placement_of(workers: Sequence[WorkerRecord]) -> Placement:
+    """The placement every client, worker and master computes for a membership: over its
+    serving workers, weighted by capacity. A draining worker is no block's home (nothing new
+    goes to it) but still serves what it holds, so callers keep it in their worker lists."""
+    return placement([Candidate(w.id, float(w.capacity_bytes or 1)) for w in workers if w.serving])

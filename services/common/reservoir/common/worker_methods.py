@@ -17,6 +17,7 @@ GET_STATS_NAME = "GetStats"
 COMMIT_BLOCKS_NAME = "CommitBlocks"
 WRITE_PART_NAME = "WritePart"
 COPY_BLOCKS_NAME = "CopyBlocks"
+PULL_BLOCKS_NAME = "PullBlocks"
 
 
 def method_path(name: str) -> str:
@@ -33,6 +34,7 @@ GET_STATS = method_path(GET_STATS_NAME)
 COMMIT_BLOCKS = method_path(COMMIT_BLOCKS_NAME)
 WRITE_PART = method_path(WRITE_PART_NAME)
 COPY_BLOCKS = method_path(COPY_BLOCKS_NAME)
+PULL_BLOCKS = method_path(PULL_BLOCKS_NAME)
 
 # The methods that hand out block bytes (a span or a rule about reads names these).
 READS = (READ_BLOCK, READ_SMALL, READ_BLOCKS)

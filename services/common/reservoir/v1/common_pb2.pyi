@@ -274,6 +274,7 @@ class WorkerInfo(_message.Message):
     STARTED_MS_FIELD_NUMBER: _builtins.int
     SHM_DIR_FIELD_NUMBER: _builtins.int
     DATA_ADDRESS_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     address: _builtins.str
     """host:port clients dial"""
@@ -291,6 +292,10 @@ class WorkerInfo(_message.Message):
     """host:port of the worker's data port: blocks over plain TCP (see
     common/block_transfer.py), read in the client's own thread. Empty: gRPC only.
     """
+    state: _builtins.str
+    """"serving", "draining" (its blocks are copied to their next homes while it still
+    serves them; nothing new goes to it) or "drained" (it may stop).
+    """
     def __init__(
         self,
         *,
@@ -302,10 +307,11 @@ class WorkerInfo(_message.Message):
         started_ms: _builtins.int = ...,
         shm_dir: _builtins.str = ...,
         data_address: _builtins.str = ...,
+        state: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "capacity_bytes", b"capacity_bytes", "data_address", b"data_address", "host", b"host", "id", b"id", "shm_dir", b"shm_dir", "started_ms", b"started_ms", "zone", b"zone"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "capacity_bytes", b"capacity_bytes", "data_address", b"data_address", "host", b"host", "id", b"id", "shm_dir", b"shm_dir", "started_ms", b"started_ms", "state", b"state", "zone", b"zone"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -648,6 +648,25 @@ class ListJobsResponse(_message.Message):
 Global___ListJobsResponse: _TypeAlias = ListJobsResponse  # noqa: Y015
 
 @_typing.final
+class DrainRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKER_ID_FIELD_NUMBER: _builtins.int
+    worker_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        worker_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["worker_id", b"worker_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DrainRequest: _TypeAlias = DrainRequest  # noqa: Y015
+
+@_typing.final
 class Job(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -668,6 +687,8 @@ class Job(_message.Message):
     UPDATED_MS_FIELD_NUMBER: _builtins.int
     ATTEMPTS_FIELD_NUMBER: _builtins.int
     NAMED_FILES_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    WORKER_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     path: _builtins.str
     state: _builtins.str
@@ -688,6 +709,9 @@ class Job(_message.Message):
     """The job loads the files named in its request (SubmitLoadRequest.files) only; how many
     it loads is total_files. The list itself is not repeated here.
     """
+    kind: _builtins.str
+    """"load"; "drain" (of `worker`); "fill" (of `worker`, which joined)"""
+    worker: _builtins.str
     @_builtins.property
     def priority_paths(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property
@@ -714,10 +738,12 @@ class Job(_message.Message):
         updated_ms: _builtins.int = ...,
         attempts: _builtins.int = ...,
         named_files: _builtins.bool = ...,
+        kind: _builtins.str = ...,
+        worker: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "created_ms", b"created_ms", "done_blocks", b"done_blocks", "done_bytes", b"done_bytes", "errors", b"errors", "failed_blocks", b"failed_blocks", "id", b"id", "metadata_only", b"metadata_only", "named_files", b"named_files", "path", b"path", "priority_paths", b"priority_paths", "replicas", b"replicas", "state", b"state", "total_blocks", b"total_blocks", "total_bytes", b"total_bytes", "total_files", b"total_files", "updated_ms", b"updated_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "created_ms", b"created_ms", "done_blocks", b"done_blocks", "done_bytes", b"done_bytes", "errors", b"errors", "failed_blocks", b"failed_blocks", "id", b"id", "kind", b"kind", "metadata_only", b"metadata_only", "named_files", b"named_files", "path", b"path", "priority_paths", b"priority_paths", "replicas", b"replicas", "state", b"state", "total_blocks", b"total_blocks", "total_bytes", b"total_bytes", "total_files", b"total_files", "updated_ms", b"updated_ms", "worker", b"worker"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

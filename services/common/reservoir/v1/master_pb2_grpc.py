@@ -116,6 +116,16 @@ class MasterServiceStub:
                 request_serializer=reservoir_dot_v1_dot_master__pb2.ListJobsRequest.SerializeToString,
                 response_deserializer=reservoir_dot_v1_dot_master__pb2.ListJobsResponse.FromString,
                 _registered_method=True)
+        self.Drain = channel.unary_unary(
+                '/reservoir.v1.MasterService/Drain',
+                request_serializer=reservoir_dot_v1_dot_master__pb2.DrainRequest.SerializeToString,
+                response_deserializer=reservoir_dot_v1_dot_master__pb2.Job.FromString,
+                _registered_method=True)
+        self.Undrain = channel.unary_unary(
+                '/reservoir.v1.MasterService/Undrain',
+                request_serializer=reservoir_dot_v1_dot_master__pb2.DrainRequest.SerializeToString,
+                response_deserializer=reservoir_dot_v1_dot_master__pb2.Job.FromString,
+                _registered_method=True)
         self.Pin = channel.unary_unary(
                 '/reservoir.v1.MasterService/Pin',
                 request_serializer=reservoir_dot_v1_dot_master__pb2.PathRequest.SerializeToString,
@@ -285,6 +295,23 @@ class MasterServiceServicer:
 
     def ListJobs(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Drain(self, request, context):
+        """Drains a worker: it stops being any block's home, each block it holds is copied to
+        its next home from it (peer to peer, checksummed), then it is marked drained and may
+        stop. A job (kind "drain"): watched, listed and cancelled like a load. Draining a
+        worker already draining answers its running job.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Undrain(self, request, context):
+        """Stops a drain and puts the worker back in service (the copies made stay).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -462,6 +489,16 @@ def add_MasterServiceServicer_to_server(servicer, server):
                     servicer.ListJobs,
                     request_deserializer=reservoir_dot_v1_dot_master__pb2.ListJobsRequest.FromString,
                     response_serializer=reservoir_dot_v1_dot_master__pb2.ListJobsResponse.SerializeToString,
+            ),
+            'Drain': grpc.unary_unary_rpc_method_handler(
+                    servicer.Drain,
+                    request_deserializer=reservoir_dot_v1_dot_master__pb2.DrainRequest.FromString,
+                    response_serializer=reservoir_dot_v1_dot_master__pb2.Job.SerializeToString,
+            ),
+            'Undrain': grpc.unary_unary_rpc_method_handler(
+                    servicer.Undrain,
+                    request_deserializer=reservoir_dot_v1_dot_master__pb2.DrainRequest.FromString,
+                    response_serializer=reservoir_dot_v1_dot_master__pb2.Job.SerializeToString,
             ),
             'Pin': grpc.unary_unary_rpc_method_handler(
                     servicer.Pin,
@@ -962,6 +999,60 @@ class MasterService:
             '/reservoir.v1.MasterService/ListJobs',
             reservoir_dot_v1_dot_master__pb2.ListJobsRequest.SerializeToString,
             reservoir_dot_v1_dot_master__pb2.ListJobsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Drain(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/reservoir.v1.MasterService/Drain',
+            reservoir_dot_v1_dot_master__pb2.DrainRequest.SerializeToString,
+            reservoir_dot_v1_dot_master__pb2.Job.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Undrain(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/reservoir.v1.MasterService/Undrain',
+            reservoir_dot_v1_dot_master__pb2.DrainRequest.SerializeToString,
+            reservoir_dot_v1_dot_master__pb2.Job.FromString,
             options,
             channel_credentials,
             insecure,

@@ -56,6 +56,14 @@ class MasterServiceStub:
     WatchJob: _grpc.UnaryStreamMultiCallable[_master_pb2.GetJobRequest, _master_pb2.Job]
     CancelJob: _grpc.UnaryUnaryMultiCallable[_master_pb2.GetJobRequest, _master_pb2.Job]
     ListJobs: _grpc.UnaryUnaryMultiCallable[_master_pb2.ListJobsRequest, _master_pb2.ListJobsResponse]
+    Drain: _grpc.UnaryUnaryMultiCallable[_master_pb2.DrainRequest, _master_pb2.Job]
+    """Drains a worker: it stops being any block's home, each block it holds is copied to
+    its next home from it (peer to peer, checksummed), then it is marked drained and may
+    stop. A job (kind "drain"): watched, listed and cancelled like a load. Draining a
+    worker already draining answers its running job.
+    """
+    Undrain: _grpc.UnaryUnaryMultiCallable[_master_pb2.DrainRequest, _master_pb2.Job]
+    """Stops a drain and puts the worker back in service (the copies made stay)."""
     Pin: _grpc.UnaryUnaryMultiCallable[_master_pb2.PathRequest, _master_pb2.PinResponse]
     """Cache rules (pins and TTLs), kept in etcd and followed by every worker.
     Pin: the path's files are never evicted and are loaded now (a load job). Refused with
@@ -114,6 +122,14 @@ class MasterServiceAsyncStub(MasterServiceStub):
     WatchJob: _aio.UnaryStreamMultiCallable[_master_pb2.GetJobRequest, _master_pb2.Job]  # type: ignore[assignment]
     CancelJob: _aio.UnaryUnaryMultiCallable[_master_pb2.GetJobRequest, _master_pb2.Job]  # type: ignore[assignment]
     ListJobs: _aio.UnaryUnaryMultiCallable[_master_pb2.ListJobsRequest, _master_pb2.ListJobsResponse]  # type: ignore[assignment]
+    Drain: _aio.UnaryUnaryMultiCallable[_master_pb2.DrainRequest, _master_pb2.Job]  # type: ignore[assignment]
+    """Drains a worker: it stops being any block's home, each block it holds is copied to
+    its next home from it (peer to peer, checksummed), then it is marked drained and may
+    stop. A job (kind "drain"): watched, listed and cancelled like a load. Draining a
+    worker already draining answers its running job.
+    """
+    Undrain: _aio.UnaryUnaryMultiCallable[_master_pb2.DrainRequest, _master_pb2.Job]  # type: ignore[assignment]
+    """Stops a drain and puts the worker back in service (the copies made stay)."""
     Pin: _aio.UnaryUnaryMultiCallable[_master_pb2.PathRequest, _master_pb2.PinResponse]  # type: ignore[assignment]
     """Cache rules (pins and TTLs), kept in etcd and followed by every worker.
     Pin: the path's files are never evicted and are loaded now (a load job). Refused with
@@ -265,6 +281,26 @@ class MasterServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _master_pb2.ListJobsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_master_pb2.ListJobsResponse, _abc.Awaitable[_master_pb2.ListJobsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def Drain(
+        self,
+        request: _master_pb2.DrainRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_master_pb2.Job, _abc.Awaitable[_master_pb2.Job]]:
+        """Drains a worker: it stops being any block's home, each block it holds is copied to
+        its next home from it (peer to peer, checksummed), then it is marked drained and may
+        stop. A job (kind "drain"): watched, listed and cancelled like a load. Draining a
+        worker already draining answers its running job.
+        """
+
+    @_abc_1.abstractmethod
+    def Undrain(
+        self,
+        request: _master_pb2.DrainRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_master_pb2.Job, _abc.Awaitable[_master_pb2.Job]]:
+        """Stops a drain and puts the worker back in service (the copies made stay)."""
 
     @_abc_1.abstractmethod
     def Pin(

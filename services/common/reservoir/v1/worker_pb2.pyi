@@ -347,6 +347,7 @@ class ReadBlockRequest(_message.Message):
     BLOCK_SIZE_FIELD_NUMBER: _builtins.int
     MOUNT_PATH_FIELD_NUMBER: _builtins.int
     TRACE_CONTEXT_FIELD_NUMBER: _builtins.int
+    CACHED_ONLY_FIELD_NUMBER: _builtins.int
     file_id: _builtins.str
     index: _builtins.int
     offset: _builtins.int
@@ -359,6 +360,8 @@ class ReadBlockRequest(_message.Message):
     file_size: _builtins.int
     block_size: _builtins.int
     mount_path: _builtins.str
+    cached_only: _builtins.bool
+    """Answer only from the cache: NOT_FOUND rather than a fetch on a miss (a peer copying)."""
     @_builtins.property
     def trace_context(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """W3C trace context of the reader's span, on the data port (which has no metadata);
@@ -378,10 +381,11 @@ class ReadBlockRequest(_message.Message):
         block_size: _builtins.int = ...,
         mount_path: _builtins.str = ...,
         trace_context: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        cached_only: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["block_size", b"block_size", "etag", b"etag", "file_id", b"file_id", "file_size", b"file_size", "index", b"index", "length", b"length", "mount_path", b"mount_path", "offset", b"offset", "trace_context", b"trace_context", "ufs_uri", b"ufs_uri"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["block_size", b"block_size", "cached_only", b"cached_only", "etag", b"etag", "file_id", b"file_id", "file_size", b"file_size", "index", b"index", "length", b"length", "mount_path", b"mount_path", "offset", b"offset", "trace_context", b"trace_context", "ufs_uri", b"ufs_uri"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -435,6 +439,33 @@ class ReadBlocksRequest(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ReadBlocksRequest: _TypeAlias = ReadBlocksRequest  # noqa: Y015
+
+@_typing.final
+class PullBlocksRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SOURCE_ID_FIELD_NUMBER: _builtins.int
+    SOURCE_ADDRESS_FIELD_NUMBER: _builtins.int
+    BLOCKS_FIELD_NUMBER: _builtins.int
+    source_id: _builtins.str
+    source_address: _builtins.str
+    """the source worker's gRPC address"""
+    @_builtins.property
+    def blocks(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReadBlockRequest]: ...
+    def __init__(
+        self,
+        *,
+        source_id: _builtins.str = ...,
+        source_address: _builtins.str = ...,
+        blocks: _abc.Iterable[Global___ReadBlockRequest] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["blocks", b"blocks", "source_address", b"source_address", "source_id", b"source_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PullBlocksRequest: _TypeAlias = PullBlocksRequest  # noqa: Y015
 
 @_typing.final
 class BlockPayload(_message.Message):

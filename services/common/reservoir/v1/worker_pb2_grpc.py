@@ -81,6 +81,11 @@ class WorkerServiceStub:
                 request_serializer=reservoir_dot_v1_dot_worker__pb2.CopyBlocksRequest.SerializeToString,
                 response_deserializer=reservoir_dot_v1_dot_worker__pb2.CopyBlocksResponse.FromString,
                 _registered_method=True)
+        self.PullBlocks = channel.unary_unary(
+                '/reservoir.v1.WorkerService/PullBlocks',
+                request_serializer=reservoir_dot_v1_dot_worker__pb2.PullBlocksRequest.SerializeToString,
+                response_deserializer=reservoir_dot_v1_dot_worker__pb2.LoadBlocksResponse.FromString,
+                _registered_method=True)
 
 
 class WorkerServiceServicer:
@@ -165,6 +170,16 @@ class WorkerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PullBlocks(self, request, context):
+        """Copies blocks here from the worker that holds them (a drain, a worker that joined):
+        read from it with `cached_only`, checked against their CRC32C, kept. One status per
+        entry, OK only when the block is held here afterwards; NOT_FOUND when the source no
+        longer holds it (nothing is fetched from the under-store). Cluster members only.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WorkerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -212,6 +227,11 @@ def add_WorkerServiceServicer_to_server(servicer, server):
                     servicer.CopyBlocks,
                     request_deserializer=reservoir_dot_v1_dot_worker__pb2.CopyBlocksRequest.FromString,
                     response_serializer=reservoir_dot_v1_dot_worker__pb2.CopyBlocksResponse.SerializeToString,
+            ),
+            'PullBlocks': grpc.unary_unary_rpc_method_handler(
+                    servicer.PullBlocks,
+                    request_deserializer=reservoir_dot_v1_dot_worker__pb2.PullBlocksRequest.FromString,
+                    response_serializer=reservoir_dot_v1_dot_worker__pb2.LoadBlocksResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -459,6 +479,33 @@ class WorkerService:
             '/reservoir.v1.WorkerService/CopyBlocks',
             reservoir_dot_v1_dot_worker__pb2.CopyBlocksRequest.SerializeToString,
             reservoir_dot_v1_dot_worker__pb2.CopyBlocksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PullBlocks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/reservoir.v1.WorkerService/PullBlocks',
+            reservoir_dot_v1_dot_worker__pb2.PullBlocksRequest.SerializeToString,
+            reservoir_dot_v1_dot_worker__pb2.LoadBlocksResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -73,6 +73,12 @@ class WorkerServiceStub:
     bytes: the master asks after a rename (a server-side copy of the object), so reads of
     the new name cost the under-store nothing. Cluster members only.
     """
+    PullBlocks: _grpc.UnaryUnaryMultiCallable[_worker_pb2.PullBlocksRequest, _worker_pb2.LoadBlocksResponse]
+    """Copies blocks here from the worker that holds them (a drain, a worker that joined):
+    read from it with `cached_only`, checked against their CRC32C, kept. One status per
+    entry, OK only when the block is held here afterwards; NOT_FOUND when the source no
+    longer holds it (nothing is fetched from the under-store). Cluster members only.
+    """
 
 @_typing.type_check_only
 class WorkerServiceAsyncStub(WorkerServiceStub):
@@ -118,6 +124,12 @@ class WorkerServiceAsyncStub(WorkerServiceStub):
     """The blocks this worker holds of one file, cached again under a file with the same
     bytes: the master asks after a rename (a server-side copy of the object), so reads of
     the new name cost the under-store nothing. Cluster members only.
+    """
+    PullBlocks: _aio.UnaryUnaryMultiCallable[_worker_pb2.PullBlocksRequest, _worker_pb2.LoadBlocksResponse]  # type: ignore[assignment]
+    """Copies blocks here from the worker that holds them (a drain, a worker that joined):
+    read from it with `cached_only`, checked against their CRC32C, kept. One status per
+    entry, OK only when the block is held here afterwards; NOT_FOUND when the source no
+    longer holds it (nothing is fetched from the under-store). Cluster members only.
     """
 
 class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -215,6 +227,18 @@ class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
         """The blocks this worker holds of one file, cached again under a file with the same
         bytes: the master asks after a rename (a server-side copy of the object), so reads of
         the new name cost the under-store nothing. Cluster members only.
+        """
+
+    @_abc_1.abstractmethod
+    def PullBlocks(
+        self,
+        request: _worker_pb2.PullBlocksRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_worker_pb2.LoadBlocksResponse, _abc.Awaitable[_worker_pb2.LoadBlocksResponse]]:
+        """Copies blocks here from the worker that holds them (a drain, a worker that joined):
+        read from it with `cached_only`, checked against their CRC32C, kept. One status per
+        entry, OK only when the block is held here afterwards; NOT_FOUND when the source no
+        longer holds it (nothing is fetched from the under-store). Cluster members only.
         """
 
 def add_WorkerServiceServicer_to_server(servicer: WorkerServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

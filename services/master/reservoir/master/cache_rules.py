@@ -34,7 +34,7 @@ from reservoir.common.errors import InvalidArgument, NotFound, ResourceExhausted
 from reservoir.common.metadata import keyspace
 from reservoir.common.metadata.metadata_store import MetadataStore
 from reservoir.common.models import CacheRule, Inode, Mount, WorkerRecord
-from reservoir.common.placement import Candidate, block_key, placement
+from reservoir.common.placement import block_key, placement_of
 from reservoir.v1 import worker_pb2
 
 from .job_run import Membership
@@ -209,7 +209,7 @@ class CacheRules:
             room[worker.id] = (
                 sum(t.capacity_bytes for t in disks) if disks else s.tiers[0].capacity_bytes
             )
-        table = placement([Candidate(w.id, float(w.capacity_bytes or 1)) for w in workers])
+        table = placement_of(workers)
 
         def need(files: dict[str, _PinnedFile]) -> dict[str, int]:
             per_worker: dict[str, int] = defaultdict(int)

@@ -12,6 +12,9 @@ from reservoir.common.metadata import keyspace
 from reservoir.common.metadata.metadata_store import Guard, MetadataStore
 
 TERMINAL = ("completed", "failed", "cancelled")
+# What a job does: loads files from the under-store; or moves blocks between workers, off
+# `worker` (a drain) or onto it (a fill, for a worker that joined).
+LOAD, DRAIN, FILL = "load", "drain", "fill"
 MAX_ERRORS = 20
 
 
@@ -36,6 +39,8 @@ class Job:
     # Only these files, in this order (a reader's list of what it is about to read);
     # empty: every file below `path`.
     files: list[str] = field(default_factory=list)
+    kind: str = LOAD
+    worker: str = ""
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self)).encode()

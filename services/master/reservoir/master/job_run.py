@@ -14,7 +14,7 @@ from reservoir.common import logs, paths
 from reservoir.common.config import MasterConfig
 from reservoir.common.errors import InvalidArgument, NotFound, ReservoirError
 from reservoir.common.models import Inode, WorkerRecord
-from reservoir.common.placement import Candidate, Placement, block_key, placement
+from reservoir.common.placement import Placement, block_key, placement_of
 
 from .job_counters import FAILED, LOADED, LoadJobCounters
 from .job_records import Job, JobRecords
@@ -191,10 +191,11 @@ class JobRun:
     async def _homes(self, job: Job) -> tuple[dict[str, WorkerRecord], Placement]:
         """The live workers by id and the placement over them, for the whole job."""
         workers = await self._membership.workers()
-        if len(workers) < job.replicas:
-            raise InvalidArgument(f"{job.replicas} replicas asked, {len(workers)} workers live")
+        serving = sum(w.serving for w in workers)
+        if serving < job.replicas:
+            raise InvalidArgument(f"{job.replicas} replicas asked, {serving} workers serving")
         by_id = {w.id: w for w in workers}
-        return by_id, placement([Candidate(w.id, float(w.capacity_bytes or 1)) for w in workers])
+        return by_id, placement_of(workers)
 
     async def _load(
         self, job: Job, files: list[Inode], by_id: dict[str, WorkerRecord], table: Placement

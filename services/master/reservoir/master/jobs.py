@@ -18,11 +18,14 @@ from reservoir.common import logs, paths
 from reservoir.common.config import MasterConfig
 from reservoir.common.errors import InvalidArgument, NotFound
 from reservoir.common.metadata.metadata_store import MetadataStore
+from reservoir.common.models import DRAINING, SERVING, WorkerRecord
 
+from .block_moves import BlockMoves
 from .job_counters import LoadJobCounters
-from .job_records import TERMINAL, Job, JobRecords
+from .job_records import DRAIN, FILL, LOAD, TERMINAL, Job, JobRecords
 from .job_run import BlockLoader, JobRun, Membership, Namespace
 from .locations import BlockLocationTable
+from .worker_membership import WorkerMembership
 
 log = logs.get_logger(__name__)
 
@@ -39,14 +42,21 @@ class LoadJobs:
         loader: BlockLoader,
         locations: BlockLocationTable,
         counters: LoadJobCounters,
+        moves: BlockMoves | None = None,
+        marks: WorkerMembership | None = None,
     ) -> None:
+        """`moves` runs drains and fills, `marks` puts a worker back in service after an
+        undrain (without them, only loads)."""
         self._config = config
+        self._moves = moves
+        self._marks = marks
         self._namespace = namespace
         self._membership = membership
         self._records = JobRecords(store)
         self._runs = JobRun(
             self._records, config, namespace, membership, loader, locations, counters
         )
+        self._locations = locations
         self._jobs: dict[str, Job] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
 
@@ -79,7 +89,7 @@ class LoadJobs:
                 return earlier
         info = await self._namespace.file_info(path)  # NOT_FOUND / INVALID_ARGUMENT early
         replicas = replicas or 1
-        live = await self._membership.workers()
+        live = [w for w in await self._membership.workers() if w.serving]
         if replicas < 1 or (not metadata_only and replicas > len(live)):
             raise InvalidArgument(f"replicas must be between 1 and {len(live)} (live workers)")
         named = self._named_files(info.path, files)
@@ -133,8 +143,71 @@ class LoadJobs:
             raise InvalidArgument(f"{outside[0]} is not below the job's path {top}")
         return named
 
+    async def drain(self, worker_id: str) -> Job:
+        """Starts draining a worker (see block_moves.py); one already draining answers
+        the job that drains it."""
+        if self._moves is None or self._marks is None:
+            raise InvalidArgument("this master does not move blocks between workers")
+        worker = await self._marks.worker(worker_id)
+        running = self._running(DRAIN, worker.id)
+        if running is not None:
+            return running
+        live = await self._marks.workers()
+        if not any(w.serving and w.id != worker.id for w in live):
+            raise InvalidArgument(
+                f"cannot drain {worker.id}: no other serving worker would take its blocks"
+            )
+        await self._marks.mark(worker, DRAINING)
+        return await self._submit_move(DRAIN, worker.id)
+
+    async def undrain(self, worker_id: str) -> Job:
+        """Stops a worker's drain and puts it back in service; answers its last drain."""
+        if self._marks is None:
+            raise InvalidArgument("this master does not move blocks between workers")
+        worker = await self._marks.worker(worker_id)
+        drains = [j for j in self._jobs.values() if j.kind == DRAIN and j.worker == worker.id]
+        if not drains and worker.serving:
+            raise NotFound(f"worker {worker.id} is not draining")
+        await self._marks.mark(worker, SERVING)
+        if not drains:
+            job = Job(id=uuid.uuid4().hex[:12], path="", kind=DRAIN, worker=worker.id)
+            job.state = "cancelled"
+            return job
+        last = max(drains, key=lambda j: j.created_ms)
+        return await self._cancel(last)
+
+    async def fill(self, worker: WorkerRecord) -> Job | None:
+        """Starts copying onto a worker that joined the cached blocks it is now home of
+        (None when nothing is cached, or fills are off)."""
+        if self._moves is None or not self._config.fill_on_join or not self._locations.holds_any():
+            return None
+        if self._running(FILL, worker.id) is not None:
+            return None
+        return await self._submit_move(FILL, worker.id)
+
+    def _running(self, kind: str, worker_id: str) -> Job | None:
+        for job in self._jobs.values():
+            if job.kind == kind and job.worker == worker_id and job.state not in TERMINAL:
+                return job
+        return None
+
+    async def _submit_move(self, kind: str, worker_id: str) -> Job:
+        job = Job(
+            id=uuid.uuid4().hex[:12],
+            path="",
+            kind=kind,
+            worker=worker_id,
+            created_ms=int(time.time() * 1000),
+        )
+        await self._records.save(job)
+        self._jobs[job.id] = job
+        self._start(job)
+        log.info("block_move_submitted", job=job.id, kind=kind, worker=worker_id)
+        return job
+
     def _start(self, job: Job) -> None:
-        task = asyncio.create_task(self._runs.run(job))
+        run = self._runs.run if job.kind == LOAD or self._moves is None else self._moves.run
+        task = asyncio.create_task(run(job))
         self._tasks[job.id] = task
         task.add_done_callback(lambda _: self._tasks.pop(job.id, None))
 
@@ -169,15 +242,20 @@ class LoadJobs:
 
     async def cancel(self, job_id: str) -> Job:
         job = await self.get(job_id)
+        if job.kind == DRAIN and job.state not in TERMINAL:
+            return await self.undrain(job.worker)  # a drain cancelled is an undrain
+        return await self._cancel(job)
+
+    async def _cancel(self, job: Job) -> Job:
         if job.state in TERMINAL:
             return job
-        task = self._tasks.get(job_id)
+        task = self._tasks.get(job.id)
         if task is not None:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
         job.state = "cancelled"
         await self._records.save(job)
-        log.info("load_job_cancelled", job=job.id)
+        log.info("load_job_cancelled", job=job.id, kind=job.kind)
         return job
 
     async def close(self) -> None:

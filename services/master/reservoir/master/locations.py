@@ -125,6 +125,14 @@ class BlockLocationTable:
     def holders(self, file_id: str) -> dict[int, list[str]]:
         return {i: sorted(ids) for i, ids in self._by_file.get(file_id, {}).items() if ids}
 
+    def held_by(self, worker_id: str) -> dict[str, list[int]]:
+        """The blocks one worker holds, by file."""
+        return {f: sorted(i) for f, i in self._by_worker.get(worker_id, {}).items() if i}
+
+    def files(self) -> list[str]:
+        """Every file some worker holds a block of."""
+        return list(self._by_file)
+
     def pending_workers(self) -> set[str]:
         return {w for w, _ in self._dirty} | self._resets
 

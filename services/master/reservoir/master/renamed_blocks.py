@@ -16,7 +16,7 @@ from typing import Protocol
 from reservoir.common import logs
 from reservoir.common.errors import ReservoirError
 from reservoir.common.models import Inode, WorkerRecord
-from reservoir.common.placement import Candidate, block_key, placement
+from reservoir.common.placement import block_key, placement_of
 
 from .locations import BlockLocationTable
 
@@ -55,7 +55,7 @@ class RenamedBlocks:
         # Where the table says the blocks are, and each block's home, which holds it when
         # the file was just written (its workers' reports may not have come in yet).
         holders = self._locations.holders(old.file_id)
-        table = placement([Candidate(w.id, float(w.capacity_bytes or 1)) for w in workers])
+        table = placement_of(workers)
         by_worker: dict[str, set[int]] = defaultdict(set)
         for index in range(old.block_count):
             for worker_id in {*holders.get(index, ()), *table.homes(block_key(old.file_id, index))}:

@@ -18,15 +18,16 @@ from prometheus_client import CollectorRegistry
 from reservoir.common import logs, paths
 from reservoir.common.config import MasterConfig
 from reservoir.common.errors import InvalidArgument, ReservoirError
-from reservoir.common.metadata.metadata_store import Lease, MetadataStore
-from reservoir.common.metadata.worker_registry import WorkerRegistry
+from reservoir.common.metadata.metadata_store import MetadataStore
 from reservoir.common.models import Mount, MountOptions, WorkerRecord
 from reservoir.common.rpc import ChannelOpener
 from reservoir.common.understore.mounted_stores import MountedStores
 from reservoir.common.understore.under_store_metrics import UnderStoreMetrics
 
+from .block_moves import BlockMoves
 from .cache_rules import CacheRules
 from .job_counters import LoadJobCounters
+from .job_records import JobRecords
 from .jobs import LoadJobs
 from .locations import BlockLocationTable
 from .metadata_sync import NamespaceSync, now_ms
@@ -37,6 +38,7 @@ from .namespace_reads import NamespaceReads
 from .namespace_store import NamespaceStore
 from .renamed_blocks import RenamedBlocks
 from .worker_link import WorkerLink
+from .worker_membership import WorkerMembership
 from .write_sessions import WriteSessions
 
 # Between attempts to count the namespace while etcd does not answer.
@@ -67,12 +69,11 @@ class MasterService:
         self._under_stores = MountedStores.from_settings(
             config.ufs, UnderStoreMetrics(registry, "reservoir_master_")
         )
-        self._registry = WorkerRegistry(store)
         self.locations = BlockLocationTable(store)
+        self.members = WorkerMembership(store, self.locations)
         # Returned with every block report: a worker that sees a new one re-sends its
         # whole content, so a restarted master's table is exact within seconds.
         self.epoch = f"{now_ms()}-{uuid.uuid4().hex[:8]}"
-        self._leases: dict[str, Lease] = {}
         self._worker_link = WorkerLink(config.load_timeout_s, opener, config.rpc_timeout_s)
         # boto3 blocks: under-store calls run on a pool of their own, sized by a setting
         # (asyncio's default pool is small on small machines).
@@ -93,6 +94,16 @@ class MasterService:
             loader=self._worker_link,
             locations=self.locations,
             counters=LoadJobCounters(registry),
+            moves=BlockMoves(
+                JobRecords(store),
+                config,
+                self.reads,
+                self.mount_table,
+                self.members,
+                self._worker_link,
+                self.locations,
+            ),
+            marks=self.members,
         )
         self.cache_rules = CacheRules(
             store,
@@ -126,6 +137,8 @@ class MasterService:
         # In the background: a large namespace takes a while, and the leader serves meanwhile.
         self._counting = asyncio.create_task(self._count_namespace())
         await self.locations.load()
+        self.members.restart()
+        await self.members.forget_marks()  # of workers gone or restarted meanwhile
         await self.refresh_workers()
         await self.jobs.resume()
         self.writes.start()  # aborts the uploads of writers that died, this master's or not
@@ -239,13 +252,13 @@ class MasterService:
                 log.warning("drop_blocks_failed", worker=worker.id, error=str(result))
 
     async def workers(self) -> list[WorkerRecord]:
-        return sorted(await self._registry.live(), key=lambda w: w.id)
+        return await self.members.workers()
 
-    async def refresh_workers(self) -> list[WorkerRecord]:
-        live = await self._registry.live()
-        self._leases = {w.id: Lease(w.lease_id, 0) for w in live}
-        self.locations.prune(set(self._leases))
-        return live
+    async def refresh_workers(self) -> None:
+        """Follows who is registered; a worker that joined is given its share of what is
+        cached (a fill job)."""
+        for worker in await self.members.refresh():
+            await self.jobs.fill(worker)
 
     def report_blocks(
         self,
@@ -264,6 +277,6 @@ class MasterService:
         return self.epoch
 
     async def flush_locations(self) -> int:
-        if self.locations.pending_workers() - set(self._leases):
+        if self.locations.pending_workers() - set(self.members.leases):
             await self.refresh_workers()  # a worker that joined since the last refresh
-        return await self.locations.flush(self._leases)
+        return await self.locations.flush(self.members.leases)

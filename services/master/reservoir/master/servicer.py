@@ -170,6 +170,18 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
         return _job(await self._service.jobs.cancel(request.id))
 
     @translate_errors
+    async def Drain(
+        self, request: master_pb2.DrainRequest, context: grpc.aio.ServicerContext
+    ) -> master_pb2.Job:
+        return _job(await self._service.jobs.drain(request.worker_id))
+
+    @translate_errors
+    async def Undrain(
+        self, request: master_pb2.DrainRequest, context: grpc.aio.ServicerContext
+    ) -> master_pb2.Job:
+        return _job(await self._service.jobs.undrain(request.worker_id))
+
+    @translate_errors
     async def ListJobs(
         self, request: master_pb2.ListJobsRequest, context: grpc.aio.ServicerContext
     ) -> master_pb2.ListJobsResponse:

@@ -16,6 +16,7 @@ _LOAD_BLOCKS = worker_methods.LOAD_BLOCKS
 _FREE_BLOCKS = worker_methods.FREE_BLOCKS
 _GET_STATS = worker_methods.GET_STATS
 _COPY_BLOCKS = worker_methods.COPY_BLOCKS
+_PULL_BLOCKS = worker_methods.PULL_BLOCKS
 
 
 class WorkerLink:
@@ -101,3 +102,26 @@ class WorkerLink:
 
     async def close(self) -> None:
         await self._channels.close()
+
+    async def pull_blocks(
+        self, worker: WorkerRecord, source: WorkerRecord, blocks: list[tuple[Inode, int]]
+    ) -> list[ReservoirError | None]:
+        """Has `worker` copy these blocks from `source`; per block, None when `worker`
+        holds it afterwards, else why not."""
+        call = self._channels.get(worker.address).unary_unary(
+            _PULL_BLOCKS,
+            request_serializer=worker_pb2.PullBlocksRequest.SerializeToString,
+            response_deserializer=worker_pb2.LoadBlocksResponse.FromString,
+        )
+        request = worker_pb2.PullBlocksRequest(
+            source_id=source.id,
+            source_address=source.address,
+            blocks=[block_request(inode, index) for inode, index in blocks],
+        )
+        try:
+            reply = await call(request, timeout=self._timeout, metadata=inject_metadata())
+        except grpc.RpcError as exc:
+            raise error_from_rpc(
+                exc, f"copy blocks to worker {worker.id} from {source.id}"
+            ) from None
+        return [error_for_code_value(r.code, r.message) if r.code else None for r in reply.results]

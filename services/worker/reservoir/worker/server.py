@@ -29,6 +29,7 @@ from .membership import Membership
 from .metrics import WorkerMetrics
 from .mount_table import MountTable
 from .part_uploads import PartUploads
+from .peer_copy import PeerCopy
 from .service import WorkerService
 from .servicer import SERVICE, WorkerServicer
 from .shm_tier import ShmTier
@@ -134,7 +135,8 @@ async def serve(config: cfg.WorkerConfig, transport: Transport) -> None:
     reporter = BlockReporter(config, service, link)
     written = WrittenBlocks(service, store, reporter)
     uploads = PartUploads(service, store, written)
-    server.add_generic_rpc_handlers([WorkerServicer(service, written, uploads).handler()])
+    peers = PeerCopy(service, transport, config.rpc_timeout_s)
+    server.add_generic_rpc_handlers([WorkerServicer(service, written, uploads, peers).handler()])
     # With TLS the data port speaks it too, and checks the tokens gRPC checks.
     security = transport.settings
     data_port = (

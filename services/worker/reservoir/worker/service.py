@@ -13,6 +13,7 @@ from reservoir.common.blocks.block_file import checksum
 from reservoir.common.config import WorkerConfig
 from reservoir.common.errors import (
     InvalidArgument,
+    NotFound,
     OutOfRange,
     ReservoirError,
     ResourceExhausted,
@@ -144,6 +145,7 @@ class WorkerService:
         *,
         limit: int | None = None,
         trace: ReadTrace | None = None,
+        cached_only: bool = False,
     ) -> BlockRead:
         """The one read behind every front door (gRPC ReadBlock, ReadSmall, ReadBlocks and
         the data port): the request validated (geometry, `ufs_uri` under its mount), the
@@ -153,6 +155,8 @@ class WorkerService:
         `limit`: the most bytes this caller answers in one message (ReadSmall); a larger
         range is InvalidArgument before any fetch. Counted when handed over, not when the
         front door has sent it: a reader that has all it asked for may end the call at once.
+        `cached_only`: NotFound rather than a fetch when the block is not held (a peer
+        copying blocks from here asks so: it wants what is cached, never a GET).
         """
         request = request.validated()
         if limit is not None:
@@ -162,7 +166,15 @@ class WorkerService:
                     f"ReadSmall answers ranges of up to {limit} bytes, not {end - start}: "
                     "use ReadBlock"
                 )
-        data, crc, source = await self._block(request)
+        data: Fetched
+        if cached_only:
+            self._expire_if_stale(request)
+            held = await self.store.get(request.block)
+            if held is None:
+                raise NotFound(f"block {request.index} of {request.file_id} is not held here")
+            data, crc, source = held
+        else:
+            data, crc, source = await self._block(request)
         read = range_read(data, crc, request.offset, request.length, source)
         self.served(source, read.length, trace)
         return read

@@ -21,6 +21,7 @@ from reservoir.common.rpc import translate_errors, translate_stream_errors
 from reservoir.v1 import common_pb2, worker_pb2
 
 from .part_uploads import PartUploads
+from .peer_copy import PeerCopy
 from .read_request import domain_request
 from .read_trace import ReadTrace
 from .service import BlockRequest, WorkerService
@@ -63,12 +64,14 @@ class WorkerServicer:
         service: WorkerService,
         written: WrittenBlocks | None = None,
         uploads: PartUploads | None = None,
+        peers: PeerCopy | None = None,
     ) -> None:
         """`written`: where written files' blocks are staged and committed (absent: the
-        worker refuses them)."""
+        worker refuses them); `peers`: copies blocks from other workers (absent: refused)."""
         self._service = service
         self._written = written
         self._uploads = uploads
+        self._peers = peers
 
     @translate_stream_errors
     async def ReadBlock(
@@ -103,7 +106,9 @@ class WorkerServicer:
 
         async def one(position: int, item: worker_pb2.ReadBlockRequest) -> worker_pb2.BlockPayload:
             try:
-                read = await self._service.read(domain_request(item), trace=trace)
+                read = await self._service.read(
+                    domain_request(item), trace=trace, cached_only=item.cached_only
+                )
                 return worker_pb2.BlockPayload(
                     position=position, data=read.payload(), crc32c=read.crc
                 )
@@ -189,6 +194,28 @@ class WorkerServicer:
         )
         return worker_pb2.CopyBlocksResponse(copied=copied)
 
+    @translate_errors
+    async def PullBlocks(
+        self, request: worker_pb2.PullBlocksRequest, context: grpc.aio.ServicerContext
+    ) -> worker_pb2.LoadBlocksResponse:
+        if self._peers is None:
+            raise InvalidArgument("this worker does not copy blocks from peers")
+        if not request.source_address:
+            raise InvalidArgument("source_address is required")
+        outcomes = await self._peers.pull(
+            request.source_id,
+            request.source_address,
+            [domain_request(b) for b in request.blocks],
+        )
+        return worker_pb2.LoadBlocksResponse(
+            results=[
+                worker_pb2.BlockStatus(position=i, bytes=o)
+                if isinstance(o, int)
+                else worker_pb2.BlockStatus(position=i, code=code_value(o), message=str(o))
+                for i, o in enumerate(outcomes)
+            ]
+        )
+
     def handler(self) -> grpc.GenericRpcHandler:
         return grpc.method_handlers_generic_handler(
             SERVICE,
@@ -232,6 +259,11 @@ class WorkerServicer:
                     self.CopyBlocks,
                     request_deserializer=worker_pb2.CopyBlocksRequest.FromString,
                     response_serializer=worker_pb2.CopyBlocksResponse.SerializeToString,
+                ),
+                methods.PULL_BLOCKS_NAME: grpc.unary_unary_rpc_method_handler(
+                    self.PullBlocks,
+                    request_deserializer=worker_pb2.PullBlocksRequest.FromString,
+                    response_serializer=worker_pb2.LoadBlocksResponse.SerializeToString,
                 ),
                 methods.GET_STATS_NAME: grpc.unary_unary_rpc_method_handler(
                     self.GetStats,

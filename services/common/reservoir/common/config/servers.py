@@ -61,6 +61,15 @@ class MasterConfig:
     load_batch_blocks: int = field(default=8, metadata=env("RESERVOIR_LOAD_BATCH_BLOCKS"))
     load_calls_per_worker: int = field(default=2, metadata=env("RESERVOIR_LOAD_CALLS_PER_WORKER"))
     load_timeout_s: float = field(default=300.0, metadata=env("RESERVOIR_LOAD_TIMEOUT"))
+    # Drains and fills (master/block_moves.py): bytes a second copied between workers over
+    # the whole cluster (0: no limit), blocks per PullBlocks call, and calls in flight per
+    # receiving worker. A move shares the network with reads: the rate keeps it polite.
+    move_bytes_per_s: int = field(default=256 * MiB, metadata=env("RESERVOIR_MOVE_RATE"))
+    move_batch_blocks: int = field(default=8, metadata=env("RESERVOIR_MOVE_BATCH_BLOCKS"))
+    move_calls_per_worker: int = field(default=2, metadata=env("RESERVOIR_MOVE_CALLS_PER_WORKER"))
+    # A worker that joins gets its share of what is cached copied to it (a "fill" job);
+    # off, it fills from the under-store as reads miss.
+    fill_on_join: bool = field(default=True, metadata=env("RESERVOIR_FILL_ON_JOIN"))
     # Files one load job may name (SubmitLoadRequest.files): the list is kept in its record.
     load_max_files: int = field(default=10_000, metadata=env("RESERVOIR_LOAD_MAX_FILES"))
     # `reservoir free`: file ids per call to each worker.
@@ -207,6 +216,10 @@ class WorkerConfig:
         default=1.0, metadata=env("RESERVOIR_WORKER_TTL_SWEEP_INTERVAL")
     )
     grace_s: float = field(default=3.0, metadata=env("RESERVOIR_SHUTDOWN_GRACE"))
+    # On SIGTERM the worker drains itself (its blocks copied to their next homes) for up to
+    # this long before it exits, so a node drain or a pod's termination keeps the cache;
+    # 0: exit at once. Keep it below Kubernetes' terminationGracePeriodSeconds.
+    drain_timeout_s: float = field(default=60.0, metadata=env("RESERVOIR_WORKER_DRAIN_TIMEOUT"))
     # glibc thresholds that keep the worker's footprint near its capacity (measured: see
     # common/malloc_tuning.py).
     malloc_mmap_threshold: int = field(

@@ -12,6 +12,9 @@ NAMESPACE = ROOT + b"ns/"
 # Before chunks: one JSON inode per key, by depth then path. Read only to migrate it.
 LEGACY_INODES = ROOT + b"inodes/"
 WORKERS = ROOT + b"workers/"
+# An operator's mark on a worker (draining, drained), written by the leader and kept apart
+# from the record the worker writes under its lease, so a worker that re-registers keeps it.
+WORKER_MARKS = ROOT + b"worker-marks/"
 LOCATIONS = ROOT + b"locations/"
 JOBS = ROOT + b"jobs/"
 # Cache rules (pins, TTLs) and the files each pin holds: one prefix, so a worker follows
@@ -80,6 +83,10 @@ def legacy_inode_key(path: str) -> bytes:
 
 def worker_key(worker_id: str) -> bytes:
     return WORKERS + worker_id.encode()
+
+
+def worker_mark_key(worker_id: str) -> bytes:
+    return WORKER_MARKS + worker_id.encode()
 
 
 def locations_prefix(worker_id: str) -> bytes:

@@ -78,6 +78,9 @@ RULES: dict[str, Rule] = {
     _MASTER + "WatchJob": Rule(_READ),
     _MASTER + "ListJobs": Rule(_READ),
     _MASTER + "ReportBlocks": Rule(_CLUSTER, subject_field="worker_id"),
+    # An operator drains any worker; a worker drains itself (on SIGTERM), no other.
+    _MASTER + "Drain": Rule(_ADMIN | _CLUSTER, subject_field="worker_id"),
+    _MASTER + "Undrain": Rule(_ADMIN),
     READ_BLOCK: Rule(_READ),
     worker.READ_BLOCKS: Rule(_READ),
     worker.READ_SMALL: Rule(_READ),
@@ -89,6 +92,8 @@ RULES: dict[str, Rule] = {
     worker.COMMIT_BLOCKS: Rule(_WRITE),
     # A renamed file's blocks kept under its new id: what the master asks, and no one else.
     worker.COPY_BLOCKS: Rule(_CLUSTER),
+    # Blocks copied from a peer (drains, fills): what the master asks, and no one else.
+    worker.PULL_BLOCKS: Rule(_CLUSTER),
     **{
         _MASTER + method: Rule(_WRITE)
         for method in (
@@ -231,7 +236,13 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             return None if handler is None else _refusal(handler, exc)
         handler = await continuation(details)
         rule = RULES.get(details.method)
-        if handler is None or principal is None or rule is None or not rule.subject_field:
+        if (
+            handler is None
+            or principal is None
+            or rule is None
+            or not rule.subject_field
+            or principal.role not in _CLUSTER  # an operator may name any worker
+        ):
             return handler
         return _subject_checked(handler, rule.subject_field, principal)
 
