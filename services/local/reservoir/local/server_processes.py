@@ -98,6 +98,9 @@ def worker_process(cluster: LocalCluster, n: int) -> Process:
     metrics = metrics_port(existing)
     settings = cluster.settings
     env = {
+        # `local down` stops every worker at once: none drains unless asked to (the `env`
+        # setting, or `local remove-worker --drain`, which drains before it stops one).
+        "RESERVOIR_WORKER_DRAIN_TIMEOUT": "0",
         **server_env(cluster),
         **_security(cluster).server_env(name),
         "RESERVOIR_WORKER_LISTEN": f"127.0.0.1:{port}",

@@ -165,14 +165,12 @@ class LoadJobs:
         if self._marks is None:
             raise InvalidArgument("this master does not move blocks between workers")
         worker = await self._marks.worker(worker_id)
-        drains = [j for j in self._jobs.values() if j.kind == DRAIN and j.worker == worker.id]
-        if not drains and worker.serving:
+        if worker.serving:
             raise NotFound(f"worker {worker.id} is not draining")
         await self._marks.mark(worker, SERVING)
-        if not drains:
-            job = Job(id=uuid.uuid4().hex[:12], path="", kind=DRAIN, worker=worker.id)
-            job.state = "cancelled"
-            return job
+        drains = [j for j in self._jobs.values() if j.kind == DRAIN and j.worker == worker.id]
+        if not drains:  # marked by a leader before this one, its job record gone
+            return Job(id="", path="", state="cancelled", kind=DRAIN, worker=worker.id)
         last = max(drains, key=lambda j: j.created_ms)
         return await self._cancel(last)
 

@@ -43,5 +43,24 @@ class MasterLink:
         )
         return str(response.master_epoch)
 
+    async def drain(self, worker_id: str) -> str:
+        """Asks the master to drain this worker; returns the drain job's id."""
+        job = await self._masters.unary(
+            "Drain",
+            master_pb2.DrainRequest(worker_id=worker_id),
+            deadline_s=self._timeout,
+            what=f"drain worker {worker_id}",
+        )
+        return str(job.id)
+
+    async def job_state(self, job_id: str) -> str:
+        job = await self._masters.unary(
+            "GetJob",
+            master_pb2.GetJobRequest(id=job_id),
+            deadline_s=self._timeout,
+            what=f"job {job_id}",
+        )
+        return str(job.state)
+
     async def close(self) -> None:
         await self._masters.close()

@@ -24,6 +24,7 @@ from .cache_rules import CacheRuleTable
 from .data_port import DataPort
 from .data_port_metrics import DataPortMetrics
 from .eviction import POLICIES
+from .leaving import drain_before_leaving
 from .master_link import MasterLink
 from .membership import Membership
 from .metrics import WorkerMetrics
@@ -195,6 +196,8 @@ async def serve(config: cfg.WorkerConfig, transport: Transport) -> None:
         ),
     ]
     await servers.wait_for_signal()
+    # Still serving and reporting while the master copies its blocks elsewhere.
+    await drain_before_leaving(link, worker_id, config.drain_timeout_s)
     log.info("worker_stopping", worker=worker_id)
     for task in loops:
         task.cancel()
@@ -208,6 +211,7 @@ async def serve(config: cfg.WorkerConfig, transport: Transport) -> None:
         log.warning("worker_leave_failed", error=str(exc))
     await service.store.close(config.grace_s)
     service.close()
+    await peers.close()
     await link.close()
     await store.close()
 

@@ -92,8 +92,8 @@ RULES: dict[str, Rule] = {
     worker.COMMIT_BLOCKS: Rule(_WRITE),
     # A renamed file's blocks kept under its new id: what the master asks, and no one else.
     worker.COPY_BLOCKS: Rule(_CLUSTER),
-    # Blocks copied from a peer (drains, fills): what the master asks, and no one else.
-    worker.PULL_BLOCKS: Rule(_CLUSTER),
+    # Blocks copied from a peer (drains, fills): what the master asks.
+    worker.PULL_BLOCKS: Rule(_ADMIN | _CLUSTER),
     **{
         _MASTER + method: Rule(_WRITE)
         for method in (
