@@ -18,7 +18,7 @@ from reservoir.common import logs, paths
 from reservoir.common.config import MasterConfig
 from reservoir.common.errors import InvalidArgument, NotFound
 from reservoir.common.metadata.metadata_store import MetadataStore
-from reservoir.common.models import DRAINING, SERVING, WorkerRecord
+from reservoir.common.models import DRAINED, DRAINING, SERVING, WorkerRecord
 
 from .block_moves import BlockMoves
 from .job_counters import LoadJobCounters
@@ -152,6 +152,10 @@ class LoadJobs:
         running = self._running(DRAIN, worker.id)
         if running is not None:
             return running
+        if worker.state == DRAINED:  # e.g. a preStop hook drained it, then SIGTERM asks
+            done = self._last(DRAIN, worker.id)
+            if done is not None:
+                return done
         live = await self._marks.workers()
         if not any(w.serving and w.id != worker.id for w in live):
             raise InvalidArgument(
@@ -168,10 +172,9 @@ class LoadJobs:
         if worker.serving:
             raise NotFound(f"worker {worker.id} is not draining")
         await self._marks.mark(worker, SERVING)
-        drains = [j for j in self._jobs.values() if j.kind == DRAIN and j.worker == worker.id]
-        if not drains:  # marked by a leader before this one, its job record gone
+        last = self._last(DRAIN, worker.id)
+        if last is None:  # its job record gone
             return Job(id="", path="", state="cancelled", kind=DRAIN, worker=worker.id)
-        last = max(drains, key=lambda j: j.created_ms)
         return await self._cancel(last)
 
     async def fill(self, worker: WorkerRecord) -> Job | None:
@@ -182,6 +185,10 @@ class LoadJobs:
         if self._running(FILL, worker.id) is not None:
             return None
         return await self._submit_move(FILL, worker.id)
+
+    def _last(self, kind: str, worker_id: str) -> Job | None:
+        mine = [j for j in self._jobs.values() if j.kind == kind and j.worker == worker_id]
+        return max(mine, key=lambda j: j.created_ms) if mine else None
 
     def _running(self, kind: str, worker_id: str) -> Job | None:
         for job in self._jobs.values():
