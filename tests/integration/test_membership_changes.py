@@ -202,3 +202,34 @@ def test_a_worker_that_joins_is_filled_from_its_peers_not_from_s3(tmp_path: Path
             assert _gets(cluster) == gets  # the fill and the reads: not one GET
     finally:
         cluster.down()
+
+
+def test_replicas_a_dead_worker_held_are_made_again_from_the_copies_left(
+    three: LocalCluster,
+) -> None:
+    with Client(three.master_address) as client:
+        files = _data_set(three, client)
+        assert client.watch_job(client.submit_load("/moves", replicas=2).id).succeeded
+
+        def copies() -> list[int]:
+            counts = []
+            for path in files:
+                located = client.stat(path, with_locations=True).locations
+                counts += [len(set(located.get(i, ())) - {"worker2"}) for i in range(2)]
+            return counts
+
+        assert min(copies()) >= 1
+        three.kill("worker2")  # no drain: its lease runs out
+        deadline = time.monotonic() + 10 * LEASE_TTL_S
+        repairs: list = []
+        while time.monotonic() < deadline:
+            repairs = [j for j in client.jobs() if j.kind == "repair" and j.worker == "worker2"]
+            if repairs and repairs[0].finished:
+                break
+            time.sleep(0.2)
+        assert [j.state for j in repairs] == ["completed"], repairs
+        assert repairs[0].done_blocks > 0
+        assert min(copies()) == 2  # every block on two live workers again
+        gets = _gets(three)
+        _read_all(client, files)
+        assert _gets(three) == gets

@@ -59,8 +59,9 @@ class LoadJob:
     updated_ms: int = 0
     attempts: int = 0  # how many masters have run it (it resumes after a failover)
     named_files: bool = False  # it loads the files its request named, not all below `path`
-    # "load"; "drain" (copies `worker`'s blocks to their next homes) or "fill" (copies
-    # onto `worker`, which joined, the blocks it is now home of).
+    # "load"; "drain" (copies `worker`'s blocks to their next homes), "fill" (copies
+    # onto `worker`, which joined, the blocks it is now home of) or "repair" (copies again
+    # the replicated blocks `worker` held when it was lost).
     kind: str = "load"
     worker: str = ""
 

@@ -1,6 +1,7 @@
 """Moving cached blocks between workers, so membership changes move data rather than
 misses: a drain copies every block a worker holds to the home it will have without that
-worker; a fill copies onto a worker that joined the blocks it is now home of. Each copy
+worker; a fill copies onto a worker that joined the blocks it is now home of; a repair
+copies again, from the copies left, the replicated blocks a lost worker held. Each copy
 goes peer to peer (the receiver reads the block from a holder and checks its CRC32C,
 PullBlocks), within one cluster-wide byte rate, while every holder goes on serving.
 
@@ -25,7 +26,7 @@ from reservoir.common.errors import InvalidArgument, NotFound, ReservoirError
 from reservoir.common.models import DRAINED, DRAINING, Inode, WorkerRecord
 from reservoir.common.placement import Placement, block_key, placement_of
 
-from .job_records import DRAIN, Job, JobRecords
+from .job_records import DRAIN, REPAIR, Job, JobRecords
 from .locations import BlockLocationTable
 from .mount_table import MountTable
 from .worker_membership import WorkerMembership
@@ -73,6 +74,13 @@ class BlockMoves:
         self._locations = locations
         self._rate = ByteRate(config.move_bytes_per_s)
         self._mounts = mounts
+        # Repairs' blocks, by job: what a lost worker held is known only when it is lost
+        # (its locations go with it), so a repair resumed by another leader has none left.
+        self._owed: dict[str, dict[str, list[int]]] = {}
+
+    def owe(self, job_id: str, blocks: dict[str, list[int]]) -> None:
+        """The blocks (by file) repair job `job_id` copies again."""
+        self._owed[job_id] = blocks
 
     async def run(self, job: Job) -> None:
         saver: asyncio.Task[None] | None = None
@@ -85,15 +93,17 @@ class BlockMoves:
             await self._records.save(job)
             workers = {w.id: w for w in await self._membership.workers()}
             worker = workers.get(job.worker)
-            if worker is None:
+            if worker is None and job.kind != REPAIR:
                 raise InvalidArgument(f"worker {job.worker} is not registered")
-            if job.kind == DRAIN and worker.serving:
+            if job.kind == DRAIN and worker is not None and worker.serving:
                 workers[worker.id] = await self._membership.mark(worker, DRAINING)
             table = placement_of(list(workers.values()))
             if not len(table):
                 raise InvalidArgument("no serving worker to take the blocks")
             if job.kind == DRAIN:
                 moves = self._drain(job.worker, table)
+            elif job.kind == REPAIR:
+                moves = self._repair(self._owed.pop(job.id, {}), table)
             else:
                 moves = self._fill(job.worker, table)
             saver = asyncio.create_task(self._save_every(job))
@@ -134,6 +144,22 @@ class BlockMoves:
                 target = next((h for h in ranked if h not in held), None)
                 if target is not None:
                     moves[file_id].append(_Move(index, worker_id, target))
+        return moves
+
+    def _repair(self, owed: dict[str, list[int]], table: Placement) -> dict[str, list[_Move]]:
+        """Each owed block, from a worker that still holds it to the first of its homes
+        that does not."""
+        moves: dict[str, list[_Move]] = defaultdict(list)
+        for file_id, indices in owed.items():
+            holders = self._locations.holders(file_id)
+            for index in indices:
+                held = holders.get(index, [])
+                if not held:
+                    continue  # every copy is gone: a reader fetches it again
+                ranked = table.homes(block_key(file_id, index), len(held) + 1)
+                target = next((h for h in ranked if h not in held), None)
+                if target is not None:
+                    moves[file_id].append(_Move(index, held[0], target))
         return moves
 
     def _fill(self, worker_id: str, table: Placement) -> dict[str, list[_Move]]:

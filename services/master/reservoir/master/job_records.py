@@ -13,8 +13,9 @@ from reservoir.common.metadata.metadata_store import Guard, MetadataStore
 
 TERMINAL = ("completed", "failed", "cancelled")
 # What a job does: loads files from the under-store; or moves blocks between workers, off
-# `worker` (a drain) or onto it (a fill, for a worker that joined).
-LOAD, DRAIN, FILL = "load", "drain", "fill"
+# `worker` (a drain), onto it (a fill, for a worker that joined), or copies again what
+# lost a replica with it (a repair, for a worker that died).
+LOAD, DRAIN, FILL, REPAIR = "load", "drain", "fill", "repair"
 MAX_ERRORS = 20
 
 

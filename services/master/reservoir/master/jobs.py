@@ -22,7 +22,7 @@ from reservoir.common.models import DRAINED, DRAINING, SERVING, WorkerRecord
 
 from .block_moves import BlockMoves
 from .job_counters import LoadJobCounters
-from .job_records import DRAIN, FILL, LOAD, TERMINAL, Job, JobRecords
+from .job_records import DRAIN, FILL, LOAD, REPAIR, TERMINAL, Job, JobRecords
 from .job_run import BlockLoader, JobRun, Membership, Namespace
 from .locations import BlockLocationTable
 from .worker_membership import WorkerMembership
@@ -186,6 +186,14 @@ class LoadJobs:
             return None
         return await self._submit_move(FILL, worker.id)
 
+    async def repair(self, worker_id: str, blocks: dict[str, list[int]]) -> Job | None:
+        """Starts copying again, from the copies left, the replicated blocks a lost
+        worker held (`blocks`, by file)."""
+        if self._moves is None or not blocks:
+            return None
+        job = await self._submit_move(REPAIR, worker_id, owed=blocks)
+        return job
+
     def _last(self, kind: str, worker_id: str) -> Job | None:
         mine = [j for j in self._jobs.values() if j.kind == kind and j.worker == worker_id]
         return max(mine, key=lambda j: j.created_ms) if mine else None
@@ -196,7 +204,9 @@ class LoadJobs:
                 return job
         return None
 
-    async def _submit_move(self, kind: str, worker_id: str) -> Job:
+    async def _submit_move(
+        self, kind: str, worker_id: str, owed: dict[str, list[int]] | None = None
+    ) -> Job:
         job = Job(
             id=uuid.uuid4().hex[:12],
             path="",
@@ -206,6 +216,8 @@ class LoadJobs:
         )
         await self._records.save(job)
         self._jobs[job.id] = job
+        if owed is not None and self._moves is not None:
+            self._moves.owe(job.id, owed)
         self._start(job)
         log.info("block_move_submitted", job=job.id, kind=kind, worker=worker_id)
         return job

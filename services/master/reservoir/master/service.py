@@ -255,10 +255,14 @@ class MasterService:
         return await self.members.workers()
 
     async def refresh_workers(self) -> None:
-        """Follows who is registered; a worker that joined is given its share of what is
-        cached (a fill job)."""
-        for worker in await self.members.refresh():
+        """Follows who is registered: a worker that joined is given its share of what is
+        cached (a fill job); the replicas a lost worker held are made again from the
+        copies left (a repair job)."""
+        changes = await self.members.refresh()
+        for worker in changes.joined:
             await self.jobs.fill(worker)
+        for worker_id, blocks in changes.lost_replicas.items():
+            await self.jobs.repair(worker_id, blocks)
 
     def report_blocks(
         self,

@@ -4,6 +4,8 @@ who just joined (a worker that joins is given its share of what is cached: a fil
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from reservoir.common import logs
 from reservoir.common.errors import NotFound
 from reservoir.common.metadata.metadata_store import Lease, MetadataStore
@@ -15,14 +17,24 @@ from .locations import BlockLocationTable
 log = logs.get_logger(__name__)
 
 
+@dataclass
+class Changes:
+    """What changed in the membership between two looks."""
+
+    joined: list[WorkerRecord] = field(default_factory=list)
+    # Per serving worker that left (died, or stopped without a drain): the blocks it held
+    # that other workers hold too, by file. Each is one copy short now.
+    lost_replicas: dict[str, dict[str, list[int]]] = field(default_factory=dict)
+
+
 class WorkerMembership:
     def __init__(self, store: MetadataStore, locations: BlockLocationTable) -> None:
         self._registry = WorkerRegistry(store)
         self._locations = locations
         self.leases: dict[str, Lease] = {}
-        # The serving workers at the last refresh; None until this leader's first one (a
-        # worker it has not seen before then did not just join).
-        self._known: set[str] | None = None
+        # The workers at the last refresh, and whether each served; None until this
+        # leader's first one (a worker it had not seen by then did not just join).
+        self._known: dict[str, bool] | None = None
 
     async def workers(self) -> list[WorkerRecord]:
         return sorted(await self._registry.live(), key=lambda w: w.id)
@@ -37,18 +49,36 @@ class WorkerMembership:
         """A new term: who joined is counted from this leader's first look."""
         self._known = None
 
-    async def refresh(self) -> list[WorkerRecord]:
-        """Reads who is registered now; returns the workers that joined (or came back to
-        service) since the last look."""
+    async def refresh(self) -> Changes:
+        """Reads who is registered now; returns what changed since the last look."""
         live = await self._registry.live()
         self.leases = {w.id: Lease(w.lease_id, 0) for w in live}
+        changes = Changes()
+        if self._known is not None:
+            changes.joined = [w for w in live if w.serving and not self._known.get(w.id)]
+            for worker_id, serving in self._known.items():
+                # A drained worker's blocks were copied before it left: nothing is owed.
+                if serving and worker_id not in self.leases:
+                    log.warning("worker_lost", worker=worker_id)
+                    owed = self._replicated(worker_id)
+                    if owed:
+                        changes.lost_replicas[worker_id] = owed
         self._locations.prune(set(self.leases))
-        serving = {w.id for w in live if w.serving}
-        joined = [] if self._known is None else [w for w in live if w.id in serving - self._known]
-        self._known = serving
-        for worker in joined:
+        self._known = {w.id: w.serving for w in live}
+        for worker in changes.joined:
             log.info("worker_joined", worker=worker.id, address=worker.address)
-        return joined
+        return changes
+
+    def _replicated(self, worker_id: str) -> dict[str, list[int]]:
+        """The blocks `worker_id` held that another worker holds too: kept on more than
+        one worker (replicas, pins), they lost a copy with it."""
+        owed: dict[str, list[int]] = {}
+        for file_id, indices in self._locations.held_by(worker_id).items():
+            holders = self._locations.holders(file_id)
+            shared = [i for i in indices if len(holders.get(i, ())) >= 2]
+            if shared:
+                owed[file_id] = shared
+        return owed
 
     async def mark(self, worker: WorkerRecord, state: str) -> WorkerRecord:
         marked = await self._registry.mark(worker, state)
