@@ -83,7 +83,9 @@ def run(scenario: Scenario, names: tuple[str, ...] = ("a", "b")) -> None:
 
 
 def calls_to(*addresses: str) -> MasterCalls:
-    return MasterCalls(list(addresses), PlaintextChannels(), master_pb2_grpc.MasterServiceStub)
+    return MasterCalls(
+        list(addresses), PlaintextChannels(), master_pb2_grpc.MasterServiceStub, probe_timeout_s=0.2
+    )
 
 
 async def mounts(calls: MasterCalls, deadline_s: float = 5.0) -> str:

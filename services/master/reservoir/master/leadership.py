@@ -11,6 +11,11 @@ The leader key's value is the leader's own record (a fresh id per process and it
 so "this master still leads" is one comparison etcd makes in the same transaction as a
 write: that is the fence `FencedStore` puts on every write. A leader that was paused past
 its lease wakes up to find its writes refused (or its lease gone), and steps down.
+
+The fence reaches etcd only; a call also acts on the under-store (an upload completed, an
+object removed). So before a call is served (`confirm`, from the leader gate) a leader
+whose lease it has not renewed within a TTL, as after a pause, reads the leader key first:
+a woken ex-leader refuses the calls it finds waiting, and steps down, before acting on any.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import contextlib
 import math
 import time
 import uuid
+from collections.abc import Callable
 from types import FrameType
 from typing import Any, Protocol
 
@@ -50,9 +56,16 @@ def _now_ms() -> int:
 class Leadership:
     """This master's campaign, its role, and the fence on its writes."""
 
-    def __init__(self, store: MetadataStore, ttl_s: float) -> None:
-        """`store`: the store underneath, not fenced (the campaign is what fences)."""
+    def __init__(
+        self, store: MetadataStore, ttl_s: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        """`store`: the store underneath, not fenced (the campaign is what fences);
+        `clock`: seconds that keep running while the process is paused (monotonic)."""
         self._store = store
+        self._clock = clock
+        # When the lease was last sent to etcd to be granted or renewed, and renewed: it
+        # holds for at least a TTL from then, and the leader key with it.
+        self._renewed_at = -math.inf
         self.address = ""  # set by `run`, once the server's port is bound
         self.id = uuid.uuid4().hex[:12]
         self._ttl = max(1, math.ceil(ttl_s))
@@ -83,6 +96,19 @@ class Leadership:
             f"the master at {self.address} is a standby; the leader is at {leader}", leader
         )
 
+    async def confirm(self) -> None:
+        """Returns if this master leads and may act; raises NotLeader otherwise. Costs
+        nothing while the lease was renewed within two thirds of a TTL (renewals come
+        every third); past that, one read of the leader key decides."""
+        record = self._record
+        if record is None or not self.ready:
+            raise self.not_leader()
+        if self._clock() - self._renewed_at < self._ttl * 2 / 3:
+            return
+        if await self._store.get(keyspace.MASTER_LEADER) != record:
+            self.fenced(Guard(keyspace.MASTER_LEADER, record))
+            raise self.not_leader()
+
     def fenced(self, guard: Guard) -> None:
         if guard.value is not None and guard.value == self._record:
             log.warning("leadership_fenced", master=self.address, term=self.term)
@@ -98,7 +124,9 @@ class Leadership:
         self.address, self._duties = address, duties
         while True:
             try:
+                asked = self._clock()
                 self._lease = await self._store.grant_lease(self._ttl)
+                self._renewed_at = asked
                 keeper = asyncio.create_task(self._keep(self._lease))
                 try:
                     await self._publish()
@@ -313,8 +341,10 @@ class Leadership:
         while True:
             await asyncio.sleep(self._ttl / 3)
             try:
+                asked = self._clock()
                 await self._store.refresh_lease(lease)
                 last = time.monotonic()
+                self._renewed_at = asked
                 continue
             except NotFound:
                 log.warning("leadership_lease_expired", master=self.address, role=self.role)
