@@ -128,6 +128,9 @@ class MasterCalls:
         self._stub_class = stub
         self._stubs: dict[str, Any] = {}
         self._channels: dict[str, grpc.aio.Channel] = {}
+        # The question "who leads, if not this silent master?" in flight, one per silent
+        # master: many calls waiting on one master share it.
+        self._asking: dict[str, asyncio.Future[list[Any]]] = {}
         self.leader = self.addresses[0]  # the master calls go to first
 
     def _stub(self, address: str) -> Any:
@@ -198,9 +201,13 @@ class MasterCalls:
         if len(self.addresses) == 1 or self._probe_s <= 0:
             return await pending
         task = asyncio.ensure_future(pending)
+        # After the first budget the others are asked again more often: a takeover lands
+        # at any moment, and each question is one cheap call answered from etcd.
+        wait_s, pause = self._probe_s, _FIRST_PAUSE_S
         try:
             while True:
-                done, _ = await asyncio.wait({task}, timeout=min(self._probe_s, route.remaining()))
+                done, _ = await asyncio.wait({task}, timeout=min(wait_s, route.remaining()))
+                wait_s, pause = min(self._probe_s, pause), min(pause * 2, _LONGEST_PAUSE_S)
                 if done or route.remaining() <= 0.001:
                     return await task
                 instead = await self._leader_instead_of(address, method in _READS)
@@ -222,7 +229,11 @@ class MasterCalls:
         go there: a read whenever another master leads; a change only when `silent` has
         been superseded (no leader record of its own at the named leader's term or later),
         so that nothing it does on waking can land. None: keep waiting for `silent`."""
-        masters = await self._masters_listed(exclude=silent)
+        asking = self._asking.get(silent)
+        if asking is None:
+            asking = self._asking[silent] = asyncio.ensure_future(self._masters_listed(silent))
+            asking.add_done_callback(lambda _: self._asking.pop(silent, None))
+        masters = await asyncio.shield(asking)
         leaders = [m for m in masters if m.role == _LEADER]
         if not leaders:
             return None  # a takeover under way, or nobody else to ask

@@ -30,11 +30,13 @@ from types import FrameType
 from typing import Any, Protocol
 
 from reservoir.common import logs
-from reservoir.common.errors import NotFound, NotLeader, ReservoirError
+from reservoir.common.errors import NotLeader, ReservoirError
 from reservoir.common.metadata import keyspace
 from reservoir.common.metadata.key_watch import KeyChanges
 from reservoir.common.metadata.metadata_store import Guard, Lease, MetadataStore
 from reservoir.common.models import MasterRecord
+
+from .lease_renewal import LeaseRenewal
 
 log = logs.get_logger(__name__)
 
@@ -62,13 +64,10 @@ class Leadership:
         """`store`: the store underneath, not fenced (the campaign is what fences);
         `clock`: seconds that keep running while the process is paused (monotonic)."""
         self._store = store
-        self._clock = clock
-        # When the lease was last sent to etcd to be granted or renewed, and renewed: it
-        # holds for at least a TTL from then, and the leader key with it.
-        self._renewed_at = -math.inf
         self.address = ""  # set by `run`, once the server's port is bound
         self.id = uuid.uuid4().hex[:12]
         self._ttl = max(1, math.ceil(ttl_s))
+        self._renewal = LeaseRenewal(store, self._ttl, clock)
         self._duties: Duties | None = None
         self.role = STANDBY
         self.since_ms = _now_ms()
@@ -98,12 +97,11 @@ class Leadership:
 
     async def confirm(self) -> None:
         """Returns if this master leads and may act; raises NotLeader otherwise. Costs
-        nothing while the lease was renewed within two thirds of a TTL (renewals come
-        every third); past that, one read of the leader key decides."""
+        nothing while the lease is fresh; past that, one read of the leader key decides."""
         record = self._record
         if record is None or not self.ready:
             raise self.not_leader()
-        if self._clock() - self._renewed_at < self._ttl * 2 / 3:
+        if self._renewal.fresh():
             return
         if await self._store.get(keyspace.MASTER_LEADER) != record:
             self.fenced(Guard(keyspace.MASTER_LEADER, record))
@@ -124,9 +122,7 @@ class Leadership:
         self.address, self._duties = address, duties
         while True:
             try:
-                asked = self._clock()
-                self._lease = await self._store.grant_lease(self._ttl)
-                self._renewed_at = asked
+                self._lease = await self._renewal.grant()
                 keeper = asyncio.create_task(self._keep(self._lease))
                 try:
                     await self._publish()
@@ -335,27 +331,12 @@ class Leadership:
             await asyncio.gather(lost, vacancy, return_exceptions=True)
 
     async def _keep(self, lease: Lease) -> None:
-        """Refreshes the lease at a third of its TTL. When it cannot for a whole TTL (or
-        etcd says it ended), this master cannot be leader any more: it steps down."""
-        last = time.monotonic()
-        while True:
-            await asyncio.sleep(self._ttl / 3)
-            try:
-                asked = self._clock()
-                await self._store.refresh_lease(lease)
-                last = time.monotonic()
-                self._renewed_at = asked
-                continue
-            except NotFound:
-                log.warning("leadership_lease_expired", master=self.address, role=self.role)
-            except ReservoirError as exc:
-                if time.monotonic() - last < self._ttl:
-                    continue
-                log.warning("leadership_lease_unrenewable", master=self.address, error=str(exc))
-            self._record = None
-            self.ready = False
-            self._lost.set()
-            return
+        """Keeps the lease; when it is lost, this master cannot be leader any more: it
+        steps down."""
+        await self._renewal.keep(lease, self.address)
+        self._record = None
+        self.ready = False
+        self._lost.set()
 
     async def _publish(self) -> None:
         """This master's own record, for `reservoir masters` (under its own lease)."""
