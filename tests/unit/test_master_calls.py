@@ -12,7 +12,7 @@ import grpc
 import grpc.aio
 import pytest
 
-from reservoir.common.errors import NotLeader, Unavailable
+from reservoir.common.errors import DeadlineExceeded, NotLeader, Unavailable
 from reservoir.common.master_calls import MasterCalls, master_addresses
 from reservoir.common.rpc import PlaintextChannels, abort_with
 from reservoir.v1 import common_pb2, master_pb2, master_pb2_grpc
@@ -28,6 +28,7 @@ class Master(master_pb2_grpc.MasterServiceServicer):
         self.calls = 0
         self.leads_after: int | None = None  # calls refused before it takes over
         self.silent_s = 0.0  # how long it takes to answer (paused: longer than any call)
+        self.silent_s_after_first = 0.0  # a stream's pause after its first message
         self.listing: list[master_pb2.MasterInfo] = []  # what it answers ListMasters with
         self.changes = 0  # Mount calls it carried out
 
@@ -68,8 +69,9 @@ class Master(master_pb2_grpc.MasterServiceServicer):
         await asyncio.sleep(self.silent_s)
         if self.leader is not None:
             await abort_with(context, NotLeader(f"{self.name} stands by", self.leader))
-        for state in ("running", "completed"):
-            yield master_pb2.Job(id=self.name, state=state)
+        yield master_pb2.Job(id=self.name, state="running")
+        await asyncio.sleep(self.silent_s_after_first)
+        yield master_pb2.Job(id=self.name, state="completed")
 
 
 def unused_address() -> str:
@@ -297,6 +299,24 @@ def test_a_stream_unanswered_before_its_first_message_goes_to_the_new_leader() -
             )
         ]
         assert states == [("b", "running"), ("b", "completed")]
+        await calls.close()
+
+    run(scenario)
+
+
+def test_a_stream_that_went_silent_after_its_first_message_is_not_sent_again() -> None:
+    async def scenario(at: dict[str, str], masters: dict[str, Master]) -> None:
+        masters["a"].silent_s_after_first = PAUSED_S
+        masters["b"].listing = listing((at["b"], "leader", 2))
+        calls = calls_to(at["a"], at["b"])
+        states = []
+        with pytest.raises(DeadlineExceeded):
+            async for job in calls.stream(
+                "WatchJob", master_pb2.GetJobRequest(id="j"), deadline_s=1, what="watch"
+            ):
+                states.append((job.id, job.state))
+        assert states == [("a", "running")]
+        assert masters["b"].calls == 0
         await calls.close()
 
     run(scenario)
