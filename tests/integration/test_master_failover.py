@@ -259,6 +259,96 @@ def test_a_paused_leader_past_its_lease_writes_nothing_and_comes_back_as_a_stand
         assert c.stat(changed).is_dir
 
 
+def test_a_frozen_leader_leaves_ls_stat_cp_and_load_working_and_wakes_up_fenced(
+    healed: LocalCluster, tmp_path: Path
+) -> None:
+    cluster, run = healed, uuid.uuid4().hex[:8]
+    files = _files(cluster, f"frozen-{run}", 3, 1000)
+    root = f"/m/frozen-{run}"
+    with Client(cluster.master_address) as c:
+        c.mount(
+            root,
+            f"s3://{BUCKET}/frozen-{run}/",
+            endpoint_url=cluster.s3_endpoint,
+            block_size=BLOCK,
+            writable=True,
+        )
+        frozen, term = _leader(c, cluster)
+    frozen_port = cluster.processes[frozen].port
+    checkpoint = tmp_path / "step.bin"
+    checkpoint.write_bytes(os.urandom(200_000))
+    # Each CLI call gets 5 s: one that waited on the frozen leader would run out of it.
+    env = {**os.environ, "RESERVOIR_RPC_TIMEOUT": "5", "RESERVOIR_MASTER_PROBE_TIMEOUT": "1"}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "reservoir.cli.main", "--master", cluster.master_address]
+        done = subprocess.run(
+            [*command, *args], capture_output=True, text=True, timeout=60, env=env
+        )
+        assert done.returncode == 0, f"{args}: {done.stderr}"
+        return done
+
+    logged_before = len(_log_events(cluster, frozen))
+    os.kill(cluster.processes[frozen].pid, signal.SIGSTOP)
+    jobs = []
+    for step in (1, 2):  # at once after the stop, and again while it stays frozen
+        listed = cli("ls", root).stdout
+        assert all(name in listed for name in files)
+        assert cli("stat", f"{root}/f000").returncode == 0
+        cli("cp", str(checkpoint), f"{root}/out/step-{step}.bin")
+        jobs.append(json.loads(cli("--json", "load", root).stdout)["id"])
+    with Client(cluster.master_address) as c:  # the new leader runs the jobs meanwhile
+        assert [c.watch_job(job).state for job in jobs] == ["completed", "completed"]
+    # A change the frozen master will find waiting when it wakes.
+    stale = master_pb2.MountRequest(
+        path=f"/m/stale-{run}",
+        uri=f"s3://{BUCKET}/frozen-{run}/",
+        options=common_pb2.MountOptions(endpoint_url=cluster.s3_endpoint),
+    )
+    earlier = _connections_to(frozen_port)
+    with channel(f"127.0.0.1:{frozen_port}") as ch:
+        pending = master_pb2_grpc.MasterServiceStub(ch).Mount.future(stale, timeout=30)
+        eventually(
+            lambda: any(
+                queued > earlier.get(peer, 0)
+                for peer, queued in _connections_to(frozen_port).items()
+            ),
+            what="the call waiting in the frozen master's socket",
+        )
+        os.kill(cluster.processes[frozen].pid, signal.SIGCONT)
+        with pytest.raises(grpc.RpcError) as refused:
+            pending.result()
+    assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+    with Client(cluster.master_address) as c:
+        leader, new_term = _leader(c, cluster)
+        assert leader != frozen and new_term > term
+        leader_address = f"127.0.0.1:{cluster.processes[leader].port}"
+
+        def woken_names_the_new_leader() -> bool:
+            with channel(f"127.0.0.1:{frozen_port}") as ch:
+                try:
+                    master_pb2_grpc.MasterServiceStub(ch).ListMounts(
+                        master_pb2.ListMountsRequest(), timeout=5
+                    )
+                except grpc.RpcError as exc:
+                    named = dict(exc.trailing_metadata() or ()).get(errors.LEADER_KEY)
+                    return exc.code() == grpc.StatusCode.UNAVAILABLE and named == leader_address
+            return False
+
+        eventually(woken_names_the_new_leader)
+        roles = [m.role for m in c.masters()]
+        assert roles.count("leader") == 1 and len(roles) == len(cluster.master_names())
+        assert f"/m/stale-{run}" not in {m.path for m in c.mounts()}
+        for step in (1, 2):
+            assert c.read(f"{root}/out/step-{step}.bin") == checkpoint.read_bytes()
+    # The woken master stepped down, and nothing it logged since the stop is a change.
+    since = [json.loads(line).get("event", "") for line in _log_events(cluster, frozen)]
+    since = since[logged_before:]
+    assert "leadership_stepping_down" in since
+    changes = ("write_", "load_job_", "directory_", "file_", "pinned", "unmounted")
+    assert [event for event in since if event.startswith(changes)] == []
+
+
 def test_a_standby_names_the_leader_to_a_caller_that_knows_only_the_standby(
     healed: LocalCluster,
 ) -> None:

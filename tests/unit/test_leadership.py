@@ -14,6 +14,7 @@ from reservoir.common.metadata import keyspace
 from reservoir.common.metadata.fenced_store import FencedStore
 from reservoir.common.metadata.memory_store import MemoryMetadataStore
 from reservoir.common.metadata.metadata_store import Guard
+from reservoir.common.models import MasterRecord
 from reservoir.master.leadership import LEADER, STANDBY, Leadership
 
 
@@ -160,6 +161,31 @@ def test_a_leader_whose_key_was_taken_steps_down_and_its_writes_are_refused() ->
         assert first.duties.stood_down == 1
         await first.stop()
         await second.stop()
+
+    run(scenario)
+
+
+def test_a_leader_woken_past_its_lease_reads_the_key_and_refuses_calls_before_acting() -> None:
+    async def scenario() -> None:
+        store = MemoryMetadataStore()
+        now = [0.0]
+        leadership = Leadership(store, 30, clock=lambda: now[0])
+        duties = Counted()
+        task = asyncio.create_task(leadership.run("m1:1", duties))
+        await leadership.first_outcome(5)
+        await leadership.confirm()  # lease fresh: it leads
+        # Paused for a TTL (its clock ran on, its lease was not renewed); meanwhile
+        # another master took the key. It confirms before the key's watch tells it.
+        now[0] += 30
+        taken = MasterRecord("other", "m2:2", LEADER, 0, 2).to_json()
+        await store.put(keyspace.MASTER_LEADER, taken)
+        with pytest.raises(NotLeader):
+            await leadership.confirm()
+        assert not leadership.ready
+        await until(lambda: leadership.role == STANDBY)
+        assert duties.stood_down == 1
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
 
     run(scenario)
 

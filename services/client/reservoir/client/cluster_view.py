@@ -54,7 +54,11 @@ class ClusterView:
         self.config = config
         hint = "" if config.security.tls else " (or it serves TLS: set RESERVOIR_TLS_CA)"
         self._masters = MasterCalls(
-            config.master, opener, master_pb2_grpc.MasterServiceStub, unreachable_hint=hint
+            config.master,
+            opener,
+            master_pb2_grpc.MasterServiceStub,
+            probe_timeout_s=config.master_probe_timeout_s,
+            unreachable_hint=hint,
         )
         self._infos: dict[str, _Cached] = {}
         self._workers: _Cached | None = None

@@ -8,6 +8,18 @@ with no leader to be found by then, the call fails as a call to one master does.
 
 With a single address nothing changes: an unreachable master fails the call at once.
 
+A master that is reachable but does not answer (paused by SIGSTOP, a long GC, a VM
+migrating) is given a short first-response budget per call (`probe_timeout_s`,
+`RESERVOIR_MASTER_PROBE_TIMEOUT`). When it passes, the other masters are asked who leads
+(`ListMasters`, answered by any master from etcd). If another master leads, the call goes
+there and the unanswered one is cancelled, but only when that is safe: a read always; a
+change only when the silent master has been superseded (a newer term leads elsewhere, or
+it is no leader at all), since then every write it might still make on waking is refused
+by the fence on the leader key (master/leadership.py) and by its confirming it leads before
+it acts. If the silent master still leads (slow, not gone), the call waits for it within
+its own deadline, asking again each budget: a change is never sent twice to a live leader.
+A stream that has yielded is never sent again.
+
 An address that answers as something else (a worker, etcd, an HTTP server: a port mixed
 up) fails a call with `NotAMaster`, saying what answered there rather than the gRPC
 status it met; in a list of several it is passed over like an unreachable one.
@@ -16,9 +28,10 @@ status it met; in a list of several it is passed over like an unreachable one.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Sequence
+from typing import Any, TypeVar
 
 import grpc
 import grpc.aio
@@ -34,6 +47,7 @@ from reservoir.common.errors import (
     Unavailable,
 )
 from reservoir.common.rpc import ChannelOpener, error_from_rpc, error_kind, is_transport_failure
+from reservoir.v1 import master_pb2
 
 log = logs.get_logger(__name__)
 
@@ -51,6 +65,32 @@ _IDENTITIES = (
 )
 # Each question to a peer being identified: it has just answered, so it answers at once.
 _IDENTIFY_TIMEOUT_S = 2.0
+# Calls that change nothing: sent to another leader whenever the master asked is silent.
+_READS = frozenset(
+    {
+        "ListMounts",
+        "GetFileInfo",
+        "GetFileInfos",
+        "ListDirectory",
+        "ListWorkers",
+        "ListMasters",
+        "Report",
+        "GetJob",
+        "WatchJob",
+        "ListJobs",
+        "ListCacheRules",
+    }
+)
+_LEADER = "leader"
+
+T = TypeVar("T")
+
+
+class _MovedOn:
+    """A call left unanswered by one master, to be sent to `calls.leader` instead."""
+
+
+_MOVED_ON = _MovedOn()
 
 
 def master_addresses(masters: str) -> list[str]:
@@ -73,16 +113,24 @@ class MasterCalls:
         masters: str | Sequence[str],
         opener: ChannelOpener,
         stub: Any,
+        *,
+        probe_timeout_s: float,
         unreachable_hint: str = "",
     ) -> None:
         """`stub`: the generated stub class (e.g. `master_pb2_grpc.MasterServiceStub`);
-        `unreachable_hint`: added to the error when no master answers."""
+        `probe_timeout_s`: how long a call waits for a master's first answer before the
+        others are asked who leads (0: never); `unreachable_hint`: added to the error when
+        no master answers."""
         self._hint = unreachable_hint
+        self._probe_s = probe_timeout_s
         self.addresses = master_addresses(masters) if isinstance(masters, str) else list(masters)
         self._opener = opener
         self._stub_class = stub
         self._stubs: dict[str, Any] = {}
         self._channels: dict[str, grpc.aio.Channel] = {}
+        # The question "who leads, if not this silent master?" in flight, one per silent
+        # master: many calls waiting on one master share it.
+        self._asking: dict[str, asyncio.Future[list[Any]]] = {}
         self.leader = self.addresses[0]  # the master calls go to first
 
     def _stub(self, address: str) -> Any:
@@ -104,32 +152,129 @@ class MasterCalls:
         route = _Route(self, time.monotonic() + deadline_s)
         while True:
             address = self.leader
+            call = getattr(self._stub(address), method)(
+                request, timeout=route.remaining(), metadata=metadata
+            )
             try:
-                return await getattr(self._stub(address), method)(
-                    request, timeout=route.remaining(), metadata=metadata
-                )
+                answer = await self._answer(call, call, address, method, route)
             except grpc.RpcError as exc:
                 await route.after(address, exc, what)
+                continue
+            if answer is not _MOVED_ON:
+                return answer
 
     async def stream(
         self, method: str, request: Any, *, deadline_s: float, what: str, metadata: Any = None
     ) -> AsyncIterator[Any]:
-        """A server stream from the leader; a call that failed before its first message
-        is sent on like a unary one, one that failed later raises."""
+        """A server stream from the leader; a call that failed (or went unanswered) before
+        its first message is sent on like a unary one, one that failed later raises."""
         route = _Route(self, time.monotonic() + deadline_s)
         while True:
-            address, started = self.leader, False
+            address = self.leader
+            call = getattr(self._stub(address), method)(
+                request, timeout=route.remaining(), metadata=metadata
+            )
             try:
-                async for item in getattr(self._stub(address), method)(
-                    request, timeout=route.remaining(), metadata=metadata
-                ):
-                    started = True
-                    yield item
-                return
-            except grpc.RpcError as exc:
-                if started:
+                try:
+                    item = await self._answer(call.read(), call, address, method, route)
+                except grpc.RpcError as exc:
+                    await route.after(address, exc, what)
+                    continue
+                if item is _MOVED_ON:
+                    continue
+                try:
+                    while item is not grpc.aio.EOF:
+                        yield item
+                        item = await call.read()
+                except grpc.RpcError as exc:
                     raise error_from_rpc(exc, what) from None
-                await route.after(address, exc, what)
+                return
+            finally:
+                call.cancel()  # a no-op once it ended; stops it when the reader stopped
+
+    async def _answer(
+        self, pending: Awaitable[T], call: Any, address: str, method: str, route: _Route
+    ) -> T | _MovedOn:
+        """What `pending` (the first answer of `call`, sent to `address`) gives; or, when
+        `address` stays silent past the probe budget and another master leads to which
+        the call may safely go, `_MOVED_ON` (with `call` cancelled and `leader` set)."""
+        if len(self.addresses) == 1 or self._probe_s <= 0:
+            return await pending
+        task = asyncio.ensure_future(pending)
+        # After the first budget the others are asked again more often: a takeover lands
+        # at any moment, and each question is one cheap call answered from etcd.
+        wait_s, pause = self._probe_s, _FIRST_PAUSE_S
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=min(wait_s, route.remaining()))
+                wait_s, pause = min(self._probe_s, pause), min(pause * 2, _LONGEST_PAUSE_S)
+                if done or route.remaining() <= 0.001:
+                    return await task
+                instead = await self._leader_instead_of(address, method in _READS)
+                if task.done():
+                    return task.result()  # it answered meanwhile: nothing is sent twice
+                if instead is not None:
+                    log.info("master_silent_moved_on", frm=address, to=instead, method=method)
+                    call.cancel()
+                    self.leader = instead
+                    return _MOVED_ON
+        finally:
+            if not task.done():
+                task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, grpc.RpcError):
+                await task
+
+    async def _leader_instead_of(self, silent: str, read: bool) -> str | None:
+        """The leader the other masters name, when a call left unanswered by `silent` may
+        go there: a read whenever another master leads; a change only when `silent` has
+        been superseded (no leader record of its own at the named leader's term or later),
+        so that nothing it does on waking can land. None: keep waiting for `silent`."""
+        asking = self._asking.get(silent)
+        if asking is None:
+            asking = self._asking[silent] = asyncio.ensure_future(self._masters_listed(silent))
+            asking.add_done_callback(lambda _: self._asking.pop(silent, None))
+        masters = await asyncio.shield(asking)
+        leaders = [m for m in masters if m.role == _LEADER]
+        if not leaders:
+            return None  # a takeover under way, or nobody else to ask
+        named = max(leaders, key=lambda m: m.term)
+        if named.address == silent:
+            return None  # it still leads: slow, not gone
+        if not read and any(
+            m.address == silent and m.role == _LEADER and m.term >= named.term for m in masters
+        ):
+            return None
+        if named.address not in self.addresses:
+            self.addresses.append(named.address)
+        return str(named.address)
+
+    async def _masters_listed(self, exclude: str) -> list[Any]:
+        """The masters' records as the first of the others to answer with a leader in them
+        lists them (each reads them from etcd); what the others listed when none did."""
+        asks = [
+            asyncio.ensure_future(
+                self._stub(address).ListMasters(
+                    master_pb2.ListMastersRequest(), timeout=self._probe_s
+                )
+            )
+            for address in self.addresses
+            if address != exclude
+        ]
+        listed: list[Any] = []
+        try:
+            for answer in asyncio.as_completed(asks):
+                try:
+                    masters = list((await answer).masters)
+                except grpc.RpcError:
+                    continue
+                if any(m.role == _LEADER for m in masters):
+                    return masters
+                listed.extend(masters)
+            return listed
+        finally:
+            for ask in asks:
+                ask.cancel()
+            await asyncio.gather(*asks, return_exceptions=True)
 
     def unreachable(self, what: str) -> Unavailable:
         """The error for a call no master answered."""

@@ -1,6 +1,7 @@
 """Calls a standby does not answer: every MasterService call but ListMasters needs the
 leader. A standby refuses them with `NotLeader` naming the leader, and the caller goes
-there (client/master_calls.py)."""
+there (client/master_calls.py). A leader confirms it still leads before it serves a call
+(`Leadership.confirm`): one woken from a pause refuses what it finds waiting."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 import grpc
 import grpc.aio
 
+from reservoir.common.errors import ReservoirError
 from reservoir.common.rpc import abort_with, with_behaviour
 
 from .leadership import Leadership
@@ -34,18 +36,22 @@ class LeaderGate(grpc.aio.ServerInterceptor):
             return handler
         leadership = self._leadership
 
+        async def admit(context: grpc.aio.ServicerContext) -> None:
+            try:
+                await leadership.confirm()
+            except ReservoirError as exc:
+                await abort_with(context, exc)
+
         def wrap_unary(behaviour: Any) -> Any:
             async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
-                if not leadership.ready:
-                    await abort_with(context, leadership.not_leader())
+                await admit(context)
                 return await behaviour(request, context)
 
             return unary
 
         def wrap_stream(streaming: Any) -> Any:
             async def stream(request: Any, context: grpc.aio.ServicerContext) -> Any:
-                if not leadership.ready:
-                    await abort_with(context, leadership.not_leader())
+                await admit(context)
                 async for item in streaming(request, context):
                     yield item
 

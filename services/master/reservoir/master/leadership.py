@@ -11,6 +11,11 @@ The leader key's value is the leader's own record (a fresh id per process and it
 so "this master still leads" is one comparison etcd makes in the same transaction as a
 write: that is the fence `FencedStore` puts on every write. A leader that was paused past
 its lease wakes up to find its writes refused (or its lease gone), and steps down.
+
+The fence reaches etcd only; a call also acts on the under-store (an upload completed, an
+object removed). So before a call is served (`confirm`, from the leader gate) a leader
+whose lease it has not renewed within a TTL, as after a pause, reads the leader key first:
+a woken ex-leader refuses the calls it finds waiting, and steps down, before acting on any.
 """
 
 from __future__ import annotations
@@ -20,15 +25,18 @@ import contextlib
 import math
 import time
 import uuid
+from collections.abc import Callable
 from types import FrameType
 from typing import Any, Protocol
 
 from reservoir.common import logs
-from reservoir.common.errors import NotFound, NotLeader, ReservoirError
+from reservoir.common.errors import NotLeader, ReservoirError
 from reservoir.common.metadata import keyspace
 from reservoir.common.metadata.key_watch import KeyChanges
 from reservoir.common.metadata.metadata_store import Guard, Lease, MetadataStore
 from reservoir.common.models import MasterRecord
+
+from .lease_renewal import LeaseRenewal
 
 log = logs.get_logger(__name__)
 
@@ -50,12 +58,16 @@ def _now_ms() -> int:
 class Leadership:
     """This master's campaign, its role, and the fence on its writes."""
 
-    def __init__(self, store: MetadataStore, ttl_s: float) -> None:
-        """`store`: the store underneath, not fenced (the campaign is what fences)."""
+    def __init__(
+        self, store: MetadataStore, ttl_s: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        """`store`: the store underneath, not fenced (the campaign is what fences);
+        `clock`: seconds that keep running while the process is paused (monotonic)."""
         self._store = store
         self.address = ""  # set by `run`, once the server's port is bound
         self.id = uuid.uuid4().hex[:12]
         self._ttl = max(1, math.ceil(ttl_s))
+        self._renewal = LeaseRenewal(store, self._ttl, clock)
         self._duties: Duties | None = None
         self.role = STANDBY
         self.since_ms = _now_ms()
@@ -83,6 +95,18 @@ class Leadership:
             f"the master at {self.address} is a standby; the leader is at {leader}", leader
         )
 
+    async def confirm(self) -> None:
+        """Returns if this master leads and may act; raises NotLeader otherwise. Costs
+        nothing while the lease is fresh; past that, one read of the leader key decides."""
+        record = self._record
+        if record is None or not self.ready:
+            raise self.not_leader()
+        if self._renewal.fresh():
+            return
+        if await self._store.get(keyspace.MASTER_LEADER) != record:
+            self.fenced(Guard(keyspace.MASTER_LEADER, record))
+            raise self.not_leader()
+
     def fenced(self, guard: Guard) -> None:
         if guard.value is not None and guard.value == self._record:
             log.warning("leadership_fenced", master=self.address, term=self.term)
@@ -98,7 +122,7 @@ class Leadership:
         self.address, self._duties = address, duties
         while True:
             try:
-                self._lease = await self._store.grant_lease(self._ttl)
+                self._lease = await self._renewal.grant()
                 keeper = asyncio.create_task(self._keep(self._lease))
                 try:
                     await self._publish()
@@ -307,25 +331,12 @@ class Leadership:
             await asyncio.gather(lost, vacancy, return_exceptions=True)
 
     async def _keep(self, lease: Lease) -> None:
-        """Refreshes the lease at a third of its TTL. When it cannot for a whole TTL (or
-        etcd says it ended), this master cannot be leader any more: it steps down."""
-        last = time.monotonic()
-        while True:
-            await asyncio.sleep(self._ttl / 3)
-            try:
-                await self._store.refresh_lease(lease)
-                last = time.monotonic()
-                continue
-            except NotFound:
-                log.warning("leadership_lease_expired", master=self.address, role=self.role)
-            except ReservoirError as exc:
-                if time.monotonic() - last < self._ttl:
-                    continue
-                log.warning("leadership_lease_unrenewable", master=self.address, error=str(exc))
-            self._record = None
-            self.ready = False
-            self._lost.set()
-            return
+        """Keeps the lease; when it is lost, this master cannot be leader any more: it
+        steps down."""
+        await self._renewal.keep(lease, self.address)
+        self._record = None
+        self.ready = False
+        self._lost.set()
 
     async def _publish(self) -> None:
         """This master's own record, for `reservoir masters` (under its own lease)."""

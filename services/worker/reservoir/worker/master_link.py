@@ -1,6 +1,7 @@
 """The worker's calls to the leading master, each with its deadline. With several masters
 (`RESERVOIR_MASTER` a comma-separated list) the calls follow the leader: after a takeover
-the worker's next report reaches the new leader, whose new epoch makes it a full one."""
+the worker's next report reaches the new leader, whose new epoch makes it a full one; a
+leader that stops answering (paused) is left for the new one within the probe budget."""
 
 from __future__ import annotations
 
@@ -14,8 +15,14 @@ BlockId = tuple[str, int]
 
 
 class MasterLink:
-    def __init__(self, masters: str, timeout_s: float, opener: ChannelOpener) -> None:
-        self._masters = MasterCalls(masters, opener, master_pb2_grpc.MasterServiceStub)
+    def __init__(
+        self, masters: str, timeout_s: float, probe_timeout_s: float, opener: ChannelOpener
+    ) -> None:
+        """`probe_timeout_s`: how long a call waits for a silent master before following
+        the leader the others name (common/master_calls.py)."""
+        self._masters = MasterCalls(
+            masters, opener, master_pb2_grpc.MasterServiceStub, probe_timeout_s=probe_timeout_s
+        )
         self._timeout = timeout_s
 
     async def mounts(self) -> list[Mount]:

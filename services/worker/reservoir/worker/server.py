@@ -111,7 +111,7 @@ async def serve(config: cfg.WorkerConfig, transport: Transport) -> None:
     address = _advertise(config, port)
     worker_id = config.worker_id or address
     config = cfg.WorkerConfig(**{**config.__dict__, "worker_id": worker_id})
-    link = MasterLink(config.master, config.rpc_timeout_s, transport)
+    link = MasterLink(config.master, config.rpc_timeout_s, config.master_probe_timeout_s, transport)
     store = open_metadata_store(
         config.metadata_url, config.metadata_timeout_s, config.etcd, config.metadata_page_keys
     )

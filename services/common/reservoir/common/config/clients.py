@@ -14,6 +14,7 @@ from .shared import (
     SecuritySettings,
     UnderStoreCalls,
     list_page_size_field,
+    master_probe_timeout_field,
     rpc_timeout_field,
     under_store_field,
 )
@@ -80,6 +81,7 @@ class FuseConfig:
 class ClientConfig:
     master: str = field(default="127.0.0.1:19998", metadata=env("RESERVOIR_MASTER"))
     rpc_timeout_s: float = rpc_timeout_field()
+    master_probe_timeout_s: float = master_probe_timeout_field()
     read_timeout_s: float = field(default=60.0, metadata=env("RESERVOIR_READ_TIMEOUT"))
     # Deadline of streams that follow a long operation (metadata load, watching a job).
     job_timeout_s: float = field(default=6 * 3600.0, metadata=env("RESERVOIR_JOB_TIMEOUT"))

@@ -13,6 +13,7 @@ from .shared import (
     MetricsSettings,
     UnderStoreCalls,
     list_page_size_field,
+    master_probe_timeout_field,
     metadata_page_keys_field,
     rpc_timeout_field,
     under_store_field,
@@ -190,6 +191,7 @@ class WorkerConfig:
         default=1.0, metadata=env("RESERVOIR_MASTER_CHECK_INTERVAL")
     )
     rpc_timeout_s: float = rpc_timeout_field()
+    master_probe_timeout_s: float = master_probe_timeout_field()
     ufs: UnderStoreCalls = under_store_field()
     # Parts of files being written that this worker uploads to the under-store at once
     # (WritePart: writers send each part here once).

@@ -170,6 +170,12 @@ def rpc_timeout_field() -> Any:
     return field(default=10.0, metadata=env("RESERVOIR_RPC_TIMEOUT"))
 
 
+def master_probe_timeout_field() -> Any:
+    """How long a call waits for the master it tries before asking the other masters who
+    leads (common/master_calls.py): what a frozen leader costs a caller with several."""
+    return field(default=1.0, metadata=env("RESERVOIR_MASTER_PROBE_TIMEOUT"))
+
+
 def list_page_size_field() -> Any:
     """Entries per page of a directory listing: what a client asks for, and what the master
     answers a request that names no size with."""
