@@ -78,7 +78,8 @@ class AsyncClient:
         under_stores = MountedStores.from_settings(self.config.ufs)
         # One planner for both read paths: this loop's and the blocking client's threads'.
         self._short_circuit = ShortCircuit(self.config)
-        self._hedges = Hedges(self.config)  # one budget and bound for every route
+        # One budget and bound for every route.
+        self._hedges = Hedges(self.config, self._view.penalties)
         self.data_port = DataPortReader(self.config, self._hedges)
         planner = Planner(
             self.config, self._view, self._view.penalties, self._short_circuit, self.data_port

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 from reservoir.common import config as cfg
@@ -132,9 +131,15 @@ class BlockReader:
                     running, timeout=wait, return_when=asyncio.FIRST_COMPLETED
                 )
                 if not done:  # the newest route kept silent past the budget
-                    if not newest.answering:
-                        if self._hedges.may_hedge():
+                    worker = newest.worker
+                    if not newest.answering and worker is not None:
+                        if self._hedges.may_hedge(worker.id):
                             newest.hedged = True
+                            # Now, not when another route answers: the reads in flight
+                            # to it then hedge without spending the bound's tokens.
+                            self._view.worker_failed(
+                                worker, DeadlineExceeded("no answer within the hedge budget")
+                            )
                             ask_next()
                         else:
                             newest.answering = True  # no hedge left: it has the deadline
@@ -143,7 +148,6 @@ class BlockReader:
                     attempt = running.pop(task)
                     error = task.exception()
                     if error is None:
-                        self._penalise_hedged(running.values())
                         return task.result()
                     if attempt.worker is None or not isinstance(error, RETRY_ELSEWHERE):
                         raise error
@@ -165,14 +169,6 @@ class BlockReader:
         if budget is None:
             return None
         return max(0.0, newest.asked + budget - time.monotonic())
-
-    def _penalise_hedged(self, others: Iterable[_Attempt]) -> None:
-        """The routes still silent when another answered, if they were hedged over."""
-        for attempt in others:
-            if attempt.hedged and attempt.worker is not None:
-                self._view.worker_failed(
-                    attempt.worker, DeadlineExceeded("no answer within the hedge budget")
-                )
 
     async def _from_under_store(
         self, inode: Inode, index: int, offset: int, length: int, cause: ReservoirError | None

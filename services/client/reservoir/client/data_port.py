@@ -96,6 +96,7 @@ class _FirstByte:
     """The hedge on one connection's first response: asked at `asked`, given up at `at`
     (when a hedge token allows; otherwise the read waits out its deadline)."""
 
+    worker_id: str
     asked: float
     at: float
     hedges: Hedges
@@ -194,7 +195,9 @@ class DataPortReader:
             for _ in unsent[address]:
                 self._hedges.read_started()
             if budget is not None:
-                first[address] = _FirstByte(asked, asked + budget, self._hedges)
+                first[address] = _FirstByte(
+                    workers[address].id, asked, asked + budget, self._hedges
+                )
             try:
                 sock, from_pool = self._connection(
                     workers[address], deadline, first.get(address), fresh=fresh
@@ -324,7 +327,7 @@ class DataPortReader:
         except TimeoutError as exc:
             if first is None:
                 raise _Refused(f"TLS handshake with data port {address}: {exc}") from exc
-            first.hedges.may_hedge()
+            first.hedges.may_hedge(first.worker_id)
             raise _Hedged(f"no TLS handshake with data port {address} within the budget") from exc
         except (_Failed, OSError) as exc:
             raise _Refused(f"TLS handshake with data port {address}: {exc}") from exc
@@ -423,7 +426,7 @@ def _connect(host: str, port: int, deadline: float, first: _FirstByte | None) ->
         try:
             return socket.create_connection((host, port), timeout=first.timeout(deadline))
         except TimeoutError:
-            if time.monotonic() >= deadline or first.hedges.may_hedge():
+            if time.monotonic() >= deadline or first.hedges.may_hedge(first.worker_id):
                 raise
     return socket.create_connection((host, port), timeout=max(0.001, deadline - time.monotonic()))
 
@@ -447,7 +450,7 @@ def _receive_into(
             except TimeoutError:
                 if first is None or time.monotonic() >= deadline:
                     raise
-                if first.hedges.may_hedge():
+                if first.hedges.may_hedge(first.worker_id):
                     raise _Hedged("no answer within the hedge budget") from None
                 first = None  # no hedge left: wait for this worker to the deadline
                 sock.settimeout(_remaining(deadline))

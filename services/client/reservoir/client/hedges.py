@@ -1,7 +1,11 @@
 """Hedged block reads, for every route that waits on a worker (a data port in the
 caller's thread, gRPC on the event loop): how long to wait for the first byte
 (`hedge_budget`), whether a hedge may go out (`hedge_tokens`), and what happened, counted
-in the client's read stats."""
+in the client's read stats.
+
+A hedge away from a worker already in the penalty box costs no token: that is a fault
+being routed around (the reads that were in flight to a hung worker when the first of
+them gave it up), not the tail of a healthy cluster, which is what the bound is for."""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from reservoir.common import config as cfg
 
 from .hedge_budget import FirstByteTimes, hedge_budget
 from .hedge_tokens import HedgeTokens
+from .penalty_box import PenaltyBox
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,7 +28,8 @@ class HedgeStats:
 
 
 class Hedges:
-    def __init__(self, config: cfg.ClientConfig) -> None:
+    def __init__(self, config: cfg.ClientConfig, penalties: PenaltyBox) -> None:
+        self._penalties = penalties
         self._floor = config.read_hedge_floor_s
         self._ceiling = config.read_hedge_after_s
         self._times = FirstByteTimes()
@@ -44,10 +50,10 @@ class Hedges:
         """A worker started answering a read `seconds` after it was asked."""
         self._times.record(seconds)
 
-    def may_hedge(self) -> bool:
-        """A read is past its budget: True if it may ask elsewhere (counted as a hedge),
-        False if it must go on waiting (hedges are spent)."""
-        allowed = self._tokens.take()
+    def may_hedge(self, worker_id: str) -> bool:
+        """A read from `worker_id` is past its budget: True if it may ask elsewhere
+        (counted as a hedge), False if it must go on waiting (hedges are spent)."""
+        allowed = self._penalties.holds(worker_id) or self._tokens.take()
         with self._lock:
             if allowed:
                 self._hedged += 1
