@@ -13,7 +13,7 @@ from reservoir.client.block_source import Outcome
 from reservoir.client.hedges import Hedges
 from reservoir.client.penalty_box import PenaltyBox
 from reservoir.common import config as cfg
-from reservoir.common.errors import ReservoirError
+from reservoir.common.errors import ReservoirError, Unavailable
 from reservoir.common.models import Inode, WorkerRecord
 from tests.unit.read_path_fakes import CONFIG, Source, View, held_by, planner, worker
 
@@ -75,13 +75,16 @@ class Workers:
 
 
 class UnderStore:
-    def __init__(self) -> None:
+    def __init__(self, error: ReservoirError | None = None) -> None:
         self.asked = 0
+        self.error = error
 
     async def fetch(
         self, inode: Inode, index: int, offset: int, length: int, cause: ReservoirError | None
     ) -> bytes:
         self.asked += 1
+        if self.error is not None:
+            raise self.error
         return b"s" * inode.size
 
 
@@ -99,12 +102,16 @@ FIRST, SECOND = _order([A, B], BOTH)  # placement decides which holder is asked 
 
 
 def _read(
-    workers: list[WorkerRecord], inode: Inode, grpc: Workers, config: cfg.ClientConfig = HEDGED
+    workers: list[WorkerRecord],
+    inode: Inode,
+    grpc: Workers,
+    config: cfg.ClientConfig = HEDGED,
+    under: UnderStore | None = None,
 ) -> tuple[bytes, AsyncView, UnderStore, Hedges]:
     box = PenaltyBox(60.0)
     view = AsyncView(View(workers, box))
     hedges = Hedges(config, box)
-    under = UnderStore()
+    under = under or UnderStore()
     plans = planner(
         view.view, Source("sc", Outcome.DECLINED, same_host=True), Source("dp", Outcome.READ)
     )
@@ -149,3 +156,21 @@ def test_with_hedging_off_a_slow_worker_is_waited_for() -> None:
     assert data == FIRST.encode() * 100
     assert grpc.asked == [FIRST]
     assert hedges.stats().hedged == hedges.stats().refused == 0
+
+
+def test_a_client_that_may_not_read_the_store_waits_for_its_last_worker() -> None:
+    no_store = dataclasses.replace(HEDGED, ufs_fallback=False)
+    grpc = Workers(silent={"a"}, late_s=0.2)
+    data, view, under, hedges = _read([A], held_by("a"), grpc, no_store)
+    assert data == b"a" * 100
+    assert under.asked == 0
+    assert hedges.stats().hedged == 0
+
+
+def test_when_the_store_fails_a_hedged_worker_that_answers_late_still_wins() -> None:
+    grpc = Workers(silent={"a"}, late_s=0.2)
+    store = UnderStore(Unavailable("the store is down"))
+    data, _, under, hedges = _read([A], held_by("a"), grpc, under=store)
+    assert data == b"a" * 100
+    assert under.asked == 1
+    assert hedges.stats().hedged == 1

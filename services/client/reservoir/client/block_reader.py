@@ -123,10 +123,11 @@ class BlockReader:
             running[asyncio.ensure_future(coro)] = attempt
 
         ask_next()
+        given_up: BaseException | None = None  # the under-store's error, while workers run
         try:
             while running:
                 assert newest is not None
-                wait = self._hedge_wait(newest, more_routes=bool(routes))
+                wait = self._hedge_wait(newest, routes)
                 done, _ = await asyncio.wait(
                     running, timeout=wait, return_when=asyncio.FIRST_COMPLETED
                 )
@@ -149,21 +150,28 @@ class BlockReader:
                     error = task.exception()
                     if error is None:
                         return task.result()
-                    if attempt.worker is None or not isinstance(error, RETRY_ELSEWHERE):
+                    if attempt.worker is None:
+                        given_up = error  # a worker hedged over may still answer
+                        continue
+                    if not isinstance(error, RETRY_ELSEWHERE):
                         raise error
                     last_error = error
                     self._view.worker_failed(attempt.worker, error)
                     if attempt is newest and routes:
                         ask_next()
-            raise AssertionError("the under-store route always answers or raises")
+            assert given_up is not None, "the under-store route always answers or raises"
+            raise given_up
         finally:
             for task in running:
                 task.cancel()
 
-    def _hedge_wait(self, newest: _Attempt, *, more_routes: bool) -> float | None:
+    def _hedge_wait(self, newest: _Attempt, routes: list[WorkerRecord | None]) -> float | None:
         """How long to wait for an answer before hedging the newest route (None: no
-        hedge — it is the last route, or answering, or hedging is off)."""
-        if newest.worker is None or newest.answering or newest.hedged or not more_routes:
+        hedge — it is answering, or hedging is off, or nothing is left to ask: the
+        last worker of a client that may not read the under-store waits its deadline)."""
+        if newest.worker is None or newest.answering or newest.hedged or not routes:
+            return None
+        if routes[0] is None and not self.config.ufs_fallback:
             return None
         budget = self._hedges.budget()
         if budget is None:
