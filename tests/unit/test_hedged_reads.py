@@ -19,7 +19,9 @@ from tests.unit.read_path_fakes import CONFIG, Source, View, held_by, planner, w
 
 A, B = worker("a"), worker("b")
 # A budget short enough for a test, still longer than a stand-in takes to answer.
-HEDGED = dataclasses.replace(CONFIG, read_hedge_floor_s=0.01, read_hedge_after_s=0.05)
+HEDGED = dataclasses.replace(
+    CONFIG, read_hedge_floor_s=0.01, read_hedge_after_s=0.05, read_hedge_cold_after_s=0.05
+)
 
 
 class AsyncView:

@@ -101,3 +101,20 @@ def test_hedge_settings_out_of_range_are_refused() -> None:
         cfg.ClientConfig(read_hedge_floor_s=-1.0)
     with pytest.raises(InvalidArgument):
         cfg.ClientConfig(read_hedge_share=1.5)
+
+
+def test_a_file_not_read_before_gets_the_cold_budget_until_a_worker_answers_for_it() -> None:
+    config = cfg.ClientConfig(read_hedge_after_s=1.0, read_hedge_cold_after_s=10.0)
+    hedges = Hedges(config, PenaltyBox(60))
+    assert hedges.budget("f1") == 10.0  # may be a miss the worker fetches from the store
+    hedges.first_byte("f1", 3.0)  # ...as it was: a cold fetch's time is no sample
+    assert hedges.budget("f1") == 1.0  # read before: the warm budget (ceiling: no p99 yet)
+    for _ in range(64):
+        hedges.first_byte("f1", 0.002)
+    assert hedges.budget("f1") == 0.1  # the floor: warm first bytes are fast
+    assert hedges.budget("f2") == 10.0
+
+
+def test_a_zero_cold_budget_never_hedges_a_file_not_read_before() -> None:
+    hedges = Hedges(cfg.ClientConfig(read_hedge_cold_after_s=0.0), PenaltyBox(60))
+    assert hedges.budget("f1") is None

@@ -117,7 +117,7 @@ class BlockReader:
 
                 def first_byte() -> None:
                     attempt.answering = True
-                    self._hedges.first_byte(time.monotonic() - attempt.asked)
+                    self._hedges.first_byte(inode.file_id, time.monotonic() - attempt.asked)
 
                 coro = self._grpc.fetch(worker, inode, index, offset, length, first_byte)
             running[asyncio.ensure_future(coro)] = attempt
@@ -127,7 +127,7 @@ class BlockReader:
         try:
             while running:
                 assert newest is not None
-                wait = self._hedge_wait(newest, routes)
+                wait = self._hedge_wait(newest, routes, inode.file_id)
                 done, _ = await asyncio.wait(
                     running, timeout=wait, return_when=asyncio.FIRST_COMPLETED
                 )
@@ -165,7 +165,9 @@ class BlockReader:
             for task in running:
                 task.cancel()
 
-    def _hedge_wait(self, newest: _Attempt, routes: list[WorkerRecord | None]) -> float | None:
+    def _hedge_wait(
+        self, newest: _Attempt, routes: list[WorkerRecord | None], file_id: str
+    ) -> float | None:
         """How long to wait for an answer before hedging the newest route (None: no
         hedge — it is answering, or hedging is off, or nothing is left to ask: the
         last worker of a client that may not read the under-store waits its deadline)."""
@@ -173,7 +175,7 @@ class BlockReader:
             return None
         if routes[0] is None and not self.config.ufs_fallback:
             return None
-        budget = self._hedges.budget()
+        budget = self._hedges.budget(file_id)
         if budget is None:
             return None
         return max(0.0, newest.asked + budget - time.monotonic())

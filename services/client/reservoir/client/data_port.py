@@ -97,6 +97,7 @@ class _FirstByte:
     (when a hedge token allows; otherwise the read waits out its deadline)."""
 
     worker_id: str
+    file_id: str
     asked: float
     at: float
     hedges: Hedges
@@ -105,7 +106,7 @@ class _FirstByte:
         return max(0.001, min(self.at, deadline) - time.monotonic())
 
     def arrived(self) -> None:
-        self.hedges.first_byte(time.monotonic() - self.asked)
+        self.hedges.first_byte(self.file_id, time.monotonic() - self.asked)
 
 
 class _Refused(Exception):
@@ -165,7 +166,6 @@ class DataPortReader:
         pooled: set[str] = set()  # addresses whose connection came from the pool, unanswered
         stale: set[str] = set()
         first: dict[str, _FirstByte] = {}  # hedges on connections not answered yet
-        budget = self._hedges.budget()
 
         def send_more(address: str) -> None:
             sock, queue = connections.get(address), unsent[address]
@@ -194,9 +194,11 @@ class DataPortReader:
             asked = time.monotonic()
             for _ in unsent[address]:
                 self._hedges.read_started()
+            file_id = unsent[address][0].inode.file_id  # the first response's
+            budget = self._hedges.budget(file_id)
             if budget is not None:
                 first[address] = _FirstByte(
-                    workers[address].id, asked, asked + budget, self._hedges
+                    workers[address].id, file_id, asked, asked + budget, self._hedges
                 )
             try:
                 sock, from_pool = self._connection(

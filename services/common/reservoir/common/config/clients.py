@@ -101,6 +101,11 @@ class ClientConfig:
     # under-store, so a hung worker costs a read about that long, not `read_timeout_s`.
     read_hedge_floor_s: float = field(default=0.1, metadata=env("RESERVOIR_READ_HEDGE_FLOOR"))
     read_hedge_after_s: float = field(default=1.0, metadata=env("RESERVOIR_READ_HEDGE_AFTER"))
+    # The budget of a file this client has not read yet: its blocks may be misses the worker
+    # fetches from the under-store first, and hedging those soon would fetch them twice.
+    read_hedge_cold_after_s: float = field(
+        default=10.0, metadata=env("RESERVOIR_READ_HEDGE_COLD_AFTER")
+    )
     # Hedges are bounded: this share of reads, plus a burst, may hedge (a token bucket), so
     # a slow cluster is not asked twice for everything.
     read_hedge_share: float = field(default=0.05, metadata=env("RESERVOIR_READ_HEDGE_SHARE"))
@@ -168,9 +173,10 @@ class ClientConfig:
                 "RESERVOIR_WRITE_PART_SIZE must be at least 5MiB (S3's floor) and at most "
                 "63MiB (a part travels to a worker in one message)"
             )
-        if self.read_hedge_floor_s < 0 or self.read_hedge_after_s < 0:
+        if min(self.read_hedge_floor_s, self.read_hedge_after_s, self.read_hedge_cold_after_s) < 0:
             raise InvalidArgument(
-                "RESERVOIR_READ_HEDGE_FLOOR and RESERVOIR_READ_HEDGE_AFTER must be >= 0"
+                "RESERVOIR_READ_HEDGE_FLOOR, RESERVOIR_READ_HEDGE_AFTER and "
+                "RESERVOIR_READ_HEDGE_COLD_AFTER must be >= 0"
             )
         if not 0 <= self.read_hedge_share <= 1 or self.read_hedge_burst < 0:
             raise InvalidArgument(
