@@ -47,6 +47,7 @@ from .cache_state import CacheReport, FreeResult, PinResult, WorkerStats
 from .cluster_view import ClusterView
 from .data_port import DataPortReader
 from .grpc_blocks import GrpcBlocks
+from .hedges import Hedges, HedgeStats
 from .load_jobs import LoadJob, MetadataLoadProgress
 from .short_circuit import ShortCircuit
 from .thread_reads import ThreadReads
@@ -77,7 +78,9 @@ class AsyncClient:
         under_stores = MountedStores.from_settings(self.config.ufs)
         # One planner for both read paths: this loop's and the blocking client's threads'.
         self._short_circuit = ShortCircuit(self.config)
-        self.data_port = DataPortReader(self.config)
+        # One budget and bound for every route.
+        self._hedges = Hedges(self.config, self._view.penalties)
+        self.data_port = DataPortReader(self.config, self._hedges)
         planner = Planner(
             self.config, self._view, self._view.penalties, self._short_circuit, self.data_port
         )
@@ -88,6 +91,7 @@ class AsyncClient:
             self._short_circuit,
             GrpcBlocks(self.config, self._worker_channels),
             UnderStoreBlocks(self.config, self._view, under_stores),
+            self._hedges,
         )
         self.thread_reads = ThreadReads(self._view, planner, self._short_circuit, self.data_port)
         self._writes: Writes | None = None
@@ -115,6 +119,12 @@ class AsyncClient:
     def data_port_bytes(self) -> int:
         """Bytes read from workers' data ports (by the blocking client's threads)."""
         return self.data_port.bytes_read
+
+    @property
+    def hedge_stats(self) -> HedgeStats:
+        """Block reads from workers, how many were hedged (asked elsewhere after the
+        first-byte budget) and the budget now."""
+        return self._hedges.stats()
 
     # ---- namespace (ClusterView) ------------------------------------------------------------
 

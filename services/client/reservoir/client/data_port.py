@@ -8,6 +8,12 @@ right checksum is not READ (`block_source.Outcome`): the caller then takes the f
 other replicas, the under-store), which also decides what error, if any, the reader sees.
 A pooled connection the worker has closed meanwhile is retried once on a new one.
 
+A worker that has not started to answer within the hedge budget (`hedges.py`; a hung
+worker's kernel still accepts the connection and the request, so the budget covers the
+first byte, not just the connect) is given up: its connection closed, its reads left
+UNREACHABLE for the full path, which asks the next replica or the under-store while the
+caller penalises the worker. Its idle pooled connections are dropped with it.
+
 A client that speaks TLS dials data ports in TLS (its CA, its certificate if any, the
 server-name override of gRPC; the TLS session kept per worker to resume the next
 handshake), and a client with a token presents it in an AUTH frame as each connection
@@ -40,6 +46,7 @@ from reservoir.common.security import data_port_client_context, tls_server_name
 
 from .block_source import Outcome
 from .data_port_tls import TlsConnection
+from .hedges import Hedges
 from .integrity import check_block
 
 log = logs.get_logger(__name__)
@@ -80,13 +87,36 @@ class _Failed(Exception):
     """This connection cannot answer (closed, timed out, broken frame)."""
 
 
+class _Hedged(_Failed):
+    """The worker did not start to answer within the hedge budget; the read goes elsewhere."""
+
+
+@dataclass(slots=True)
+class _FirstByte:
+    """The hedge on one connection's first response: asked at `asked`, given up at `at`
+    (when a hedge token allows; otherwise the read waits out its deadline)."""
+
+    worker_id: str
+    file_id: str
+    asked: float
+    at: float
+    hedges: Hedges
+
+    def timeout(self, deadline: float) -> float:
+        return max(0.001, min(self.at, deadline) - time.monotonic())
+
+    def arrived(self) -> None:
+        self.hedges.first_byte(self.file_id, time.monotonic() - self.asked)
+
+
 class _Refused(Exception):
     """The worker answers, but not to us: the TLS handshake or the token failed."""
 
 
 class DataPortReader:
-    def __init__(self, config: cfg.ClientConfig) -> None:
+    def __init__(self, config: cfg.ClientConfig, hedges: Hedges) -> None:
         self._config = config
+        self._hedges = hedges
         self._lock = threading.Lock()
         self._idle: dict[str, list[Connection]] = {}
         self._generation = _generation
@@ -135,6 +165,7 @@ class DataPortReader:
         in_flight: dict[str, int] = {}
         pooled: set[str] = set()  # addresses whose connection came from the pool, unanswered
         stale: set[str] = set()
+        first: dict[str, _FirstByte] = {}  # hedges on connections not answered yet
 
         def send_more(address: str) -> None:
             sock, queue = connections.get(address), unsent[address]
@@ -150,16 +181,29 @@ class DataPortReader:
                 except _Failed:
                     broken(address)
 
-        def broken(address: str) -> None:
+        def broken(address: str, *, hedged: bool = False) -> None:
             sock = connections.pop(address, None)
             if sock is not None:
                 sock.close()
-            if address in pooled:
+            if hedged:
+                self._drop_idle(address)  # they would hang the next reads the same way
+            elif address in pooled:
                 stale.add(address)
 
         for address in unsent:
+            asked = time.monotonic()
+            for _ in unsent[address]:
+                self._hedges.read_started()
+            file_id = unsent[address][0].inode.file_id  # the first response's
+            budget = self._hedges.budget(file_id)
+            if budget is not None:
+                first[address] = _FirstByte(
+                    workers[address].id, file_id, asked, asked + budget, self._hedges
+                )
             try:
-                sock, from_pool = self._connection(workers[address], deadline, fresh=fresh)
+                sock, from_pool = self._connection(
+                    workers[address], deadline, first.get(address), fresh=fresh
+                )
             except _Refused as exc:
                 self._refused(workers[address], exc)
                 for read in unsent[address]:
@@ -177,7 +221,13 @@ class DataPortReader:
             if sock is None or address not in in_flight:
                 continue
             try:
-                read.outcome = self._receive_response(sock, read.out, deadline)
+                read.outcome = self._receive_response(
+                    sock, read.out, deadline, first.pop(address, None)
+                )
+            except _Hedged as exc:
+                log.info("data_port_read_hedged", worker=read.worker.id, error=str(exc))
+                broken(address, hedged=True)
+                continue
             except _Failed as exc:
                 log.debug("data_port_read_failed", worker=read.worker.id, error=str(exc))
                 broken(address)
@@ -199,10 +249,16 @@ class DataPortReader:
             for sock in sockets:
                 sock.close()
 
+    def _drop_idle(self, address: str) -> None:
+        with self._lock:
+            idle = self._idle.pop(address, [])
+        for sock in idle:
+            sock.close()
+
     # ---- internals ------------------------------------------------------------------------
 
     def _connection(
-        self, worker: WorkerRecord, deadline: float, *, fresh: bool
+        self, worker: WorkerRecord, deadline: float, first: _FirstByte | None, *, fresh: bool
     ) -> tuple[Connection | None, bool]:
         address = worker.data_address
         if not fresh:
@@ -220,9 +276,7 @@ class DataPortReader:
                     return idle.pop(), True
         host, _, port = address.rpartition(":")
         try:
-            sock = socket.create_connection(
-                (host.strip("[]"), int(port)), timeout=max(0.001, deadline - time.monotonic())
-            )
+            sock = _connect(host.strip("[]"), int(port), deadline, first)
         except (OSError, ValueError) as exc:
             # Nobody answers there: the worker is down (or leaving); the caller penalises it.
             log.debug("data_port_connect_failed", worker=worker.id, error=str(exc))
@@ -231,7 +285,12 @@ class DataPortReader:
         if self._tls is None:
             return sock, False
         try:
-            return self._secured(self._tls, sock, address, deadline), False
+            return self._secured(self._tls, sock, address, deadline, first), False
+        except _Hedged as exc:
+            sock.close()
+            log.info("data_port_read_hedged", worker=worker.id, error=str(exc))
+            self._drop_idle(address)
+            return None, False
         except BaseException:
             sock.close()
             raise
@@ -248,17 +307,30 @@ class DataPortReader:
         )
 
     def _secured(
-        self, context: ssl.SSLContext, sock: socket.socket, address: str, deadline: float
+        self,
+        context: ssl.SSLContext,
+        sock: socket.socket,
+        address: str,
+        deadline: float,
+        first: _FirstByte | None,
     ) -> TlsConnection:
         """`sock` after the TLS handshake and, with a token, the worker's yes to it;
-        _Refused when either fails (the worker is there, but will not serve us)."""
+        _Refused when either fails (the worker is there, but will not serve us); _Hedged
+        when the handshake does not finish within the hedge budget (a handshake cannot be
+        resumed, so past the budget it is given up even without a token: the full path,
+        which reads elsewhere, follows)."""
         host = address.rpartition(":")[0]
         try:
-            sock.settimeout(_remaining(deadline))
+            sock.settimeout(_remaining(deadline) if first is None else first.timeout(deadline))
             with self._lock:
                 session = self._sessions.get(address)
             name = tls_server_name(self._config.security, host)
             tls = TlsConnection(sock, context, name, session)
+        except TimeoutError as exc:
+            if first is None:
+                raise _Refused(f"TLS handshake with data port {address}: {exc}") from exc
+            first.hedges.may_hedge(first.worker_id)
+            raise _Hedged(f"no TLS handshake with data port {address} within the budget") from exc
         except (_Failed, OSError) as exc:
             raise _Refused(f"TLS handshake with data port {address}: {exc}") from exc
         if not self._token:
@@ -297,12 +369,14 @@ class DataPortReader:
                 return
         sock.close()
 
-    def _receive_response(self, sock: Connection, out: memoryview, deadline: float) -> Outcome:
-        """One response into `out`. Raises _Failed when the connection is unusable;
-        DECLINED for an answer that is not the bytes asked for (the connection stays good
-        when the frame was complete)."""
+    def _receive_response(
+        self, sock: Connection, out: memoryview, deadline: float, first: _FirstByte | None
+    ) -> Outcome:
+        """One response into `out`. Raises _Failed when the connection is unusable (_Hedged
+        when `first` gave up on it); DECLINED for an answer that is not the bytes asked for
+        (the connection stays good when the frame was complete)."""
         header_buffer = bytearray(wire.RESPONSE_HEADER.size)
-        _receive_into(sock, memoryview(header_buffer), deadline)
+        _receive_into(sock, memoryview(header_buffer), deadline, first)
         header = wire.ResponseHeader.decode(header_buffer)
         if header.status != 0:
             if header.length > wire.MAX_ERROR_MESSAGE:
@@ -347,19 +421,48 @@ def _send(sock: Connection, data: bytes, deadline: float) -> None:
         raise _Failed(f"send: {exc}") from exc
 
 
-def _receive_into(sock: Connection, out: memoryview, deadline: float) -> None:
+def _connect(host: str, port: int, deadline: float, first: _FirstByte | None) -> socket.socket:
+    """A connection within the hedge budget when one may hedge, else the read deadline (a
+    hung worker's full listen backlog leaves connects hanging too)."""
+    if first is not None:
+        try:
+            return socket.create_connection((host, port), timeout=first.timeout(deadline))
+        except TimeoutError:
+            if time.monotonic() >= deadline or first.hedges.may_hedge(first.worker_id):
+                raise
+    return socket.create_connection((host, port), timeout=max(0.001, deadline - time.monotonic()))
+
+
+def _receive_into(
+    sock: Connection, out: memoryview, deadline: float, first: _FirstByte | None = None
+) -> None:
+    """`out` filled from `sock` by the deadline; with `first`, the first byte by its hedge
+    time too, or _Hedged when a hedge may go out then."""
     filled = 0
     try:
         # Set once: a TLS socket returns one record (16 KiB) a call, and a settimeout per
         # call would cost a third of the time. Each call still waits no longer than the
         # whole read may, and the deadline is checked between calls.
-        sock.settimeout(_remaining(deadline))
+        sock.settimeout(_remaining(deadline) if first is None else first.timeout(deadline))
         while filled < len(out):
             if filled:
                 _remaining(deadline)
-            n = sock.recv_into(out[filled:])
+            try:
+                n = sock.recv_into(out[filled:])
+            except TimeoutError:
+                if first is None or time.monotonic() >= deadline:
+                    raise
+                if first.hedges.may_hedge(first.worker_id):
+                    raise _Hedged("no answer within the hedge budget") from None
+                first = None  # no hedge left: wait for this worker to the deadline
+                sock.settimeout(_remaining(deadline))
+                continue
             if n == 0:
                 raise _Failed("connection closed by the worker")
+            if first is not None:
+                first.arrived()
+                first = None
+                sock.settimeout(_remaining(deadline))
             filled += n
     except OSError as exc:
         raise _Failed(f"receive: {exc}") from exc

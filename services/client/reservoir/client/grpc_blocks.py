@@ -9,12 +9,16 @@ is being prepared (all those that reach this point in the same turn of the event
 threads of a DataLoader, the files of a `read_many`) ride in one `ReadBlocks` call; a read
 alone goes as one unary `ReadSmall`. Nothing waits for company: a batch is whatever is
 already there, so a lone reader's latency is a single call's.
+
+A reader that gives up (a hedge won elsewhere) cancels its call: a stream's at once, a
+batch's once nobody in it waits any more, so a hung worker does not keep calls open.
 """
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import grpc
 import grpc.aio
@@ -68,6 +72,9 @@ class _Pending:
     request: worker_pb2.ReadBlockRequest
     expected: int
     answer: asyncio.Future[memoryview]
+    # The call it rides in and everyone in it (to cancel the call once nobody waits).
+    call: asyncio.Task[None] | None = None
+    batch: list[_Pending] = field(default_factory=list)
 
     def settle(self, result: memoryview | BaseException) -> None:
         if self.answer.done():
@@ -87,17 +94,32 @@ class GrpcBlocks:
         self._batch_only: set[str] = set()  # workers from before ReadSmall
 
     async def fetch(
-        self, worker: WorkerRecord, inode: Inode, index: int, offset: int, length: int
+        self,
+        worker: WorkerRecord,
+        inode: Inode,
+        index: int,
+        offset: int,
+        length: int,
+        first_byte: Callable[[], None] | None = None,
     ) -> list[memoryview]:
-        """The range's bytes, checked for length and checksum (DataLoss otherwise)."""
+        """The range's bytes, checked for length and checksum (DataLoss otherwise).
+        `first_byte` is called when the worker starts to answer (the first chunk of a
+        stream; a small range's whole answer)."""
         request = block_request(inode, index, offset, length)
         expected = range_length(inode, index, offset, length)
         if expected <= self._config.small_file_bytes:
-            return [await self.read_small(worker, request, expected)]
-        return await self._stream(worker, request, expected)
+            data = await self.read_small(worker, request, expected)
+            if first_byte is not None:
+                first_byte()
+            return [data]
+        return await self._stream(worker, request, expected, first_byte)
 
     async def _stream(
-        self, worker: WorkerRecord, request: worker_pb2.ReadBlockRequest, expected: int
+        self,
+        worker: WorkerRecord,
+        request: worker_pb2.ReadBlockRequest,
+        expected: int,
+        first_byte: Callable[[], None] | None = None,
     ) -> list[memoryview]:
         call = self._channels.get(worker.address).unary_stream(
             _READ_BLOCK,
@@ -110,6 +132,9 @@ class GrpcBlocks:
             async for message in call(
                 request, timeout=self._config.read_timeout_s, metadata=inject_metadata()
             ):
+                if first_byte is not None:
+                    first_byte()
+                    first_byte = None
                 part = chunk_payload(message)
                 if isinstance(part, int):
                     crc = part
@@ -131,13 +156,22 @@ class GrpcBlocks:
             queue = self._queued[worker.id] = []
             loop.call_soon(self._send, worker)
         queue.append(pending)
-        return await pending.answer
+        try:
+            return await pending.answer
+        except asyncio.CancelledError:
+            call = pending.call
+            if call is not None and all(p.answer.done() for p in pending.batch):
+                call.cancel()
+            raise
 
     def _send(self, worker: WorkerRecord) -> None:
         queue = [p for p in self._queued.pop(worker.id, []) if not p.answer.done()]
         size = max(1, self._config.batch_files)
         for start in range(0, len(queue), size):
-            call = asyncio.ensure_future(self._call(worker, queue[start : start + size]))
+            batch = queue[start : start + size]
+            call = asyncio.ensure_future(self._call(worker, batch))
+            for pending in batch:
+                pending.call, pending.batch = call, batch
             self._calls.add(call)
             call.add_done_callback(self._calls.discard)
 

@@ -97,6 +97,21 @@ class ClientConfig:
     workers_ttl_s: float = field(default=5.0, metadata=env("RESERVOIR_WORKERS_TTL"))
     # A worker that failed a read (any route) is asked last for this long.
     worker_penalty_s: float = field(default=2.0, metadata=env("RESERVOIR_WORKER_PENALTY"))
+    # Hedged block reads: a worker whose block has not started to arrive within a budget
+    # (the p99 of this client's recent first-byte times, at least the floor, at most
+    # `read_hedge_after_s`; 0 = never hedge) is left for the next replica or the
+    # under-store, so a hung worker costs a read about that long, not `read_timeout_s`.
+    read_hedge_floor_s: float = field(default=0.1, metadata=env("RESERVOIR_READ_HEDGE_FLOOR"))
+    read_hedge_after_s: float = field(default=1.0, metadata=env("RESERVOIR_READ_HEDGE_AFTER"))
+    # The budget of a file this client has not read yet: its blocks may be misses the worker
+    # fetches from the under-store first, and hedging those soon would fetch them twice.
+    read_hedge_cold_after_s: float = field(
+        default=10.0, metadata=env("RESERVOIR_READ_HEDGE_COLD_AFTER")
+    )
+    # Hedges are bounded: this share of reads, plus a burst, may hedge (a token bucket), so
+    # a slow cluster is not asked twice for everything.
+    read_hedge_share: float = field(default=0.05, metadata=env("RESERVOIR_READ_HEDGE_SHARE"))
+    read_hedge_burst: int = field(default=10, metadata=env("RESERVOIR_READ_HEDGE_BURST"))
     # A block no worker is known to hold is asked of at most this many of its homes, in
     # placement order, before the client reads it from the under-store itself.
     failover_workers: int = field(default=3, metadata=env("RESERVOIR_FAILOVER_WORKERS"))
@@ -159,6 +174,15 @@ class ClientConfig:
             raise InvalidArgument(
                 "RESERVOIR_WRITE_PART_SIZE must be at least 5MiB (S3's floor) and at most "
                 "63MiB (a part travels to a worker in one message)"
+            )
+        if min(self.read_hedge_floor_s, self.read_hedge_after_s, self.read_hedge_cold_after_s) < 0:
+            raise InvalidArgument(
+                "RESERVOIR_READ_HEDGE_FLOOR, RESERVOIR_READ_HEDGE_AFTER and "
+                "RESERVOIR_READ_HEDGE_COLD_AFTER must be >= 0"
+            )
+        if not 0 <= self.read_hedge_share <= 1 or self.read_hedge_burst < 0:
+            raise InvalidArgument(
+                "RESERVOIR_READ_HEDGE_SHARE must be within [0, 1], RESERVOIR_READ_HEDGE_BURST >= 0"
             )
         if self.write_concurrency < 1 or self.write_part_retries < 0:
             raise InvalidArgument(
