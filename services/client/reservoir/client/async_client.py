@@ -10,12 +10,10 @@ import dataclasses
 import uuid
 from collections.abc import AsyncIterator, Sequence
 
-import grpc
-import grpc.aio
 from opentelemetry import trace
 
 from reservoir.common import config as cfg
-from reservoir.common import logs, paths, worker_methods
+from reservoir.common import logs, paths
 from reservoir.common.config import parse_duration
 from reservoir.common.errors import (
     Conflict,
@@ -34,11 +32,12 @@ from reservoir.common.models import (
     MountOptions,
     WorkerRecord,
 )
-from reservoir.common.rpc import CHANNEL_OPTIONS, ChannelPool, error_from_rpc
+from reservoir.common.rpc import CHANNEL_OPTIONS
 from reservoir.common.security import Transport
 from reservoir.common.understore.mounted_stores import MountedStores
+from reservoir.common.worker_calls import WorkerCalls, WorkerDeadlines
 from reservoir.common.write_terms import WriteTerms
-from reservoir.v1 import master_pb2, worker_pb2
+from reservoir.v1 import master_pb2
 
 from . import discovery
 from .block_reader import BlockReader
@@ -57,8 +56,6 @@ from .writer import NO_TERMS, Writes, WriteSession
 log = logs.get_logger(__name__)
 _tracer = trace.get_tracer("reservoir.client")
 
-_GET_STATS = worker_methods.GET_STATS
-
 
 class AsyncClient:
     """Reservoir's asyncio SDK. One instance per process is enough; it is cheap to share.
@@ -73,7 +70,15 @@ class AsyncClient:
         if self.config.tune_malloc:
             tune_for_large_buffers()
         transport = Transport(self.config.security, CHANNEL_OPTIONS)
-        self._worker_channels = ChannelPool(transport)
+        # Control calls to workers (stats, written parts); the read path shares its channels.
+        self._worker_calls = WorkerCalls(
+            transport,
+            WorkerDeadlines(
+                rpc_s=self.config.rpc_timeout_s,
+                write_part_s=self.config.write_part_timeout_s,
+                commit_s=self.config.write_commit_timeout_s,
+            ),
+        )
         self._view = ClusterView(self.config, transport)
         under_stores = MountedStores.from_settings(self.config.ufs)
         # One planner for both read paths: this loop's and the blocking client's threads'.
@@ -89,7 +94,7 @@ class AsyncClient:
             self._view,
             planner,
             self._short_circuit,
-            GrpcBlocks(self.config, self._worker_channels),
+            GrpcBlocks(self.config, self._worker_calls.channels),
             UnderStoreBlocks(self.config, self._view, under_stores),
             self._hedges,
         )
@@ -98,7 +103,7 @@ class AsyncClient:
 
     async def close(self) -> None:
         """Closes its channels and sockets; the client is not used after this."""
-        await self._worker_channels.close()
+        await self._worker_calls.close()
         await self._view.close()
         self.data_port.close()
         if self._writes is not None:
@@ -398,21 +403,13 @@ class AsyncClient:
         degraded cluster: `workers -l`, `report`)."""
 
         async def one(worker: WorkerRecord) -> WorkerStats | None:
-            call = self._worker_channels.get(worker.address).unary_unary(
-                _GET_STATS,
-                request_serializer=worker_pb2.GetStatsRequest.SerializeToString,
-                response_deserializer=worker_pb2.WorkerStats.FromString,
-            )
             try:
-                stats: worker_pb2.WorkerStats = await call(
-                    worker_pb2.GetStatsRequest(), timeout=self.config.rpc_timeout_s
-                )
-            except grpc.RpcError as exc:
-                error = error_from_rpc(exc, f"stats of worker {worker.id}")
-                if reachable_only and isinstance(error, (Unavailable, DeadlineExceeded)):
-                    log.info("worker_unreachable", worker=worker.id, error=str(error))
-                    return None
-                raise error from None
+                stats = await self._worker_calls.stats(worker)
+            except (Unavailable, DeadlineExceeded) as error:
+                if not reachable_only:
+                    raise
+                log.info("worker_unreachable", worker=worker.id, error=str(error))
+                return None
             return WorkerStats.from_proto(stats)
 
         answers = await asyncio.gather(*(one(w) for w in await self._view.workers()))
@@ -471,7 +468,7 @@ class AsyncClient:
         ReadOnly (a PermissionError) on a read-only mount; `terms`: its metadata and
         condition (FileExistsError or Conflict at the publish when it fails)."""
         if self._writes is None:
-            self._writes = Writes(self.config, self._view, self._worker_channels)
+            self._writes = Writes(self.config, self._view, self._worker_calls)
         return await self._writes.begin(path, terms, size)
 
     async def write(self, path: str, data: bytes) -> Inode:

@@ -27,20 +27,18 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-import grpc
-
 from reservoir.common import config as cfg
-from reservoir.common import logs, worker_methods
+from reservoir.common import logs
 from reservoir.common.blocks.block_file import checksum
 from reservoir.common.blocks.staged_block_wire import encode_stage_request
 from reservoir.common.errors import InvalidArgument, ReservoirError, Unavailable
 from reservoir.common.models import Inode, Mount, WorkerRecord
 from reservoir.common.object_metadata import ObjectMetadata
-from reservoir.common.observability import inject_metadata
 from reservoir.common.placement import block_key
-from reservoir.common.rpc import ChannelPool, error_from_rpc, is_transport_failure
+from reservoir.common.rpc import unreachable
 from reservoir.common.understore.mounted_stores import MountedStores
 from reservoir.common.understore.object_writes import MAX_PARTS, ObjectWrites, Part
+from reservoir.common.worker_calls import WorkerCalls
 from reservoir.common.write_terms import WriteTerms
 from reservoir.v1 import master_pb2, worker_pb2
 
@@ -51,18 +49,16 @@ log = logs.get_logger(__name__)
 
 _T = TypeVar("_T")
 NO_TERMS = WriteTerms()
-_WRITE_PART = worker_methods.WRITE_PART
-_COMMIT_BLOCKS = worker_methods.COMMIT_BLOCKS
 
 
 class Writes:
     """What the writes of one client share: its under-store clients and the threads
     that run boto3's blocking uploads (for a cluster with no worker only)."""
 
-    def __init__(self, config: cfg.ClientConfig, view: ClusterView, channels: ChannelPool) -> None:
+    def __init__(self, config: cfg.ClientConfig, view: ClusterView, calls: WorkerCalls) -> None:
         self.config = config
         self.view = view
-        self.channels = channels
+        self.calls = calls
         self.stores = MountedStores.from_settings(config.ufs)
         self.pool = ThreadPoolExecutor(config.write_concurrency, thread_name_prefix="write")
 
@@ -191,11 +187,10 @@ class WriteSession:
                 worker = order[turn % len(order)]
                 turn += 1
                 try:
-                    reply = await self._write_part(worker, request)
+                    reply = await self._writes.calls.write_part(worker, request)
                     break
-                except grpc.RpcError as exc:
-                    error = error_from_rpc(exc, f"part {number} of {self.path} on {worker.id}")
-                    if not is_transport_failure(exc):
+                except ReservoirError as error:
+                    if not unreachable(error):
                         if isinstance(error, Unavailable) and attempt < attempts - 1:
                             break  # the store failed it: once more, on the next worker
                         if isinstance(error, Unavailable):
@@ -217,19 +212,6 @@ class WriteSession:
                 self._staged.update(dict.fromkeys(range(first, first + blocks), worker))
             return Part(number, reply.etag)
         raise AssertionError("unreachable")
-
-    async def _write_part(
-        self, worker: WorkerRecord, request: bytes
-    ) -> worker_pb2.WritePartResponse:
-        call = self._writes.channels.get(worker.address).unary_unary(
-            _WRITE_PART,
-            request_serializer=None,  # already wire bytes: one copy of the part
-            response_deserializer=worker_pb2.WritePartResponse.FromString,
-        )
-        reply: worker_pb2.WritePartResponse = await call(
-            request, timeout=self._config.write_part_timeout_s, metadata=inject_metadata()
-        )
-        return reply
 
     async def _upload_directly(self, number: int, data: bytes) -> Part:
         if self._direct is None:
@@ -330,22 +312,9 @@ class WriteSession:
         )
 
         async def one(worker: WorkerRecord, indices: list[int]) -> None:
-            call = self._writes.channels.get(worker.address).unary_unary(
-                _COMMIT_BLOCKS,
-                request_serializer=worker_pb2.CommitBlocksRequest.SerializeToString,
-                response_deserializer=worker_pb2.CommitBlocksResponse.FromString,
-            )
-            request = worker_pb2.CommitBlocksRequest(
-                write_id=self.write_id, file=file, indices=indices
-            )
             try:
-                reply = await call(
-                    request,
-                    timeout=self._config.write_commit_timeout_s,
-                    metadata=inject_metadata(),
-                )
-            except grpc.RpcError as exc:
-                error = error_from_rpc(exc, f"commit blocks on worker {worker.id}")
+                reply = await self._writes.calls.commit_blocks(worker, self.write_id, file, indices)
+            except ReservoirError as error:
                 log.info("written_blocks_not_cached", path=self.path, error=str(error))
                 return
             if reply.missing:

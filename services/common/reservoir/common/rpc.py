@@ -144,6 +144,13 @@ def is_transport_failure(exc: grpc.RpcError) -> bool:
     )
 
 
+def unreachable(error: BaseException) -> bool:
+    """True for a domain error raised from a call whose peer could not be reached or did
+    not answer (`is_transport_failure` of the RpcError it was raised from)."""
+    cause = error.__cause__
+    return isinstance(cause, grpc.RpcError) and is_transport_failure(cause)
+
+
 def error_from_rpc(exc: grpc.RpcError, what: str) -> errors.ReservoirError:
     """The domain error for a failed call, naming what was being done."""
     code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN

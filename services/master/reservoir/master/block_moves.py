@@ -39,7 +39,7 @@ class Namespace(Protocol):
 
 
 class BlockPuller(Protocol):
-    """Has a worker copy blocks from another (see worker_link.WorkerLink)."""
+    """Has a worker copy blocks from another (see common/worker_calls.py)."""
 
     async def pull_blocks(
         self, worker: WorkerRecord, source: WorkerRecord, blocks: list[tuple[Inode, int]]

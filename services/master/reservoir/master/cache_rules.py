@@ -61,7 +61,7 @@ class MountLookup(Protocol):
 
 
 class CacheWorkers(Protocol):
-    """The calls the rules make to workers (see worker_link.WorkerLink)."""
+    """The calls the rules make to workers (see common/worker_calls.py)."""
 
     async def stats(self, worker: WorkerRecord) -> worker_pb2.WorkerStats: ...
 

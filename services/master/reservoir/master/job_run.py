@@ -49,7 +49,7 @@ class Membership(Protocol):
 
 
 class BlockLoader(Protocol):
-    """Drives workers to fetch blocks (see worker_link.WorkerLink)."""
+    """Drives workers to fetch blocks (see common/worker_calls.py)."""
 
     async def load_blocks(
         self, worker: WorkerRecord, blocks: list[tuple[Inode, int]]

@@ -24,7 +24,7 @@ log = logs.get_logger(__name__)
 
 
 class BlockCopier(Protocol):
-    """The call made to each holder (see worker_link.WorkerLink)."""
+    """The call made to each holder (see common/worker_calls.py)."""
 
     async def copy_blocks(
         self, worker: WorkerRecord, source_file_id: str, file: Inode, indices: list[int]

@@ -23,6 +23,7 @@ from reservoir.common.models import Mount, MountOptions, WorkerRecord
 from reservoir.common.rpc import ChannelOpener
 from reservoir.common.understore.mounted_stores import MountedStores
 from reservoir.common.understore.under_store_metrics import UnderStoreMetrics
+from reservoir.common.worker_calls import WorkerCalls, WorkerDeadlines
 
 from .block_moves import BlockMoves
 from .cache_rules import CacheRules
@@ -37,7 +38,6 @@ from .namespace_edits import NamespaceEdits
 from .namespace_reads import NamespaceReads
 from .namespace_store import NamespaceStore
 from .renamed_blocks import RenamedBlocks
-from .worker_link import WorkerLink
 from .worker_membership import WorkerMembership
 from .write_sessions import WriteSessions
 
@@ -74,7 +74,9 @@ class MasterService:
         # Returned with every block report: a worker that sees a new one re-sends its
         # whole content, so a restarted master's table is exact within seconds.
         self.epoch = f"{now_ms()}-{uuid.uuid4().hex[:8]}"
-        self._worker_link = WorkerLink(config.load_timeout_s, opener, config.rpc_timeout_s)
+        self._workers = WorkerCalls(
+            opener, WorkerDeadlines(rpc_s=config.rpc_timeout_s, load_s=config.load_timeout_s)
+        )
         # boto3 blocks: under-store calls run on a pool of their own, sized by a setting
         # (asyncio's default pool is small on small machines).
         self._pool = ThreadPoolExecutor(config.ufs.concurrency, thread_name_prefix="ufs")
@@ -91,7 +93,7 @@ class MasterService:
             config,
             namespace=self.reads,
             membership=self,
-            loader=self._worker_link,
+            loader=self._workers,
             locations=self.locations,
             counters=LoadJobCounters(registry),
             moves=BlockMoves(
@@ -100,7 +102,7 @@ class MasterService:
                 self.reads,
                 self.mount_table,
                 self.members,
-                self._worker_link,
+                self._workers,
                 self.locations,
             ),
             marks=self.members,
@@ -111,7 +113,7 @@ class MasterService:
             namespace=self.reads,
             membership=self,
             mounts=self.mount_table,
-            workers=self._worker_link,
+            workers=self._workers,
             jobs=self.jobs,
             locations=self.locations,
         )
@@ -122,7 +124,7 @@ class MasterService:
             self.writes,
             self.reads.file_info,
             self.drop_blocks,
-            RenamedBlocks(self.locations, self._worker_link, self),
+            RenamedBlocks(self.locations, self._workers, self),
         )
 
     async def start(self) -> None:
@@ -182,7 +184,7 @@ class MasterService:
         await self._stop_counting()
         await self.writes.stop()
         await self.jobs.close()
-        await self._worker_link.close()
+        await self._workers.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     # ---- mounts -------------------------------------------------------------------------
@@ -244,7 +246,7 @@ class MasterService:
             return
         workers = await self.workers()
         results = await asyncio.gather(
-            *(self._worker_link.free_blocks(w, file_ids) for w in workers),
+            *(self._workers.free_blocks(w, file_ids) for w in workers),
             return_exceptions=True,
         )
         for worker, result in zip(workers, results, strict=True):

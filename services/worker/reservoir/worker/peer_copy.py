@@ -4,12 +4,7 @@ checked against their CRC32C, and kept as if fetched (reported to the master).""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
-import grpc
-import grpc.aio
-
-from reservoir.common import logs, worker_methods
+from reservoir.common import logs
 from reservoir.common.blocks.block_file import checksum
 from reservoir.common.errors import (
     DataLoss,
@@ -17,8 +12,7 @@ from reservoir.common.errors import (
     ResourceExhausted,
     error_for_code_value,
 )
-from reservoir.common.observability import inject_metadata
-from reservoir.common.rpc import ChannelOpener, ChannelPool, error_from_rpc
+from reservoir.common.worker_calls import WorkerCalls
 from reservoir.v1 import worker_pb2
 
 from .read_request import BlockRequest
@@ -28,11 +22,9 @@ log = logs.get_logger(__name__)
 
 
 class PeerCopy:
-    def __init__(self, service: WorkerService, opener: ChannelOpener, timeout_s: float) -> None:
-        """`timeout_s`: of one call to the source (a batch of blocks)."""
+    def __init__(self, service: WorkerService, calls: WorkerCalls) -> None:
         self._service = service
-        self._channels = ChannelPool(opener)
-        self._timeout = timeout_s
+        self._calls = calls
 
     async def pull(
         self, source_id: str, source_address: str, requests: list[BlockRequest]
@@ -55,7 +47,8 @@ class PeerCopy:
         if not wanted:
             return outcomes
         try:
-            async for payload in self._read(source_address, [requests[p] for p in wanted]):
+            held = [_whole_block(requests[p]) for p in wanted]
+            async for payload in self._calls.read_held(source_address, held):
                 position = wanted[payload.position]
                 outcomes[position] = self._keep(requests[position], payload)
         except ReservoirError as exc:
@@ -66,38 +59,6 @@ class PeerCopy:
         copied = sum(o for o in outcomes if isinstance(o, int))
         log.debug("peer_copy", source=source_id, blocks=len(wanted), bytes=copied)
         return outcomes
-
-    async def _read(
-        self, address: str, requests: list[BlockRequest]
-    ) -> AsyncIterator[worker_pb2.BlockPayload]:
-        call = self._channels.get(address).unary_stream(
-            worker_methods.READ_BLOCKS,
-            request_serializer=worker_pb2.ReadBlocksRequest.SerializeToString,
-            response_deserializer=worker_pb2.BlockPayload.FromString,
-        )
-        message = worker_pb2.ReadBlocksRequest(
-            blocks=[
-                worker_pb2.ReadBlockRequest(
-                    file_id=r.file_id,
-                    index=r.index,
-                    offset=0,
-                    length=-1,
-                    ufs_uri=r.ufs_uri,
-                    etag=r.etag,
-                    file_size=r.file_size,
-                    block_size=r.block_size,
-                    mount_path=r.mount_path,
-                    cached_only=True,
-                )
-                for r in requests
-            ]
-        )
-        stream = call(message, timeout=self._timeout, metadata=inject_metadata())
-        try:
-            async for payload in stream:
-                yield payload
-        except grpc.RpcError as exc:
-            raise error_from_rpc(exc, f"copy blocks from worker at {address}") from None
 
     def _keep(
         self, request: BlockRequest, payload: worker_pb2.BlockPayload
@@ -115,5 +76,16 @@ class PeerCopy:
             return ResourceExhausted("block copied but not kept: the cache is full")
         return len(data)
 
-    async def close(self) -> None:
-        await self._channels.close()
+
+def _whole_block(r: BlockRequest) -> worker_pb2.ReadBlockRequest:
+    return worker_pb2.ReadBlockRequest(
+        file_id=r.file_id,
+        index=r.index,
+        offset=0,
+        length=-1,
+        ufs_uri=r.ufs_uri,
+        etag=r.etag,
+        file_size=r.file_size,
+        block_size=r.block_size,
+        mount_path=r.mount_path,
+    )

@@ -18,6 +18,7 @@ from reservoir.common.serving import servers
 from reservoir.common.serving.auth import TokenTable
 from reservoir.common.serving.metrics_endpoint import MetricsEndpoint, server_registry
 from reservoir.common.serving.rpc_metrics import RpcMetrics
+from reservoir.common.worker_calls import WorkerCalls, WorkerDeadlines
 
 from .block_reporter import BlockReporter
 from .cache_rules import CacheRuleTable
@@ -136,7 +137,8 @@ async def serve(config: cfg.WorkerConfig, transport: Transport) -> None:
     reporter = BlockReporter(config, service, link)
     written = WrittenBlocks(service, store, reporter)
     uploads = PartUploads(service, store, written)
-    peers = PeerCopy(service, transport, config.rpc_timeout_s)
+    peer_calls = WorkerCalls(transport, WorkerDeadlines(rpc_s=config.rpc_timeout_s))
+    peers = PeerCopy(service, peer_calls)
     server.add_generic_rpc_handlers([WorkerServicer(service, written, uploads, peers).handler()])
     # With TLS the data port speaks it too, and checks the tokens gRPC checks.
     security = transport.settings
@@ -211,7 +213,7 @@ async def serve(config: cfg.WorkerConfig, transport: Transport) -> None:
         log.warning("worker_leave_failed", error=str(exc))
     await service.store.close(config.grace_s)
     service.close()
-    await peers.close()
+    await peer_calls.close()
     await link.close()
     await store.close()
 
