@@ -1361,3 +1361,29 @@ def test_kubectl_kustomize_renders_the_plain_and_the_secure_cluster() -> None:
     assert {m["name"] for m in etcd["volumeMounts"]} <= volumes
     plain_etcd = plain[("StatefulSet", "etcd")]["spec"]["template"]["spec"]["containers"][0]
     assert "client-cert-auth" not in long_flags(plain_etcd["command"])
+
+
+# --- scale-in with drain ------------------------------------------------------------------
+
+
+def test_compose_workers_get_longer_to_stop_than_their_drain_on_sigterm_may_take() -> None:
+    services = load_compose()["services"]
+    for name in WORKERS:
+        drain_s = config.parse_duration(
+            compose_env(services[name])["RESERVOIR_WORKER_DRAIN_TIMEOUT"]
+        )
+        grace_s = config.parse_duration(services[name]["stop_grace_period"])
+        assert 0 < drain_s < grace_s, name
+
+
+def test_k8s_worker_drains_itself_in_pre_stop_within_its_termination_grace_period() -> None:
+    worker = k8s_workload("DaemonSet", "reservoir-worker")
+    container = main_container(worker)
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    hook = " ".join(container["lifecycle"]["preStop"]["exec"]["command"])
+    # The worker's own id (a worker's token may drain only itself), as the shell expands it.
+    assert 'reservoir drain "$RESERVOIR_WORKER_ID" --wait --timeout ' in hook
+    hook_s = config.parse_duration(hook.rpartition("--timeout ")[2].split()[0])
+    drain_s = config.parse_duration(env["RESERVOIR_WORKER_DRAIN_TIMEOUT"])
+    grace_s = worker["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    assert hook_s + drain_s < grace_s

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from reservoir.common.config import parse_duration
 from reservoir.local.process import ClusterError
 
 from .output import Table, emit, note
@@ -61,6 +62,8 @@ def cmd_local_status(args: argparse.Namespace) -> None:
             state = "running" if p["alive"] else "DEAD"
             if p["alive"] and "role" in p and "," in status["master"]:
                 state = f"running ({p['role']})"  # which of several masters leads
+            if p["alive"] and "worker_state" in p:
+                state = f"running ({p['worker_state']})"  # serving, draining, drained
             table.row(name, state, p["pid"], p["port"], p.get("metrics", "-"), p["log"])
         head = f"master {status['master']}   s3 {status['s3_endpoint']}"
         if status.get("gateway"):
@@ -86,6 +89,41 @@ def cmd_local_restart(args: argparse.Namespace) -> None:
     cluster.restart(args.name)
     proc = cluster.processes[args.name]
     note(f"restarted {args.name} (pid {proc.pid}, port {proc.port})")
+
+
+def cmd_local_add_worker(args: argparse.Namespace) -> None:
+    from reservoir.local.cluster import LocalCluster
+    from reservoir.local.worker_changes import add_worker
+    from reservoir.local.worker_roster import WorkerOptions
+
+    cluster = LocalCluster.load(Path(args.state_dir))
+    options = WorkerOptions(
+        capacity=args.capacity, shm=args.shm, disk_capacity=args.disk_capacity
+    )  # fmt: skip
+    name = add_worker(cluster, options)
+    proc = cluster.processes[name]
+    emit(args, {"name": name, "pid": proc.pid, "port": proc.port}, lambda: name)
+    note(
+        f"{name} serves (pid {proc.pid}, port {proc.port}); the master fills it with its share "
+        "of the cached blocks from the other workers"
+    )
+
+
+def cmd_local_remove_worker(args: argparse.Namespace) -> None:
+    from reservoir.local.cluster import LocalCluster
+    from reservoir.local.worker_changes import remove_worker
+
+    if args.timeout and not args.drain:
+        raise ValueError("--timeout is how long --drain may take: give --drain too")
+    cluster = LocalCluster.load(Path(args.state_dir))
+    remove_worker(
+        cluster,
+        args.name,
+        drain=args.drain,
+        drain_timeout_s=parse_duration(args.timeout) if args.timeout else None,
+    )
+    kept = "its blocks were copied to the other workers" if args.drain else "its cache is gone"
+    note(f"removed {args.name} ({kept}); `reservoir local up --resume` leaves it out")
 
 
 def cmd_local_demo(args: argparse.Namespace) -> None:
@@ -169,6 +207,43 @@ def register(commands: Subcommands) -> None:
     )
     restart.add_argument(
         "name", metavar="NAME", help="the process, as `local status` names it: worker2, master…"
+    )
+    add = local.add(
+        "add-worker",
+        "start one more worker (the next workerN) and wait until it serves; `local up "
+        "--resume` brings it back with its options",
+        cmd_local_add_worker,
+    )
+    add.add_argument(
+        "--capacity", metavar="SIZE", help="its cache capacity (default: the cluster's)"
+    )
+    add.add_argument(
+        "--disk-capacity",
+        metavar="SIZE",
+        help="it also keeps blocks on disk, up to SIZE (default: as the cluster's workers)",
+    )
+    add.add_argument(
+        "--shm",
+        action=argparse.BooleanOptionalAction,
+        help="it keeps blocks in /dev/shm for short-circuit reads (default: the cluster's)",
+    )
+    remove = local.add(
+        "remove-worker",
+        "stop a worker and take it out of the cluster (`local up --resume` leaves it out); "
+        "with --drain its blocks are first copied to the other workers",
+        cmd_local_remove_worker,
+    )
+    remove.add_argument("name", metavar="NAME", help="the worker, as `local status` names it")
+    remove.add_argument(
+        "--drain",
+        action="store_true",
+        help="drain it through the master first (`reservoir drain NAME --wait`); if the "
+        "drain fails or times out the worker is left running and the command fails",
+    )
+    remove.add_argument(
+        "--timeout",
+        metavar="DURATION",
+        help="with --drain: how long the drain may take (e.g. 5m; default: until it ends)",
     )
     demo = local.add(
         "demo", "write a sample data set to the local S3, mount it, read it twice", cmd_local_demo

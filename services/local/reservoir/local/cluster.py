@@ -50,6 +50,7 @@ from .server_processes import (
     worker_process,
 )
 from .state_dir import StateDir
+from .worker_roster import is_worker, worker_number
 
 __all__ = ["DEV_CREDENTIALS", "ClusterError", "LocalCluster", "etcd_binary", "free_port"]
 
@@ -98,6 +99,12 @@ class LocalCluster:
         """Process `name` as it ran last (in this cluster, or the stopped one it resumes):
         a server started again takes its ports."""
         return self.processes.get(name) or self.recorded.get(name)
+
+    def forget(self, name: str) -> None:
+        """Takes a stopped process out of the cluster's record (`local remove-worker`)."""
+        self.processes.pop(name, None)
+        self.recorded.pop(name, None)
+        self.save()
 
     def _spawn(self, proc: Process) -> Process:
         self._supervisor.spawn(proc)
@@ -226,7 +233,7 @@ class LocalCluster:
         return self.state_dir / worker / "disk"
 
     def worker_names(self) -> list[str]:
-        return sorted(n for n in self.processes if n.startswith("worker"))
+        return sorted((n for n in self.processes if is_worker(n)), key=worker_number)
 
     # ---- security (`up --secure`) ---------------------------------------------------------
 
@@ -317,8 +324,8 @@ class LocalCluster:
         for name in sorted(self.processes, key=stop_order):
             with contextlib.suppress(ProcessLookupError):
                 self.stop(name)
-        if self.settings.get("shm"):
-            shutil.rmtree(self.shm_root, ignore_errors=True)
+        # Any worker may keep blocks there (`local add-worker --shm`), not only the cluster's.
+        shutil.rmtree(self.shm_root, ignore_errors=True)
         StateDir(self.state_dir).mark_stopped()
 
     def status(self) -> dict[str, Any]:

@@ -9,11 +9,13 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from . import probes
 from .cluster_security import ClusterSecurity
 from .gateway_keys import GATEWAY, gateway_keys_file
 from .process import ClusterError
 from .server_processes import is_master
 from .state_dir import StateDir
+from .worker_roster import is_worker
 
 if TYPE_CHECKING:
     from .cluster import LocalCluster
@@ -50,8 +52,15 @@ def read(state_dir: Path) -> dict[str, Any]:
 
 
 def status(cluster: LocalCluster) -> dict[str, Any]:
-    """Each process with its pid, port, log, liveness, metrics and (a master) its role."""
-    roles = cluster.master_roles() if any(p.alive() for p in cluster.processes.values()) else {}
+    """Each process with its pid, port, log, liveness, metrics, (a master) its role and (a
+    worker) its state as the master has it: serving, draining, drained, or "unregistered"."""
+    running = any(p.alive() for p in cluster.processes.values())
+    roles = cluster.master_roles() if running else {}
+    states = (
+        probes.worker_states(cluster.master_address, probes.reader_transport(cluster))
+        if running
+        else {}
+    )
     return {
         "master": cluster.master_address,
         "s3_endpoint": cluster.s3_endpoint,
@@ -61,6 +70,7 @@ def status(cluster: LocalCluster) -> dict[str, Any]:
             name: {"pid": p.pid, "port": p.port, "alive": p.alive(), "log": p.log}
             | ({"metrics": cluster.metrics_url(name)} if p.metrics_port else {})
             | ({"role": roles.get(f"127.0.0.1:{p.port}", "unknown")} if is_master(name) else {})
+            | ({"worker_state": states.get(name, "unregistered")} if is_worker(name) else {})
             for name, p in sorted(cluster.processes.items())
         },
     }

@@ -52,6 +52,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("etcd_flags", "etcd_flags", []),
     # Where a --secure cluster's CA, certificates and tokens are ("" = <state dir>/tls).
     Setting("credentials", "credentials", ""),
+    # The workers and each one's own options (`local add-worker`); see worker_roster.py.
+    Setting("roster", "roster", {}),
 )
 
 

@@ -16,6 +16,11 @@ from . import cluster_settings, pki
 from .etcd_members import member_names
 from .process import Process
 from .state_dir import StateDir, ensure_ports_free
+from .worker_roster import ROSTER, roster, worker_number
+
+# A secure cluster's servers read its tokens file once, at start: tokens for this many
+# more workers than `--workers` are made with it, so `local add-worker` has some to give.
+SPARE_WORKER_TOKENS = 8
 
 if TYPE_CHECKING:
     from .cluster import LocalCluster
@@ -66,6 +71,8 @@ class LaunchPlan:
             state.wipe()
             for disk in state.path.glob("worker*/disk"):  # the previous cluster's blocks
                 shutil.rmtree(disk, ignore_errors=True)
+        # A new cluster's roster is worker1…workerN; a resumed one's is as it was recorded.
+        settings[ROSTER] = {name: o.record() for name, o in roster(settings).items()}
         own = state.path / "tls"
         settings["credentials"] = settings["credentials"] or str(own)
         kept = resume and (own / "ca.pem").exists()  # its clients hold that CA and tokens
@@ -91,7 +98,7 @@ class LaunchPlan:
             if self.make_credentials:
                 pki.create(
                     Path(settings["credentials"]),
-                    [f"worker{n}" for n in range(1, settings["workers"] + 1)],
+                    [f"worker{n}" for n in range(1, settings["workers"] + SPARE_WORKER_TOKENS + 1)],
                 )
             cluster.start_etcd(*settings["etcd_flags"], recorded=self.recorded_etcd)
             if self.s3_endpoint:
@@ -102,8 +109,8 @@ class LaunchPlan:
                 )
             for n in range(1, settings["masters"] + 1):
                 cluster.start_master(n)
-            for n in range(1, settings["workers"] + 1):
-                cluster.start_worker(n)
+            for name in roster(settings):
+                cluster.start_worker(worker_number(name))
             if settings["gateway"]:
                 cluster.start_gateway()
         except BaseException:

@@ -83,6 +83,15 @@ def worker_registered(master_address: str, transport: Transport, worker_id: str)
     return reply is not None and any(w.id == worker_id for w in reply.workers)
 
 
+def worker_states(master_address: str, transport: Transport) -> dict[str, str]:
+    """Each registered worker's state by id (serving, draining, drained), as the leading
+    master has it (empty when none answers)."""
+    from reservoir.v1 import master_pb2
+
+    reply = _first_answer(master_address, transport, "ListWorkers", master_pb2.ListWorkersRequest())
+    return {} if reply is None else {w.id: w.state or "serving" for w in reply.workers}
+
+
 def master_roles(master_address: str, transport: Transport) -> dict[str, str]:
     """Each master's role by address, as the masters record them in etcd (empty when
     none answers)."""

@@ -15,6 +15,7 @@ from .etcd_members import is_member
 from .gateway_keys import GATEWAY, write_gateway_keys
 from .process import Process, free_port
 from .state_dir import StateDir
+from .worker_roster import options_of
 
 if TYPE_CHECKING:
     from .cluster import LocalCluster
@@ -91,12 +92,14 @@ def master_process(cluster: LocalCluster, n: int) -> Process:
 
 
 def worker_process(cluster: LocalCluster, n: int) -> Process:
-    """Worker `n`, with the cluster's capacity, lease, shm and disk tier settings."""
+    """Worker `n`, with its own capacity, shm and disk tier options (`local add-worker`)
+    over the cluster's, and the cluster's lease."""
     name = f"worker{n}"
     existing = cluster.previous(name)
     port = existing.port if existing else free_port()
     metrics = metrics_port(existing)
     settings = cluster.settings
+    options = options_of(settings, name)
     env = {
         # `local down` stops every worker at once: none drains unless asked to (the `env`
         # setting, or `local remove-worker --drain`, which drains before it stops one).
@@ -107,14 +110,14 @@ def worker_process(cluster: LocalCluster, n: int) -> Process:
         "RESERVOIR_METRICS_LISTEN": f"127.0.0.1:{metrics}",
         "RESERVOIR_WORKER_ID": name,
         "RESERVOIR_MASTER": cluster.master_address,
-        "RESERVOIR_WORKER_CAPACITY": str(settings.get("capacity", "1GiB")),
+        "RESERVOIR_WORKER_CAPACITY": str(options.capacity),
         "RESERVOIR_WORKER_LEASE_TTL": str(settings.get("lease_ttl", 10)),
     }
-    if settings.get("shm"):
+    if options.shm:
         env["RESERVOIR_WORKER_SHM_DIR"] = str(cluster.shm_root / name)
-    if settings.get("disk_capacity"):
+    if options.disk_capacity:
         env["RESERVOIR_WORKER_DISK_DIRS"] = str(cluster.disk_dir(name))
-        env["RESERVOIR_WORKER_DISK_CAPACITY"] = str(settings["disk_capacity"])
+        env["RESERVOIR_WORKER_DISK_CAPACITY"] = str(options.disk_capacity)
     return Process(
         name=name,
         argv=[sys.executable, "-m", "reservoir.worker.server"],
