@@ -42,6 +42,7 @@ def mount_dict(m: Mount) -> dict[str, Any]:
         "credentials": m.options.credentials,
         "metadata_sync": m.options.metadata_sync,
         "writable": m.options.writable,
+        "dataset": m.options.dataset or None,
         **time_fields("created", m.created_ms),
     }
 
@@ -85,6 +86,7 @@ def cmd_mounts(args: argparse.Namespace) -> None:
             "CREDENTIALS",
             "METADATA SYNC",
             "ACCESS",
+            "DATASET",
             "MOUNTED",
         )
         for m in mounts:
@@ -97,6 +99,7 @@ def cmd_mounts(args: argparse.Namespace) -> None:
                 o.credentials or "env",
                 o.metadata_sync or "default",
                 "rw" if o.writable else "ro",
+                o.dataset or "-",
                 iso_time(m.created_ms),
             )
         return table.render(empty="(no mounts)")

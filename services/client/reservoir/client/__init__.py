@@ -7,6 +7,7 @@ from reservoir.common.models import CacheRule, Inode, Mount, WorkerRecord
 from .async_client import AsyncClient
 from .cache_state import CacheReport, FreeResult, PinResult, TierStats, WorkerStats
 from .client import Client, ReservoirFile
+from .datasets import Dataset
 from .load_jobs import JobState, LoadJob, MetadataLoadProgress
 from .reservoir_writer import ReservoirWriter
 from .sigterm_aborts import abort_writes_on_sigterm
@@ -17,6 +18,7 @@ __all__ = [
     "CacheReport",
     "CacheRule",
     "Client",
+    "Dataset",
     "FreeResult",
     "Inode",
     "JobState",

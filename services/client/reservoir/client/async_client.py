@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
 
 from opentelemetry import trace
 
@@ -45,6 +48,7 @@ from .block_source import Planner
 from .cache_state import CacheReport, FreeResult, PinResult, WorkerStats
 from .cluster_view import ClusterView
 from .data_port import DataPortReader
+from .datasets import Dataset, document_of
 from .grpc_blocks import GrpcBlocks
 from .hedges import Hedges, HedgeStats
 from .load_jobs import LoadJob, MetadataLoadProgress
@@ -374,6 +378,37 @@ class AsyncClient:
             "CancelJob", master_pb2.GetJobRequest(id=job_id), f"cancel job {job_id}"
         )
         return LoadJob.from_proto(reply)
+
+    async def apply_dataset(self, document: Mapping[str, Any] | str | Path) -> Dataset:
+        """Declares a dataset (a `Dataset` document: a mapping, YAML or JSON text, or a file);
+        the leader mounts, syncs, preloads and keeps it. Applying the same document again
+        changes nothing; a changed one changes only what changed."""
+        request = master_pb2.ApplyDatasetRequest(
+            document_json=json.dumps(document_of(document), default=str)
+        )
+        reply = await self._view.call("ApplyDataset", request, "apply a dataset")
+        self._view.forget_all()
+        return Dataset.from_proto(reply)
+
+    async def datasets(self) -> list[Dataset]:
+        reply = await self._view.call(
+            "ListDatasets", master_pb2.ListDatasetsRequest(), "list datasets"
+        )
+        return [Dataset.from_proto(d) for d in reply.datasets]
+
+    async def dataset(self, name: str) -> Dataset:
+        """NotFound (a FileNotFoundError) for a dataset the cluster does not have."""
+        reply = await self._view.call(
+            "GetDataset", master_pb2.DatasetRef(name=name), f"dataset {name}"
+        )
+        return Dataset.from_proto(reply)
+
+    async def delete_dataset(self, name: str, *, keep_cache: bool = False) -> Dataset:
+        """Deletes a dataset: the leader unmounts it and, unless `keep_cache`, drops its
+        cached blocks. Returns it marked deleting."""
+        request = master_pb2.DeleteDatasetRequest(name=name, keep_cache=keep_cache)
+        reply = await self._view.call("DeleteDataset", request, f"delete dataset {name}")
+        return Dataset.from_proto(reply)
 
     async def drain(self, worker_id: str) -> LoadJob:
         """Starts draining a worker: nothing new goes to it, each block it holds is copied

@@ -6,7 +6,8 @@ import contextlib
 import dataclasses
 import io
 import typing
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 from reservoir.common import config as cfg
@@ -16,6 +17,7 @@ from reservoir.common.models import CacheRule, Inode, MasterRecord, Mount, Worke
 from . import discovery, sigterm_aborts
 from .async_client import AsyncClient
 from .cache_state import CacheReport, FreeResult, PinResult, WorkerStats
+from .datasets import Dataset
 from .load_jobs import LoadJob, MetadataLoadProgress
 from .loop_runtime import LoopRuntime
 from .reservoir_file import ReservoirFile, joined
@@ -274,6 +276,19 @@ class Client:
         """Stops a load job (what it cached stays cached); a finished job is returned as
         it is."""
         return self._run(self._async.cancel_job(job_id))
+
+    def apply_dataset(self, document: Mapping[str, Any] | str | Path) -> Dataset:
+        """Declares a dataset (see `AsyncClient.apply_dataset`)."""
+        return self._run(self._async.apply_dataset(document))
+
+    def datasets(self) -> list[Dataset]:
+        return self._run(self._async.datasets())
+
+    def dataset(self, name: str) -> Dataset:
+        return self._run(self._async.dataset(name))
+
+    def delete_dataset(self, name: str, *, keep_cache: bool = False) -> Dataset:
+        return self._run(self._async.delete_dataset(name, keep_cache=keep_cache))
 
     def drain(self, worker_id: str, *, wait: bool = False) -> LoadJob:
         """Drains a worker (see `AsyncClient.drain`); with `wait`, returns once the drain

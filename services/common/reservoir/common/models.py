@@ -39,6 +39,8 @@ class MountOptions:
     # Writes, renames and removals through Reservoir are allowed (checkpoints); read-only
     # unless mounted with it.
     writable: bool = False
+    # The Dataset this mount is (master/datasets.py); empty for a mount made by hand.
+    dataset: str = ""
 
     @classmethod
     def from_proto(cls, o: common_pb2.MountOptions) -> MountOptions:
@@ -50,6 +52,18 @@ class MountOptions:
             o.metadata_ttl_ms,
             o.metadata_sync,
             o.writable,
+            dataset=o.dataset,
+        )
+
+    def same_store(self, other: MountOptions) -> bool:
+        """Whether `other` reads the same objects the same way (endpoint, region,
+        credentials, block geometry): a change of anything else is a change of policy,
+        made without dropping the mount's namespace or cache."""
+        return (self.endpoint_url, self.region, self.credentials, self.block_size) == (
+            other.endpoint_url,
+            other.region,
+            other.credentials,
+            other.block_size,
         )
 
     def sync_ttl_ms(self, default_ms: int) -> int | None:

@@ -667,6 +667,143 @@ class DrainRequest(_message.Message):
 Global___DrainRequest: _TypeAlias = DrainRequest  # noqa: Y015
 
 @_typing.final
+class ApplyDatasetRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DOCUMENT_JSON_FIELD_NUMBER: _builtins.int
+    document_json: _builtins.str
+    """the Dataset document (YAML parsed to JSON by the caller)"""
+    def __init__(
+        self,
+        *,
+        document_json: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["document_json", b"document_json"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ApplyDatasetRequest: _TypeAlias = ApplyDatasetRequest  # noqa: Y015
+
+@_typing.final
+class Dataset(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    DOCUMENT_JSON_FIELD_NUMBER: _builtins.int
+    STATUS_JSON_FIELD_NUMBER: _builtins.int
+    GENERATION_FIELD_NUMBER: _builtins.int
+    CREATED_MS_FIELD_NUMBER: _builtins.int
+    UPDATED_MS_FIELD_NUMBER: _builtins.int
+    DELETING_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    document_json: _builtins.str
+    """the spec as applied, every default spelled out"""
+    status_json: _builtins.str
+    """phase, conditions, last sync, cached bytes, preload runs"""
+    generation: _builtins.int
+    """counts the applies that changed the spec"""
+    created_ms: _builtins.int
+    updated_ms: _builtins.int
+    deleting: _builtins.bool
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        document_json: _builtins.str = ...,
+        status_json: _builtins.str = ...,
+        generation: _builtins.int = ...,
+        created_ms: _builtins.int = ...,
+        updated_ms: _builtins.int = ...,
+        deleting: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_ms", b"created_ms", "deleting", b"deleting", "document_json", b"document_json", "generation", b"generation", "name", b"name", "status_json", b"status_json", "updated_ms", b"updated_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Dataset: _TypeAlias = Dataset  # noqa: Y015
+
+@_typing.final
+class ListDatasetsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListDatasetsRequest: _TypeAlias = ListDatasetsRequest  # noqa: Y015
+
+@_typing.final
+class ListDatasetsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DATASETS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def datasets(self) -> _containers.RepeatedCompositeFieldContainer[Global___Dataset]: ...
+    def __init__(
+        self,
+        *,
+        datasets: _abc.Iterable[Global___Dataset] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["datasets", b"datasets"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListDatasetsResponse: _TypeAlias = ListDatasetsResponse  # noqa: Y015
+
+@_typing.final
+class DatasetRef(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DatasetRef: _TypeAlias = DatasetRef  # noqa: Y015
+
+@_typing.final
+class DeleteDatasetRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    KEEP_CACHE_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    keep_cache: _builtins.bool
+    """leave the cached blocks (evicted as any others)"""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        keep_cache: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["keep_cache", b"keep_cache", "name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteDatasetRequest: _TypeAlias = DeleteDatasetRequest  # noqa: Y015
+
+@_typing.final
 class Job(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -126,6 +126,26 @@ class MasterServiceStub:
                 request_serializer=reservoir_dot_v1_dot_master__pb2.DrainRequest.SerializeToString,
                 response_deserializer=reservoir_dot_v1_dot_master__pb2.Job.FromString,
                 _registered_method=True)
+        self.ApplyDataset = channel.unary_unary(
+                '/reservoir.v1.MasterService/ApplyDataset',
+                request_serializer=reservoir_dot_v1_dot_master__pb2.ApplyDatasetRequest.SerializeToString,
+                response_deserializer=reservoir_dot_v1_dot_master__pb2.Dataset.FromString,
+                _registered_method=True)
+        self.ListDatasets = channel.unary_unary(
+                '/reservoir.v1.MasterService/ListDatasets',
+                request_serializer=reservoir_dot_v1_dot_master__pb2.ListDatasetsRequest.SerializeToString,
+                response_deserializer=reservoir_dot_v1_dot_master__pb2.ListDatasetsResponse.FromString,
+                _registered_method=True)
+        self.GetDataset = channel.unary_unary(
+                '/reservoir.v1.MasterService/GetDataset',
+                request_serializer=reservoir_dot_v1_dot_master__pb2.DatasetRef.SerializeToString,
+                response_deserializer=reservoir_dot_v1_dot_master__pb2.Dataset.FromString,
+                _registered_method=True)
+        self.DeleteDataset = channel.unary_unary(
+                '/reservoir.v1.MasterService/DeleteDataset',
+                request_serializer=reservoir_dot_v1_dot_master__pb2.DeleteDatasetRequest.SerializeToString,
+                response_deserializer=reservoir_dot_v1_dot_master__pb2.Dataset.FromString,
+                _registered_method=True)
         self.Pin = channel.unary_unary(
                 '/reservoir.v1.MasterService/Pin',
                 request_serializer=reservoir_dot_v1_dot_master__pb2.PathRequest.SerializeToString,
@@ -316,6 +336,35 @@ class MasterServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ApplyDataset(self, request, context):
+        """Declared datasets (common/dataset_spec.py): the leader keeps each one mounted, synced,
+        preloaded and within its limits, and writes its status. Applying an unchanged
+        document changes nothing; a changed one changes only what changed.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListDatasets(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetDataset(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteDataset(self, request, context):
+        """Marks a dataset deleted: the leader unmounts it (dropping its cached blocks unless
+        `keep_cache`) and then forgets it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Pin(self, request, context):
         """Cache rules (pins and TTLs), kept in etcd and followed by every worker.
         Pin: the path's files are never evicted and are loaded now (a load job). Refused with
@@ -499,6 +548,26 @@ def add_MasterServiceServicer_to_server(servicer, server):
                     servicer.Undrain,
                     request_deserializer=reservoir_dot_v1_dot_master__pb2.DrainRequest.FromString,
                     response_serializer=reservoir_dot_v1_dot_master__pb2.Job.SerializeToString,
+            ),
+            'ApplyDataset': grpc.unary_unary_rpc_method_handler(
+                    servicer.ApplyDataset,
+                    request_deserializer=reservoir_dot_v1_dot_master__pb2.ApplyDatasetRequest.FromString,
+                    response_serializer=reservoir_dot_v1_dot_master__pb2.Dataset.SerializeToString,
+            ),
+            'ListDatasets': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListDatasets,
+                    request_deserializer=reservoir_dot_v1_dot_master__pb2.ListDatasetsRequest.FromString,
+                    response_serializer=reservoir_dot_v1_dot_master__pb2.ListDatasetsResponse.SerializeToString,
+            ),
+            'GetDataset': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetDataset,
+                    request_deserializer=reservoir_dot_v1_dot_master__pb2.DatasetRef.FromString,
+                    response_serializer=reservoir_dot_v1_dot_master__pb2.Dataset.SerializeToString,
+            ),
+            'DeleteDataset': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteDataset,
+                    request_deserializer=reservoir_dot_v1_dot_master__pb2.DeleteDatasetRequest.FromString,
+                    response_serializer=reservoir_dot_v1_dot_master__pb2.Dataset.SerializeToString,
             ),
             'Pin': grpc.unary_unary_rpc_method_handler(
                     servicer.Pin,
@@ -1053,6 +1122,114 @@ class MasterService:
             '/reservoir.v1.MasterService/Undrain',
             reservoir_dot_v1_dot_master__pb2.DrainRequest.SerializeToString,
             reservoir_dot_v1_dot_master__pb2.Job.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ApplyDataset(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/reservoir.v1.MasterService/ApplyDataset',
+            reservoir_dot_v1_dot_master__pb2.ApplyDatasetRequest.SerializeToString,
+            reservoir_dot_v1_dot_master__pb2.Dataset.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListDatasets(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/reservoir.v1.MasterService/ListDatasets',
+            reservoir_dot_v1_dot_master__pb2.ListDatasetsRequest.SerializeToString,
+            reservoir_dot_v1_dot_master__pb2.ListDatasetsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetDataset(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/reservoir.v1.MasterService/GetDataset',
+            reservoir_dot_v1_dot_master__pb2.DatasetRef.SerializeToString,
+            reservoir_dot_v1_dot_master__pb2.Dataset.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteDataset(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/reservoir.v1.MasterService/DeleteDataset',
+            reservoir_dot_v1_dot_master__pb2.DeleteDatasetRequest.SerializeToString,
+            reservoir_dot_v1_dot_master__pb2.Dataset.FromString,
             options,
             channel_credentials,
             insecure,

@@ -64,6 +64,17 @@ class MasterServiceStub:
     """
     Undrain: _grpc.UnaryUnaryMultiCallable[_master_pb2.DrainRequest, _master_pb2.Job]
     """Stops a drain and puts the worker back in service (the copies made stay)."""
+    ApplyDataset: _grpc.UnaryUnaryMultiCallable[_master_pb2.ApplyDatasetRequest, _master_pb2.Dataset]
+    """Declared datasets (common/dataset_spec.py): the leader keeps each one mounted, synced,
+    preloaded and within its limits, and writes its status. Applying an unchanged
+    document changes nothing; a changed one changes only what changed.
+    """
+    ListDatasets: _grpc.UnaryUnaryMultiCallable[_master_pb2.ListDatasetsRequest, _master_pb2.ListDatasetsResponse]
+    GetDataset: _grpc.UnaryUnaryMultiCallable[_master_pb2.DatasetRef, _master_pb2.Dataset]
+    DeleteDataset: _grpc.UnaryUnaryMultiCallable[_master_pb2.DeleteDatasetRequest, _master_pb2.Dataset]
+    """Marks a dataset deleted: the leader unmounts it (dropping its cached blocks unless
+    `keep_cache`) and then forgets it.
+    """
     Pin: _grpc.UnaryUnaryMultiCallable[_master_pb2.PathRequest, _master_pb2.PinResponse]
     """Cache rules (pins and TTLs), kept in etcd and followed by every worker.
     Pin: the path's files are never evicted and are loaded now (a load job). Refused with
@@ -130,6 +141,17 @@ class MasterServiceAsyncStub(MasterServiceStub):
     """
     Undrain: _aio.UnaryUnaryMultiCallable[_master_pb2.DrainRequest, _master_pb2.Job]  # type: ignore[assignment]
     """Stops a drain and puts the worker back in service (the copies made stay)."""
+    ApplyDataset: _aio.UnaryUnaryMultiCallable[_master_pb2.ApplyDatasetRequest, _master_pb2.Dataset]  # type: ignore[assignment]
+    """Declared datasets (common/dataset_spec.py): the leader keeps each one mounted, synced,
+    preloaded and within its limits, and writes its status. Applying an unchanged
+    document changes nothing; a changed one changes only what changed.
+    """
+    ListDatasets: _aio.UnaryUnaryMultiCallable[_master_pb2.ListDatasetsRequest, _master_pb2.ListDatasetsResponse]  # type: ignore[assignment]
+    GetDataset: _aio.UnaryUnaryMultiCallable[_master_pb2.DatasetRef, _master_pb2.Dataset]  # type: ignore[assignment]
+    DeleteDataset: _aio.UnaryUnaryMultiCallable[_master_pb2.DeleteDatasetRequest, _master_pb2.Dataset]  # type: ignore[assignment]
+    """Marks a dataset deleted: the leader unmounts it (dropping its cached blocks unless
+    `keep_cache`) and then forgets it.
+    """
     Pin: _aio.UnaryUnaryMultiCallable[_master_pb2.PathRequest, _master_pb2.PinResponse]  # type: ignore[assignment]
     """Cache rules (pins and TTLs), kept in etcd and followed by every worker.
     Pin: the path's files are never evicted and are loaded now (a load job). Refused with
@@ -301,6 +323,41 @@ class MasterServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_master_pb2.Job, _abc.Awaitable[_master_pb2.Job]]:
         """Stops a drain and puts the worker back in service (the copies made stay)."""
+
+    @_abc_1.abstractmethod
+    def ApplyDataset(
+        self,
+        request: _master_pb2.ApplyDatasetRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_master_pb2.Dataset, _abc.Awaitable[_master_pb2.Dataset]]:
+        """Declared datasets (common/dataset_spec.py): the leader keeps each one mounted, synced,
+        preloaded and within its limits, and writes its status. Applying an unchanged
+        document changes nothing; a changed one changes only what changed.
+        """
+
+    @_abc_1.abstractmethod
+    def ListDatasets(
+        self,
+        request: _master_pb2.ListDatasetsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_master_pb2.ListDatasetsResponse, _abc.Awaitable[_master_pb2.ListDatasetsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def GetDataset(
+        self,
+        request: _master_pb2.DatasetRef,
+        context: _ServicerContext,
+    ) -> _typing.Union[_master_pb2.Dataset, _abc.Awaitable[_master_pb2.Dataset]]: ...
+
+    @_abc_1.abstractmethod
+    def DeleteDataset(
+        self,
+        request: _master_pb2.DeleteDatasetRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_master_pb2.Dataset, _abc.Awaitable[_master_pb2.Dataset]]:
+        """Marks a dataset deleted: the leader unmounts it (dropping its cached blocks unless
+        `keep_cache`) and then forgets it.
+        """
 
     @_abc_1.abstractmethod
     def Pin(

@@ -12,7 +12,7 @@ from .service import MasterService
 
 class LeaderDuties:
     """The state loaded from etcd, the load jobs resumed, and the periodic work: block
-    locations flushed to etcd, the live workers refreshed."""
+    locations flushed to etcd, the live workers refreshed, declared datasets reconciled."""
 
     def __init__(self, service: MasterService, config: MasterConfig) -> None:
         self._service = service
@@ -31,6 +31,13 @@ class LeaderDuties:
             asyncio.create_task(
                 servers.every(
                     config.worker_refresh_interval_s, "worker_refresh", service.refresh_workers
+                )
+            ),
+            asyncio.create_task(
+                servers.every(
+                    config.dataset_reconcile_interval_s,
+                    "dataset_reconcile",
+                    service.reconciler.pass_once,
                 )
             ),
         ]

@@ -27,6 +27,8 @@ from reservoir.common.worker_calls import WorkerCalls, WorkerDeadlines
 
 from .block_moves import BlockMoves
 from .cache_rules import CacheRules
+from .dataset_reconciler import DatasetReconciler
+from .datasets import DatasetRecord, DatasetTable
 from .job_counters import LoadJobCounters
 from .job_records import JobRecords
 from .jobs import LoadJobs
@@ -120,6 +122,16 @@ class MasterService:
         self.writes = WriteSessions(
             store, config, self.mount_table, self.namespace, self.sync, self.drop_blocks
         )
+        self.datasets = DatasetTable(store)
+        self.reconciler = DatasetReconciler(
+            self.datasets,
+            self.mount_table,
+            self,
+            self.reads,
+            self.jobs,
+            self.cache_rules,
+            config.dataset_status_interval_s,
+        )
         self.edits = NamespaceEdits(
             self.writes,
             self.reads.file_info,
@@ -172,6 +184,7 @@ class MasterService:
     async def stand_down(self) -> None:
         """Stops what only the leader does: load jobs stop with their records as they are,
         for the next leader to resume; the last block reports go to etcd first."""
+        await self.reconciler.close()
         await self._stop_counting()
         await self.writes.stop()
         await self.jobs.close()
@@ -181,6 +194,7 @@ class MasterService:
             log.warning("final_location_flush_failed", error=str(exc))
 
     async def close(self) -> None:
+        await self.reconciler.close()
         await self._stop_counting()
         await self.writes.stop()
         await self.jobs.close()
@@ -196,7 +210,11 @@ class MasterService:
         no-op that returns the mount as it is, unless `replace`. `replace` swaps out a mount
         already there: the new store is checked first (a failing one leaves the old mount
         alone), then the namespace below `path` is dropped, to be read again from the new
-        store. Workers follow the mounts in etcd, so their next request uses the new mount."""
+        store. Workers follow the mounts in etcd, so their next request uses the new mount.
+        A replacement that reads the same objects the same way (same URI, endpoint,
+        credentials and block size) but changes other options changes only policies: the
+        namespace and the cache stay (`apply` of a changed Dataset). The very same mount
+        replaced is read afresh."""
         # Refused before anything is contacted: a refused under-store gets no request.
         path, options = self.mount_table.admit(path, uri, options)
         # Fail fast at mount time: one attempt, so a wrong endpoint is reported in seconds.
@@ -208,6 +226,16 @@ class MasterService:
                 return same
             old = self.mount_table.check_place(path, replace)
             await self.sync.ufs(probe.check)
+            if (
+                old is not None
+                and old.uri == probe.uri
+                and old.options != options
+                and old.options.same_store(options)
+            ):
+                mount = Mount(path, old.uri, options, created_ms=old.created_ms)
+                await self.mount_table.put(mount)
+                log.info("mount_options_changed", path=path, uri=mount.uri)
+                return mount
             mount = Mount(path=path, uri=probe.uri, options=options, created_ms=now_ms())
             await self.mount_table.put(mount)
             self._under_stores.prepare(mount)
@@ -235,6 +263,19 @@ class MasterService:
 
     def mounts(self) -> list[Mount]:
         return self.mount_table.mounts()
+
+    # ---- declared datasets ---------------------------------------------------------------
+
+    async def apply_dataset(self, document: object) -> DatasetRecord:
+        """Stores a Dataset document and reconciles it now (see datasets.py)."""
+        record = await self.datasets.apply(document, self.mount_table.mounts())
+        self.reconciler.kick(record.spec.name)
+        return record
+
+    async def delete_dataset(self, name: str, keep_cache: bool) -> DatasetRecord:
+        record = await self.datasets.mark_deleting(name, keep_cache)
+        self.reconciler.kick(name)
+        return record
 
     # ---- workers and block locations ----------------------------------------------------
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import AsyncIterator
 from dataclasses import asdict
 
 import grpc.aio
 
-from reservoir.common.errors import ReservoirError, code_value
+from reservoir.common.errors import InvalidArgument, ReservoirError, code_value
 from reservoir.common.models import Inode, Mount, MountOptions
 from reservoir.common.object_metadata import ObjectMetadata
 from reservoir.common.rpc import translate_errors, translate_stream_errors
@@ -16,6 +17,7 @@ from reservoir.common.understore.object_writes import Part
 from reservoir.common.write_terms import WriteTerms
 from reservoir.v1 import common_pb2, master_pb2, master_pb2_grpc
 
+from .datasets import DatasetRecord
 from .job_records import Job
 from .leadership import Leadership
 from .service import MasterService
@@ -180,6 +182,51 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
         self, request: master_pb2.DrainRequest, context: grpc.aio.ServicerContext
     ) -> master_pb2.Job:
         return _job(await self._service.jobs.undrain(request.worker_id))
+
+    @translate_errors
+    async def ApplyDataset(
+        self, request: master_pb2.ApplyDatasetRequest, context: grpc.aio.ServicerContext
+    ) -> master_pb2.Dataset:
+        try:
+            document = json.loads(request.document_json)
+        except ValueError as exc:
+            raise InvalidArgument(f"the Dataset document is not JSON: {exc}") from exc
+        record = await self._service.apply_dataset(document)
+        return await self._dataset(record)
+
+    @translate_errors
+    async def ListDatasets(
+        self, request: master_pb2.ListDatasetsRequest, context: grpc.aio.ServicerContext
+    ) -> master_pb2.ListDatasetsResponse:
+        records = await self._service.datasets.all()
+        return master_pb2.ListDatasetsResponse(datasets=[await self._dataset(r) for r in records])
+
+    @translate_errors
+    async def GetDataset(
+        self, request: master_pb2.DatasetRef, context: grpc.aio.ServicerContext
+    ) -> master_pb2.Dataset:
+        record = await self._service.datasets.get(request.name)
+        assert record is not None
+        return await self._dataset(record)
+
+    @translate_errors
+    async def DeleteDataset(
+        self, request: master_pb2.DeleteDatasetRequest, context: grpc.aio.ServicerContext
+    ) -> master_pb2.Dataset:
+        record = await self._service.delete_dataset(request.name, request.keep_cache)
+        return await self._dataset(record)
+
+    async def _dataset(self, record: DatasetRecord) -> master_pb2.Dataset:
+        status = await self._service.datasets.status(record.spec.name)
+        return master_pb2.Dataset(
+            name=record.spec.name,
+            document_json=json.dumps(record.spec.to_document()),
+            status_json=json.dumps(status.to_dict()),
+            generation=record.generation,
+            created_ms=record.created_ms,
+            updated_ms=record.updated_ms,
+            deleting=record.deleting,
+        )
 
     @translate_errors
     async def ListJobs(

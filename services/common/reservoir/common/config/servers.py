@@ -71,6 +71,14 @@ class MasterConfig:
     # A worker that joins gets its share of what is cached copied to it (a "fill" job);
     # off, it fills from the under-store as reads miss.
     fill_on_join: bool = field(default=True, metadata=env("RESERVOIR_FILL_ON_JOIN"))
+    # Declared datasets (master/dataset_reconciler.py): how often the leader looks at each
+    # one, and how often it counts what is cached of it for its status (a namespace walk).
+    dataset_reconcile_interval_s: float = field(
+        default=1.0, metadata=env("RESERVOIR_DATASET_RECONCILE_INTERVAL")
+    )
+    dataset_status_interval_s: float = field(
+        default=10.0, metadata=env("RESERVOIR_DATASET_STATUS_INTERVAL")
+    )
     # Files one load job may name (SubmitLoadRequest.files): the list is kept in its record.
     load_max_files: int = field(default=10_000, metadata=env("RESERVOIR_LOAD_MAX_FILES"))
     # `reservoir free`: file ids per call to each worker.

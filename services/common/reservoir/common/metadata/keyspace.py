@@ -16,6 +16,10 @@ WORKERS = ROOT + b"workers/"
 # from the record the worker writes under its lease, so a worker that re-registers keeps it.
 WORKER_MARKS = ROOT + b"worker-marks/"
 LOCATIONS = ROOT + b"locations/"
+# Declared datasets: each one's spec record, and apart from it the status the leader writes
+# (a status write never races an apply of the spec).
+DATASETS = ROOT + b"datasets/"
+DATASET_STATUS = ROOT + b"dataset-status/"
 JOBS = ROOT + b"jobs/"
 # Cache rules (pins, TTLs) and the files each pin holds: one prefix, so a worker follows
 # both with one watch.

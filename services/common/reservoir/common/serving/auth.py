@@ -81,6 +81,10 @@ RULES: dict[str, Rule] = {
     # An operator drains any worker; a worker drains itself (on SIGTERM), no other.
     _MASTER + "Drain": Rule(_ADMIN | _CLUSTER, subject_field="worker_id"),
     _MASTER + "Undrain": Rule(_ADMIN),
+    _MASTER + "ApplyDataset": Rule(_ADMIN),
+    _MASTER + "DeleteDataset": Rule(_ADMIN),
+    _MASTER + "ListDatasets": Rule(_READ),
+    _MASTER + "GetDataset": Rule(_READ),
     READ_BLOCK: Rule(_READ),
     worker.READ_BLOCKS: Rule(_READ),
     worker.READ_SMALL: Rule(_READ),
