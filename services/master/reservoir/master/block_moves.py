@@ -83,14 +83,7 @@ class BlockMoves:
         self._owed[job_id] = blocks
 
     async def run(self, job: Job) -> None:
-        saver: asyncio.Task[None] | None = None
-        try:
-            job.state = "running"
-            job.attempts += 1
-            job.done_blocks = job.done_bytes = job.failed_blocks = 0
-            job.total_blocks = job.total_bytes = job.total_files = 0
-            job.errors = []
-            await self._records.save(job)
+        async with self._records.running(job):
             workers = {w.id: w for w in await self._membership.workers()}
             worker = workers.get(job.worker)
             if worker is None and job.kind != REPAIR:
@@ -106,31 +99,10 @@ class BlockMoves:
                 moves = self._repair(self._owed.pop(job.id, {}), table)
             else:
                 moves = self._fill(job.worker, table)
-            saver = asyncio.create_task(self._save_every(job))
             await self._copy(job, moves, workers, [m.path for m in self._mounts.mounts()])
             job.state = "failed" if job.failed_blocks else "completed"
             if job.kind == DRAIN and job.state == "completed":
                 await self._membership.mark(workers[job.worker], DRAINED)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            job.state = "failed"
-            job.errors.append(f"{type(exc).__name__}: {exc}")
-            log.warning("block_move_failed", job=job.id, kind=job.kind, error=str(exc))
-        finally:
-            if saver is not None:
-                saver.cancel()
-        await self._records.save(job)
-        log.info(
-            "block_move_finished",
-            job=job.id,
-            kind=job.kind,
-            worker=job.worker,
-            state=job.state,
-            blocks=job.done_blocks,
-            bytes=job.done_bytes,
-            failed=job.failed_blocks,
-        )
 
     def _drain(self, worker_id: str, table: Placement) -> dict[str, list[_Move]]:
         """Each block `worker_id` holds, to the first of its homes (the worker out of the
@@ -234,11 +206,3 @@ class BlockMoves:
 
         calls = self._config.move_calls_per_worker
         await asyncio.gather(*(drain_queue(t) for t in by_target for _ in range(calls)))
-
-    async def _save_every(self, job: Job) -> None:
-        while True:
-            await asyncio.sleep(0.5)
-            try:
-                await self._records.save(job)
-            except ReservoirError as exc:
-                log.warning("block_move_save_failed", job=job.id, error=str(exc))

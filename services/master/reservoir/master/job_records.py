@@ -3,13 +3,19 @@ error sample), so a restarted master resumes the jobs that were running."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import time
 from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass, field
 
+from reservoir.common import logs
+from reservoir.common.errors import ReservoirError
 from reservoir.common.metadata import keyspace
 from reservoir.common.metadata.metadata_store import Guard, MetadataStore
+
+log = logs.get_logger(__name__)
 
 TERMINAL = ("completed", "failed", "cancelled")
 # What a job does: loads files from the under-store; or moves blocks between workers, off
@@ -61,6 +67,49 @@ class JobRecords:
 
     def __init__(self, store: MetadataStore) -> None:
         self._store = store
+
+    @contextlib.asynccontextmanager
+    async def running(self, job: Job) -> AsyncIterator[None]:
+        """One run of `job` as its record tells it: running (an attempt more, its counts
+        from zero), saved every half second while it runs, failed with the error when the
+        body raises one (cancellation passes: the next leader resumes the job), and saved
+        once more at the end. The body sets the state it ends in."""
+        job.state = "running"
+        job.attempts += 1
+        job.done_blocks = job.done_bytes = job.failed_blocks = 0
+        job.total_files = job.total_bytes = job.total_blocks = 0
+        job.errors = []
+        await self.save(job)
+        saver = asyncio.create_task(self._save_every(job))
+        try:
+            yield
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            job.state = "failed"
+            job.errors.append(f"{type(exc).__name__}: {exc}")
+            log.warning("job_failed", job=job.id, kind=job.kind, error=str(exc))
+        finally:
+            saver.cancel()
+        await self.save(job)
+        log.info(
+            "job_finished",
+            job=job.id,
+            kind=job.kind,
+            worker=job.worker or None,
+            state=job.state,
+            done=job.done_blocks,
+            failed=job.failed_blocks,
+            bytes=job.done_bytes,
+        )
+
+    async def _save_every(self, job: Job) -> None:
+        while True:
+            await asyncio.sleep(0.5)
+            try:
+                await self.save(job)
+            except ReservoirError as exc:
+                log.warning("job_save_failed", job=job.id, error=str(exc))
 
     @staticmethod
     def _key(job_id: str) -> bytes:

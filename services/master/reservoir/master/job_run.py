@@ -80,18 +80,10 @@ class JobRun:
         self._counters = counters
 
     async def run(self, job: Job) -> None:
-        saver: asyncio.Task[None] | None = None
-        try:
-            job.state = "running"
-            job.attempts += 1
-            job.done_blocks = job.done_bytes = job.failed_blocks = 0
-            job.errors = []
-            await self._records.save(job)
+        async with self._records.running(job):
             if not job.files:
                 await self._namespace.load_all_metadata(job.path)
-            job.total_files = job.total_bytes = job.total_blocks = 0
             homes = None if job.metadata_only else await self._homes(job)
-            saver = asyncio.create_task(self._save_every(job))
             # A page of files at a time, loaded as it comes: a job over millions of files
             # starts at once, and the master never holds its whole file list. The totals
             # grow with the pages (they are whole when the last page is in).
@@ -103,32 +95,6 @@ class JobRun:
                 if homes is not None:
                     await self._load(job, files, *homes)
             job.state = "failed" if job.failed_blocks else "completed"
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            job.state = "failed"
-            job.errors.append(f"{type(exc).__name__}: {exc}")
-            log.warning("load_job_failed", job=job.id, error=str(exc))
-        finally:
-            if saver is not None:
-                saver.cancel()
-        await self._records.save(job)
-        log.info(
-            "load_job_finished",
-            job=job.id,
-            state=job.state,
-            done=job.done_blocks,
-            failed=job.failed_blocks,
-            bytes=job.done_bytes,
-        )
-
-    async def _save_every(self, job: Job) -> None:
-        while True:
-            await asyncio.sleep(0.5)
-            try:
-                await self._records.save(job)
-            except ReservoirError as exc:
-                log.warning("load_job_save_failed", job=job.id, error=str(exc))
 
     async def _file_pages(self, job: Job) -> AsyncIterator[list[Inode]]:
         """The job's files a page at a time: its named files; or the files below its
