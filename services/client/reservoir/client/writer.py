@@ -4,8 +4,9 @@
 and records it (`BeginWrite`); each part goes once to a worker (`WritePart`: in parallel,
 the worker chosen by placement), which stages its blocks and uploads it to the store with
 the mount's credentials, so the writer holds none and sends each byte once. A part the
-store failed is sent again to the next worker, within a bound; the writer keeps it until
-then. Closing completes the upload and publishes the file in one namespace write
+store failed, or whose worker died, is sent again to the next worker, within a bound; the
+writer keeps it until then, in room taken from the client's `WriteBuffer` before the part
+was copied (RESERVOIR_WRITE_BUFFER: a writer ahead of the workers waits for room). Closing completes the upload and publishes the file in one namespace write
 (`PublishWrite`), then has each staging worker keep its blocks under the published file's
 id where they are and report them to the master, so a read right after costs the store
 nothing (readers go to a block's holders before its home). Until the publish, readers see
@@ -33,7 +34,7 @@ from reservoir.common import config as cfg
 from reservoir.common import logs, worker_methods
 from reservoir.common.blocks.block_file import checksum
 from reservoir.common.blocks.staged_block_wire import encode_stage_request
-from reservoir.common.errors import InvalidArgument, ReservoirError, Unavailable
+from reservoir.common.errors import Conflict, InvalidArgument, ReservoirError, Unavailable
 from reservoir.common.models import Inode, Mount, WorkerRecord
 from reservoir.common.object_metadata import ObjectMetadata
 from reservoir.common.observability import inject_metadata
@@ -46,6 +47,7 @@ from reservoir.v1 import master_pb2, worker_pb2
 
 from . import sigterm_aborts
 from .cluster_view import ClusterView
+from .write_buffer import HeldBytes, WriteBuffer
 
 log = logs.get_logger(__name__)
 
@@ -56,13 +58,15 @@ _COMMIT_BLOCKS = worker_methods.COMMIT_BLOCKS
 
 
 class Writes:
-    """What the writes of one client share: its under-store clients and the threads
-    that run boto3's blocking uploads (for a cluster with no worker only)."""
+    """What the writes of one client share: the buffer their parts are held in until
+    the store has them, its under-store clients and the threads that run boto3's
+    blocking uploads (for a cluster with no worker only)."""
 
     def __init__(self, config: cfg.ClientConfig, view: ClusterView, channels: ChannelPool) -> None:
         self.config = config
         self.view = view
         self.channels = channels
+        self.buffer = WriteBuffer(config.write_buffer_bytes)
         self.stores = MountedStores.from_settings(config.ufs)
         self.pool = ThreadPoolExecutor(config.write_concurrency, thread_name_prefix="write")
 
@@ -120,6 +124,10 @@ class WriteSession:
         self._keeper: asyncio.Task[None] | None = None
         self._lost: ReservoirError | None = None
         self._slots = asyncio.Semaphore(self._config.write_concurrency)
+        # Room taken in the client's write buffer and not yet given back: a part whose
+        # sending was cancelled before it began gives its room back when the write ends.
+        self._held: set[HeldBytes] = set()
+        self._ended = False
         self.whole = whole
         self._put_etag = ""
         self.abort_on_signal_timeout_s = self._config.write_sigterm_abort_timeout_s
@@ -145,26 +153,57 @@ class WriteSession:
 
     # ---- parts ------------------------------------------------------------------------
 
-    async def put_part(self, number: int, data: bytes) -> None:
+    async def hold(self, size: int) -> HeldBytes:
+        """Room in the client's write buffer for a part of `size` bytes, taken before the
+        part is copied out of the caller's bytes, so that copies wait too; pass it to
+        `put_part`, which gives it back when the store has the part."""
+        held = await self._writes.buffer.hold(size)
+        if self._ended:  # aborted while this waited for room
+            held.release()
+            raise self._lost or Conflict(f"{self.path}: the write has ended")
+        self._held.add(held)
+        return held
+
+    def _give_back(self, held: HeldBytes) -> None:
+        held.release()
+        self._held.discard(held)
+
+    def _end(self) -> None:
+        self._ended = True
+        for held in self._held:
+            held.release()
+        self._held.clear()
+
+    async def put_part(self, number: int, data: bytes, held: HeldBytes | None = None) -> None:
         """Sends part `number` (1-based; every part but the last `part_size` long) to a
         worker, which stages its blocks and uploads it, at most `write_concurrency` parts
-        at once; each is kept here until the store has it."""
-        if self._lost is not None:
-            raise self._lost
-        if number > MAX_PARTS:
-            raise InvalidArgument(
-                f"{self.path}: more than {MAX_PARTS} parts (raise RESERVOIR_WRITE_PART_SIZE)"
-            )
-        async with self._slots:
-            first = (number - 1) * self.part_size // self.block_size
-            self._parts.append(await self._send(number, first, data))
+        at once; each is kept here until the store has it, in the room `held` (taken
+        here when the caller took none)."""
+        if held is None:
+            held = await self.hold(len(data))
+        try:
+            if self._lost is not None:
+                raise self._lost
+            if number > MAX_PARTS:
+                raise InvalidArgument(
+                    f"{self.path}: more than {MAX_PARTS} parts (raise RESERVOIR_WRITE_PART_SIZE)"
+                )
+            async with self._slots:
+                first = (number - 1) * self.part_size // self.block_size
+                self._parts.append(await self._send(number, first, data))
+        finally:
+            self._give_back(held)
 
     async def put_whole(self, data: bytes) -> None:
         """The whole file in one PUT (a session begun with its size)."""
         assert self.whole is not None
-        if self._lost is not None:
-            raise self._lost
-        self._put_etag = (await self._send(1, 0, data)).etag
+        held = await self.hold(len(data))
+        try:
+            if self._lost is not None:
+                raise self._lost
+            self._put_etag = (await self._send(1, 0, data)).etag
+        finally:
+            self._give_back(held)
 
     async def _send(self, number: int, first: int, data: bytes) -> Part:
         """The part to a worker, the first in placement order that answers (the healthy
@@ -243,17 +282,26 @@ class WriteSession:
         )
 
     async def put_all(self, data: bytes) -> None:
-        """Every part of `data`; a part is copied out of it only when its turn comes, so
-        at most `write_concurrency` copies exist at once."""
+        """Every part of `data`; a part is copied out of it only once the write buffer
+        has room for it, so the copies held at once stay within the buffer."""
         view = memoryview(data)
         size = self.part_size
-        turns = asyncio.Semaphore(self._config.write_concurrency)
 
         async def one(number: int, start: int) -> None:
-            async with turns:
-                await self.put_part(number, bytes(view[start : start + size]))
+            piece = view[start : start + size]
+            held = await self.hold(len(piece))
+            await self.put_part(number, bytes(piece), held)
 
-        await asyncio.gather(*(one(n + 1, s) for n, s in enumerate(range(0, len(view), size))))
+        parts = [
+            asyncio.ensure_future(one(n + 1, s)) for n, s in enumerate(range(0, len(view), size))
+        ]
+        try:
+            await asyncio.gather(*parts)
+        except BaseException:
+            for part in parts:  # the write fails as a whole: send nothing more
+                part.cancel()
+            await asyncio.gather(*parts, return_exceptions=True)
+            raise
 
     async def _retried(self, what: str, call: Callable[..., _T], *args: Any) -> _T:
         """A blocking store call on the write pool, retried within a bound while the
@@ -279,6 +327,7 @@ class WriteSession:
         """Completes the upload and publishes the file; its inode. Its blocks (those that
         could be staged) are then cached where they were staged, and the master knows it."""
         await self._stop_keeping()
+        self._end()
         if self._lost is not None:
             raise self._lost
         request = master_pb2.PublishWriteRequest(
@@ -357,6 +406,7 @@ class WriteSession:
         """Drops the upload now (a write that failed leaves nothing behind). A master
         that cannot be told drops it after its timeout."""
         await self._stop_keeping()
+        self._end()
         sigterm_aborts.unwatch(self)
         try:
             await self._writes.view.call(
