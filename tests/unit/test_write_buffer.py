@@ -189,7 +189,9 @@ def test_an_aborted_write_gives_back_the_room_of_parts_never_sent(
 
     async def take_room_then_abort() -> None:
         session_held = await session.hold(PART)  # a part copied, its send never started
-        sending = asyncio.ensure_future(session.put_part(1, b"x" * PART, session_held))
+        sending = asyncio.ensure_future(
+            session.put_part(session.wire_part(1, b"x" * PART), session_held)
+        )
         sending.cancel()
         await asyncio.gather(sending, return_exceptions=True)
         await session.abort()

@@ -80,8 +80,13 @@ class ReservoirWriter(io.RawIOBase):
             self._fail()
             raise
         self._number += 1
+        try:
+            part = self._session.wire_part(self._number, chunk)
+        except BaseException:
+            self._fail()  # the abort gives `held` back
+            raise
         future = asyncio.run_coroutine_threadsafe(
-            self._session.put_part(self._number, bytes(chunk), held), self._client._runtime.loop
+            self._session.put_part(part, held), self._client._runtime.loop
         )
         self._pending.append(future)
         for done in [f for f in self._pending if f.done()]:

@@ -26,14 +26,15 @@ import random
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import grpc
 
 from reservoir.common import config as cfg
 from reservoir.common import logs, worker_methods
-from reservoir.common.blocks.block_file import checksum
-from reservoir.common.blocks.staged_block_wire import encode_stage_request
+from reservoir.common.blocks.block_file import Buffer, checksum
+from reservoir.common.blocks.staged_block_wire import decode_stage_request, encode_stage_request
 from reservoir.common.errors import Conflict, InvalidArgument, ReservoirError, Unavailable
 from reservoir.common.models import Inode, Mount, WorkerRecord
 from reservoir.common.object_metadata import ObjectMetadata
@@ -47,6 +48,7 @@ from reservoir.v1 import master_pb2, worker_pb2
 
 from . import sigterm_aborts
 from .cluster_view import ClusterView
+from .staged_commits import commit_staged
 from .write_buffer import HeldBytes, WriteBuffer
 
 log = logs.get_logger(__name__)
@@ -54,7 +56,19 @@ log = logs.get_logger(__name__)
 _T = TypeVar("_T")
 NO_TERMS = WriteTerms()
 _WRITE_PART = worker_methods.WRITE_PART
-_COMMIT_BLOCKS = worker_methods.COMMIT_BLOCKS
+
+
+@dataclass(frozen=True, slots=True)
+class WirePart:
+    """A part as it goes to a worker: its `WritePartRequest` on the wire, made by
+    `WriteSession.wire_part` from the caller's bytes. It is the one copy a writer makes of
+    them (held until the store has the part), and made in the caller's thread, so that
+    copying and checksumming overlap the sending on the client's loop."""
+
+    number: int  # 1-based
+    first: int  # the index of its first block in the file
+    size: int  # its payload's bytes
+    request: bytes
 
 
 class Writes:
@@ -174,23 +188,31 @@ class WriteSession:
             held.release()
         self._held.clear()
 
-    async def put_part(self, number: int, data: bytes, held: HeldBytes | None = None) -> None:
-        """Sends part `number` (1-based; every part but the last `part_size` long) to a
-        worker, which stages its blocks and uploads it, at most `write_concurrency` parts
-        at once; each is kept here until the store has it, in the room `held` (taken
-        here when the caller took none)."""
+    def wire_part(self, number: int, data: Buffer) -> WirePart:
+        """Part `number` (1-based; every part but the last `part_size` long) of `data`,
+        copied once into its request. Touches nothing that changes: any thread may call
+        it, as the blocking writer does from the caller's."""
+        first = (number - 1) * self.part_size // self.block_size
+        request = encode_stage_request(
+            self.write_id, first, data, checksum(data), number, self.block_size
+        )
+        return WirePart(number, first, len(memoryview(data).cast("B")), request)
+
+    async def put_part(self, part: WirePart, held: HeldBytes | None = None) -> None:
+        """Sends `part` to a worker, which stages its blocks and uploads it, at most
+        `write_concurrency` parts at once; each is kept here until the store has it, in
+        the room `held` (taken here when the caller took none)."""
         if held is None:
-            held = await self.hold(len(data))
+            held = await self.hold(part.size)
         try:
             if self._lost is not None:
                 raise self._lost
-            if number > MAX_PARTS:
+            if part.number > MAX_PARTS:
                 raise InvalidArgument(
                     f"{self.path}: more than {MAX_PARTS} parts (raise RESERVOIR_WRITE_PART_SIZE)"
                 )
             async with self._slots:
-                first = (number - 1) * self.part_size // self.block_size
-                self._parts.append(await self._send(number, first, data))
+                self._parts.append(await self._send(part))
         finally:
             self._give_back(held)
 
@@ -201,11 +223,11 @@ class WriteSession:
         try:
             if self._lost is not None:
                 raise self._lost
-            self._put_etag = (await self._send(1, 0, data)).etag
+            self._put_etag = (await self._send(self.wire_part(1, data))).etag
         finally:
             self._give_back(held)
 
-    async def _send(self, number: int, first: int, data: bytes) -> Part:
+    async def _send(self, part: WirePart) -> Part:
         """The part to a worker, the first in placement order that answers (the healthy
         first); a store failure it reports is tried again, on the next worker, at most
         `write_part_retries` times. With no worker at all, to the store from here."""
@@ -214,14 +236,13 @@ class WriteSession:
         except ReservoirError:
             workers = []
         if not workers:
-            return await self._upload_directly(number, data)
+            data = bytes(decode_stage_request(part.request).data)
+            return await self._upload_directly(part.number, data)
+        number, first, request = part.number, part.first, part.request
         view = self._writes.view
         ranked = view.placement(workers).homes(block_key(self.write_id, first), len(workers))
         by_id = {w.id: w for w in workers}
         order = view.penalties.healthy_first([by_id[i] for i in ranked])
-        request = encode_stage_request(
-            self.write_id, first, data, checksum(data), number, self.block_size
-        )
         attempts = self._config.write_part_retries + 1
         turn = 0
         for attempt in range(attempts):
@@ -251,7 +272,7 @@ class WriteSession:
                 log.info("write_part_retry", path=self.path, part=number, worker=worker.id)
                 await asyncio.sleep(delay)
                 continue
-            blocks = -(-len(data) // self.block_size)
+            blocks = -(-part.size // self.block_size)
             if reply.staged == blocks:
                 self._staged.update(dict.fromkeys(range(first, first + blocks), worker))
             return Part(number, reply.etag)
@@ -290,7 +311,7 @@ class WriteSession:
         async def one(number: int, start: int) -> None:
             piece = view[start : start + size]
             held = await self.hold(len(piece))
-            await self.put_part(number, bytes(piece), held)
+            await self.put_part(self.wire_part(number, piece), held)
 
         parts = [
             asyncio.ensure_future(one(n + 1, s)) for n, s in enumerate(range(0, len(view), size))
@@ -345,7 +366,9 @@ class WriteSession:
         sigterm_aborts.unwatch(self)  # published: nothing left to abort
         inode = Inode.from_proto(reply)
         published = time.perf_counter()
-        await self._commit(inode)
+        await commit_staged(
+            self._writes.channels, self._config, self.write_id, self._staged, self.block_size, inode
+        )
         # Not remembered: the next stat learns where the committed blocks are (the master
         # has their workers' reports by now), which this answer does not say.
         self._writes.view.forget(inode.path)
@@ -359,48 +382,6 @@ class WriteSession:
             commit_s=round(time.perf_counter() - published, 3),
         )
         return inode
-
-    async def _commit(self, inode: Inode) -> None:
-        if not self._staged or inode.block_size != self.block_size:
-            return
-        staged: dict[str, list[int]] = {}
-        stagers: dict[str, WorkerRecord] = {}
-        for index, worker in self._staged.items():
-            if index < inode.block_count:
-                staged.setdefault(worker.id, []).append(index)
-                stagers[worker.id] = worker
-        file = worker_pb2.ReadBlockRequest(
-            file_id=inode.file_id,
-            ufs_uri=inode.ufs_uri,
-            etag=inode.etag,
-            file_size=inode.size,
-            block_size=inode.block_size,
-            mount_path=inode.mount_path,
-        )
-
-        async def one(worker: WorkerRecord, indices: list[int]) -> None:
-            call = self._writes.channels.get(worker.address).unary_unary(
-                _COMMIT_BLOCKS,
-                request_serializer=worker_pb2.CommitBlocksRequest.SerializeToString,
-                response_deserializer=worker_pb2.CommitBlocksResponse.FromString,
-            )
-            request = worker_pb2.CommitBlocksRequest(
-                write_id=self.write_id, file=file, indices=indices
-            )
-            try:
-                reply = await call(
-                    request,
-                    timeout=self._config.write_commit_timeout_s,
-                    metadata=inject_metadata(),
-                )
-            except grpc.RpcError as exc:
-                error = error_from_rpc(exc, f"commit blocks on worker {worker.id}")
-                log.info("written_blocks_not_cached", path=self.path, error=str(error))
-                return
-            if reply.missing:
-                log.info("written_blocks_missing", path=self.path, missing=reply.missing)
-
-        await asyncio.gather(*(one(stagers[w], indices) for w, indices in staged.items()))
 
     async def abort(self) -> None:
         """Drops the upload now (a write that failed leaves nothing behind). A master

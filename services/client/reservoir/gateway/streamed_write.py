@@ -48,10 +48,11 @@ async def write_stream(
             nonlocal number
             # Bounded memory: the part is copied out once the write buffer has room.
             held = await session.hold(length)
-            part = bytes(buffer[:length])
-            del buffer[:length]
             number += 1
-            in_flight.add(asyncio.ensure_future(session.put_part(number, part, held)))
+            with memoryview(buffer) as view:
+                part = session.wire_part(number, view[:length])
+            del buffer[:length]
+            in_flight.add(asyncio.ensure_future(session.put_part(part, held)))
             done = {future for future in in_flight if future.done()}
             in_flight.difference_update(done)
             for future in done:
