@@ -1,6 +1,7 @@
 """The blocking file object a file is written through (`Client.open(path, "wb")`): parts
-handed to a `WriteSession` on the client's event loop as they fill, a bounded number in
-flight, the file published on close."""
+handed to a `WriteSession` on the client's event loop as they fill, each once the client's
+write buffer has room for it (a `write` waits for room: backpressure), the file published
+on close."""
 
 from __future__ import annotations
 
@@ -61,25 +62,33 @@ class ReservoirWriter(io.RawIOBase):
             self._buffer += view[:take]
             view = view[take:]
             if len(self._buffer) == part:
-                self._send(bytes(self._buffer))
+                self._send(self._buffer)
                 self._buffer.clear()
         # Whole parts straight from the caller's buffer: one copy each, however big the write.
         while len(view) >= part:
-            self._send(bytes(view[:part]))
+            self._send(view[:part])
             view = view[part:]
         self._buffer += view
         return written
 
-    def _send(self, chunk: bytes) -> None:
+    def _send(self, chunk: Buffer) -> None:
+        """Copies `chunk` out as the next part once the write buffer has room for it
+        (waiting here until it has: the copies held are what the buffer bounds)."""
+        try:
+            held = self._client._run(self._session.hold(len(chunk)))
+        except BaseException:
+            self._fail()
+            raise
         self._number += 1
+        try:
+            part = self._session.wire_part(self._number, chunk)
+        except BaseException:
+            self._fail()  # the abort gives `held` back
+            raise
         future = asyncio.run_coroutine_threadsafe(
-            self._session.put_part(self._number, chunk), self._client._runtime.loop
+            self._session.put_part(part, held), self._client._runtime.loop
         )
         self._pending.append(future)
-        # Bounded memory: at most `write_concurrency` parts held, in flight, at once.
-        limit = self._client.config.write_concurrency
-        while len(self._pending) >= limit:
-            self._wait(self._pending.pop(0))
         for done in [f for f in self._pending if f.done()]:
             self._pending.remove(done)
             self._wait(done)

@@ -4,8 +4,9 @@
 and records it (`BeginWrite`); each part goes once to a worker (`WritePart`: in parallel,
 the worker chosen by placement), which stages its blocks and uploads it to the store with
 the mount's credentials, so the writer holds none and sends each byte once. A part the
-store failed is sent again to the next worker, within a bound; the writer keeps it until
-then. Closing completes the upload and publishes the file in one namespace write
+store failed, or whose worker died, is sent again to the next worker, within a bound; the
+writer keeps it until then, in room taken from the client's `WriteBuffer` before the part
+was copied (RESERVOIR_WRITE_BUFFER: a writer ahead of the workers waits for room). Closing completes the upload and publishes the file in one namespace write
 (`PublishWrite`), then has each staging worker keep its blocks under the published file's
 id where they are and report them to the master, so a read right after costs the store
 nothing (readers go to a block's holders before its home). Until the publish, readers see
@@ -25,13 +26,14 @@ import random
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from reservoir.common import config as cfg
 from reservoir.common import logs
-from reservoir.common.blocks.block_file import checksum
-from reservoir.common.blocks.staged_block_wire import encode_stage_request
-from reservoir.common.errors import InvalidArgument, ReservoirError, Unavailable
+from reservoir.common.blocks.block_file import Buffer, checksum
+from reservoir.common.blocks.staged_block_wire import decode_stage_request, encode_stage_request
+from reservoir.common.errors import Conflict, InvalidArgument, ReservoirError, Unavailable
 from reservoir.common.models import Inode, Mount, WorkerRecord
 from reservoir.common.object_metadata import ObjectMetadata
 from reservoir.common.placement import block_key
@@ -40,10 +42,12 @@ from reservoir.common.understore.mounted_stores import MountedStores
 from reservoir.common.understore.object_writes import MAX_PARTS, ObjectWrites, Part
 from reservoir.common.worker_calls import WorkerCalls
 from reservoir.common.write_terms import WriteTerms
-from reservoir.v1 import master_pb2, worker_pb2
+from reservoir.v1 import master_pb2
 
 from . import sigterm_aborts
 from .cluster_view import ClusterView
+from .staged_commits import commit_staged
+from .write_buffer import HeldBytes, WriteBuffer
 
 log = logs.get_logger(__name__)
 
@@ -51,14 +55,29 @@ _T = TypeVar("_T")
 NO_TERMS = WriteTerms()
 
 
+@dataclass(frozen=True, slots=True)
+class WirePart:
+    """A part as it goes to a worker: its `WritePartRequest` on the wire, made by
+    `WriteSession.wire_part` from the caller's bytes. It is the one copy a writer makes of
+    them (held until the store has the part), and made in the caller's thread, so that
+    copying and checksumming overlap the sending on the client's loop."""
+
+    number: int  # 1-based
+    first: int  # the index of its first block in the file
+    size: int  # its payload's bytes
+    request: bytes
+
+
 class Writes:
-    """What the writes of one client share: its under-store clients and the threads
-    that run boto3's blocking uploads (for a cluster with no worker only)."""
+    """What the writes of one client share: the buffer their parts are held in until
+    the store has them, its under-store clients and the threads that run boto3's
+    blocking uploads (for a cluster with no worker only)."""
 
     def __init__(self, config: cfg.ClientConfig, view: ClusterView, calls: WorkerCalls) -> None:
         self.config = config
         self.view = view
         self.calls = calls
+        self.buffer = WriteBuffer(config.write_buffer_bytes)
         self.stores = MountedStores.from_settings(config.ufs)
         self.pool = ThreadPoolExecutor(config.write_concurrency, thread_name_prefix="write")
 
@@ -116,6 +135,10 @@ class WriteSession:
         self._keeper: asyncio.Task[None] | None = None
         self._lost: ReservoirError | None = None
         self._slots = asyncio.Semaphore(self._config.write_concurrency)
+        # Room taken in the client's write buffer and not yet given back: a part whose
+        # sending was cancelled before it began gives its room back when the write ends.
+        self._held: set[HeldBytes] = set()
+        self._ended = False
         self.whole = whole
         self._put_etag = ""
         self.abort_on_signal_timeout_s = self._config.write_sigterm_abort_timeout_s
@@ -141,28 +164,67 @@ class WriteSession:
 
     # ---- parts ------------------------------------------------------------------------
 
-    async def put_part(self, number: int, data: bytes) -> None:
-        """Sends part `number` (1-based; every part but the last `part_size` long) to a
-        worker, which stages its blocks and uploads it, at most `write_concurrency` parts
-        at once; each is kept here until the store has it."""
-        if self._lost is not None:
-            raise self._lost
-        if number > MAX_PARTS:
-            raise InvalidArgument(
-                f"{self.path}: more than {MAX_PARTS} parts (raise RESERVOIR_WRITE_PART_SIZE)"
-            )
-        async with self._slots:
-            first = (number - 1) * self.part_size // self.block_size
-            self._parts.append(await self._send(number, first, data))
+    async def hold(self, size: int) -> HeldBytes:
+        """Room in the client's write buffer for a part of `size` bytes, taken before the
+        part is copied out of the caller's bytes, so that copies wait too; pass it to
+        `put_part`, which gives it back when the store has the part."""
+        held = await self._writes.buffer.hold(size)
+        if self._ended:  # aborted while this waited for room
+            held.release()
+            raise self._lost or Conflict(f"{self.path}: the write has ended")
+        self._held.add(held)
+        return held
+
+    def _give_back(self, held: HeldBytes) -> None:
+        held.release()
+        self._held.discard(held)
+
+    def _end(self) -> None:
+        self._ended = True
+        for held in self._held:
+            held.release()
+        self._held.clear()
+
+    def wire_part(self, number: int, data: Buffer) -> WirePart:
+        """Part `number` (1-based; every part but the last `part_size` long) of `data`,
+        copied once into its request. Touches nothing that changes: any thread may call
+        it, as the blocking writer does from the caller's."""
+        first = (number - 1) * self.part_size // self.block_size
+        request = encode_stage_request(
+            self.write_id, first, data, checksum(data), number, self.block_size
+        )
+        return WirePart(number, first, len(memoryview(data).cast("B")), request)
+
+    async def put_part(self, part: WirePart, held: HeldBytes | None = None) -> None:
+        """Sends `part` to a worker, which stages its blocks and uploads it, at most
+        `write_concurrency` parts at once; each is kept here until the store has it, in
+        the room `held` (taken here when the caller took none)."""
+        if held is None:
+            held = await self.hold(part.size)
+        try:
+            if self._lost is not None:
+                raise self._lost
+            if part.number > MAX_PARTS:
+                raise InvalidArgument(
+                    f"{self.path}: more than {MAX_PARTS} parts (raise RESERVOIR_WRITE_PART_SIZE)"
+                )
+            async with self._slots:
+                self._parts.append(await self._send(part))
+        finally:
+            self._give_back(held)
 
     async def put_whole(self, data: bytes) -> None:
         """The whole file in one PUT (a session begun with its size)."""
         assert self.whole is not None
-        if self._lost is not None:
-            raise self._lost
-        self._put_etag = (await self._send(1, 0, data)).etag
+        held = await self.hold(len(data))
+        try:
+            if self._lost is not None:
+                raise self._lost
+            self._put_etag = (await self._send(self.wire_part(1, data))).etag
+        finally:
+            self._give_back(held)
 
-    async def _send(self, number: int, first: int, data: bytes) -> Part:
+    async def _send(self, part: WirePart) -> Part:
         """The part to a worker, the first in placement order that answers (the healthy
         first); a store failure it reports is tried again, on the next worker, at most
         `write_part_retries` times. With no worker at all, to the store from here."""
@@ -171,14 +233,13 @@ class WriteSession:
         except ReservoirError:
             workers = []
         if not workers:
-            return await self._upload_directly(number, data)
+            data = bytes(decode_stage_request(part.request).data)
+            return await self._upload_directly(part.number, data)
+        number, first, request = part.number, part.first, part.request
         view = self._writes.view
         ranked = view.placement(workers).homes(block_key(self.write_id, first), len(workers))
         by_id = {w.id: w for w in workers}
         order = view.penalties.healthy_first([by_id[i] for i in ranked])
-        request = encode_stage_request(
-            self.write_id, first, data, checksum(data), number, self.block_size
-        )
         attempts = self._config.write_part_retries + 1
         turn = 0
         for attempt in range(attempts):
@@ -207,7 +268,7 @@ class WriteSession:
                 log.info("write_part_retry", path=self.path, part=number, worker=worker.id)
                 await asyncio.sleep(delay)
                 continue
-            blocks = -(-len(data) // self.block_size)
+            blocks = -(-part.size // self.block_size)
             if reply.staged == blocks:
                 self._staged.update(dict.fromkeys(range(first, first + blocks), worker))
             return Part(number, reply.etag)
@@ -225,17 +286,26 @@ class WriteSession:
         )
 
     async def put_all(self, data: bytes) -> None:
-        """Every part of `data`; a part is copied out of it only when its turn comes, so
-        at most `write_concurrency` copies exist at once."""
+        """Every part of `data`; a part is copied out of it only once the write buffer
+        has room for it, so the copies held at once stay within the buffer."""
         view = memoryview(data)
         size = self.part_size
-        turns = asyncio.Semaphore(self._config.write_concurrency)
 
         async def one(number: int, start: int) -> None:
-            async with turns:
-                await self.put_part(number, bytes(view[start : start + size]))
+            piece = view[start : start + size]
+            held = await self.hold(len(piece))
+            await self.put_part(self.wire_part(number, piece), held)
 
-        await asyncio.gather(*(one(n + 1, s) for n, s in enumerate(range(0, len(view), size))))
+        parts = [
+            asyncio.ensure_future(one(n + 1, s)) for n, s in enumerate(range(0, len(view), size))
+        ]
+        try:
+            await asyncio.gather(*parts)
+        except BaseException:
+            for part in parts:  # the write fails as a whole: send nothing more
+                part.cancel()
+            await asyncio.gather(*parts, return_exceptions=True)
+            raise
 
     async def _retried(self, what: str, call: Callable[..., _T], *args: Any) -> _T:
         """A blocking store call on the write pool, retried within a bound while the
@@ -261,6 +331,7 @@ class WriteSession:
         """Completes the upload and publishes the file; its inode. Its blocks (those that
         could be staged) are then cached where they were staged, and the master knows it."""
         await self._stop_keeping()
+        self._end()
         if self._lost is not None:
             raise self._lost
         request = master_pb2.PublishWriteRequest(
@@ -278,7 +349,7 @@ class WriteSession:
         sigterm_aborts.unwatch(self)  # published: nothing left to abort
         inode = Inode.from_proto(reply)
         published = time.perf_counter()
-        await self._commit(inode)
+        await commit_staged(self._writes.calls, self.write_id, self._staged, self.block_size, inode)
         # Not remembered: the next stat learns where the committed blocks are (the master
         # has their workers' reports by now), which this answer does not say.
         self._writes.view.forget(inode.path)
@@ -293,39 +364,11 @@ class WriteSession:
         )
         return inode
 
-    async def _commit(self, inode: Inode) -> None:
-        if not self._staged or inode.block_size != self.block_size:
-            return
-        staged: dict[str, list[int]] = {}
-        stagers: dict[str, WorkerRecord] = {}
-        for index, worker in self._staged.items():
-            if index < inode.block_count:
-                staged.setdefault(worker.id, []).append(index)
-                stagers[worker.id] = worker
-        file = worker_pb2.ReadBlockRequest(
-            file_id=inode.file_id,
-            ufs_uri=inode.ufs_uri,
-            etag=inode.etag,
-            file_size=inode.size,
-            block_size=inode.block_size,
-            mount_path=inode.mount_path,
-        )
-
-        async def one(worker: WorkerRecord, indices: list[int]) -> None:
-            try:
-                reply = await self._writes.calls.commit_blocks(worker, self.write_id, file, indices)
-            except ReservoirError as error:
-                log.info("written_blocks_not_cached", path=self.path, error=str(error))
-                return
-            if reply.missing:
-                log.info("written_blocks_missing", path=self.path, missing=reply.missing)
-
-        await asyncio.gather(*(one(stagers[w], indices) for w, indices in staged.items()))
-
     async def abort(self) -> None:
         """Drops the upload now (a write that failed leaves nothing behind). A master
         that cannot be told drops it after its timeout."""
         await self._stop_keeping()
+        self._end()
         sigterm_aborts.unwatch(self)
         try:
             await self._writes.view.call(

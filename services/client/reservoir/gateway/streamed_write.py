@@ -1,7 +1,7 @@
 """One object written through the write path from a stream of bytes (a PutObject body, a
 copy's source, a completed multipart upload's spooled parts): cut into the write path's
-parts as the bytes come, at most `write_concurrency` parts in flight, published only when
-the stream ended and `check` passed. Anything else aborts it: nothing is published."""
+parts as the bytes come, each once the client's write buffer has room for it (the stream
+is read no further until it has), published only when the stream ended and `check` passed. Anything else aborts it: nothing is published."""
 
 from __future__ import annotations
 
@@ -39,32 +39,32 @@ async def write_stream(
     the last chunk, before the publish (a digest that does not match raises there)."""
     if session.whole is not None:
         return await _write_whole(session, chunks, check)
-    limit = client.config.write_concurrency
     in_flight: set[asyncio.Future[None]] = set()
     try:
         buffer = bytearray()
         number = size = 0
 
-        async def send(part: bytes) -> None:
+        async def send(length: int) -> None:
             nonlocal number
+            # Bounded memory: the part is copied out once the write buffer has room.
+            held = await session.hold(length)
             number += 1
-            in_flight.add(asyncio.ensure_future(session.put_part(number, part)))
-            # Bounded memory: a part waits for a slot before the next is gathered.
-            while len(in_flight) >= limit:
-                done, _ = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
-                in_flight.difference_update(done)
-                for future in done:
-                    future.result()
+            with memoryview(buffer) as view:
+                part = session.wire_part(number, view[:length])
+            del buffer[:length]
+            in_flight.add(asyncio.ensure_future(session.put_part(part, held)))
+            done = {future for future in in_flight if future.done()}
+            in_flight.difference_update(done)
+            for future in done:
+                future.result()
 
         async for chunk in chunks:
             size += len(chunk)
             buffer += chunk
             while len(buffer) >= session.part_size:
-                part = bytes(buffer[: session.part_size])
-                del buffer[: session.part_size]
-                await send(part)
+                await send(session.part_size)
         if buffer:
-            await send(bytes(buffer))
+            await send(len(buffer))
         if in_flight:
             await asyncio.gather(*in_flight)
             in_flight.clear()

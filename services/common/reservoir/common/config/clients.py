@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from reservoir.common.errors import InvalidArgument
 
-from .loading import GiB, MiB, env, load
+from .loading import GiB, MiB, env, format_size, load
 from .shared import (
     MetricsSettings,
     SecuritySettings,
@@ -149,6 +149,11 @@ class ClientConfig:
     write_part_size: int = field(default=16 * MiB, metadata=env("RESERVOIR_WRITE_PART_SIZE"))
     write_concurrency: int = field(default=8, metadata=env("RESERVOIR_WRITE_CONCURRENCY"))
     write_part_retries: int = field(default=3, metadata=env("RESERVOIR_WRITE_PART_RETRIES"))
+    # The bytes of parts a client's writes (all of them together) hold until the store
+    # has them, kept to send a part again if its worker dies (client/write_buffer.py):
+    # a writer that would exceed it waits. At least one part; a part rounded up past it
+    # (a mount's blocks larger than the buffer) goes alone.
+    write_buffer_bytes: int = field(default=256 * MiB, metadata=env("RESERVOIR_WRITE_BUFFER"))
     # A part goes to a worker, which uploads it to the store before it answers: how long
     # that may take before the part goes to the next worker.
     write_part_timeout_s: float = field(default=120.0, metadata=env("RESERVOIR_WRITE_PART_TIMEOUT"))
@@ -183,6 +188,11 @@ class ClientConfig:
         if not 0 <= self.read_hedge_share <= 1 or self.read_hedge_burst < 0:
             raise InvalidArgument(
                 "RESERVOIR_READ_HEDGE_SHARE must be within [0, 1], RESERVOIR_READ_HEDGE_BURST >= 0"
+            )
+        if self.write_buffer_bytes < self.write_part_size:
+            raise InvalidArgument(
+                f"RESERVOIR_WRITE_BUFFER ({format_size(self.write_buffer_bytes)}) must hold at "
+                f"least one part (RESERVOIR_WRITE_PART_SIZE, {format_size(self.write_part_size)})"
             )
         if self.write_concurrency < 1 or self.write_part_retries < 0:
             raise InvalidArgument(
