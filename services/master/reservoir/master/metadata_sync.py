@@ -82,6 +82,9 @@ class DirectoryListing:
     # the children may still exist.
     complete: bool = True
     by_path: dict[str, Inode] = field(default_factory=dict, compare=False, repr=False)
+    # What was written and what it replaced (None: not stored before), for a sync's
+    # account of what it found.
+    found: list[tuple[Inode | None, Inode]] = field(default_factory=list, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         self.by_path.update((c.path, c) for c in self.children)
@@ -340,10 +343,17 @@ class NamespaceSync:
                 await self._namespace.delete(path)
             return DirectoryListing([])
         if not complete:
-            # Files only: a stored subdirectory keeps its own listing marker.
+            # Files only (a stored subdirectory keeps its own listing marker), and only
+            # those that changed: the rest of the directory is not known yet.
             files = [c for c in children if not c.is_dir]
-            await self._namespace.put_many(files)
-            return DirectoryListing(children, written=len(files), complete=False)
+            olds = await self._namespace.get_many([c.path for c in files])
+            found = [
+                (old, carried(old, new))
+                for old, new in zip(olds, files, strict=True)
+                if not _same(old, new)
+            ]
+            await self._namespace.put_many(new for _, new in found)
+            return DirectoryListing(children, written=len(found), complete=False, found=found)
         seen = {c.path for c in children}
         stored = {c.path: c for c in await self.stored_children(path)}
         children = [carried(stored.get(c.path), c) for c in children]
@@ -358,4 +368,5 @@ class NamespaceSync:
         await self._namespace.write(changed, [old.path for old in gone])
         # After the children: the marker vouches for what is stored.
         await self._namespace.put(here)
-        return DirectoryListing(children, len(changed), len(gone))
+        found = [(stored.get(c.path), c) for c in changed]
+        return DirectoryListing(children, len(changed), len(gone), found=found)

@@ -27,6 +27,8 @@ from reservoir.common.worker_calls import WorkerCalls, WorkerDeadlines
 
 from .block_moves import BlockMoves
 from .cache_rules import CacheRules
+from .event_followers import EventFollowers
+from .interval_sync import IntervalSync, SyncRecords
 from .job_counters import LoadJobCounters
 from .job_records import JobRecords
 from .jobs import LoadJobs
@@ -120,6 +122,13 @@ class MasterService:
         self.writes = WriteSessions(
             store, config, self.mount_table, self.namespace, self.sync, self.drop_blocks
         )
+        # Freshness: the mounts' interval syncs, and their S3 event queues followed.
+        self.interval_sync = IntervalSync(
+            self.mount_table, self.reads.tree_load, SyncRecords(store), config
+        )
+        self.event_followers = EventFollowers(
+            self.mount_table, self.sync, self.namespace, self.writes.missing_parents, config
+        )
         self.edits = NamespaceEdits(
             self.writes,
             self.reads.file_info,
@@ -143,6 +152,7 @@ class MasterService:
         await self.members.forget_marks()  # of workers gone or restarted meanwhile
         await self.refresh_workers()
         await self.jobs.resume()
+        self.interval_sync.restart()
         self.writes.start()  # aborts the uploads of writers that died, this master's or not
         log.info("master_state_loaded", mounts=len(self.mount_table))
 
@@ -173,6 +183,7 @@ class MasterService:
         """Stops what only the leader does: load jobs stop with their records as they are,
         for the next leader to resume; the last block reports go to etcd first."""
         await self._stop_counting()
+        await self.event_followers.stop()
         await self.writes.stop()
         await self.jobs.close()
         try:
@@ -182,6 +193,7 @@ class MasterService:
 
     async def close(self) -> None:
         await self._stop_counting()
+        await self.event_followers.stop()
         await self.writes.stop()
         await self.jobs.close()
         await self._workers.close()

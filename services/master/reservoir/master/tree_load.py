@@ -26,7 +26,7 @@ from reservoir.common import logs, paths
 from reservoir.common.models import Inode, Mount
 from reservoir.common.understore.under_store import ObjectInfo, UnderStore
 
-from .metadata_sync import NamespaceSync, dir_inode, now_ms
+from .metadata_sync import DirectoryListing, NamespaceSync, dir_inode, now_ms
 from .namespace_store import NamespaceStore
 
 log = logs.get_logger(__name__)
@@ -53,6 +53,27 @@ class LoadCounts:
     written: int = 0
     removed: int = 0
     skipped: int = 0  # keys no Reservoir path can express
+    added: int = 0  # files not stored before
+    changed: int = 0  # files stored with another ETag, size or modification time
+    # The paths of those, the first `found_max` of them: what a sync hands to a preload
+    # of what changed; a load of a million new files does not hold a million paths.
+    found: list[str] = field(default_factory=list)
+    found_max: int = 1000
+
+    def saw(self, stored: Inode | None, listed: Inode) -> None:
+        """`listed` is about to be written over `stored` (None: not stored before)."""
+        if listed.is_dir:
+            return
+        if stored is None:
+            self.added += 1
+        else:
+            self.changed += 1
+        if len(self.found) < self.found_max:
+            self.found.append(listed.path)
+
+    def saw_listing(self, listing: DirectoryListing) -> None:
+        for stored, listed in listing.found:
+            self.saw(stored, listed)
 
 
 @dataclass
@@ -83,10 +104,12 @@ class TreeLoad:
         # so a slow etcd bounds what the master holds instead of growing it.
         self._waiting = asyncio.Semaphore(max(1, writes_in_flight) * 4)
 
-    async def run(self, mount: Mount, top: str) -> AsyncIterator[LoadCounts]:
-        """Loads the tree below directory `top`; yields the running counts now and then
-        and once more, final, at the end."""
-        counts = LoadCounts()
+    async def run(
+        self, mount: Mount, top: str, counts: LoadCounts | None = None
+    ) -> AsyncIterator[LoadCounts]:
+        """Loads the tree below directory `top`; yields the running counts (`counts`, or
+        new ones) now and then and once more, final, at the end."""
+        counts = LoadCounts() if counts is None else counts
         # The first levels, as a level-by-level load lists them, until the tree is wide
         # enough to walk several subtrees at a time.
         level = [top]
@@ -100,6 +123,7 @@ class TreeLoad:
             )
             below: list[str] = []
             for directory, listing in zip(level, listings, strict=True):
+                counts.saw_listing(listing)
                 if not listing.complete:
                     # Its walk counts what it lists (the few files already written here
                     # are not counted as written twice, nor on every later load).
@@ -257,14 +281,21 @@ class TreeLoad:
         parent.below = [t for t in parent.below if _unsettled(t)]
 
     async def _flush(self, here: _Open, counts: LoadCounts) -> None:
-        """Writes a big directory's entries so far, remembering only their names."""
+        """Writes what changed among a big directory's entries so far, remembering only
+        their names."""
         if here.flushed is None:
             here.flushed = set()
         here.flushed.update(e.path.rsplit("/", 1)[1] for e in here.entries)
         batch, here.entries = here.entries, []
         async with self._writes:
-            await self._namespace.put_many(batch)
-        counts.written += len(batch)
+            stored = await self._namespace.get_many([e.path for e in batch])
+            changed: list[Inode] = []
+            for old, new in zip(stored, batch, strict=True):
+                if old is None or not _same(old, new):
+                    changed.append(new)
+                    counts.saw(old, new)
+            await self._namespace.put_many(changed)
+        counts.written += len(changed)
 
     async def _store(self, mount: Mount, done: _Open, counts: LoadCounts) -> None:
         """Makes etcd agree with a complete directory: what changed written, what is gone
@@ -288,8 +319,11 @@ class TreeLoad:
                             await self._namespace.delete_subtree(old.path)
                     elif new is not None and not _same(old, new):
                         changed.append(new)
+                        counts.saw(old, new)
                         markers += new.is_dir and old.is_dir
-            changed.extend(seen.values())  # not stored before
+            for new in seen.values():  # not stored before
+                changed.append(new)
+                counts.saw(None, new)
             await self._namespace.write(changed, gone)
         counts.written += len(changed) - markers
         counts.removed += len(gone)

@@ -1,0 +1,178 @@
+"""The leader's proactive metadata sync: a mount with `metadata_sync: interval:<d>` has
+its whole tree listed every interval and the namespace made to agree with it.
+
+A reader's miss already re-lists a stale directory (metadata_sync.py), but only the
+directory it reads, only when it reads, and a deleted file it has cached stays until it
+looks again. Here the leader walks the tree with the metadata load's own code (TreeLoad:
+listing pages compared with the stored inodes, only what changed written, what vanished
+removed), so an object added, changed or deleted shows in `ls`/`open` within the interval
+(plus a client's file-info TTL) whoever reads.
+
+What each pass found is one small record per mount in etcd (`SyncRecord`, bounded by
+`sync_found_max` paths): any master can read it for a dataset's status, a new leader
+continues the schedule from it, and a preload of what changed takes its `found` paths.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+
+from reservoir.common import logs
+from reservoir.common.config import MasterConfig
+from reservoir.common.errors import ReservoirError
+from reservoir.common.metadata import keyspace
+from reservoir.common.metadata.metadata_store import MetadataStore
+from reservoir.common.models import Mount
+
+from .metadata_sync import now_ms
+from .mount_table import MountTable
+from .tree_load import KeysOutOfOrder, LoadCounts, TreeLoad
+
+log = logs.get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class SyncRecord:
+    """What the last interval sync of one mount found."""
+
+    mount_path: str
+    # The mount it was made for: a remount starts a new schedule (and a new baseline).
+    mount_created_ms: int
+    started_ms: int
+    finished_ms: int = 0
+    listed: int = 0
+    added: int = 0
+    changed: int = 0
+    removed: int = 0  # entries removed (a vanished directory counts once, with its subtree)
+    # New or changed files, the first `sync_found_max`; `more_found` when there were more.
+    found: list[str] = field(default_factory=list)
+    more_found: bool = False
+    # The first pass of a mount: everything it found is "added", which is the load of the
+    # mount's metadata, not a change in the under-store.
+    baseline: bool = False
+    error: str = ""  # why the pass failed (its counts are what it did before that)
+
+    def to_json(self) -> bytes:
+        return json.dumps(asdict(self)).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> SyncRecord:
+        return cls(**json.loads(raw))
+
+
+class SyncRecords:
+    """The per-mount sync records in the metadata store."""
+
+    def __init__(self, store: MetadataStore) -> None:
+        self._store = store
+
+    async def get(self, mount_path: str) -> SyncRecord | None:
+        raw = await self._store.get(keyspace.mount_sync_key(mount_path))
+        return SyncRecord.from_json(raw) if raw is not None else None
+
+    async def put(self, record: SyncRecord) -> None:
+        await self._store.put(keyspace.mount_sync_key(record.mount_path), record.to_json())
+
+    async def remove(self, mount_path: str) -> None:
+        await self._store.delete(keyspace.mount_sync_key(mount_path))
+
+
+class IntervalSync:
+    """Runs the due mounts' syncs, one mount at a time, each time the leader ticks."""
+
+    def __init__(
+        self,
+        mounts: MountTable,
+        tree_load: TreeLoad,
+        records: SyncRecords,
+        config: MasterConfig,
+    ) -> None:
+        self._mounts = mounts
+        self._tree_load = tree_load
+        self.records = records
+        self._found_max = config.sync_found_max
+        # The last record of each mount this leader has seen: read from etcd once.
+        self._last: dict[str, SyncRecord] = {}
+
+    async def last_sync(self, mount_path: str) -> SyncRecord | None:
+        """What the last sync of `mount_path` found (None: none has run)."""
+        record = self._last.get(mount_path)
+        return record if record is not None else await self.records.get(mount_path)
+
+    def restart(self) -> None:
+        """Forgets what it knew (a leader again: another may have synced meanwhile)."""
+        self._last.clear()
+
+    async def tick(self) -> None:
+        mounts = {m.path: m for m in self._mounts.mounts()}
+        for path in [p for p in self._last if p not in mounts]:
+            del self._last[path]
+            await self.records.remove(path)  # unmounted: nothing to report any more
+        for mount in mounts.values():
+            interval = mount.options.sync_interval_ms()
+            if interval is None:
+                continue
+            last = await self._record_of(mount)
+            # The first pass is an interval after the mount, not at once: a mount of
+            # millions is not walked whole the moment it is made (its readers' misses
+            # list what they need meanwhile).
+            since = last.started_ms if last is not None else mount.created_ms
+            if now_ms() - since < interval:
+                continue
+            await self.sync_mount(mount, baseline=last is None)
+
+    async def _record_of(self, mount: Mount) -> SyncRecord | None:
+        """The mount's last record, unless it was made for an earlier mount at its path."""
+        record = self._last.get(mount.path)
+        if record is None:
+            record = await self.records.get(mount.path)
+            if record is not None:
+                self._last[mount.path] = record
+        if record is None or record.mount_created_ms != mount.created_ms:
+            return None
+        return record
+
+    async def sync_mount(self, mount: Mount, *, baseline: bool = False) -> SyncRecord:
+        """One pass over `mount`'s tree; its record is stored and returned, failed or not."""
+        started_ms = now_ms()
+        started = time.perf_counter()
+        counts = LoadCounts(found_max=self._found_max)
+        error = ""
+        try:
+            async for _ in self._tree_load.run(mount, mount.path, counts):
+                pass
+        except (ReservoirError, KeysOutOfOrder) as exc:
+            error = str(exc)
+        record = SyncRecord(
+            mount_path=mount.path,
+            mount_created_ms=mount.created_ms,
+            started_ms=started_ms,
+            finished_ms=now_ms(),
+            listed=counts.listed,
+            added=counts.added,
+            changed=counts.changed,
+            removed=counts.removed,
+            found=counts.found,
+            more_found=counts.added + counts.changed > len(counts.found),
+            baseline=baseline,
+            error=error,
+        )
+        self._last[mount.path] = record
+        await self.records.put(record)
+        fields = {
+            "path": mount.path,
+            "listed": counts.listed,
+            "added": counts.added,
+            "changed": counts.changed,
+            "removed": counts.removed,
+            "seconds": round(time.perf_counter() - started, 3),
+        }
+        if error:
+            log.warning("interval_sync_failed", error=error, **fields)
+        elif counts.added or counts.changed or counts.removed:
+            log.info("interval_sync_found_changes", baseline=baseline, **fields)
+        else:
+            log.debug("interval_sync_unchanged", **fields)
+        return record
