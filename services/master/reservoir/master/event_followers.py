@@ -2,7 +2,7 @@
 says to the namespace as it arrives, so a change shows in about a second instead of at
 the next sync interval.
 
-An event only says "look at this object again": the leader HEADs it (`sync_inode`) and
+An event only says "look at this object again": the leader HEADs it (`sync_object`) and
 stores what the under-store says now, or removes the inode when the object is gone, so a
 late, repeated or reordered event still ends in the store's current state. A message is
 deleted once all its events are applied; one whose events failed stays in the queue and
@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 
 from reservoir.common import logs
 from reservoir.common.config import MasterConfig
-from reservoir.common.errors import InvalidArgument, NotFound, ReservoirError
+from reservoir.common.errors import InvalidArgument, ReservoirError
 from reservoir.common.models import Inode, Mount
 
 from .metadata_sync import NamespaceSync
@@ -54,6 +54,11 @@ class EventFollowers:
         options changed (another queue, other credentials) is followed afresh."""
         wanted = {m.path: m for m in self._mounts.mounts() if m.options.events_queue_url}
         for path, (mount, task) in list(self._following.items()):
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                exc = task.exception()
+                # Not an under-store error it waits out: a bug, or a setting that cannot
+                # work. Started again next tick, as a loop of its own would be.
+                log.error("events_follower_failed", path=path, error=repr(exc), exc_info=exc)
             if wanted.get(path) != mount or task.done():
                 del self._following[path]
                 await _stopped(task)
@@ -124,16 +129,15 @@ class EventFollowers:
         path = path_of(mount, event.bucket, event.key)
         if path is None:
             return None
-        try:
-            inode = await self._sync.sync_inode(mount, path)
-        except NotFound:
-            log.info("events_applied", path=path, event=event.kind, now="removed")
+        inode = await self._sync.sync_object(mount, path)
+        if inode is None:
+            log.info("events_applied", path=path, kind=event.kind, now="removed")
             return "removed"
         # A file in a directory not stored yet: the directories appear in their parents.
         parents = await self._missing_parents(mount, path)
         if parents:
             await self._namespace.put_many(parents)
-        log.info("events_applied", path=path, event=event.kind, now="stored", etag=inode.etag)
+        log.info("events_applied", path=path, kind=event.kind, now="stored", etag=inode.etag)
         return "created"
 
 

@@ -288,6 +288,23 @@ class NamespaceSync:
         await self._namespace.put(inode)
         return inode
 
+    async def sync_object(self, mount: Mount, path: str) -> Inode | None:
+        """One object checked with a HEAD alone, and stored; None when it is gone (its
+        file inode removed). For a caller that knows the path names an object (an S3
+        event), not possibly a directory: no LIST to tell which."""
+        ufs = await self.under_store(mount)
+        stored = await self._namespace.get(path)
+        try:
+            obj = await self.ufs(ufs.head, path[len(mount.path) + 1 :])
+        except NotFound:
+            if stored is not None and not stored.is_dir:
+                await self._namespace.delete(path)
+            return None
+        inode = carried(stored, self.file_inode(mount, ufs, path, obj))
+        if not _same(stored, inode):
+            await self._namespace.put(inode)
+        return inode
+
     # ---- directories ----------------------------------------------------------------------
 
     async def stored_children(self, path: str) -> list[Inode]:
