@@ -146,3 +146,24 @@ def test_a_mount_is_synced_an_interval_after_it_was_made_then_after_its_last_syn
         assert await master.interval_sync.records.get("/old") is None
 
     asyncio.run(scenario())
+
+
+def test_a_change_a_reader_found_between_passes_is_in_the_next_record(tmp_path: Path) -> None:
+    root = tmp_path / "ufs"
+    _write(root, "f.bin", b"x")
+
+    async def scenario() -> None:
+        master = _master()
+        mount = await master.mount("/m", f"file://{root}/", HOUR)
+        await master.interval_sync.sync_mount(mount)
+        _write(root, "late.bin", b"late")
+        # A reader asks for the file first (a refresh HEADs it and stores it): the next
+        # pass finds nothing to write, yet its record tells of the new file.
+        assert (await master.reads.file_info("/m/late.bin", refresh=True)).size == 4
+        record = await master.interval_sync.sync_mount(mount)
+        assert (record.added, record.changed, record.removed) == (1, 0, 0)
+        assert record.found == ["/m/late.bin"]
+        again = await master.interval_sync.sync_mount(mount)
+        assert (again.added, again.found) == (0, [])
+
+    asyncio.run(scenario())

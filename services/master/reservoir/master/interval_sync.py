@@ -8,9 +8,11 @@ listing pages compared with the stored inodes, only what changed written, what v
 removed), so an object added, changed or deleted shows in `ls`/`open` within the interval
 (plus a client's file-info TTL) whoever reads.
 
-What each pass found is one small record per mount in etcd (`SyncRecord`, bounded by
-`sync_found_max` paths): any master can read it for a dataset's status, a new leader
-continues the schedule from it, and a preload of what changed takes its `found` paths.
+What was found changed since the last pass (by this pass, or by a reader's listing, a
+HEAD, a metadata load or an S3 event in between: found_changes.py) is one small record
+per mount in etcd (`SyncRecord`, bounded by `sync_found_max` paths): any master can read
+it for a dataset's status, a new leader continues the schedule from it, and a preload of
+what changed takes its `found` paths.
 """
 
 from __future__ import annotations
@@ -20,15 +22,15 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from reservoir.common import logs
-from reservoir.common.config import MasterConfig
 from reservoir.common.errors import ReservoirError
 from reservoir.common.metadata import keyspace
 from reservoir.common.metadata.metadata_store import MetadataStore
 from reservoir.common.models import Mount
 
+from .found_changes import FoundChanges
 from .metadata_sync import now_ms
 from .mount_table import MountTable
-from .tree_load import KeysOutOfOrder, LoadCounts, TreeLoad
+from .tree_load import KeysOutOfOrder, TreeLoad
 
 log = logs.get_logger(__name__)
 
@@ -86,13 +88,13 @@ class IntervalSync:
         self,
         mounts: MountTable,
         tree_load: TreeLoad,
+        found: FoundChanges,
         records: SyncRecords,
-        config: MasterConfig,
     ) -> None:
         self._mounts = mounts
         self._tree_load = tree_load
+        self._found = found
         self.records = records
-        self._found_max = config.sync_found_max
         # The last record of each mount this leader has seen: read from etcd once.
         self._last: dict[str, SyncRecord] = {}
 
@@ -109,6 +111,7 @@ class IntervalSync:
         mounts = {m.path: m for m in self._mounts.mounts()}
         for path in [p for p in self._last if p not in mounts]:
             del self._last[path]
+            self._found.forget(path)
             await self.records.remove(path)  # unmounted: nothing to report any more
         for mount in mounts.values():
             interval = mount.options.sync_interval_ms()
@@ -135,27 +138,30 @@ class IntervalSync:
         return record
 
     async def sync_mount(self, mount: Mount, *, baseline: bool = False) -> SyncRecord:
-        """One pass over `mount`'s tree; its record is stored and returned, failed or not."""
+        """One pass over `mount`'s tree; its record is stored and returned, failed or not.
+        The record counts every change found since the last one, whether this pass found
+        it or a reader's listing, a HEAD or an event did in between."""
         started_ms = now_ms()
         started = time.perf_counter()
-        counts = LoadCounts(found_max=self._found_max)
+        listed = 0
         error = ""
         try:
-            async for _ in self._tree_load.run(mount, mount.path, counts):
-                pass
+            async for counts in self._tree_load.run(mount, mount.path):
+                listed = counts.listed
         except (ReservoirError, KeysOutOfOrder) as exc:
             error = str(exc)
+        found = self._found.drain(mount.path)
         record = SyncRecord(
             mount_path=mount.path,
             mount_created_ms=mount.created_ms,
             started_ms=started_ms,
             finished_ms=now_ms(),
-            listed=counts.listed,
-            added=counts.added,
-            changed=counts.changed,
-            removed=counts.removed,
-            found=counts.found,
-            more_found=counts.added + counts.changed > len(counts.found),
+            listed=listed,
+            added=found.added,
+            changed=found.changed,
+            removed=found.removed,
+            found=found.paths,
+            more_found=found.more,
             baseline=baseline,
             error=error,
         )
@@ -163,15 +169,15 @@ class IntervalSync:
         await self.records.put(record)
         fields = {
             "path": mount.path,
-            "listed": counts.listed,
-            "added": counts.added,
-            "changed": counts.changed,
-            "removed": counts.removed,
+            "listed": listed,
+            "added": found.added,
+            "changed": found.changed,
+            "removed": found.removed,
             "seconds": round(time.perf_counter() - started, 3),
         }
         if error:
             log.warning("interval_sync_failed", error=error, **fields)
-        elif counts.added or counts.changed or counts.removed:
+        elif found.added or found.changed or found.removed:
             log.info("interval_sync_found_changes", baseline=baseline, **fields)
         else:
             log.debug("interval_sync_unchanged", **fields)

@@ -124,7 +124,7 @@ class MasterService:
         )
         # Freshness: the mounts' interval syncs, and their S3 event queues followed.
         self.interval_sync = IntervalSync(
-            self.mount_table, self.reads.tree_load, SyncRecords(store), config
+            self.mount_table, self.reads.tree_load, self.sync.found, SyncRecords(store)
         )
         self.event_followers = EventFollowers(
             self.mount_table, self.sync, self.namespace, self.writes.missing_parents, config
@@ -226,6 +226,7 @@ class MasterService:
             if old is not None:
                 # Inodes (ETags, sizes, block sizes) and listing marks came from the old store.
                 await self.namespace.delete_mount(path)
+                self.sync.found.forget(path)
         log.info(
             "remounted" if old else "mounted",
             path=path,
@@ -243,6 +244,7 @@ class MasterService:
             await self.mount_table.remove(path)
             await self.namespace.delete_mount(path)
             self._under_stores.forget(path)
+            self.sync.found.forget(path)
         log.info("unmounted", path=path)
 
     def mounts(self) -> list[Mount]:

@@ -26,7 +26,7 @@ from reservoir.common import logs, paths
 from reservoir.common.models import Inode, Mount
 from reservoir.common.understore.under_store import ObjectInfo, UnderStore
 
-from .metadata_sync import DirectoryListing, NamespaceSync, dir_inode, now_ms
+from .metadata_sync import NamespaceSync, dir_inode, now_ms
 from .namespace_store import NamespaceStore
 
 log = logs.get_logger(__name__)
@@ -53,27 +53,6 @@ class LoadCounts:
     written: int = 0
     removed: int = 0
     skipped: int = 0  # keys no Reservoir path can express
-    added: int = 0  # files not stored before
-    changed: int = 0  # files stored with another ETag, size or modification time
-    # The paths of those, the first `found_max` of them: what a sync hands to a preload
-    # of what changed; a load of a million new files does not hold a million paths.
-    found: list[str] = field(default_factory=list)
-    found_max: int = 1000
-
-    def saw(self, stored: Inode | None, listed: Inode) -> None:
-        """`listed` is about to be written over `stored` (None: not stored before)."""
-        if listed.is_dir:
-            return
-        if stored is None:
-            self.added += 1
-        else:
-            self.changed += 1
-        if len(self.found) < self.found_max:
-            self.found.append(listed.path)
-
-    def saw_listing(self, listing: DirectoryListing) -> None:
-        for stored, listed in listing.found:
-            self.saw(stored, listed)
 
 
 @dataclass
@@ -123,7 +102,6 @@ class TreeLoad:
             )
             below: list[str] = []
             for directory, listing in zip(level, listings, strict=True):
-                counts.saw_listing(listing)
                 if not listing.complete:
                     # Its walk counts what it lists (the few files already written here
                     # are not counted as written twice, nor on every later load).
@@ -218,7 +196,7 @@ class TreeLoad:
                 here.entries.append(self._sync.file_inode(mount, ufs, child, obj))
                 counts.listed += 1
                 if len(here.entries) >= _FLUSH_ENTRIES:
-                    await self._flush(here, counts)
+                    await self._flush(mount, here, counts)
         while len(stack) > 1:
             await self._close(mount, stack.pop(), stack[-1], counts, tasks)
         await self._store(mount, stack.pop(), counts)
@@ -280,7 +258,7 @@ class TreeLoad:
         # The parent's writes wait on this one: finished ones need not be remembered.
         parent.below = [t for t in parent.below if _unsettled(t)]
 
-    async def _flush(self, here: _Open, counts: LoadCounts) -> None:
+    async def _flush(self, mount: Mount, here: _Open, counts: LoadCounts) -> None:
         """Writes what changed among a big directory's entries so far, remembering only
         their names."""
         if here.flushed is None:
@@ -293,7 +271,7 @@ class TreeLoad:
             for old, new in zip(stored, batch, strict=True):
                 if old is None or not _same(old, new):
                     changed.append(new)
-                    counts.saw(old, new)
+                    self._sync.found.saw(mount.path, old, new)
             await self._namespace.put_many(changed)
         counts.written += len(changed)
 
@@ -319,12 +297,13 @@ class TreeLoad:
                             await self._namespace.delete_subtree(old.path)
                     elif new is not None and not _same(old, new):
                         changed.append(new)
-                        counts.saw(old, new)
+                        self._sync.found.saw(mount.path, old, new)
                         markers += new.is_dir and old.is_dir
             for new in seen.values():  # not stored before
                 changed.append(new)
-                counts.saw(None, new)
+                self._sync.found.saw(mount.path, None, new)
             await self._namespace.write(changed, gone)
+        self._sync.found.saw_removed(mount.path, len(gone))
         counts.written += len(changed) - markers
         counts.removed += len(gone)
 
