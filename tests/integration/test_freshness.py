@@ -8,7 +8,10 @@ reads as a mix of old and new bytes."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -226,3 +229,32 @@ def test_s3_event_notifications_make_puts_overwrites_and_deletes_visible_without
         )
     finally:
         c.unmount(root)
+
+
+def _cli(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "reservoir.cli.main", "--master", cluster.master_address, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ},
+    )
+
+
+def test_reservoir_mount_takes_an_events_queue_and_refuses_what_is_not_a_queue_url(
+    cluster: LocalCluster, bucket: str
+) -> None:
+    queue = _sqs(cluster).create_queue(QueueName=bucket)["QueueUrl"]
+    root = new_mount_path()
+    mount = ("mount", root, f"s3://{bucket}/", "--endpoint-url", cluster.s3_endpoint)
+    bad = _cli(cluster, *mount, "--events-queue", "sqs://queue")
+    assert bad.returncode == 1 and bad.stderr.count("\n") == 1
+    assert "events_queue_url must be an SQS queue URL" in bad.stderr
+    done = _cli(cluster, "--json", *mount, "--events-queue", queue)
+    try:
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["events_queue_url"] == queue
+        mounts = json.loads(_cli(cluster, "--json", "mounts").stdout)
+        assert {m["path"]: m["events_queue_url"] for m in mounts}[root] == queue
+    finally:
+        _cli(cluster, "unmount", root)

@@ -167,3 +167,28 @@ def test_a_change_a_reader_found_between_passes_is_in_the_next_record(tmp_path: 
         assert (again.added, again.found) == (0, [])
 
     asyncio.run(scenario())
+
+
+def test_a_new_leader_continues_the_schedule_from_the_record_in_etcd(tmp_path: Path) -> None:
+    root = tmp_path / "ufs"
+    _write(root, "f.bin", b"x")
+
+    async def scenario() -> None:
+        store = MemoryMetadataStore()
+        config = MasterConfig(metadata_url="memory://", allowed_schemes="file")
+        first = MasterService(store, config)
+        made = await first.mount("/m", f"file://{root}/", HOUR)
+        due = dataclasses.replace(made, created_ms=made.created_ms - 2 * 3_600_000)
+        await first.mount_table.put(due)
+        await first.interval_sync.tick()
+        record = await first.interval_sync.last_sync("/m")
+        assert record is not None
+
+        second = MasterService(store, config)  # the next leader, on the same etcd
+        await second.start()
+        await second.interval_sync.tick()  # the record says: synced just now
+        assert await second.interval_sync.last_sync("/m") == record
+        await second.close()
+        await first.close()
+
+    asyncio.run(scenario())
