@@ -83,12 +83,11 @@ class TreeLoad:
         # so a slow etcd bounds what the master holds instead of growing it.
         self._waiting = asyncio.Semaphore(max(1, writes_in_flight) * 4)
 
-    async def run(
-        self, mount: Mount, top: str, counts: LoadCounts | None = None
-    ) -> AsyncIterator[LoadCounts]:
-        """Loads the tree below directory `top`; yields the running counts (`counts`, or
-        new ones) now and then and once more, final, at the end."""
-        counts = LoadCounts() if counts is None else counts
+    async def run(self, mount: Mount, top: str) -> AsyncIterator[LoadCounts]:
+        """Loads the tree below directory `top`; yields the running counts now and then
+        and once more, final, at the end. What it finds changed is noted in the sync's
+        `found` (found_changes.py)."""
+        counts = LoadCounts()
         # The first levels, as a level-by-level load lists them, until the tree is wide
         # enough to walk several subtrees at a time.
         level = [top]
