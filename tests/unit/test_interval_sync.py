@@ -132,17 +132,18 @@ def test_a_mount_is_synced_an_interval_after_it_was_made_then_after_its_last_syn
         await master.mount_table.put(never)
 
         await master.interval_sync.tick()
+        await master.interval_sync.wait()
         record = await master.interval_sync.last_sync("/old")
         assert record is not None and record.baseline and record.added == 1
         assert await master.interval_sync.last_sync(fresh.path) is None
         assert await master.interval_sync.last_sync("/never") is None
 
         await master.interval_sync.tick()  # synced just now: not due for an hour
+        await master.interval_sync.wait()
         assert await master.interval_sync.last_sync("/old") == record
 
         # Unmounted: its record goes too.
         await master.unmount("/old")
-        await master.interval_sync.tick()
         assert await master.interval_sync.records.get("/old") is None
 
     asyncio.run(scenario())
@@ -181,14 +182,38 @@ def test_a_new_leader_continues_the_schedule_from_the_record_in_etcd(tmp_path: P
         due = dataclasses.replace(made, created_ms=made.created_ms - 2 * 3_600_000)
         await first.mount_table.put(due)
         await first.interval_sync.tick()
+        await first.interval_sync.wait()
         record = await first.interval_sync.last_sync("/m")
         assert record is not None
 
         second = MasterService(store, config)  # the next leader, on the same etcd
         await second.start()
         await second.interval_sync.tick()  # the record says: synced just now
+        await second.interval_sync.wait()
         assert await second.interval_sync.last_sync("/m") == record
         await second.close()
         await first.close()
+
+    asyncio.run(scenario())
+
+
+def test_passes_run_for_at_most_the_set_number_of_mounts_at_once(tmp_path: Path) -> None:
+    root = tmp_path / "ufs"
+    _write(root, "f.bin", b"x")
+
+    async def scenario() -> None:
+        master = _master(sync_mounts_at_once=1)
+        for path in ("/a", "/b"):
+            made = await master.mount(path, f"file://{root}/", HOUR)
+            await master.mount_table.put(
+                dataclasses.replace(made, created_ms=made.created_ms - 2 * 3_600_000)
+            )
+        await master.interval_sync.tick()
+        await master.interval_sync.wait()
+        synced = [p for p in ("/a", "/b") if await master.interval_sync.last_sync(p)]
+        assert synced == ["/a"]
+        await master.interval_sync.tick()  # /a is not due again; /b's turn
+        await master.interval_sync.wait()
+        assert await master.interval_sync.last_sync("/b") is not None
 
     asyncio.run(scenario())

@@ -17,6 +17,7 @@ what changed takes its `found` paths.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from dataclasses import asdict, dataclass, field
@@ -90,8 +91,11 @@ class IntervalSync:
         tree_load: TreeLoad,
         found: FoundChanges,
         records: SyncRecords,
+        at_once: int = 2,
     ) -> None:
         self._mounts = mounts
+        self._at_once = max(1, at_once)
+        self._running: dict[str, asyncio.Task[None]] = {}
         self._tree_load = tree_load
         self._found = found
         self.records = records
@@ -107,15 +111,33 @@ class IntervalSync:
         """Forgets what it knew (a leader again: another may have synced meanwhile)."""
         self._last.clear()
 
+    async def stop(self) -> None:
+        """Stops the passes under way (no longer the leader); their mounts are synced
+        again by the next leader, as their records say."""
+        running, self._running = self._running, {}
+        for task in running.values():
+            task.cancel()
+        await asyncio.gather(*running.values(), return_exceptions=True)
+
+    async def wait(self) -> None:
+        """Returns when the passes under way have ended."""
+        await asyncio.gather(*self._running.values(), return_exceptions=True)
+
+    async def forget(self, mount_path: str) -> None:
+        """The mount is gone (unmounted, or replaced): so is what was found there."""
+        self._last.pop(mount_path, None)
+        self._found.forget(mount_path)
+        await self.records.remove(mount_path)
+
     async def tick(self) -> None:
-        mounts = {m.path: m for m in self._mounts.mounts()}
-        for path in [p for p in self._last if p not in mounts]:
-            del self._last[path]
-            self._found.forget(path)
-            await self.records.remove(path)  # unmounted: nothing to report any more
-        for mount in mounts.values():
+        """Starts a pass for each due mount, up to `sync_mounts_at_once` at a time, so a
+        mount of millions does not hold back another's interval."""
+        self._running = {p: t for p, t in self._running.items() if not t.done()}
+        for mount in self._mounts.mounts():
+            if len(self._running) >= self._at_once:
+                return
             interval = mount.options.sync_interval_ms()
-            if interval is None:
+            if interval is None or mount.path in self._running:
                 continue
             last = await self._record_of(mount)
             # The first pass is an interval after the mount, not at once: a mount of
@@ -124,7 +146,15 @@ class IntervalSync:
             since = last.started_ms if last is not None else mount.created_ms
             if now_ms() - since < interval:
                 continue
-            await self.sync_mount(mount, baseline=last is None)
+            self._running[mount.path] = asyncio.create_task(
+                self._pass(mount, baseline=last is None), name=f"sync:{mount.path}"
+            )
+
+    async def _pass(self, mount: Mount, *, baseline: bool) -> None:
+        try:
+            await self.sync_mount(mount, baseline=baseline)
+        except ReservoirError as exc:  # the record could not be stored: tried next tick
+            log.warning("interval_sync_not_recorded", path=mount.path, error=str(exc))
 
     async def _record_of(self, mount: Mount) -> SyncRecord | None:
         """The mount's last record, unless it was made for an earlier mount at its path."""

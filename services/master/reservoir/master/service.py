@@ -124,7 +124,11 @@ class MasterService:
         )
         # Freshness: the mounts' interval syncs, and their S3 event queues followed.
         self.interval_sync = IntervalSync(
-            self.mount_table, self.reads.tree_load, self.sync.found, SyncRecords(store)
+            self.mount_table,
+            self.reads.tree_load,
+            self.sync.found,
+            SyncRecords(store),
+            config.sync_mounts_at_once,
         )
         self.event_followers = EventFollowers(
             self.mount_table, self.sync, self.namespace, self.writes.missing_parents, config
@@ -184,6 +188,7 @@ class MasterService:
         for the next leader to resume; the last block reports go to etcd first."""
         await self._stop_counting()
         await self.event_followers.stop()
+        await self.interval_sync.stop()
         await self.writes.stop()
         await self.jobs.close()
         try:
@@ -194,6 +199,7 @@ class MasterService:
     async def close(self) -> None:
         await self._stop_counting()
         await self.event_followers.stop()
+        await self.interval_sync.stop()
         await self.writes.stop()
         await self.jobs.close()
         await self._workers.close()
@@ -226,7 +232,7 @@ class MasterService:
             if old is not None:
                 # Inodes (ETags, sizes, block sizes) and listing marks came from the old store.
                 await self.namespace.delete_mount(path)
-                self.sync.found.forget(path)
+                await self.interval_sync.forget(path)
         log.info(
             "remounted" if old else "mounted",
             path=path,
@@ -244,7 +250,7 @@ class MasterService:
             await self.mount_table.remove(path)
             await self.namespace.delete_mount(path)
             self._under_stores.forget(path)
-            self.sync.found.forget(path)
+            await self.interval_sync.forget(path)
         log.info("unmounted", path=path)
 
     def mounts(self) -> list[Mount]:

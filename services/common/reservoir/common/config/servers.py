@@ -101,6 +101,9 @@ class MasterConfig:
     # Paths of new or changed files a sync keeps in its record (for a preload of what
     # changed); past it the record says it has more.
     sync_found_max: int = field(default=1000, metadata=env("RESERVOIR_SYNC_FOUND_MAX"))
+    # Mounts whose interval syncs run at once (each walks its tree with the metadata
+    # load's parallelism).
+    sync_mounts_at_once: int = field(default=2, metadata=env("RESERVOIR_SYNC_MOUNTS_AT_ONCE"))
     # An SQS long poll waits this long for a message (whole seconds, at most 20): the
     # delay of a quiet queue's stop, not of a change, which returns the poll at once.
     events_wait_s: int = field(default=1, metadata=env("RESERVOIR_EVENTS_WAIT"))
@@ -116,8 +119,11 @@ class MasterConfig:
             raise InvalidArgument(
                 "RESERVOIR_EVENTS_WAIT must be 0 to 20 (seconds) and RESERVOIR_EVENTS_BATCH 1 to 10"
             )
-        if self.sync_tick_s <= 0 or self.sync_found_max < 0:
-            raise InvalidArgument("RESERVOIR_SYNC_TICK must be > 0, RESERVOIR_SYNC_FOUND_MAX >= 0")
+        if self.sync_tick_s <= 0 or self.sync_found_max < 0 or self.sync_mounts_at_once < 1:
+            raise InvalidArgument(
+                "RESERVOIR_SYNC_TICK must be > 0, RESERVOIR_SYNC_FOUND_MAX >= 0, "
+                "RESERVOIR_SYNC_MOUNTS_AT_ONCE >= 1"
+            )
         if not 1 <= self.list_page_size <= self.list_max_page_size:
             raise InvalidArgument(
                 "RESERVOIR_LIST_PAGE_SIZE must be >= 1 and at most RESERVOIR_LIST_MAX_PAGE_SIZE"
