@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -25,7 +26,7 @@ from reservoir.common.metadata.metadata_store import open_metadata_store
 from reservoir.local.cluster import LocalCluster
 from reservoir.local.server_processes import DEV_CREDENTIALS
 from reservoir.master.interval_sync import SyncRecord, SyncRecords
-from tests.conftest import new_mount_path
+from tests.conftest import LEASE_TTL_S, new_mount_path
 from tests.eventually import eventually
 
 BLOCK = 64 * 1024
@@ -258,3 +259,72 @@ def test_reservoir_mount_takes_an_events_queue_and_refuses_what_is_not_a_queue_u
         assert {m["path"]: m["events_queue_url"] for m in mounts}[root] == queue
     finally:
         _cli(cluster, "unmount", root)
+
+
+@pytest.fixture
+def two_masters(tmp_path: Path) -> Iterator[LocalCluster]:
+    """A cluster of its own with a standby master, for a test that kills the leader."""
+    c = LocalCluster.up(
+        tmp_path / "cluster",
+        workers=1,
+        masters=2,
+        lease_ttl=LEASE_TTL_S,
+        env={"RESERVOIR_MASTER_LEASE_TTL": "2"},
+    )
+    try:
+        yield c
+    finally:
+        c.down()
+
+
+def _leader_process(c: Client, cluster: LocalCluster) -> str:
+    (leader,) = [m for m in c.masters() if m.role == "leader"]
+    (name,) = [
+        n
+        for n in cluster.master_names()
+        if f"127.0.0.1:{cluster.processes[n].port}" == leader.address
+    ]
+    return name
+
+
+def test_the_next_leader_goes_on_following_the_event_queue_and_syncing_on_schedule(
+    two_masters: LocalCluster,
+) -> None:
+    cluster = two_masters
+    s3, sqs = cluster.s3_client(), _sqs(cluster)
+    s3.create_bucket(Bucket="fresh")
+    queue = sqs.create_queue(QueueName="fresh")["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["QueueArn"])
+    s3.put_bucket_notification_configuration(
+        Bucket="fresh",
+        NotificationConfiguration={
+            "QueueConfigurations": [
+                {"QueueArn": arn["Attributes"]["QueueArn"], "Events": ["s3:ObjectCreated:*"]}
+            ]
+        },
+    )
+    s3.put_object(Bucket="fresh", Key="ev/a.bin", Body=b"a")
+    s3.put_object(Bucket="fresh", Key="iv/a.bin", Body=b"a")
+    with Client(config=cluster.client_config(file_info_ttl_s=0.2)) as c:
+        endpoint = cluster.s3_endpoint
+        c.mount("/ev", "s3://fresh/ev/", endpoint_url=endpoint, metadata_sync="never",
+                events_queue_url=queue)  # fmt: skip
+        c.mount("/iv", "s3://fresh/iv/", endpoint_url=endpoint, metadata_sync="interval:1s")
+        assert _names(c, "/ev") == {"a.bin"}
+        eventually(lambda: _record(cluster, "/iv"), what="the interval mount's first sync")
+
+        cluster.kill(_leader_process(c, cluster))
+        killed_ms = int(time.time() * 1000)
+        s3.put_object(Bucket="fresh", Key="ev/b.bin", Body=b"b")
+        # The standby leads within its lease TTL and follows the queue from there on: the
+        # event sent while no one led waited in the queue (or, when the dead leader's long
+        # poll took it, comes back after RESERVOIR_EVENTS_VISIBILITY, 10 s).
+        eventually(lambda: "b.bin" in _names(c, "/ev"), what="the event, by the next leader")
+
+        def synced_since_the_kill() -> bool:
+            record = _record(cluster, "/iv")
+            return record is not None and record.started_ms > killed_ms
+
+        eventually(synced_since_the_kill, what="a sync by the next leader")
+        record = _record(cluster, "/iv")
+        assert record is not None and not record.baseline and record.error == ""

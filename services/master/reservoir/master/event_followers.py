@@ -87,7 +87,10 @@ class EventFollowers:
                         )
                     )
                 messages = await self._sync.ufs(
-                    queue.receive, config.events_wait_s, config.events_batch
+                    queue.receive,
+                    config.events_wait_s,
+                    config.events_batch,
+                    config.events_visibility_s,
                 )
                 done = await self.apply(mount, messages)
                 await self._sync.ufs(queue.delete, done)

@@ -64,11 +64,15 @@ class SqsQueue:
             config=Config(**config),
         )
 
-    def receive(self, wait_s: int, batch: int) -> list[QueueMessage]:
-        """Up to `batch` messages, waiting up to `wait_s` seconds for the first."""
+    def receive(self, wait_s: int, batch: int, visibility_s: int) -> list[QueueMessage]:
+        """Up to `batch` messages, waiting up to `wait_s` seconds for the first; hidden
+        from other receivers for `visibility_s` seconds unless deleted meanwhile."""
         try:
             answer = self._sqs.receive_message(
-                QueueUrl=self.url, MaxNumberOfMessages=batch, WaitTimeSeconds=wait_s
+                QueueUrl=self.url,
+                MaxNumberOfMessages=batch,
+                WaitTimeSeconds=wait_s,
+                VisibilityTimeout=visibility_s,
             )
         except Exception as exc:
             raise self._error(exc, "receive") from exc
