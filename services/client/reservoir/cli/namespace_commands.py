@@ -42,6 +42,7 @@ def mount_dict(m: Mount) -> dict[str, Any]:
         "credentials": m.options.credentials,
         "metadata_sync": m.options.metadata_sync,
         "writable": m.options.writable,
+        "events_queue_url": m.options.events_queue_url,
         "dataset": m.options.dataset or None,
         **time_fields("created", m.created_ms),
     }
@@ -63,6 +64,7 @@ def cmd_mount(args: argparse.Namespace) -> None:
             metadata_sync=args.metadata_sync or "",
             replace=args.replace,
             writable=args.writable,
+            events_queue_url=args.events_queue or "",
         )
     emit(args, mount_dict(mount), lambda: f"mounted {mount.uri} at {mount.path}")
 
@@ -220,6 +222,12 @@ def register(commands: Subcommands) -> None:
         action="store_true",
         help="files may be written, moved and removed through Reservoir (checkpoints); "
         "s3:// only. Default: read-only",
+    )
+    p.add_argument(
+        "--events-queue",
+        metavar="URL",
+        help="an SQS queue receiving the bucket's S3 event notifications (ObjectCreated, "
+        "ObjectRemoved): changes show up in seconds; read with the mount's credentials",
     )
     p = commands.add("unmount", "remove a mount (the under-store is not touched)", cmd_unmount)
     p.add_argument("path", help="the mount's path")

@@ -150,11 +150,20 @@ class AsyncClient:
         metadata_sync: str = "",
         replace: bool = False,
         writable: bool = False,
+        events_queue_url: str = "",
     ) -> Mount:
         """Mounts `uri` at `path`; `replace` swaps out a mount already at `path`;
-        `writable`: files may be written, renamed and removed through Reservoir."""
+        `writable`: files may be written, renamed and removed through Reservoir;
+        `events_queue_url`: an SQS queue of the bucket's S3 event notifications."""
         options = MountOptions(
-            endpoint_url, region, block_size, credentials, metadata_ttl_ms, metadata_sync, writable
+            endpoint_url,
+            region,
+            block_size,
+            credentials,
+            metadata_ttl_ms,
+            metadata_sync,
+            writable,
+            events_queue_url=events_queue_url,
         )
         return await self._view.mount(path, uri, options, replace=replace)
 

@@ -87,10 +87,12 @@ class Client:
         metadata_sync: str = "",
         replace: bool = False,
         writable: bool = False,
+        events_queue_url: str = "",
     ) -> Mount:
         """Mounts the under-store `uri` (e.g. "s3://bucket/prefix/") at `path`, with
         the options `reservoir mount` documents; `replace` swaps out a mount already
-        at `path`; `writable` lets files be written there through Reservoir."""
+        at `path`; `writable` lets files be written there through Reservoir;
+        `events_queue_url` names an SQS queue of the bucket's S3 event notifications."""
         return self._run(
             self._async.mount(
                 path,
@@ -103,6 +105,7 @@ class Client:
                 metadata_sync=metadata_sync,
                 replace=replace,
                 writable=writable,
+                events_queue_url=events_queue_url,
             )
         )
 

@@ -6,6 +6,7 @@ import hashlib
 import json
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
+from urllib.parse import urlsplit
 
 from reservoir.common.config import MiB, parse_duration
 from reservoir.common.errors import InvalidArgument
@@ -28,6 +29,17 @@ def file_id_for(ufs_uri: str, etag: str, size: int, block_size: int) -> str:
     return digest.hexdigest()
 
 
+def check_queue_url(url: str) -> None:
+    """Refuses what cannot be an SQS queue URL (http(s)://host/account/queue-name)."""
+    parts = urlsplit(url)
+    segments = [s for s in parts.path.split("/") if s]
+    if parts.scheme not in ("http", "https") or not parts.netloc or len(segments) != 2:
+        raise InvalidArgument(
+            "events_queue_url must be an SQS queue URL, "
+            "https://sqs.<region>.amazonaws.com/<account>/<queue>"
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class MountOptions:
     endpoint_url: str = ""
@@ -39,6 +51,9 @@ class MountOptions:
     # Writes, renames and removals through Reservoir are allowed (checkpoints); read-only
     # unless mounted with it.
     writable: bool = False
+    # An SQS queue of the bucket's S3 event notifications, which the leader applies as
+    # they arrive (master/event_queue.py): changes seen in seconds, not at the interval.
+    events_queue_url: str = ""
     # The Dataset this mount is (master/datasets.py); empty for a mount made by hand.
     dataset: str = ""
 
@@ -52,6 +67,7 @@ class MountOptions:
             o.metadata_ttl_ms,
             o.metadata_sync,
             o.writable,
+            events_queue_url=o.events_queue_url,
             dataset=o.dataset,
         )
 
@@ -65,6 +81,15 @@ class MountOptions:
             other.credentials,
             other.block_size,
         )
+
+    def sync_interval_ms(self) -> int | None:
+        """How often the leader lists the mount's whole tree and applies what changed
+        (master/interval_sync.py): only when the mount says `interval:<d>` (a positive
+        duration); None otherwise."""
+        if not self.metadata_sync.startswith("interval:"):
+            return None
+        interval = int(parse_duration(self.metadata_sync[len("interval:") :]) * 1000)
+        return interval if interval > 0 else None
 
     def sync_ttl_ms(self, default_ms: int) -> int | None:
         """How long the namespace is trusted before it is checked against the
@@ -90,6 +115,8 @@ class MountOptions:
             raise InvalidArgument(f"block_size must be at most {MAX_BLOCK_SIZE // MiB} MiB")
         if self.metadata_ttl_ms < 0:
             raise InvalidArgument("metadata_ttl_ms must not be negative")
+        if self.events_queue_url:
+            check_queue_url(self.events_queue_url)
         return self
 
 

@@ -52,6 +52,7 @@ class MountOptions(_message.Message):
     METADATA_TTL_MS_FIELD_NUMBER: _builtins.int
     METADATA_SYNC_FIELD_NUMBER: _builtins.int
     WRITABLE_FIELD_NUMBER: _builtins.int
+    EVENTS_QUEUE_URL_FIELD_NUMBER: _builtins.int
     DATASET_FIELD_NUMBER: _builtins.int
     endpoint_url: _builtins.str
     region: _builtins.str
@@ -69,6 +70,11 @@ class MountOptions(_message.Message):
     """Files may be written, renamed and removed through Reservoir (write-through to the
     under-store, published on close). False: a read-only mount; writes PERMISSION_DENIED.
     """
+    events_queue_url: _builtins.str
+    """An SQS queue that receives the bucket's S3 event notifications (ObjectCreated:*,
+    ObjectRemoved:*): the leader applies them to the namespace as they arrive, read with
+    the mount's credentials. Empty: changes are seen by the metadata sync interval only.
+    """
     dataset: _builtins.str
     """The Dataset this mount is (`reservoir apply`); empty for a mount made by hand."""
     def __init__(
@@ -81,11 +87,12 @@ class MountOptions(_message.Message):
         metadata_ttl_ms: _builtins.int = ...,
         metadata_sync: _builtins.str = ...,
         writable: _builtins.bool = ...,
+        events_queue_url: _builtins.str = ...,
         dataset: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["block_size", b"block_size", "credentials", b"credentials", "dataset", b"dataset", "endpoint_url", b"endpoint_url", "metadata_sync", b"metadata_sync", "metadata_ttl_ms", b"metadata_ttl_ms", "region", b"region", "writable", b"writable"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["block_size", b"block_size", "credentials", b"credentials", "dataset", b"dataset", "endpoint_url", b"endpoint_url", "events_queue_url", b"events_queue_url", "metadata_sync", b"metadata_sync", "metadata_ttl_ms", b"metadata_ttl_ms", "region", b"region", "writable", b"writable"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,6 +1,7 @@
 """A local S3-compatible server for development, tests and benchmarks.
 
-moto's S3 implementation behind a thin WSGI layer that (1) counts requests by kind at the
+moto's S3 implementation (and its SQS: a bucket's event notifications reach a queue, as
+on AWS) behind a thin WSGI layer that (1) counts requests by kind at the
 server — so tests measure what really reached "S3", not what our code believes it sent —
 and (2) can add a first-byte latency, so a loopback store behaves like a remote one.
 
@@ -35,6 +36,14 @@ from urllib.parse import parse_qs
 ADMIN = "/_reservoir/"
 
 
+def _is_sqs(environ: dict[str, Any]) -> bool:
+    """An SQS call (botocore signs it for the `sqs` service; its JSON protocol names it)."""
+    target = environ.get("HTTP_X_AMZ_TARGET", "")
+    return target.startswith("AmazonSQS") or "/sqs/aws4_request" in environ.get(
+        "HTTP_AUTHORIZATION", ""
+    )
+
+
 class S3Observer:
     def __init__(self, app: Callable[..., Iterable[bytes]], latency_ms: float) -> None:
         self._app = app
@@ -62,6 +71,8 @@ class S3Observer:
             return self._admin(environ, path[len(ADMIN) :], start_response)
         query = environ.get("QUERY_STRING", "")
         kind = self.kind(environ["REQUEST_METHOD"], path, query)
+        if _is_sqs(environ):
+            kind = "SQS"  # moto serves the queues too; S3 counts stay S3's
         with self._lock:
             self.counts[kind] += 1
             failing = kind == "GET" and self.fail_gets > 0

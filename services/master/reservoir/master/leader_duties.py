@@ -12,7 +12,8 @@ from .service import MasterService
 
 class LeaderDuties:
     """The state loaded from etcd, the load jobs resumed, and the periodic work: block
-    locations flushed to etcd, the live workers refreshed, declared datasets reconciled."""
+    locations flushed to etcd, the live workers refreshed, the mounts kept fresh (their
+    interval syncs run, their S3 event queues followed), declared datasets reconciled."""
 
     def __init__(self, service: MasterService, config: MasterConfig) -> None:
         self._service = service
@@ -32,6 +33,12 @@ class LeaderDuties:
                 servers.every(
                     config.worker_refresh_interval_s, "worker_refresh", service.refresh_workers
                 )
+            ),
+            asyncio.create_task(
+                servers.every(config.sync_tick_s, "interval_sync", service.interval_sync.tick)
+            ),
+            asyncio.create_task(
+                servers.every(config.sync_tick_s, "events_follow", service.event_followers.tick)
             ),
             asyncio.create_task(
                 servers.every(

@@ -26,6 +26,7 @@ from reservoir.common.models import Inode, Mount, file_id_for
 from reservoir.common.understore.mounted_stores import MountedStores
 from reservoir.common.understore.under_store import ObjectInfo, UnderStore
 
+from .found_changes import FoundChanges
 from .mount_table import MountTable
 from .namespace_store import NamespaceStore
 
@@ -110,6 +111,9 @@ class NamespaceSync:
         self._mount_table = mount_table
         self._under_stores = under_stores
         self._pool = pool
+        # What listings, HEADs, loads and events found changed, per mount, until a sync's
+        # record takes it (master/interval_sync.py).
+        self.found = FoundChanges(config.sync_found_max)
         # Listings under way: every reader that misses in the directory meanwhile waits
         # on the same answer.
         self._listings: dict[_Flight, asyncio.Future[DirectoryListing | None]] = {}
@@ -273,16 +277,40 @@ class NamespaceSync:
         object: a directory, or nothing) and stored."""
         ufs = await self.under_store(mount)
         key = path[len(mount.path) + 1 :]
+        stored = await self._namespace.get(path)
         try:
             obj = await self.ufs(ufs.head, key)
-            inode = carried(await self._namespace.get(path), self.file_inode(mount, ufs, path, obj))
+            inode = carried(stored, self.file_inode(mount, ufs, path, obj))
         except NotFound:
             listing = await self.ufs(ufs.list, key + "/", 1)
             if not listing.objects and not listing.prefixes:
                 await self._namespace.delete(path)
+                if stored is not None:
+                    self.found.saw_removed(mount.path)
                 raise NotFound(f"{path}: no such file or directory") from None
             inode = dir_inode(path, mount)
         await self._namespace.put(inode)
+        if not _same(stored, inode):
+            self.found.saw(mount.path, stored, inode)
+        return inode
+
+    async def sync_object(self, mount: Mount, path: str) -> Inode | None:
+        """One object checked with a HEAD alone, and stored; None when it is gone (its
+        file inode removed). For a caller that knows the path names an object (an S3
+        event), not possibly a directory: no LIST to tell which."""
+        ufs = await self.under_store(mount)
+        stored = await self._namespace.get(path)
+        try:
+            obj = await self.ufs(ufs.head, path[len(mount.path) + 1 :])
+        except NotFound:
+            if stored is not None and not stored.is_dir:
+                await self._namespace.delete(path)
+                self.found.saw_removed(mount.path)
+            return None
+        inode = carried(stored, self.file_inode(mount, ufs, path, obj))
+        if not _same(stored, inode):
+            await self._namespace.put(inode)
+            self.found.saw(mount.path, stored, inode)
         return inode
 
     # ---- directories ----------------------------------------------------------------------
@@ -338,12 +366,22 @@ class NamespaceSync:
             if known is not None and known.is_dir:
                 await self._namespace.delete_subtree(path)
                 await self._namespace.delete(path)
+                self.found.saw_removed(mount.path)
             return DirectoryListing([])
         if not complete:
-            # Files only: a stored subdirectory keeps its own listing marker.
+            # Files only (a stored subdirectory keeps its own listing marker), and only
+            # those that changed: the rest of the directory is not known yet.
             files = [c for c in children if not c.is_dir]
-            await self._namespace.put_many(files)
-            return DirectoryListing(children, written=len(files), complete=False)
+            olds = await self._namespace.get_many([c.path for c in files])
+            found = [
+                (old, carried(old, new))
+                for old, new in zip(olds, files, strict=True)
+                if not _same(old, new)
+            ]
+            await self._namespace.put_many(new for _, new in found)
+            for old, new in found:
+                self.found.saw(mount.path, old, new)
+            return DirectoryListing(children, written=len(found), complete=False)
         seen = {c.path for c in children}
         stored = {c.path: c for c in await self.stored_children(path)}
         children = [carried(stored.get(c.path), c) for c in children]
@@ -358,4 +396,7 @@ class NamespaceSync:
         await self._namespace.write(changed, [old.path for old in gone])
         # After the children: the marker vouches for what is stored.
         await self._namespace.put(here)
+        for child in changed:
+            self.found.saw(mount.path, stored.get(child.path), child)
+        self.found.saw_removed(mount.path, len(gone))
         return DirectoryListing(children, len(changed), len(gone))

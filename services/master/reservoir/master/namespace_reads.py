@@ -40,7 +40,7 @@ class NamespaceReads:
         self._mounts = mounts
         self._sync = sync
         self._locations = locations
-        self._tree_load = TreeLoad(namespace, sync, config.metadata_load_parallelism)
+        self.tree_load = TreeLoad(namespace, sync, config.metadata_load_parallelism)
         self.directories = DirectoryPages(
             namespace, config, mounts, sync, self.file_info, self.with_locations
         )
@@ -183,7 +183,7 @@ class NamespaceReads:
             return
         if recursive:
             try:
-                async for counts in self._tree_load.run(mount, info.path):
+                async for counts in self.tree_load.run(mount, info.path):
                     yield (counts.listed, counts.written, counts.removed, False)
             except KeysOutOfOrder as exc:
                 log.warning("metadata_load_level_by_level", path=info.path, reason=str(exc))

@@ -29,6 +29,8 @@ from .block_moves import BlockMoves
 from .cache_rules import CacheRules
 from .dataset_reconciler import DatasetReconciler
 from .datasets import DatasetRecord, DatasetTable
+from .event_followers import EventFollowers
+from .interval_sync import IntervalSync, SyncRecords
 from .job_counters import LoadJobCounters
 from .job_records import JobRecords
 from .jobs import LoadJobs
@@ -122,6 +124,17 @@ class MasterService:
         self.writes = WriteSessions(
             store, config, self.mount_table, self.namespace, self.sync, self.drop_blocks
         )
+        # Freshness: the mounts' interval syncs, and their S3 event queues followed.
+        self.interval_sync = IntervalSync(
+            self.mount_table,
+            self.reads.tree_load,
+            self.sync.found,
+            SyncRecords(store),
+            config.sync_mounts_at_once,
+        )
+        self.event_followers = EventFollowers(
+            self.mount_table, self.sync, self.namespace, self.writes.missing_parents, config
+        )
         self.datasets = DatasetTable(store)
         self.reconciler = DatasetReconciler(
             self.datasets,
@@ -155,6 +168,7 @@ class MasterService:
         await self.members.forget_marks()  # of workers gone or restarted meanwhile
         await self.refresh_workers()
         await self.jobs.resume()
+        self.interval_sync.restart()
         self.writes.start()  # aborts the uploads of writers that died, this master's or not
         log.info("master_state_loaded", mounts=len(self.mount_table))
 
@@ -186,6 +200,8 @@ class MasterService:
         for the next leader to resume; the last block reports go to etcd first."""
         await self.reconciler.close()
         await self._stop_counting()
+        await self.event_followers.stop()
+        await self.interval_sync.stop()
         await self.writes.stop()
         await self.jobs.close()
         try:
@@ -196,6 +212,8 @@ class MasterService:
     async def close(self) -> None:
         await self.reconciler.close()
         await self._stop_counting()
+        await self.event_followers.stop()
+        await self.interval_sync.stop()
         await self.writes.stop()
         await self.jobs.close()
         await self._workers.close()
@@ -242,6 +260,7 @@ class MasterService:
             if old is not None:
                 # Inodes (ETags, sizes, block sizes) and listing marks came from the old store.
                 await self.namespace.delete_mount(path)
+                await self.interval_sync.forget(path)
         log.info(
             "remounted" if old else "mounted",
             path=path,
@@ -259,6 +278,7 @@ class MasterService:
             await self.mount_table.remove(path)
             await self.namespace.delete_mount(path)
             self._under_stores.forget(path)
+            await self.interval_sync.forget(path)
         log.info("unmounted", path=path)
 
     def mounts(self) -> list[Mount]:

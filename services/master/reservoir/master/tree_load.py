@@ -85,7 +85,8 @@ class TreeLoad:
 
     async def run(self, mount: Mount, top: str) -> AsyncIterator[LoadCounts]:
         """Loads the tree below directory `top`; yields the running counts now and then
-        and once more, final, at the end."""
+        and once more, final, at the end. What it finds changed is noted in the sync's
+        `found` (found_changes.py)."""
         counts = LoadCounts()
         # The first levels, as a level-by-level load lists them, until the tree is wide
         # enough to walk several subtrees at a time.
@@ -194,7 +195,7 @@ class TreeLoad:
                 here.entries.append(self._sync.file_inode(mount, ufs, child, obj))
                 counts.listed += 1
                 if len(here.entries) >= _FLUSH_ENTRIES:
-                    await self._flush(here, counts)
+                    await self._flush(mount, here, counts)
         while len(stack) > 1:
             await self._close(mount, stack.pop(), stack[-1], counts, tasks)
         await self._store(mount, stack.pop(), counts)
@@ -256,15 +257,22 @@ class TreeLoad:
         # The parent's writes wait on this one: finished ones need not be remembered.
         parent.below = [t for t in parent.below if _unsettled(t)]
 
-    async def _flush(self, here: _Open, counts: LoadCounts) -> None:
-        """Writes a big directory's entries so far, remembering only their names."""
+    async def _flush(self, mount: Mount, here: _Open, counts: LoadCounts) -> None:
+        """Writes what changed among a big directory's entries so far, remembering only
+        their names."""
         if here.flushed is None:
             here.flushed = set()
         here.flushed.update(e.path.rsplit("/", 1)[1] for e in here.entries)
         batch, here.entries = here.entries, []
         async with self._writes:
-            await self._namespace.put_many(batch)
-        counts.written += len(batch)
+            stored = await self._namespace.get_many([e.path for e in batch])
+            changed: list[Inode] = []
+            for old, new in zip(stored, batch, strict=True):
+                if old is None or not _same(old, new):
+                    changed.append(new)
+                    self._sync.found.saw(mount.path, old, new)
+            await self._namespace.put_many(changed)
+        counts.written += len(changed)
 
     async def _store(self, mount: Mount, done: _Open, counts: LoadCounts) -> None:
         """Makes etcd agree with a complete directory: what changed written, what is gone
@@ -288,9 +296,13 @@ class TreeLoad:
                             await self._namespace.delete_subtree(old.path)
                     elif new is not None and not _same(old, new):
                         changed.append(new)
+                        self._sync.found.saw(mount.path, old, new)
                         markers += new.is_dir and old.is_dir
-            changed.extend(seen.values())  # not stored before
+            for new in seen.values():  # not stored before
+                changed.append(new)
+                self._sync.found.saw(mount.path, None, new)
             await self._namespace.write(changed, gone)
+        self._sync.found.saw_removed(mount.path, len(gone))
         counts.written += len(changed) - markers
         counts.removed += len(gone)
 

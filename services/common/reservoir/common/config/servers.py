@@ -102,7 +102,46 @@ class MasterConfig:
         default=300.0, metadata=env("RESERVOIR_WRITE_ABORT_TIMEOUT")
     )
 
+    # Freshness (master/interval_sync.py, master/event_queue.py). How often the leader
+    # looks for mounts whose `interval:<d>` sync is due, and for mounts whose event queue
+    # it should start or stop following.
+    sync_tick_s: float = field(default=0.5, metadata=env("RESERVOIR_SYNC_TICK"))
+    # Paths of new or changed files a sync keeps in its record (for a preload of what
+    # changed); past it the record says it has more.
+    sync_found_max: int = field(default=1000, metadata=env("RESERVOIR_SYNC_FOUND_MAX"))
+    # Mounts whose interval syncs run at once (each walks its tree with the metadata
+    # load's parallelism).
+    sync_mounts_at_once: int = field(default=2, metadata=env("RESERVOIR_SYNC_MOUNTS_AT_ONCE"))
+    # An SQS long poll waits this long for a message (whole seconds, at most 20): the
+    # delay of a quiet queue's stop, not of a change, which returns the poll at once.
+    events_wait_s: int = field(default=1, metadata=env("RESERVOIR_EVENTS_WAIT"))
+    # Messages per receive (SQS takes 1 to 10).
+    events_batch: int = field(default=10, metadata=env("RESERVOIR_EVENTS_BATCH"))
+    # A message received is hidden from other receivers this long (whole seconds): if the
+    # leader that took it dies before deleting it (a long poll answered to a dead
+    # process), the next leader gets it after this, not after the queue's default 30 s.
+    # An event applied twice does no harm.
+    events_visibility_s: int = field(default=10, metadata=env("RESERVOIR_EVENTS_VISIBILITY"))
+    # After a failed receive, the follower waits this long (doubled each time, at most
+    # the max, with jitter) before the next: a queue that is gone is not hammered.
+    events_backoff_s: float = field(default=0.5, metadata=env("RESERVOIR_EVENTS_BACKOFF"))
+    events_backoff_max_s: float = field(default=30.0, metadata=env("RESERVOIR_EVENTS_BACKOFF_MAX"))
+
     def __post_init__(self) -> None:
+        if (
+            not 0 <= self.events_wait_s <= 20
+            or not 1 <= self.events_batch <= 10
+            or self.events_visibility_s < 1
+        ):
+            raise InvalidArgument(
+                "RESERVOIR_EVENTS_WAIT must be 0 to 20 (seconds), RESERVOIR_EVENTS_BATCH 1 to "
+                "10 and RESERVOIR_EVENTS_VISIBILITY at least 1 (seconds)"
+            )
+        if self.sync_tick_s <= 0 or self.sync_found_max < 0 or self.sync_mounts_at_once < 1:
+            raise InvalidArgument(
+                "RESERVOIR_SYNC_TICK must be > 0, RESERVOIR_SYNC_FOUND_MAX >= 0, "
+                "RESERVOIR_SYNC_MOUNTS_AT_ONCE >= 1"
+            )
         if not 1 <= self.list_page_size <= self.list_max_page_size:
             raise InvalidArgument(
                 "RESERVOIR_LIST_PAGE_SIZE must be >= 1 and at most RESERVOIR_LIST_MAX_PAGE_SIZE"

@@ -34,6 +34,14 @@ MASTER_TERM = MASTERS + b"term"
 MASTER_MEMBERS = MASTERS + b"members/"
 
 
+# What the leader's last interval sync of each mount found (master/interval_sync.py).
+MOUNT_SYNC = ROOT + b"mount-sync"
+
+
+def mount_sync_key(path: str) -> bytes:
+    return MOUNT_SYNC + path.encode()
+
+
 def mount_key(path: str) -> bytes:
     return MOUNTS + path.encode()
 

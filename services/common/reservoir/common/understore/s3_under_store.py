@@ -120,6 +120,28 @@ def _read_credentials_file(path: str) -> tuple[str, str, str | None]:
         raise InvalidArgument(f"credentials file {path} lacks {exc.args[0]}") from exc
 
 
+def aws_session(source: str) -> tuple[Any, bool]:
+    """The boto3 session holding the credentials a mount's credential source names (what
+    its S3 clients, and its event queue's, sign with); True when requests go unsigned
+    (anonymous)."""
+    import boto3
+
+    redact_sdk_logs()
+    session_args: dict[str, Any] = {}
+    if source.startswith("file:"):
+        key, secret, token = _read_credentials_file(source[len("file:") :])
+        session_args = {
+            "aws_access_key_id": key,
+            "aws_secret_access_key": secret,
+            "aws_session_token": token,
+        }
+    elif source not in ("", "env", "anonymous"):
+        raise InvalidArgument(
+            f"unknown credential source {source!r} (env, anonymous or file:/path)"
+        )
+    return boto3.session.Session(**session_args), source == "anonymous"
+
+
 class S3UnderStore(UnderStore):
     def __init__(self, uri: str, settings: UnderStoreSettings, client: Any = None) -> None:
         """`client`: a ready boto3 S3 client (tests); by default one is built from settings."""
@@ -153,25 +175,7 @@ class S3UnderStore(UnderStore):
 
     @staticmethod
     def _session(settings: UnderStoreSettings) -> tuple[Any, bool]:
-        """The boto3 session holding the credentials both clients sign with; True when
-        requests go unsigned (anonymous)."""
-        import boto3
-
-        redact_sdk_logs()
-        session_args: dict[str, Any] = {}
-        source = settings.credentials
-        if source.startswith("file:"):
-            key, secret, token = _read_credentials_file(source[len("file:") :])
-            session_args = {
-                "aws_access_key_id": key,
-                "aws_secret_access_key": secret,
-                "aws_session_token": token,
-            }
-        elif source not in ("", "env", "anonymous"):
-            raise InvalidArgument(
-                f"unknown credential source {source!r} (env, anonymous or file:/path)"
-            )
-        return boto3.session.Session(**session_args), source == "anonymous"
+        return aws_session(settings.credentials)
 
     @staticmethod
     def _client(settings: UnderStoreSettings, session: Any, anonymous: bool) -> Any:
