@@ -7,8 +7,8 @@ import itertools
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from reservoir.common.config import parse_size
-from reservoir.common.models import Inode, Mount
+from reservoir.common.config import parse_duration, parse_size
+from reservoir.common.models import NORMAL, PRIORITIES, Inode, Mount
 
 from .connection import open_client
 from .output import Table, emit, fields, human, iso_time, print_json_array, time_fields
@@ -42,6 +42,9 @@ def mount_dict(m: Mount) -> dict[str, Any]:
         "credentials": m.options.credentials,
         "metadata_sync": m.options.metadata_sync,
         "writable": m.options.writable,
+        "quota_bytes": m.options.quota_bytes,
+        "priority": m.options.priority or NORMAL,
+        "idle_ttl_ms": m.options.idle_ttl_ms,
         **time_fields("created", m.created_ms),
     }
 
@@ -62,6 +65,9 @@ def cmd_mount(args: argparse.Namespace) -> None:
             metadata_sync=args.metadata_sync or "",
             replace=args.replace,
             writable=args.writable,
+            quota_bytes=args.quota or 0,
+            priority=args.priority or "",
+            idle_ttl_ms=int(parse_duration(args.idle_ttl) * 1000) if args.idle_ttl else 0,
         )
     emit(args, mount_dict(mount), lambda: f"mounted {mount.uri} at {mount.path}")
 
@@ -217,6 +223,24 @@ def register(commands: Subcommands) -> None:
         action="store_true",
         help="files may be written, moved and removed through Reservoir (checkpoints); "
         "s3:// only. Default: read-only",
+    )
+    p.add_argument(
+        "--quota",
+        type=parse_size,
+        metavar="SIZE",
+        help="the most bytes of this mount the whole cluster caches, e.g. 200GiB (default: no cap)",
+    )
+    p.add_argument(
+        "--priority",
+        choices=list(PRIORITIES),
+        help="whose blocks a full worker evicts first: low, then normal, then high "
+        "(default: normal)",
+    )
+    p.add_argument(
+        "--idle-ttl",
+        metavar="DURATION",
+        help="drop the mount's cached blocks once it was not read for this long, e.g. 72h "
+        "(default: never)",
     )
     p = commands.add("unmount", "remove a mount (the under-store is not touched)", cmd_unmount)
     p.add_argument("path", help="the mount's path")

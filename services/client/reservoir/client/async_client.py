@@ -146,11 +146,24 @@ class AsyncClient:
         metadata_sync: str = "",
         replace: bool = False,
         writable: bool = False,
+        quota_bytes: int = 0,
+        priority: str = "",
+        idle_ttl_ms: int = 0,
     ) -> Mount:
         """Mounts `uri` at `path`; `replace` swaps out a mount already at `path`;
-        `writable`: files may be written, renamed and removed through Reservoir."""
+        `writable`: files may be written, renamed and removed through Reservoir;
+        `quota_bytes`, `priority` and `idle_ttl_ms`: see `Client.mount`."""
         options = MountOptions(
-            endpoint_url, region, block_size, credentials, metadata_ttl_ms, metadata_sync, writable
+            endpoint_url,
+            region,
+            block_size,
+            credentials,
+            metadata_ttl_ms,
+            metadata_sync,
+            writable,
+            quota_bytes,
+            priority,
+            idle_ttl_ms,
         )
         return await self._view.mount(path, uri, options, replace=replace)
 

@@ -85,10 +85,16 @@ class Client:
         metadata_sync: str = "",
         replace: bool = False,
         writable: bool = False,
+        quota_bytes: int = 0,
+        priority: str = "",
+        idle_ttl_ms: int = 0,
     ) -> Mount:
         """Mounts the under-store `uri` (e.g. "s3://bucket/prefix/") at `path`, with
         the options `reservoir mount` documents; `replace` swaps out a mount already
-        at `path`; `writable` lets files be written there through Reservoir."""
+        at `path`; `writable` lets files be written there through Reservoir.
+        `quota_bytes` caps what the cluster caches of the mount, `priority` ("low",
+        "normal", "high") orders whose blocks go first under pressure, and `idle_ttl_ms`
+        drops its blocks once it was not read for that long."""
         return self._run(
             self._async.mount(
                 path,
@@ -101,6 +107,9 @@ class Client:
                 metadata_sync=metadata_sync,
                 replace=replace,
                 writable=writable,
+                quota_bytes=quota_bytes,
+                priority=priority,
+                idle_ttl_ms=idle_ttl_ms,
             )
         )
 

@@ -52,6 +52,9 @@ class MountOptions(_message.Message):
     METADATA_TTL_MS_FIELD_NUMBER: _builtins.int
     METADATA_SYNC_FIELD_NUMBER: _builtins.int
     WRITABLE_FIELD_NUMBER: _builtins.int
+    QUOTA_BYTES_FIELD_NUMBER: _builtins.int
+    PRIORITY_FIELD_NUMBER: _builtins.int
+    IDLE_TTL_MS_FIELD_NUMBER: _builtins.int
     endpoint_url: _builtins.str
     region: _builtins.str
     block_size: _builtins.int
@@ -68,6 +71,14 @@ class MountOptions(_message.Message):
     """Files may be written, renamed and removed through Reservoir (write-through to the
     under-store, published on close). False: a read-only mount; writes PERMISSION_DENIED.
     """
+    quota_bytes: _builtins.int
+    """Cluster-wide cap on this mount's cached bytes; 0 = none. Workers keep within a
+    capacity-weighted share each, evicting the mount's own blocks first.
+    """
+    priority: _builtins.str
+    """"low", "normal" or "high" (empty = normal): whose blocks a worker evicts first."""
+    idle_ttl_ms: _builtins.int
+    """The mount's blocks are reclaimed once it was not read for this long; 0 = never."""
     def __init__(
         self,
         *,
@@ -78,10 +89,13 @@ class MountOptions(_message.Message):
         metadata_ttl_ms: _builtins.int = ...,
         metadata_sync: _builtins.str = ...,
         writable: _builtins.bool = ...,
+        quota_bytes: _builtins.int = ...,
+        priority: _builtins.str = ...,
+        idle_ttl_ms: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["block_size", b"block_size", "credentials", b"credentials", "endpoint_url", b"endpoint_url", "metadata_sync", b"metadata_sync", "metadata_ttl_ms", b"metadata_ttl_ms", "region", b"region", "writable", b"writable"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["block_size", b"block_size", "credentials", b"credentials", "endpoint_url", b"endpoint_url", "idle_ttl_ms", b"idle_ttl_ms", "metadata_sync", b"metadata_sync", "metadata_ttl_ms", b"metadata_ttl_ms", "priority", b"priority", "quota_bytes", b"quota_bytes", "region", b"region", "writable", b"writable"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
