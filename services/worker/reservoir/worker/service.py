@@ -28,6 +28,7 @@ from .block_read import BlockRead, Fetched, FileRead, range_read, window
 from .cache_rules import BlockExpiry, CacheRuleTable
 from .counters import UFS, WorkerCounters
 from .memory_tier import BlockId
+from .mount_shares import MountShares
 from .mount_table import MountTable
 from .read_request import BlockRequest
 from .read_trace import ReadTrace
@@ -57,7 +58,11 @@ class WorkerService:
         self.rules = rules
         self.expiry = BlockExpiry()
         self.store = TieredStore.from_config(config, self, unlisted_shm=unlisted_shm, pins=rules)
+        # Each mount's share of this cache (quota, priority, idle TTL), kept as mounts change.
+        self.shares = MountShares(config.capacity_bytes, rules)
+        self.store.memory.order = self.shares
         self.mounts = mounts
+        mounts.subscribe(self.shares)
         self._under_stores = MountedStores.from_settings(
             config.ufs, UnderStoreMetrics(registry, "reservoir_worker_")
         )
@@ -72,6 +77,7 @@ class WorkerService:
     def block_gone(self, block: BlockId, size: int, tier: str) -> None:
         """No tier holds `block` any more (BlockEvents)."""
         self.counters.evictions += 1
+        self.shares.gone(block)
         self.added.discard(block)
         self.removed.add(block)
         log.debug("block_evicted", file_id=block[0], index=block[1], bytes=size, tier=tier)
@@ -174,6 +180,7 @@ class WorkerService:
                 raise NotFound(f"block {request.index} of {request.file_id} is not held here")
             data, crc, source = held
         else:
+            self.shares.read(request.block, request.mount_path)
             data, crc, source = await self._block(request)
         read = range_read(data, crc, request.offset, request.length, source)
         self.served(source, read.length, trace)
@@ -189,6 +196,7 @@ class WorkerService:
         if request.offset != 0 or 0 <= request.length < request.block_length:
             return None
         self._expire_if_stale(request)
+        self.shares.read(request.block, request.mount_path)
         found = self.store.file_of(request.block)
         if found is None:
             return None
@@ -269,7 +277,7 @@ class WorkerService:
             )
         crc = checksum(data)
         self.counters.bytes_from_ufs += length
-        if self.store.put(request.block, data, crc, start):
+        if self.shares.keep(self.store, request.mount_path, request.block, data, crc, start):
             self.removed.discard(request.block)
             self.added.add(request.block)
             self._expire_if_stale(request)  # starts its TTL's clock, if it has one

@@ -1,0 +1,236 @@
+"""Each mount's part of one worker's cache: its quota share, fair eviction, last reads.
+
+A mount's `quota_bytes` caps the whole cluster. Blocks land on their homes, which are
+spread over the workers by capacity, so each worker keeps within the same capacity-weighted
+share of the quota: `quota × own capacity / cluster capacity`. The weight is a pure
+function of the worker registry in etcd (what placement already reads), refreshed every
+few seconds (share_weight.py); a worker that cannot read etcd keeps the weight it last
+had, so the master (or etcd) being down costs nothing. Until a weight is known a mount
+with a quota keeps nothing here: a read is served, not cached. Overshoot is at most one
+block per worker: a block is kept only after its mount's own blocks made room for it.
+
+Under pressure a tier evicts fairly: first the blocks of mounts over their share (a mount
+without a quota shares what the quotas leave equally with the other such mounts holding
+blocks here), then the others; within each, low priority before normal before high,
+coldest first. So a scan of one mount cannot push another below its share.
+
+A block's mount is known from the request that brought it (requests carry the mount
+path); the map holds only what the worker holds, so it is bounded by the cache. Blocks
+found on disk at start, before any request names their mount, count as no mount's.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Iterator
+from typing import Protocol
+
+from reservoir.common import logs
+from reservoir.common.models import Mount, MountOptions
+
+from .memory_tier import BlockId, Pins
+
+log = logs.get_logger(__name__)
+
+NO_MOUNT = ""  # the mount of a block no request has named yet
+_OVER, _UNDER = 0, 1
+
+
+class BlockHolder(Protocol):
+    """Where blocks are kept (the worker's tiered store)."""
+
+    def put(self, block: BlockId, data: bytes | memoryview, crc: int, offset: int) -> bool: ...
+
+    def evict(self, blocks: list[BlockId]) -> list[tuple[BlockId, int]]: ...
+
+
+class MountShares:
+    def __init__(self, capacity_bytes: int, pins: Pins) -> None:
+        self._capacity = capacity_bytes
+        self._pins = pins
+        # This worker's fraction of the cluster's capacity; None until first read.
+        self.weight: float | None = None
+        self._options: dict[str, MountOptions] = {}
+        self._created_s: dict[str, float] = {}
+        self._mount_of: dict[BlockId, str] = {}
+        self._sizes: dict[BlockId, int] = {}
+        # Per mount, its held blocks least recently used first (whose go first).
+        self._held: dict[str, OrderedDict[BlockId, None]] = {}
+        self._bytes: dict[str, int] = {}
+        self._last_read_s: dict[str, float] = {}
+
+    # ---- MountListener: the mount table's changes ---------------------------------------
+
+    def mount_changed(self, mount: Mount) -> None:
+        self._options[mount.path] = mount.options
+        self._created_s[mount.path] = mount.created_ms / 1000
+
+    def mount_removed(self, mount_path: str) -> None:
+        self._options.pop(mount_path, None)
+        self._created_s.pop(mount_path, None)
+
+    # ---- what is held ------------------------------------------------------------------
+
+    def expect(self, block: BlockId, mount_path: str) -> None:
+        """`block` of `mount_path` is about to be offered to the tiers."""
+        if block not in self._sizes:
+            self._mount_of[block] = mount_path
+
+    def held(self, block: BlockId, size: int) -> None:
+        """`block` (see `expect`) is now held by a tier."""
+        if block in self._sizes:
+            return
+        mount = self._mount_of.setdefault(block, NO_MOUNT)
+        self._sizes[block] = size
+        self._held.setdefault(mount, OrderedDict())[block] = None
+        self._bytes[mount] = self._bytes.get(mount, 0) + size
+
+    def gone(self, block: BlockId) -> None:
+        """No tier holds `block` any more (or it was expected and not kept)."""
+        mount = self._mount_of.pop(block, None)
+        size = self._sizes.pop(block, None)
+        if mount is None or size is None:
+            return
+        self._bytes[mount] -= size
+        blocks = self._held[mount]
+        blocks.pop(block, None)
+        if not blocks:
+            del self._held[mount], self._bytes[mount]
+
+    def bytes_of(self, mount_path: str) -> int:
+        return self._bytes.get(mount_path, 0)
+
+    def blocks_of(self, mount_path: str) -> list[BlockId]:
+        return list(self._held.get(mount_path, ()))
+
+    def mount_of(self, block: BlockId) -> str:
+        return self._mount_of.get(block, NO_MOUNT)
+
+    # ---- reads -------------------------------------------------------------------------
+
+    def read(self, block: BlockId, mount_path: str, now_s: float | None = None) -> None:
+        """A reader asked for `block` of `mount_path` (a load is not a read)."""
+        self._last_read_s[mount_path] = time.time() if now_s is None else now_s
+        mount = self._mount_of.get(block)
+        if mount is not None and block in self._sizes:
+            self._held[mount].move_to_end(block)
+
+    def last_read_s(self, mount_path: str) -> float:
+        """When a reader last asked this worker for the mount, else when it was made."""
+        return max(self._last_read_s.get(mount_path, 0.0), self._created_s.get(mount_path, 0.0))
+
+    def idle_ttl_s(self) -> dict[str, float]:
+        """The mounts with an idle TTL, and it."""
+        return {p: o.idle_ttl_ms / 1000 for p, o in self._options.items() if o.idle_ttl_ms}
+
+    # ---- quota: admission --------------------------------------------------------------
+
+    def share(self, mount_path: str) -> int | None:
+        """The bytes of `mount_path` this worker may hold; None: no cap of its own."""
+        options = self._options.get(mount_path)
+        if options is None or not options.quota_bytes:
+            return None
+        if self.weight is None:
+            return 0
+        return int(options.quota_bytes * self.weight)
+
+    def make_room(self, mount_path: str, size: int) -> list[BlockId] | None:
+        """The mount's own blocks to evict before a `size`-byte block of it is kept
+        within its share (coldest first, pinned ones never); None: it is not kept."""
+        share = self.share(mount_path)
+        if share is None:
+            return []
+        need = self.bytes_of(mount_path) + size - share
+        if need <= 0:
+            return []
+        chosen: list[BlockId] = []
+        for block in self._held.get(mount_path, ()):
+            if self._pins.pinned(block):
+                continue
+            chosen.append(block)
+            need -= self._sizes[block]
+            if need <= 0:
+                return chosen
+        return None
+
+    def keep(
+        self,
+        holder: BlockHolder,
+        mount_path: str,
+        block: BlockId,
+        data: bytes | memoryview,
+        crc: int,
+        offset: int,
+    ) -> bool:
+        """Offers a fetched block to `holder` once its mount's own blocks made room for it
+        within the mount's share; True if kept (a block not kept is still served)."""
+        if block in self._sizes:
+            return True
+        room = self.make_room(mount_path, len(data))
+        if room is None:
+            log.debug("block_over_quota", mount=mount_path, file_id=block[0], index=block[1])
+            return False
+        if room:
+            holder.evict(room)
+        self.expect(block, mount_path)
+        if holder.put(block, data, crc, offset):
+            self.held(block, len(data))
+            return True
+        self.gone(block)
+        return False
+
+    # ---- fairness: eviction order (VictimOrder, for the memory tier) -------------------
+
+    @property
+    def active(self) -> bool:
+        """Some mount has a quota or a priority other than normal: eviction is fair."""
+        return any(o.quota_bytes or o.priority_rank != 1 for o in self._options.values())
+
+    def _classes(self, arriving: BlockId) -> dict[str, tuple[int, int]]:
+        """Each mount holding blocks here: (over its share or not, priority rank), the
+        `arriving` block counted with its mount's."""
+        incoming = self.mount_of(arriving)
+        held = dict(self._bytes)
+        if arriving not in self._sizes:
+            held[incoming] = held.get(incoming, 0) + 1  # a byte more tips a full mount over
+        shares = {m: self.share(m) for m in held}
+        reserved = sum(min(s, self._capacity) for s in shares.values() if s is not None)
+        open_mounts = [m for m, s in shares.items() if s is None]
+        open_share = max(0, self._capacity - reserved) // max(1, len(open_mounts))
+        classes = {}
+        for mount, share in shares.items():
+            limit = open_share if share is None else share
+            options = self._options.get(mount)
+            rank = options.priority_rank if options is not None else 1
+            classes[mount] = (_OVER if held[mount] > limit else _UNDER, rank)
+        return classes
+
+    def favoured(self, block: BlockId) -> bool:
+        """A block of a mount under its share, while some mount is over its own: it is
+        kept whatever the tier's admission policy says (the over-share mount pays)."""
+        if not self.active:
+            return False
+        classes = self._classes(block)
+        return classes[self.mount_of(block)][0] == _UNDER and any(
+            c[0] == _OVER for c in classes.values()
+        )
+
+    def order(self, arriving: BlockId, victims: Iterator[BlockId]) -> Iterator[BlockId]:
+        """`victims` (the tier's policy order) regrouped: blocks of mounts over their
+        share first, lower priority first, the policy's order within each group. Lazy:
+        the first group's blocks are handed out as they are met."""
+        if not self.active:
+            yield from victims
+            return
+        classes = self._classes(arriving)
+        first = min(classes.values(), default=(_OVER, 0))
+        later: dict[tuple[int, int], list[BlockId]] = {}
+        for block in victims:
+            cls = classes.get(self.mount_of(block), (_UNDER, 1))
+            if cls == first:
+                yield block
+            else:
+                later.setdefault(cls, []).append(block)
+        for cls in sorted(later):
+            yield from later[cls]
