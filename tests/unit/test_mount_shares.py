@@ -161,6 +161,29 @@ def test_without_quotas_or_priorities_eviction_is_the_policys_alone() -> None:
     assert shares.bytes_of("/a") == 60 * BLOCK  # LRU: A's oldest went, though B is smaller
 
 
+def test_a_lowered_quota_names_the_mounts_coldest_blocks_over_the_new_share() -> None:
+    store, shares = _worker()
+    _mount(shares, "/a", quota_bytes=20 * BLOCK)
+    for i in range(20):
+        _read(store, shares, "/a", ("a", i))
+    _read(store, shares, "/a", ("a", 0))  # read again: the warmest
+    assert shares.excess() == []
+    _mount(shares, "/a", quota_bytes=15 * BLOCK)  # the mount table brings the change
+    assert shares.excess() == [("a", i) for i in range(1, 6)]
+    shares.weight = None
+    assert shares.excess() == []  # a weight not known yet never empties the cache
+
+
+def test_a_block_kept_before_its_mount_was_known_counts_with_it_once_read() -> None:
+    store, shares = _worker()
+    _mount(shares, "/a", quota_bytes=20 * BLOCK)
+    store.put(("a", 0), b"x" * BLOCK, 0, 0)  # e.g. found on disk at start
+    shares.held(("a", 0), BLOCK)
+    assert shares.bytes_of("/a") == 0
+    shares.adopt(("a", 0), "/a", BLOCK)
+    assert shares.bytes_of("/a") == BLOCK and shares.blocks_of("/a") == [("a", 0)]
+
+
 def test_capacity_weight_is_this_workers_part_of_the_live_capacity() -> None:
     assert capacity_weight("w1", 100, {"w1": 100, "w2": 300}) == 0.25
     assert capacity_weight("w1", 100, {"w2": 100}) == 0.5  # not registered yet: counted

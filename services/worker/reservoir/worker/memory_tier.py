@@ -189,16 +189,20 @@ class MemoryTier:
         return True
 
     def _victims(self, arriving: BlockId, need: int) -> list[BlockId] | None:
-        """Blocks to evict to free `need` bytes for `arriving`, or None if that cannot be done. A pinned
-        block may leave only when a lower tier holds it (it stays in the worker)."""
+        """Blocks to evict to free `need` bytes for `arriving`, or None if that cannot be
+        done. A pinned block may leave only when a lower tier holds it (it stays in the
+        worker). The order may name blocks this tier does not hold (held below only)."""
         chosen: list[BlockId] = []
         freed = 0
         below = self.below
         for victim in self.order.order(arriving, self.policy.victims()):
+            entry = self._blocks.get(victim)
+            if entry is None:
+                continue
             if self.pins.pinned(victim) and (below is None or not below.holds(victim)):
                 continue
             chosen.append(victim)
-            freed += self._blocks[victim].length
+            freed += entry.length
             if freed >= need:
                 return chosen
         return None

@@ -77,6 +77,17 @@ class MountShares:
         if block not in self._sizes:
             self._mount_of[block] = mount_path
 
+    def adopt(self, block: BlockId, mount_path: str, size: int) -> None:
+        """A held block a request names: counted with its mount, if it was no mount's
+        yet (found on disk at start, kept before its mount was known)."""
+        if block not in self._sizes:
+            self._mount_of[block] = mount_path
+            self.held(block, size)
+        elif self._mount_of[block] == NO_MOUNT and mount_path != NO_MOUNT:
+            self.gone(block)
+            self._mount_of[block] = mount_path
+            self.held(block, size)
+
     def held(self, block: BlockId, size: int) -> None:
         """`block` (see `expect`) is now held by a tier."""
         if block in self._sizes:
@@ -217,20 +228,40 @@ class MountShares:
         )
 
     def order(self, arriving: BlockId, victims: Iterator[BlockId]) -> Iterator[BlockId]:
-        """`victims` (the tier's policy order) regrouped: blocks of mounts over their
-        share first, lower priority first, the policy's order within each group. Lazy:
-        the first group's blocks are handed out as they are met."""
+        """The blocks to evict first first, to make room for `arriving`: the mounts over
+        their share, lower priority first, each mount's least recently read first; then
+        the mounts under theirs; then what no mount claims in the policy's `victims`
+        order. Lazy, and each mount's list is its own, so finding the first victim costs
+        what is skipped of that mount, not a walk over every block held. The tier skips
+        what it does not hold."""
         if not self.active:
             yield from victims
             return
         classes = self._classes(arriving)
-        first = min(classes.values(), default=(_OVER, 0))
-        later: dict[tuple[int, int], list[BlockId]] = {}
+        for _, mount in sorted((c, m) for m, c in classes.items()):
+            yield from self._held.get(mount, ())
         for block in victims:
-            cls = classes.get(self.mount_of(block), (_UNDER, 1))
-            if cls == first:
+            if block not in self._sizes:
                 yield block
-            else:
-                later.setdefault(cls, []).append(block)
-        for cls in sorted(later):
-            yield from later[cls]
+
+    # ---- quota: trimming after a change ------------------------------------------------
+
+    def excess(self) -> list[BlockId]:
+        """Blocks over their mount's share (a quota lowered, a weight shrunk by a worker
+        that joined), coldest first, pinned ones never: what to evict now. Nothing while
+        the weight is unknown (a restart with etcd away must not empty the cache)."""
+        chosen: list[BlockId] = []
+        if self.weight is None:
+            return chosen
+        for mount, held in self._bytes.items():
+            share = self.share(mount)
+            if share is None or held <= share:
+                continue
+            over = held - share
+            for block in self._held[mount]:
+                if over <= 0:
+                    break
+                if not self._pins.pinned(block):
+                    chosen.append(block)
+                    over -= self._sizes[block]
+        return chosen

@@ -185,7 +185,9 @@ async def serve(config: cfg.WorkerConfig, transport: Transport) -> None:
     # Clients read from a worker once it has joined: by then its S3 clients are built.
     await service.open_stores(config.store_open_wait_s)
     await membership.register()
-    weight = ShareWeight(WorkerRegistry(store), service.shares, worker_id, config.capacity_bytes)
+    weight = ShareWeight(
+        WorkerRegistry(store), service.shares, service.store, worker_id, config.capacity_bytes
+    )
     await weight.refresh()  # before a quota'd mount keeps anything here
     idle = IdleReclaim(service.shares, service.store, rules, store, worker_id)
     log.info("worker_started", worker=worker_id, address=address, capacity=config.capacity_bytes)

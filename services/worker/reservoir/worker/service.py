@@ -232,6 +232,7 @@ class WorkerService:
         held = await self.store.get(request.block)
         if held is not None:
             self.counters.hits += 1
+            self.shares.adopt(request.block, request.mount_path, len(held[0]))
             return held
         task = self._inflight.get(request.block)
         if task is None:
@@ -302,6 +303,7 @@ class WorkerService:
         the master, TTL clock started); False when no tier took it."""
         if not self.store.put(block, data, crc, offset):
             return False
+        self.shares.held(block, len(data))  # its mount is learnt at its first read
         self.removed.discard(block)
         self.added.add(block)
         return True
@@ -329,6 +331,7 @@ class WorkerService:
         held = self.store.memory.entry(staged)
         if held is None or held.length != length or not self.store.rekey(staged, block, offset):
             return False
+        self.shares.held(block, length)
         self.removed.discard(block)
         self.added.add(block)
         return True
