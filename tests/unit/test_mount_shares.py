@@ -12,9 +12,10 @@ from reservoir.common.errors import InvalidArgument
 from reservoir.common.metadata import keyspace
 from reservoir.common.metadata.memory_store import MemoryMetadataStore
 from reservoir.common.models import Mount, MountOptions
+from reservoir.worker.cache_rules import CacheRuleTable
 from reservoir.worker.eviction import new_policy
 from reservoir.worker.idle_reclaim import IdleReclaim
-from reservoir.worker.memory_tier import NO_PINS, BlockId, MemoryTier
+from reservoir.worker.memory_tier import NO_PINS, BlockId, MemoryTier, Pins
 from reservoir.worker.mount_shares import MountShares
 from reservoir.worker.share_weight import capacity_weight
 from reservoir.worker.tiered_store import TieredStore
@@ -37,11 +38,13 @@ class _Owner:
         raise AssertionError("no block is corrupt here")
 
 
-def _worker(policy: str = "lru", weight: float | None = 1.0) -> tuple[TieredStore, MountShares]:
+def _worker(
+    policy: str = "lru", weight: float | None = 1.0, pins: Pins = NO_PINS
+) -> tuple[TieredStore, MountShares]:
     owner = _Owner()
     memory = MemoryTier(CAPACITY, None, new_policy(policy, CAPACITY))
     store = TieredStore(memory, [], owner, io_threads=1, scan_parallelism=1, write_queue_bytes=0)
-    shares = MountShares(CAPACITY, NO_PINS)
+    shares = MountShares(CAPACITY, pins)
     shares.weight = weight
     memory.order = shares
     owner.shares = shares
@@ -182,6 +185,23 @@ def test_a_block_kept_before_its_mount_was_known_counts_with_it_once_read() -> N
     assert shares.bytes_of("/a") == 0
     shares.adopt(("a", 0), "/a", BLOCK)
     assert shares.bytes_of("/a") == BLOCK and shares.blocks_of("/a") == [("a", 0)]
+
+
+def test_a_pinned_block_is_kept_past_its_mounts_share_and_never_evicted_for_it() -> None:
+    async def pinned_rules() -> CacheRuleTable:
+        meta = MemoryMetadataStore()
+        await meta.put(keyspace.pinned_key("/a", "pinned"), b"1")
+        rules = CacheRuleTable(meta)
+        await rules.load()
+        return rules
+
+    store, shares = _worker(pins=asyncio.run(pinned_rules()))
+    _mount(shares, "/a", quota_bytes=2 * BLOCK)
+    for i in range(3):
+        assert shares.keep(store, "/a", ("pinned", i), b"x" * BLOCK, 0, 0)
+    assert not shares.keep(store, "/a", ("other", 0), b"x" * BLOCK, 0, 0)
+    assert shares.bytes_of("/a") == 3 * BLOCK
+    assert shares.excess() == []
 
 
 def test_capacity_weight_is_this_workers_part_of_the_live_capacity() -> None:

@@ -146,9 +146,10 @@ class MountShares:
             return 0
         return int(options.quota_bytes * self.weight)
 
-    def make_room(self, mount_path: str, size: int) -> list[BlockId] | None:
-        """The mount's own blocks to evict before a `size`-byte block of it is kept
-        within its share (coldest first, pinned ones never); None: it is not kept."""
+    def make_room(self, mount_path: str, block: BlockId, size: int) -> list[BlockId] | None:
+        """The mount's own blocks to evict before `block` (`size` bytes) is kept within
+        the mount's share (coldest first, pinned ones never); None: it is not kept. A
+        pinned block is kept whatever room is made: a pin is the operator's word."""
         share = self.share(mount_path)
         if share is None:
             return []
@@ -156,14 +157,19 @@ class MountShares:
         if need <= 0:
             return []
         chosen: list[BlockId] = []
-        for block in self._held.get(mount_path, ()):
-            if self._pins.pinned(block):
+        for own in self._held.get(mount_path, ()):
+            if self._pins.pinned(own):
                 continue
-            chosen.append(block)
-            need -= self._sizes[block]
+            chosen.append(own)
+            need -= self._sizes[own]
             if need <= 0:
                 return chosen
-        return None
+        return chosen if self._pins.pinned(block) else None
+
+    def full(self, mount_path: str, size: int) -> bool:
+        """A block of `size` bytes more would put the mount over its share here."""
+        share = self.share(mount_path)
+        return share is not None and self.bytes_of(mount_path) + size > share
 
     def keep(
         self,
@@ -178,7 +184,7 @@ class MountShares:
         within the mount's share; True if kept (a block not kept is still served)."""
         if block in self._sizes:
             return True
-        room = self.make_room(mount_path, len(data))
+        room = self.make_room(mount_path, block, len(data))
         if room is None:
             log.debug("block_over_quota", mount=mount_path, file_id=block[0], index=block[1])
             return False

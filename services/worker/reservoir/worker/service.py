@@ -216,6 +216,11 @@ class WorkerService:
         request = request.validated()
         data, _, _ = await self._block(request)
         if request.block not in self.store:
+            if self.shares.full(request.mount_path, len(data)):
+                raise ResourceExhausted(
+                    f"block fetched but not kept: {shown(request.mount_path)} is at its "
+                    "quota's share on this worker"
+                )
             raise ResourceExhausted("block fetched but not kept: the cache is full")
         return len(data)
 
