@@ -49,8 +49,11 @@ class MountShares:
     def __init__(self, capacity_bytes: int, pins: Pins) -> None:
         self._capacity = capacity_bytes
         self._pins = pins
-        # This worker's fraction of the cluster's capacity; None until first read.
-        self.weight: float | None = None
+        self._weight: float | None = None
+        # The classes last worked out, for the block they were worked out for: a tier
+        # asks `favoured` and then `order` for the same arriving block.
+        self._memo: tuple[BlockId, dict[str, tuple[int, int]]] | None = None
+        self._active = False
         self._options: dict[str, MountOptions] = {}
         self._created_s: dict[str, float] = {}
         self._mount_of: dict[BlockId, str] = {}
@@ -60,15 +63,26 @@ class MountShares:
         self._bytes: dict[str, int] = {}
         self._last_read_s: dict[str, float] = {}
 
+    @property
+    def weight(self) -> float | None:
+        """This worker's fraction of the cluster's capacity; None until first known."""
+        return self._weight
+
+    @weight.setter
+    def weight(self, weight: float | None) -> None:
+        self._weight, self._memo = weight, None
+
     # ---- MountListener: the mount table's changes ---------------------------------------
 
     def mount_changed(self, mount: Mount) -> None:
         self._options[mount.path] = mount.options
         self._created_s[mount.path] = mount.created_ms / 1000
+        self._options_changed()
 
     def mount_removed(self, mount_path: str) -> None:
         self._options.pop(mount_path, None)
         self._created_s.pop(mount_path, None)
+        self._options_changed()
 
     # ---- what is held ------------------------------------------------------------------
 
@@ -92,6 +106,7 @@ class MountShares:
         """`block` (see `expect`) is now held by a tier."""
         if block in self._sizes:
             return
+        self._memo = None
         mount = self._mount_of.setdefault(block, NO_MOUNT)
         self._sizes[block] = size
         self._held.setdefault(mount, OrderedDict())[block] = None
@@ -103,6 +118,7 @@ class MountShares:
         size = self._sizes.pop(block, None)
         if mount is None or size is None:
             return
+        self._memo = None
         self._bytes[mount] -= size
         blocks = self._held[mount]
         blocks.pop(block, None)
@@ -202,11 +218,17 @@ class MountShares:
     @property
     def active(self) -> bool:
         """Some mount has a quota or a priority other than normal: eviction is fair."""
-        return any(o.quota_bytes or o.priority_rank != 1 for o in self._options.values())
+        return self._active
+
+    def _options_changed(self) -> None:
+        self._memo = None
+        self._active = any(o.quota_bytes or o.priority_rank != 1 for o in self._options.values())
 
     def _classes(self, arriving: BlockId) -> dict[str, tuple[int, int]]:
         """Each mount holding blocks here: (over its share or not, priority rank), the
         `arriving` block counted with its mount's."""
+        if self._memo is not None and self._memo[0] == arriving:
+            return self._memo[1]
         incoming = self.mount_of(arriving)
         held = dict(self._bytes)
         if arriving not in self._sizes:
@@ -221,6 +243,7 @@ class MountShares:
             options = self._options.get(mount)
             rank = options.priority_rank if options is not None else 1
             classes[mount] = (_OVER if held[mount] > limit else _UNDER, rank)
+        self._memo = (arriving, classes)
         return classes
 
     def favoured(self, block: BlockId) -> bool:
