@@ -47,6 +47,8 @@ class BlockHolder(Protocol):
 
 class MountShares:
     def __init__(self, capacity_bytes: int, pins: Pins) -> None:
+        """`capacity_bytes`: what the worker holds in all its tiers (the mounts without a
+        quota share what the quotas leave of it)."""
         self._capacity = capacity_bytes
         self._pins = pins
         self._weight: float | None = None

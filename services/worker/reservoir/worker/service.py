@@ -59,7 +59,10 @@ class WorkerService:
         self.expiry = BlockExpiry()
         self.store = TieredStore.from_config(config, self, unlisted_shm=unlisted_shm, pins=rules)
         # Each mount's share of this cache (quota, priority, idle TTL), kept as mounts change.
-        self.shares = MountShares(config.capacity_bytes, rules)
+        held_bytes = config.capacity_bytes + len(config.disk_directories) * (
+            config.disk_capacity_bytes
+        )
+        self.shares = MountShares(held_bytes, rules)
         self.store.memory.order = self.shares
         self.mounts = mounts
         mounts.subscribe(self.shares)
