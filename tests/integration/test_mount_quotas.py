@@ -1,7 +1,8 @@
 """Per-mount quota, fair eviction and idle TTL with real processes: two workers with small
-memory tiers and LRU eviction (which alone lets a scan flush everything else), 256 KiB
-blocks, reads through the workers (no shared memory, so no short-circuit: every hit and
-miss is counted by a worker)."""
+memory tiers in shared memory and LRU eviction (which alone lets a scan flush everything
+else), 256 KiB blocks. The test process is on the workers' host, so its hits are
+short-circuit reads of the block files, which the workers never hear of; its misses reach
+a worker and are counted there."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import os
 import random
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -34,7 +36,7 @@ def quota_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClu
         workers=WORKERS,
         lease_ttl=LEASE_TTL_S,
         capacity="2MiB",
-        shm=False,
+        shm=True,
         env={
             "RESERVOIR_WORKER_EVICTION": "lru",
             "RESERVOIR_WORKER_SHARE_INTERVAL": "0.5",
@@ -45,6 +47,17 @@ def quota_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClu
         yield cluster
     finally:
         cluster.down()
+
+
+@pytest.fixture(autouse=True)
+def _unmount_after(quota_cluster: LocalCluster) -> Iterator[None]:
+    """Each test starts without the others' mounts or blocks: their quotas would reserve
+    the cache, and their blocks count in the workers' used bytes."""
+    yield
+    with Client(quota_cluster.master_address) as c:
+        for mount in c.mounts():
+            c.free(mount.path)
+            c.unmount(mount.path)
 
 
 def _files(cluster: LocalCluster, bucket: str, count: int) -> dict[str, bytes]:
@@ -171,3 +184,31 @@ def test_a_mount_not_read_for_its_idle_ttl_is_reclaimed_and_its_options_shown(
         eventually(
             lambda: c.report("/qd").cached_bytes == 0, what="the idle mount's blocks reclaimed"
         )
+
+
+def test_a_mount_read_only_by_short_circuit_is_not_idle_and_is_reclaimed_once_left(
+    quota_cluster: LocalCluster,
+) -> None:
+    cluster = quota_cluster
+    files = _files(cluster, "quota-e", 4)
+    mount = "/qe"
+    with Client(cluster.master_address) as c:
+        c.mount(
+            mount,
+            "s3://quota-e/",
+            endpoint_url=cluster.s3_endpoint,
+            block_size=BLOCK,
+            idle_ttl_ms=2000,
+        )
+        paths = [f"{mount}/{k}" for k in files]
+        assert c.read_many(paths) == list(files.values())
+        eventually(lambda: c.report(mount).cached_bytes == len(files) * BLOCK, what="cached")
+        gets = cluster.s3_counts().get("GET", 0)
+        asked = sum(s.hits + s.misses for s in c.worker_stats())
+        deadline = time.monotonic() + 8  # several TTLs, many idle sweeps
+        while time.monotonic() < deadline:
+            assert c.read_many(paths) == list(files.values())
+            time.sleep(0.2)
+        assert sum(s.hits + s.misses for s in c.worker_stats()) == asked  # all short-circuit
+        assert cluster.s3_counts().get("GET", 0) == gets  # never reclaimed meanwhile
+        eventually(lambda: c.report(mount).cached_bytes == 0, what="the idle mount reclaimed")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +19,7 @@ from reservoir.worker.idle_reclaim import IdleReclaim
 from reservoir.worker.memory_tier import NO_PINS, BlockId, MemoryTier, Pins
 from reservoir.worker.mount_shares import MountShares
 from reservoir.worker.share_weight import capacity_weight
+from reservoir.worker.shm_tier import ShmTier
 from reservoir.worker.tiered_store import TieredStore
 
 BLOCK = 1024
@@ -259,6 +261,53 @@ def test_a_mount_read_on_another_worker_within_its_ttl_is_not_idle() -> None:
         assert ("a", 0) in store
         assert await meta.get_prefix(keyspace.mount_reads_prefix("/a"))
         await idle.sweep(now_s=1111.0)
+        assert ("a", 0) not in store
+
+    asyncio.run(scenario())
+
+
+def test_a_shm_block_file_read_directly_is_seen_once_per_read(tmp_path: Path) -> None:
+    tier = ShmTier(str(tmp_path / "shm"), CAPACITY, None)
+    tier.put(("a", 0), b"x" * BLOCK, 0, 0)
+    ref = tier.file_of(("a", 0))
+    assert ref is not None
+    tier.read_directly(("a", 0))  # arms it (the worker's own write may count as a read)
+    assert not tier.read_directly(("a", 0))
+    Path(ref.path).read_bytes()  # a short-circuit reader
+    assert tier.read_directly(("a", 0))
+    assert not tier.read_directly(("a", 0))
+    assert not tier.read_directly(("a", 1))  # not held: no file
+
+
+def _short_circuit_read(path: str) -> bytes:
+    """What a same-host client does: reads the worker's block file, telling it nothing."""
+    return Path(path).read_bytes()
+
+
+def test_an_idle_mount_read_only_through_its_shm_files_is_kept(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        shares = MountShares(CAPACITY, NO_PINS)
+        shares.weight = 1.0
+        memory = ShmTier(str(tmp_path / "shm"), CAPACITY, None)
+        memory.order = shares
+        owner = _Owner()
+        owner.shares = shares
+        store = TieredStore(
+            memory, [], owner, io_threads=1, scan_parallelism=1, write_queue_bytes=0
+        )
+        _mount(shares, "/a", idle_ttl_ms=60_000)
+        idle = IdleReclaim(shares, store, NO_PINS, MemoryMetadataStore(), "w1")
+        shares.read(("a", 0), "/a", now_s=1000.0)
+        shares.keep(store, "/a", ("a", 0), b"x" * BLOCK, 0, 0)
+        ref = memory.file_of(("a", 0))
+        assert ref is not None
+        _short_circuit_read(ref.path)
+        await idle.sweep(now_s=1061.0)  # read directly since it landed: kept, re-armed
+        assert ("a", 0) in store
+        _short_circuit_read(ref.path)
+        await idle.sweep(now_s=1122.0)  # read again within the TTL: kept
+        assert ("a", 0) in store
+        await idle.sweep(now_s=1183.0)  # not read since: reclaimed
         assert ("a", 0) not in store
 
     asyncio.run(scenario())

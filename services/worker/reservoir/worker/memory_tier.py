@@ -143,6 +143,12 @@ class MemoryTier:
         hold the block."""
         return None
 
+    def read_directly(self, block: BlockId) -> bool:
+        """Whether a process read the block's file since the last time this was asked
+        (a short-circuit reader the worker never hears from); False for a tier that
+        keeps no files."""
+        return False
+
     def record(self, block: BlockId) -> None:
         """A request for `block` reached the worker (served by this tier or not)."""
         self.policy.on_access(block)

@@ -44,6 +44,8 @@ class BlockHolder(Protocol):
 
     def evict(self, blocks: list[BlockId]) -> list[tuple[BlockId, int]]: ...
 
+    def read_directly(self, block: BlockId) -> bool: ...
+
 
 class MountShares:
     def __init__(self, capacity_bytes: int, pins: Pins) -> None:
@@ -144,6 +146,10 @@ class MountShares:
         mount = self._mount_of.get(block)
         if mount is not None and block in self._sizes:
             self._held[mount].move_to_end(block)
+
+    def read_at(self, mount_path: str, now_s: float) -> None:
+        """The mount was read by `now_s` (seen some other way than a request)."""
+        self._last_read_s[mount_path] = max(self._last_read_s.get(mount_path, 0.0), now_s)
 
     def last_read_s(self, mount_path: str) -> float:
         """When a reader last asked this worker for the mount, else when it was made."""
