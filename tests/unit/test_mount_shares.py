@@ -260,7 +260,9 @@ def test_a_mount_read_on_another_worker_within_its_ttl_is_not_idle() -> None:
         await idle.sweep(now_s=1070.0)
         assert ("a", 0) in store
         assert await meta.get_prefix(keyspace.mount_reads_prefix("/a"))
-        await idle.sweep(now_s=1111.0)
+        await idle.sweep(now_s=1111.0)  # w2's read may have moved on by a quarter TTL
+        assert ("a", 0) in store
+        await idle.sweep(now_s=1126.0)
         assert ("a", 0) not in store
 
     asyncio.run(scenario())
@@ -311,3 +313,20 @@ def test_an_idle_mount_read_only_through_its_shm_files_is_kept(tmp_path: Path) -
         assert ("a", 0) not in store
 
     asyncio.run(scenario())
+
+
+def test_a_busy_mounts_last_read_is_written_once_per_quarter_ttl() -> None:
+    async def scenario() -> list[bytes]:
+        meta = MemoryMetadataStore()
+        store, shares, idle = _idle_worker("w1", meta)
+        key = keyspace.mount_read_key("/a", "w1")
+        seen = []
+        for t in range(1000, 1031):
+            shares.read(("a", 0), "/a", now_s=float(t))
+            await idle.sweep(now_s=float(t))
+            value = await meta.get(key)
+            if value is not None and (not seen or seen[-1] != value):
+                seen.append(value)
+        return seen
+
+    assert asyncio.run(scenario()) == [b"1000000", b"1015000", b"1030000"]

@@ -8,7 +8,8 @@ before a mount is reclaimed; so a mount read that way only is kept, and an idle 
 reclaimed within two TTLs. Each worker publishes, per mount with an idle TTL, when it
 last served it (one etcd key per mount and worker, written only when it changed); a
 worker that has not served a mount for the TTL reads the mount's keys and reclaims only
-when none is recent. A read of that prefix that fails reclaims nothing: an unknown
+when none is recent. A key is rewritten only when its read moved by a quarter of the
+TTL, so etcd sees a few writes per mount and worker per TTL however busy the mount. A read of that prefix that fails reclaims nothing: an unknown
 answer never drops a working set. Reclaim drops the blocks' entries and leaves disk
 files to background unlinks (TieredStore.evict), so it never stalls on bytes.
 """
@@ -26,6 +27,10 @@ from .memory_tier import BlockId, Pins
 from .mount_shares import BlockHolder, MountShares
 
 log = logs.get_logger(__name__)
+
+# A worker publishes its last read of a mount when it moved by TTL / this; the others
+# count a published read that much later (so a mount read within its TTL is never idle).
+_PUBLISH_STEPS = 4
 
 
 class IdleReclaim:
@@ -51,21 +56,10 @@ class IdleReclaim:
         for mount, ttl_s in shares.idle_ttl_s().items():
             last = shares.last_read_s(mount)
             try:
-                if last > self._published.get(mount, 0.0):
-                    await self._store.put(
-                        keyspace.mount_read_key(mount, self._worker_id),
-                        str(int(last * 1000)).encode(),
-                    )
-                    self._published[mount] = last
+                await self._publish(mount, last, ttl_s)
                 if now - last < ttl_s or not shares.bytes_of(mount):
                     continue
-                newest = max(
-                    [last]
-                    + [
-                        int(v) / 1000
-                        for _, v in await self._store.get_prefix(keyspace.mount_reads_prefix(mount))
-                    ]
-                )
+                newest = max([last, *await self._read_elsewhere(mount, ttl_s)])
             except ReservoirError as exc:
                 log.warning("idle_check_failed", mount=mount, error=str(exc))
                 continue
@@ -77,6 +71,24 @@ class IdleReclaim:
                 shares.read_at(mount, now)  # published at the next sweep
                 continue
             self.reclaim(mount, blocks, now - newest)
+
+    async def _publish(self, mount: str, last_s: float, ttl_s: float) -> None:
+        """Writes this worker's last read of `mount` once it moved by a quarter of the
+        TTL: one etcd write per mount per quarter TTL at most, however busy the mount."""
+        published = self._published.get(mount)
+        if published is not None and last_s - published < ttl_s / _PUBLISH_STEPS:
+            return
+        await self._store.put(
+            keyspace.mount_read_key(mount, self._worker_id), str(int(last_s * 1000)).encode()
+        )
+        self._published[mount] = last_s
+
+    async def _read_elsewhere(self, mount: str, ttl_s: float) -> list[float]:
+        """When the other workers last read `mount`, as late as it may be: what they
+        published, plus the quarter TTL their reads may have moved on since."""
+        mine = keyspace.mount_read_key(mount, self._worker_id)
+        pairs = await self._store.get_prefix(keyspace.mount_reads_prefix(mount))
+        return [int(v) / 1000 + ttl_s / _PUBLISH_STEPS for k, v in pairs if k != mine]
 
     def reclaim(self, mount: str, blocks: list[BlockId], idle_s: float) -> None:
         gone = self._holder.evict(blocks)
