@@ -12,13 +12,14 @@ import pytest
 from reservoir.common.errors import InvalidArgument
 from reservoir.common.metadata import keyspace
 from reservoir.common.metadata.memory_store import MemoryMetadataStore
-from reservoir.common.models import Mount, MountOptions
+from reservoir.common.metadata.worker_registry import WorkerRegistry
+from reservoir.common.models import Mount, MountOptions, WorkerRecord
 from reservoir.worker.cache_rules import CacheRuleTable
 from reservoir.worker.eviction import new_policy
 from reservoir.worker.idle_reclaim import IdleReclaim
 from reservoir.worker.memory_tier import NO_PINS, BlockId, MemoryTier, Pins
 from reservoir.worker.mount_shares import MountShares
-from reservoir.worker.share_weight import capacity_weight
+from reservoir.worker.share_weight import ShareWeight, capacity_weight
 from reservoir.worker.shm_tier import ShmTier
 from reservoir.worker.tiered_store import TieredStore
 
@@ -330,3 +331,38 @@ def test_a_busy_mounts_last_read_is_written_once_per_quarter_ttl() -> None:
         return seen
 
     assert asyncio.run(scenario()) == [b"1000000", b"1015000", b"1030000"]
+
+
+def test_a_mount_that_loses_its_idle_ttl_loses_this_workers_last_read_key() -> None:
+    async def scenario() -> bytes | None:
+        meta = MemoryMetadataStore()
+        _, shares, idle = _idle_worker("w1", meta)
+        shares.read(("a", 0), "/a", now_s=1000.0)
+        await idle.sweep(now_s=1000.0)
+        assert await meta.get(keyspace.mount_read_key("/a", "w1")) is not None
+        shares.mount_removed("/a")
+        await idle.sweep(now_s=1001.0)
+        return await meta.get(keyspace.mount_read_key("/a", "w1"))
+
+    assert asyncio.run(scenario()) is None
+
+
+def test_the_weight_comes_from_the_registry_and_a_shrunk_share_is_evicted() -> None:
+    async def scenario() -> None:
+        meta = MemoryMetadataStore()
+        registry = WorkerRegistry(meta)
+        await registry.register(WorkerRecord("w1", "a:1", capacity_bytes=CAPACITY), 10)
+        store, shares = _worker(weight=None)
+        weight = ShareWeight(registry, shares, store, "w1", CAPACITY)
+        await weight.refresh()
+        assert shares.weight == 1.0
+        _mount(shares, "/a", quota_bytes=40 * BLOCK)
+        for i in range(40):
+            _read(store, shares, "/a", ("a", i))
+        await registry.register(WorkerRecord("w2", "b:1", capacity_bytes=3 * CAPACITY), 10)
+        await weight.refresh()  # a worker joined: this one's share is a quarter now
+        assert shares.weight == 0.25
+        assert shares.bytes_of("/a") == 10 * BLOCK
+        assert sorted(shares.blocks_of("/a")) == [("a", i) for i in range(30, 40)]
+
+    asyncio.run(scenario())

@@ -53,7 +53,10 @@ class IdleReclaim:
         """Publishes this worker's last reads, then reclaims what is idle cluster-wide."""
         now = time.time() if now_s is None else now_s
         shares = self._shares
-        for mount, ttl_s in shares.idle_ttl_s().items():
+        ttls = shares.idle_ttl_s()
+        for mount in [m for m in self._published if m not in ttls]:
+            await self._unpublish(mount)
+        for mount, ttl_s in ttls.items():
             last = shares.last_read_s(mount)
             try:
                 await self._publish(mount, last, ttl_s)
@@ -82,6 +85,15 @@ class IdleReclaim:
             keyspace.mount_read_key(mount, self._worker_id), str(int(last_s * 1000)).encode()
         )
         self._published[mount] = last_s
+
+    async def _unpublish(self, mount: str) -> None:
+        """Deletes this worker's key of a mount that lost its idle TTL (or was removed)."""
+        try:
+            await self._store.delete(keyspace.mount_read_key(mount, self._worker_id))
+        except ReservoirError as exc:
+            log.warning("idle_unpublish_failed", mount=mount, error=str(exc))
+            return
+        del self._published[mount]
 
     async def _read_elsewhere(self, mount: str, ttl_s: float) -> list[float]:
         """When the other workers last read `mount`, as late as it may be: what they

@@ -57,7 +57,7 @@ class MountShares:
         # The classes last worked out, for the block they were worked out for: a tier
         # asks `favoured` and then `order` for the same arriving block.
         self._memo: tuple[BlockId, dict[str, tuple[int, int]]] | None = None
-        self._active = False
+        self._active = self._quotas = False
         self._options: dict[str, MountOptions] = {}
         self._created_s: dict[str, float] = {}
         self._mount_of: dict[BlockId, str] = {}
@@ -228,9 +228,15 @@ class MountShares:
         """Some mount has a quota or a priority other than normal: eviction is fair."""
         return self._active
 
+    @property
+    def quotas(self) -> bool:
+        """Some mount has a quota."""
+        return self._quotas
+
     def _options_changed(self) -> None:
         self._memo = None
-        self._active = any(o.quota_bytes or o.priority_rank != 1 for o in self._options.values())
+        self._quotas = any(o.quota_bytes for o in self._options.values())
+        self._active = self._quotas or any(o.priority_rank != 1 for o in self._options.values())
 
     def _classes(self, arriving: BlockId) -> dict[str, tuple[int, int]]:
         """Each mount holding blocks here: (over its share or not, priority rank), the

@@ -45,7 +45,10 @@ class ShareWeight:
 
     async def refresh(self) -> None:
         """Reads the registry once (on failure the weight stays what it was), then evicts
-        what is over a share."""
+        what is over a share. Skipped while no mount has a quota and a weight is known:
+        a cluster without quotas pays no registry reads for them."""
+        if self._shares.weight is not None and not self._shares.quotas:
+            return
         try:
             live = await self._registry.live()
         except ReservoirError as exc:
