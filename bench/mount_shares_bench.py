@@ -27,6 +27,7 @@ from typing import Any
 
 from reservoir.common.models import Mount, MountOptions
 from reservoir.worker.eviction import POLICIES, new_policy
+from reservoir.worker.fair_eviction import FairEviction
 from reservoir.worker.memory_tier import NO_PINS, BlockId, MemoryTier
 from reservoir.worker.mount_shares import MountShares
 from reservoir.worker.tiered_store import TieredStore
@@ -49,10 +50,10 @@ class _Owner:
 
 def _worker(policy: str, blocks: int, quota_a: int) -> tuple[TieredStore, MountShares]:
     capacity = blocks * BLOCK
-    shares = MountShares(capacity, NO_PINS)
+    shares = MountShares(NO_PINS)
     shares.weight = 1.0
     memory = MemoryTier(capacity, None, new_policy(policy, capacity))
-    memory.order = shares
+    memory.order = FairEviction(shares, capacity)
     store = TieredStore(
         memory, [], _Owner(shares), io_threads=1, scan_parallelism=1, write_queue_bytes=0
     )

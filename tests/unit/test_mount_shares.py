@@ -16,6 +16,7 @@ from reservoir.common.metadata.worker_registry import WorkerRegistry
 from reservoir.common.models import Mount, MountOptions, WorkerRecord
 from reservoir.worker.cache_rules import CacheRuleTable
 from reservoir.worker.eviction import new_policy
+from reservoir.worker.fair_eviction import FairEviction
 from reservoir.worker.idle_reclaim import IdleReclaim
 from reservoir.worker.memory_tier import NO_PINS, BlockId, MemoryTier, Pins
 from reservoir.worker.mount_shares import MountShares
@@ -47,9 +48,9 @@ def _worker(
     owner = _Owner()
     memory = MemoryTier(CAPACITY, None, new_policy(policy, CAPACITY))
     store = TieredStore(memory, [], owner, io_threads=1, scan_parallelism=1, write_queue_bytes=0)
-    shares = MountShares(CAPACITY, pins)
+    shares = MountShares(pins)
     shares.weight = weight
-    memory.order = shares
+    memory.order = FairEviction(shares, CAPACITY)
     owner.shares = shares
     return store, shares
 
@@ -289,10 +290,10 @@ def _short_circuit_read(path: str) -> bytes:
 
 def test_an_idle_mount_read_only_through_its_shm_files_is_kept(tmp_path: Path) -> None:
     async def scenario() -> None:
-        shares = MountShares(CAPACITY, NO_PINS)
+        shares = MountShares(NO_PINS)
         shares.weight = 1.0
         memory = ShmTier(str(tmp_path / "shm"), CAPACITY, None)
-        memory.order = shares
+        memory.order = FairEviction(shares, CAPACITY)
         owner = _Owner()
         owner.shares = shares
         store = TieredStore(

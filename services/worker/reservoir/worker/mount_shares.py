@@ -9,10 +9,7 @@ had, so the master (or etcd) being down costs nothing. Until a weight is known a
 with a quota keeps nothing here: a read is served, not cached. Overshoot is at most one
 block per worker: a block is kept only after its mount's own blocks made room for it.
 
-Under pressure a tier evicts fairly: first the blocks of mounts over their share (a mount
-without a quota shares what the quotas leave equally with the other such mounts holding
-blocks here), then the others; within each, low priority before normal before high,
-coldest first. So a scan of one mount cannot push another below its share.
+Under pressure a tier evicts fairly (fair_eviction.py), from what is counted here.
 
 A block's mount is known from the request that brought it (requests carry the mount
 path); the map holds only what the worker holds, so it is bounded by the cache. Blocks
@@ -34,7 +31,6 @@ from .memory_tier import BlockId, Pins
 log = logs.get_logger(__name__)
 
 NO_MOUNT = ""  # the mount of a block no request has named yet
-_OVER, _UNDER = 0, 1
 
 
 class BlockHolder(Protocol):
@@ -48,15 +44,12 @@ class BlockHolder(Protocol):
 
 
 class MountShares:
-    def __init__(self, capacity_bytes: int, pins: Pins) -> None:
-        """`capacity_bytes`: what the worker holds in all its tiers (the mounts without a
-        quota share what the quotas leave of it)."""
-        self._capacity = capacity_bytes
+    def __init__(self, pins: Pins) -> None:
         self._pins = pins
         self._weight: float | None = None
-        # The classes last worked out, for the block they were worked out for: a tier
-        # asks `favoured` and then `order` for the same arriving block.
-        self._memo: tuple[BlockId, dict[str, tuple[int, int]]] | None = None
+        # Moves with every change of what is held, the options or the weight (what fair
+        # eviction's classes depend on).
+        self.version = 0
         self._active = self._quotas = False
         self._options: dict[str, MountOptions] = {}
         self._created_s: dict[str, float] = {}
@@ -74,7 +67,8 @@ class MountShares:
 
     @weight.setter
     def weight(self, weight: float | None) -> None:
-        self._weight, self._memo = weight, None
+        self._weight = weight
+        self.version += 1
 
     # ---- MountListener: the mount table's changes ---------------------------------------
 
@@ -110,7 +104,7 @@ class MountShares:
         """`block` (see `expect`) is now held by a tier."""
         if block in self._sizes:
             return
-        self._memo = None
+        self.version += 1
         mount = self._mount_of.setdefault(block, NO_MOUNT)
         self._sizes[block] = size
         self._held.setdefault(mount, OrderedDict())[block] = None
@@ -122,7 +116,7 @@ class MountShares:
         size = self._sizes.pop(block, None)
         if mount is None or size is None:
             return
-        self._memo = None
+        self.version += 1
         self._bytes[mount] -= size
         blocks = self._held[mount]
         blocks.pop(block, None)
@@ -221,7 +215,7 @@ class MountShares:
         self.gone(block)
         return False
 
-    # ---- fairness: eviction order (VictimOrder, for the memory tier) -------------------
+    # ---- what fair eviction reads (fair_eviction.py) ------------------------------------
 
     @property
     def active(self) -> bool:
@@ -234,58 +228,25 @@ class MountShares:
         return self._quotas
 
     def _options_changed(self) -> None:
-        self._memo = None
+        self.version += 1
         self._quotas = any(o.quota_bytes for o in self._options.values())
         self._active = self._quotas or any(o.priority_rank != 1 for o in self._options.values())
 
-    def _classes(self, arriving: BlockId) -> dict[str, tuple[int, int]]:
-        """Each mount holding blocks here: (over its share or not, priority rank), the
-        `arriving` block counted with its mount's."""
-        if self._memo is not None and self._memo[0] == arriving:
-            return self._memo[1]
-        incoming = self.mount_of(arriving)
-        held = dict(self._bytes)
-        if arriving not in self._sizes:
-            held[incoming] = held.get(incoming, 0) + 1  # a byte more tips a full mount over
-        shares = {m: self.share(m) for m in held}
-        reserved = sum(min(s, self._capacity) for s in shares.values() if s is not None)
-        open_mounts = [m for m, s in shares.items() if s is None]
-        open_share = max(0, self._capacity - reserved) // max(1, len(open_mounts))
-        classes = {}
-        for mount, share in shares.items():
-            limit = open_share if share is None else share
-            options = self._options.get(mount)
-            rank = options.priority_rank if options is not None else 1
-            classes[mount] = (_OVER if held[mount] > limit else _UNDER, rank)
-        self._memo = (arriving, classes)
-        return classes
+    def held_bytes(self) -> dict[str, int]:
+        """Each mount's bytes held here (a copy)."""
+        return dict(self._bytes)
 
-    def favoured(self, block: BlockId) -> bool:
-        """A block of a mount under its share, while some mount is over its own: it is
-        kept whatever the tier's admission policy says (the over-share mount pays)."""
-        if not self.active:
-            return False
-        classes = self._classes(block)
-        return classes[self.mount_of(block)][0] == _UNDER and any(
-            c[0] == _OVER for c in classes.values()
-        )
+    def counted(self, block: BlockId) -> bool:
+        """Whether `block` is counted with a mount here."""
+        return block in self._sizes
 
-    def order(self, arriving: BlockId, victims: Iterator[BlockId]) -> Iterator[BlockId]:
-        """The blocks to evict first first, to make room for `arriving`: the mounts over
-        their share, lower priority first, each mount's least recently read first; then
-        the mounts under theirs; then what no mount claims in the policy's `victims`
-        order. Lazy, and each mount's list is its own, so finding the first victim costs
-        what is skipped of that mount, not a walk over every block held. The tier skips
-        what it does not hold."""
-        if not self.active:
-            yield from victims
-            return
-        classes = self._classes(arriving)
-        for _, mount in sorted((c, m) for m, c in classes.items()):
-            yield from self._held.get(mount, ())
-        for block in victims:
-            if block not in self._sizes:
-                yield block
+    def priority_rank(self, mount_path: str) -> int:
+        options = self._options.get(mount_path)
+        return options.priority_rank if options is not None else 1
+
+    def coldest(self, mount_path: str) -> Iterator[BlockId]:
+        """The mount's blocks, least recently read first (not to be changed meanwhile)."""
+        return iter(self._held.get(mount_path, ()))
 
     # ---- quota: trimming after a change ------------------------------------------------
 

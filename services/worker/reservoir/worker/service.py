@@ -27,6 +27,7 @@ from reservoir.common.understore.under_store_metrics import UnderStoreMetrics
 from .block_read import BlockRead, Fetched, FileRead, range_read, window
 from .cache_rules import BlockExpiry, CacheRuleTable
 from .counters import UFS, WorkerCounters
+from .fair_eviction import FairEviction
 from .memory_tier import BlockId
 from .mount_shares import MountShares
 from .mount_table import MountTable
@@ -62,8 +63,8 @@ class WorkerService:
         held_bytes = config.capacity_bytes + len(config.disk_directories) * (
             config.disk_capacity_bytes
         )
-        self.shares = MountShares(held_bytes, rules)
-        self.store.memory.order = self.shares
+        self.shares = MountShares(rules)
+        self.store.memory.order = FairEviction(self.shares, held_bytes)
         self.mounts = mounts
         mounts.subscribe(self.shares)
         self._under_stores = MountedStores.from_settings(
