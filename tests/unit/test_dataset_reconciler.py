@@ -19,6 +19,7 @@ from reservoir.common.errors import AlreadyExists, NotFound
 from reservoir.common.metadata.memory_store import MemoryMetadataStore
 from reservoir.common.models import MountOptions
 from reservoir.master.dataset_reconciler import DatasetReconciler
+from reservoir.master.interval_sync import SyncRecord, SyncRecords
 from reservoir.master.job_records import Job
 from reservoir.master.service import MasterService
 
@@ -28,6 +29,7 @@ class RecordedJobs:
 
     def __init__(self) -> None:
         self.jobs: dict[str, Job] = {}
+        self.files: list[list[str]] = []  # what each submission named (empty: all of it)
 
     async def submit(
         self,
@@ -39,6 +41,8 @@ class RecordedJobs:
         *,
         request_id: str = "",
     ) -> Job:
+        if request_id not in self.jobs:
+            self.files.append(list(files))
         return self.jobs.setdefault(request_id, Job(id=request_id[:12], path=path))
 
     async def get(self, job_id: str) -> Job:
@@ -73,11 +77,12 @@ def _setup(
     for name in ("a.bin", "b.bin"):
         (root / name).write_bytes(name.encode() * 100)
     config = MasterConfig(metadata_url="memory://", allowed_schemes="s3,file")
-    master = MasterService(MemoryMetadataStore(), config)
+    master_store = MemoryMetadataStore()
+    master = MasterService(master_store, config)
     jobs, clock = RecordedJobs(), Clock(now)
     reconciler = DatasetReconciler(
         master.datasets, master.mount_table, master, master.reads, jobs, master.cache_rules,
-        status_interval_s=0.0, clock=clock,
+        SyncRecords(master_store), status_interval_s=0.0, clock=clock,
     )  # fmt: skip
     return master, reconciler, jobs, clock, f"file://{root}/"
 
@@ -152,6 +157,31 @@ def test_a_cron_preload_runs_on_its_schedule_and_catches_up_once(tmp_path: Path)
         assert len(jobs.jobs) == 2  # caught up once
         status = await master.datasets.status("ds")
         assert [r.trigger for r in status.runs] == ["cron", "cron"]
+
+    asyncio.run(scenario())
+
+
+def test_an_on_change_preload_loads_what_each_sync_found_changed(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        master, reconciler, jobs, _, uri = _setup(tmp_path)
+        await master.datasets.apply(_doc(uri, preload={"policy": "OnChange"}), [])
+        await reconciler.reconcile("ds")
+        assert jobs.files == [[]]  # the first sync: all of it
+        jobs.finish_all()
+        await reconciler.reconcile("ds")
+        assert len(jobs.jobs) == 1  # nothing changed since
+        syncs = SyncRecords(master._store)
+        found = SyncRecord(
+            "/ds", 1, started_ms=1, finished_ms=2**41, changed=1, found=["/ds/a.bin"]
+        )
+        await syncs.put(found)
+        await reconciler.reconcile("ds")
+        assert jobs.files == [[], ["/ds/a.bin"]]
+        jobs.finish_all()
+        await reconciler.reconcile("ds")
+        assert len(jobs.jobs) == 2  # that sync is preloaded: not again
+        status = await master.datasets.status("ds")
+        assert status.last_sync_ms == 2**41
 
     asyncio.run(scenario())
 

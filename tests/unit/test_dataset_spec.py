@@ -59,6 +59,7 @@ def test_sizes_and_durations_take_the_clis_units() -> None:
         ({"underStore": {"maxInFlight": -1}}, "spec.underStore.maxInFlight"),
         ({"source": {"uri": "s3://b/p/", "credentials": "hunter2"}}, "spec.source.credentials"),
         ({"source": {}}, "spec.source.uri"),
+        ({"sync": {"events": {"sqsQueueUrl": "not a queue"}}}, "spec.sync.events.sqsQueueUrl"),
     ],
 )
 def test_a_wrong_field_is_an_error_naming_its_path(spec: dict[str, object], where: str) -> None:
@@ -89,7 +90,10 @@ def test_a_spec_written_out_reads_back_as_the_same_spec_and_kubernetes_metadata_
         _doc(
             path="/d/in",
             access="ReadWrite",
-            sync={"interval": "90s", "events": {"sqsQueueUrl": "http://q/1"}},
+            sync={
+                "interval": "90s",
+                "events": {"sqsQueueUrl": "http://127.0.0.1:9324/123456789012/ds-events"},
+            },
             preload={"policy": "Cron", "schedule": "0 3 * * *", "paths": ["a", "/d/in/b"]},
             cache={"quota": "1Gi", "pin": True},
         )

@@ -7,8 +7,8 @@ import itertools
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from reservoir.common.config import parse_size
-from reservoir.common.models import Inode, Mount
+from reservoir.common.config import parse_duration, parse_size
+from reservoir.common.models import NORMAL, PRIORITIES, Inode, Mount
 
 from .connection import open_client
 from .output import Table, emit, fields, human, iso_time, print_json_array, time_fields
@@ -44,6 +44,9 @@ def mount_dict(m: Mount) -> dict[str, Any]:
         "writable": m.options.writable,
         "events_queue_url": m.options.events_queue_url,
         "dataset": m.options.dataset or None,
+        "quota_bytes": m.options.quota_bytes,
+        "priority": m.options.priority or NORMAL,
+        "idle_ttl_ms": m.options.idle_ttl_ms,
         **time_fields("created", m.created_ms),
     }
 
@@ -65,6 +68,9 @@ def cmd_mount(args: argparse.Namespace) -> None:
             replace=args.replace,
             writable=args.writable,
             events_queue_url=args.events_queue or "",
+            quota_bytes=args.quota or 0,
+            priority=args.priority or "",
+            idle_ttl_ms=int(parse_duration(args.idle_ttl) * 1000) if args.idle_ttl else 0,
         )
     emit(args, mount_dict(mount), lambda: f"mounted {mount.uri} at {mount.path}")
 
@@ -228,6 +234,24 @@ def register(commands: Subcommands) -> None:
         metavar="URL",
         help="an SQS queue receiving the bucket's S3 event notifications (ObjectCreated, "
         "ObjectRemoved): changes show up in seconds; read with the mount's credentials",
+    )
+    p.add_argument(
+        "--quota",
+        type=parse_size,
+        metavar="SIZE",
+        help="the most bytes of this mount the whole cluster caches, e.g. 200GiB (default: no cap)",
+    )
+    p.add_argument(
+        "--priority",
+        choices=list(PRIORITIES),
+        help="whose blocks a full worker evicts first: low, then normal, then high "
+        "(default: normal)",
+    )
+    p.add_argument(
+        "--idle-ttl",
+        metavar="DURATION",
+        help="drop the mount's cached blocks once it was not read for this long, e.g. 72h "
+        "(default: never)",
     )
     p = commands.add("unmount", "remove a mount (the under-store is not touched)", cmd_unmount)
     p.add_argument("path", help="the mount's path")

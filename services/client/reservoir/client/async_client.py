@@ -151,10 +151,14 @@ class AsyncClient:
         replace: bool = False,
         writable: bool = False,
         events_queue_url: str = "",
+        quota_bytes: int = 0,
+        priority: str = "",
+        idle_ttl_ms: int = 0,
     ) -> Mount:
         """Mounts `uri` at `path`; `replace` swaps out a mount already at `path`;
         `writable`: files may be written, renamed and removed through Reservoir;
-        `events_queue_url`: an SQS queue of the bucket's S3 event notifications."""
+        `events_queue_url`: an SQS queue of the bucket's S3 event notifications;
+        `quota_bytes`, `priority` and `idle_ttl_ms`: see `Client.mount`."""
         options = MountOptions(
             endpoint_url,
             region,
@@ -163,6 +167,9 @@ class AsyncClient:
             metadata_ttl_ms,
             metadata_sync,
             writable,
+            quota_bytes=quota_bytes,
+            priority=priority,
+            idle_ttl_ms=idle_ttl_ms,
             events_queue_url=events_queue_url,
         )
         return await self._view.mount(path, uri, options, replace=replace)

@@ -88,11 +88,17 @@ class Client:
         replace: bool = False,
         writable: bool = False,
         events_queue_url: str = "",
+        quota_bytes: int = 0,
+        priority: str = "",
+        idle_ttl_ms: int = 0,
     ) -> Mount:
         """Mounts the under-store `uri` (e.g. "s3://bucket/prefix/") at `path`, with
         the options `reservoir mount` documents; `replace` swaps out a mount already
         at `path`; `writable` lets files be written there through Reservoir;
-        `events_queue_url` names an SQS queue of the bucket's S3 event notifications."""
+        `events_queue_url` names an SQS queue of the bucket's S3 event notifications.
+        `quota_bytes` caps what the cluster caches of the mount, `priority` ("low",
+        "normal", "high") orders whose blocks go first under pressure, and `idle_ttl_ms`
+        drops its blocks once it was not read for that long."""
         return self._run(
             self._async.mount(
                 path,
@@ -106,6 +112,9 @@ class Client:
                 replace=replace,
                 writable=writable,
                 events_queue_url=events_queue_url,
+                quota_bytes=quota_bytes,
+                priority=priority,
+                idle_ttl_ms=idle_ttl_ms,
             )
         )
 

@@ -30,7 +30,7 @@ from typing import Any
 from reservoir.common import paths
 from reservoir.common.config import parse_duration, parse_size
 from reservoir.common.errors import InvalidArgument
-from reservoir.common.models import MountOptions
+from reservoir.common.models import MountOptions, check_queue_url
 
 API_VERSION = "reservoir.io/v1alpha1"
 KIND = "Dataset"
@@ -106,6 +106,10 @@ class DatasetSpec:
             credentials=self.source.credentials,
             metadata_sync=f"interval:{self.sync.interval_s:g}s" if self.sync.interval_s else "",
             writable=self.writable,
+            events_queue_url=self.sync.sqs_queue_url,
+            quota_bytes=self.cache.quota_bytes,
+            priority=self.cache.priority,
+            idle_ttl_ms=int(self.cache.idle_ttl_s * 1000),
             dataset=self.name,
         )
 
@@ -297,6 +301,11 @@ def parse_dataset(document: Any) -> DatasetSpec:
     interval = s.duration("interval")
     events = s.mapping("events")
     queue = events.text("sqsQueueUrl")
+    if queue:
+        try:
+            check_queue_url(queue)
+        except InvalidArgument as exc:
+            raise InvalidArgument(f"spec.sync.events.sqsQueueUrl: {exc}") from exc
     events.done()
     s.done()
 

@@ -17,6 +17,8 @@ DEFAULT_BLOCK_SIZE = 4 * MiB
 NO_METADATA = ObjectMetadata()
 MIN_BLOCK_SIZE = 4096
 MAX_BLOCK_SIZE = 256 * MiB
+NORMAL = "normal"
+PRIORITIES = ("low", NORMAL, "high")  # a mount's eviction priority, evicted first first
 
 
 def file_id_for(ufs_uri: str, etag: str, size: int, block_size: int) -> str:
@@ -56,6 +58,14 @@ class MountOptions:
     events_queue_url: str = ""
     # The Dataset this mount is (master/datasets.py); empty for a mount made by hand.
     dataset: str = ""
+    # The most bytes of this mount's blocks the whole cluster keeps (0: no cap). Each
+    # worker keeps within its share (capacity-weighted, see worker/mount_shares.py).
+    quota_bytes: int = 0
+    # Which mount's blocks go first when a worker must evict: low, then normal, then high
+    # (after any mount over its share). Empty is normal.
+    priority: str = ""
+    # A mount not read for this long has its blocks reclaimed (0: never).
+    idle_ttl_ms: int = 0
 
     @classmethod
     def from_proto(cls, o: common_pb2.MountOptions) -> MountOptions:
@@ -67,6 +77,9 @@ class MountOptions:
             o.metadata_ttl_ms,
             o.metadata_sync,
             o.writable,
+            quota_bytes=o.quota_bytes,
+            priority=o.priority,
+            idle_ttl_ms=o.idle_ttl_ms,
             events_queue_url=o.events_queue_url,
             dataset=o.dataset,
         )
@@ -90,6 +103,11 @@ class MountOptions:
             return None
         interval = int(parse_duration(self.metadata_sync[len("interval:") :]) * 1000)
         return interval if interval > 0 else None
+
+    @property
+    def priority_rank(self) -> int:
+        """0 for low, 1 for normal, 2 for high: lower ranks are evicted first."""
+        return PRIORITIES.index(self.priority or NORMAL)
 
     def sync_ttl_ms(self, default_ms: int) -> int | None:
         """How long the namespace is trusted before it is checked against the
@@ -117,6 +135,12 @@ class MountOptions:
             raise InvalidArgument("metadata_ttl_ms must not be negative")
         if self.events_queue_url:
             check_queue_url(self.events_queue_url)
+        if self.quota_bytes < 0:
+            raise InvalidArgument("quota_bytes must not be negative")
+        if self.priority and self.priority not in PRIORITIES:
+            raise InvalidArgument(f"priority must be one of {', '.join(PRIORITIES)}")
+        if self.idle_ttl_ms < 0:
+            raise InvalidArgument("idle_ttl_ms must not be negative")
         return self
 
 

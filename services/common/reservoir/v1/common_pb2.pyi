@@ -54,6 +54,9 @@ class MountOptions(_message.Message):
     WRITABLE_FIELD_NUMBER: _builtins.int
     EVENTS_QUEUE_URL_FIELD_NUMBER: _builtins.int
     DATASET_FIELD_NUMBER: _builtins.int
+    QUOTA_BYTES_FIELD_NUMBER: _builtins.int
+    PRIORITY_FIELD_NUMBER: _builtins.int
+    IDLE_TTL_MS_FIELD_NUMBER: _builtins.int
     endpoint_url: _builtins.str
     region: _builtins.str
     block_size: _builtins.int
@@ -77,6 +80,14 @@ class MountOptions(_message.Message):
     """
     dataset: _builtins.str
     """The Dataset this mount is (`reservoir apply`); empty for a mount made by hand."""
+    quota_bytes: _builtins.int
+    """Cluster-wide cap on this mount's cached bytes; 0 = none. Workers keep within a
+    capacity-weighted share each, evicting the mount's own blocks first.
+    """
+    priority: _builtins.str
+    """"low", "normal" or "high" (empty = normal): whose blocks a worker evicts first."""
+    idle_ttl_ms: _builtins.int
+    """The mount's blocks are reclaimed once it was not read for this long; 0 = never."""
     def __init__(
         self,
         *,
@@ -89,10 +100,13 @@ class MountOptions(_message.Message):
         writable: _builtins.bool = ...,
         events_queue_url: _builtins.str = ...,
         dataset: _builtins.str = ...,
+        quota_bytes: _builtins.int = ...,
+        priority: _builtins.str = ...,
+        idle_ttl_ms: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["block_size", b"block_size", "credentials", b"credentials", "dataset", b"dataset", "endpoint_url", b"endpoint_url", "events_queue_url", b"events_queue_url", "metadata_sync", b"metadata_sync", "metadata_ttl_ms", b"metadata_ttl_ms", "region", b"region", "writable", b"writable"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["block_size", b"block_size", "credentials", b"credentials", "dataset", b"dataset", "endpoint_url", b"endpoint_url", "events_queue_url", b"events_queue_url", "idle_ttl_ms", b"idle_ttl_ms", "metadata_sync", b"metadata_sync", "metadata_ttl_ms", b"metadata_ttl_ms", "priority", b"priority", "quota_bytes", b"quota_bytes", "region", b"region", "writable", b"writable"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -17,7 +17,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Protocol
 
-from reservoir.common import logs
+from reservoir.common import logs, paths
 from reservoir.common.dataset_spec import DatasetSpec
 from reservoir.common.errors import NotFound, ReservoirError
 from reservoir.common.models import Mount, MountOptions
@@ -34,6 +34,7 @@ from .datasets import (
     DatasetTable,
     PreloadRun,
 )
+from .interval_sync import SyncRecord
 from .job_records import Job
 from .mount_table import MountTable
 
@@ -75,6 +76,12 @@ class Pins(Protocol):
     async def free(self, path: str) -> object: ...
 
 
+class SyncFindings(Protocol):
+    """What the mounts' interval syncs found (interval_sync.SyncRecords)."""
+
+    async def get(self, mount_path: str) -> SyncRecord | None: ...
+
+
 class Mounts(Protocol):
     """The master's mount calls (MasterService)."""
 
@@ -94,6 +101,7 @@ class DatasetReconciler:
         namespace: Namespace,
         jobs: Jobs,
         pins: Pins,
+        syncs: SyncFindings,
         status_interval_s: float = 10.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -105,6 +113,7 @@ class DatasetReconciler:
         self._namespace = namespace
         self._jobs = jobs
         self._pins = pins
+        self._syncs = syncs
         self._status_interval = status_interval_s
         self._clock = clock
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -184,8 +193,15 @@ class DatasetReconciler:
 
     async def _sync(self, record: DatasetRecord, status: DatasetStatus) -> None:
         """The namespace loaded from the store once per generation (a changed source, or
-        the first apply); afterwards the mount's sync interval keeps it fresh."""
+        the first apply); afterwards the mount's interval sync and S3 events keep it
+        fresh, and what the last interval sync found is the dataset's last sync."""
         if status.synced_generation == record.generation:
+            found = await self._syncs.get(record.spec.path)
+            if found is not None and found.finished_ms > status.last_sync_ms and not found.error:
+                status.last_sync_ms = found.finished_ms
+                if not found.baseline and (found.found or found.more_found):
+                    status.changed_paths = [] if found.more_found else list(found.found)
+                    status.changes_seen += 1
             return
         files = 0
         async for listed, _written, _removed, _done in self._namespace.load_metadata(
@@ -229,16 +245,32 @@ class DatasetReconciler:
             elif due is not None and due * 1000 > status.cron_last_ms:
                 trigger = f"cron-{int(due)}"
                 status.cron_last_ms = int(due * 1000)  # missed runs: caught up once
-        elif policy == "OnChange" and status.preloaded_generation != status.synced_generation:
-            trigger = f"change-{status.synced_generation}-{status.last_sync_ms}"
+        elif policy == "OnChange" and (
+            status.preloaded_generation != status.synced_generation
+            or status.preloaded_changes != status.changes_seen
+        ):
+            trigger = f"change-{status.synced_generation}-{status.changes_seen}"
         if not trigger:
             return
-        for path in spec.preload_paths():
+        # After a sync that named what changed: those files only (a load of the rest would
+        # cost nothing but the walk: what is cached is not fetched again).
+        changed = [
+            p
+            for p in status.changed_paths
+            if any(paths.is_within(p, t) for t in spec.preload_paths())
+        ]
+        runs = (
+            [(spec.path, changed)]
+            if trigger.startswith("change") and changed
+            else [(path, []) for path in spec.preload_paths()]
+        )
+        for path, files in runs:
             job = await self._jobs.submit(
                 path,
                 spec.preload.replicas,
                 [],
                 False,
+                files,
                 request_id=_request_id(spec.name, trigger, path),
             )
             status.runs.append(
@@ -248,6 +280,8 @@ class DatasetReconciler:
         status.preloaded_generation = (
             record.generation if policy == "Once" else status.synced_generation
         )
+        status.preloaded_changes = status.changes_seen
+        status.changed_paths = []
         self._counted.pop(spec.name, None)
         log.info("dataset_preload_started", dataset=spec.name, trigger=trigger)
 

@@ -100,6 +100,11 @@ class DatasetStatus:
     # last (or was last due), and the sync count an OnChange run caught up with.
     preloaded_generation: int = 0
     cron_last_ms: int = 0
+    # Interval syncs that found changes, and how many of them OnChange preloaded; the
+    # files the last of them found new or changed (empty: too many to name, load all).
+    changes_seen: int = 0
+    preloaded_changes: int = 0
+    changed_paths: list[str] = field(default_factory=list)
     runs: list[PreloadRun] = field(default_factory=list)
     conditions: list[Condition] = field(default_factory=list)
 

@@ -143,6 +143,7 @@ class MasterService:
             self.reads,
             self.jobs,
             self.cache_rules,
+            SyncRecords(store),
             config.dataset_status_interval_s,
         )
         self.edits = NamespaceEdits(

@@ -4,7 +4,7 @@ eviction.py) decides which are kept, pins (see cache_rules.py) which may never g
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -60,6 +60,29 @@ class NoPins:
 NO_PINS: Pins = NoPins()
 
 
+class VictimOrder(Protocol):
+    """Which held blocks go first across mounts (the worker's mount shares)."""
+
+    def favoured(self, block: BlockId) -> bool:
+        """Keep `block` even when the policy would turn it down."""
+
+    def order(self, arriving: BlockId, victims: Iterator[BlockId]) -> Iterator[BlockId]:
+        """`victims` (the policy's order), regrouped, to make room for `arriving`."""
+
+
+class PolicyOrder:
+    """The policy's order as it is: no mount told apart."""
+
+    def favoured(self, block: BlockId) -> bool:
+        return False
+
+    def order(self, arriving: BlockId, victims: Iterator[BlockId]) -> Iterator[BlockId]:
+        return victims
+
+
+POLICY_ORDER: VictimOrder = PolicyOrder()
+
+
 class MemoryTier:
     """Blocks within a byte capacity, kept and evicted as `policy` says (LRU when none is
     given). Subclasses change where a block's bytes live by overriding `_keep`, `_load`
@@ -89,6 +112,7 @@ class MemoryTier:
         self.on_evict = on_evict
         self.below: LowerTier | None = None
         self.pins: Pins = NO_PINS
+        self.order: VictimOrder = POLICY_ORDER
 
     def __len__(self) -> int:
         return len(self._blocks)
@@ -119,6 +143,12 @@ class MemoryTier:
         hold the block."""
         return None
 
+    def read_directly(self, block: BlockId) -> bool:
+        """Whether a process read the block's file since the last time this was asked
+        (a short-circuit reader the worker never hears from); False for a tier that
+        keeps no files."""
+        return False
+
     def record(self, block: BlockId) -> None:
         """A request for `block` reached the worker (served by this tier or not)."""
         self.policy.on_access(block)
@@ -146,9 +176,13 @@ class MemoryTier:
             return False
         need = self.used_bytes + size - self.capacity_bytes
         if need > 0:
-            if not self.pins.pinned(block) and not self.policy.admit(block, size):
+            if (
+                not self.pins.pinned(block)
+                and not self.order.favoured(block)
+                and not self.policy.admit(block, size)
+            ):
                 return False
-            victims = self._victims(need)
+            victims = self._victims(block, need)
             if victims is None:
                 return False
             for victim in victims:
@@ -160,17 +194,21 @@ class MemoryTier:
         self.policy.on_admit(block, size)
         return True
 
-    def _victims(self, need: int) -> list[BlockId] | None:
-        """Blocks to evict to free `need` bytes, or None if that cannot be done. A pinned
-        block may leave only when a lower tier holds it (it stays in the worker)."""
+    def _victims(self, arriving: BlockId, need: int) -> list[BlockId] | None:
+        """Blocks to evict to free `need` bytes for `arriving`, or None if that cannot be
+        done. A pinned block may leave only when a lower tier holds it (it stays in the
+        worker). The order may name blocks this tier does not hold (held below only)."""
         chosen: list[BlockId] = []
         freed = 0
         below = self.below
-        for victim in self.policy.victims():
+        for victim in self.order.order(arriving, self.policy.victims()):
+            entry = self._blocks.get(victim)
+            if entry is None:
+                continue
             if self.pins.pinned(victim) and (below is None or not below.holds(victim)):
                 continue
             chosen.append(victim)
-            freed += self._blocks[victim].length
+            freed += entry.length
             if freed >= need:
                 return chosen
         return None

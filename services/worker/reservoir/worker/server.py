@@ -11,6 +11,7 @@ from reservoir.common import config as cfg
 from reservoir.common import logs, observability
 from reservoir.common.malloc_tuning import tune_for_bounded_footprint
 from reservoir.common.metadata.metadata_store import open_metadata_store
+from reservoir.common.metadata.worker_registry import WorkerRegistry
 from reservoir.common.models import WorkerRecord
 from reservoir.common.rpc import CHANNEL_OPTIONS
 from reservoir.common.security import SecuritySettings, Transport, data_port_server_context
@@ -25,6 +26,7 @@ from .cache_rules import CacheRuleTable
 from .data_port import DataPort
 from .data_port_metrics import DataPortMetrics
 from .eviction import POLICIES
+from .idle_reclaim import IdleReclaim
 from .leaving import drain_before_leaving
 from .master_link import MasterLink
 from .membership import Membership
@@ -34,6 +36,7 @@ from .part_uploads import PartUploads
 from .peer_copy import PeerCopy
 from .service import WorkerService
 from .servicer import SERVICE, WorkerServicer
+from .share_weight import ShareWeight
 from .shm_tier import ShmTier
 from .written_blocks import WrittenBlocks
 
@@ -182,6 +185,11 @@ async def serve(config: cfg.WorkerConfig, transport: Transport) -> None:
     # Clients read from a worker once it has joined: by then its S3 clients are built.
     await service.open_stores(config.store_open_wait_s)
     await membership.register()
+    weight = ShareWeight(
+        WorkerRegistry(store), service.shares, service.store, worker_id, config.capacity_bytes
+    )
+    await weight.refresh()  # before a quota'd mount keeps anything here
+    idle = IdleReclaim(service.shares, service.store, rules, store, worker_id)
     log.info("worker_started", worker=worker_id, address=address, capacity=config.capacity_bytes)
 
     loops = [
@@ -196,6 +204,8 @@ async def serve(config: cfg.WorkerConfig, transport: Transport) -> None:
         asyncio.create_task(
             servers.every(config.ttl_sweep_interval_s, "ttl_sweep", service.expire_due)
         ),
+        asyncio.create_task(servers.every(config.share_interval_s, "share_weight", weight.refresh)),
+        asyncio.create_task(servers.every(config.idle_sweep_interval_s, "idle_sweep", idle.sweep)),
     ]
     await servers.wait_for_signal()
     # Still serving and reporting while the master copies its blocks elsewhere.

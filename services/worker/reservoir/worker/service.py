@@ -27,7 +27,9 @@ from reservoir.common.understore.under_store_metrics import UnderStoreMetrics
 from .block_read import BlockRead, Fetched, FileRead, range_read, window
 from .cache_rules import BlockExpiry, CacheRuleTable
 from .counters import UFS, WorkerCounters
+from .fair_eviction import FairEviction
 from .memory_tier import BlockId
+from .mount_shares import MountShares
 from .mount_table import MountTable
 from .read_request import BlockRequest
 from .read_trace import ReadTrace
@@ -57,7 +59,14 @@ class WorkerService:
         self.rules = rules
         self.expiry = BlockExpiry()
         self.store = TieredStore.from_config(config, self, unlisted_shm=unlisted_shm, pins=rules)
+        # Each mount's share of this cache (quota, priority, idle TTL), kept as mounts change.
+        held_bytes = config.capacity_bytes + len(config.disk_directories) * (
+            config.disk_capacity_bytes
+        )
+        self.shares = MountShares(rules)
+        self.store.memory.order = FairEviction(self.shares, held_bytes)
         self.mounts = mounts
+        mounts.subscribe(self.shares)
         self._under_stores = MountedStores.from_settings(
             config.ufs, UnderStoreMetrics(registry, "reservoir_worker_")
         )
@@ -72,6 +81,7 @@ class WorkerService:
     def block_gone(self, block: BlockId, size: int, tier: str) -> None:
         """No tier holds `block` any more (BlockEvents)."""
         self.counters.evictions += 1
+        self.shares.gone(block)
         self.added.discard(block)
         self.removed.add(block)
         log.debug("block_evicted", file_id=block[0], index=block[1], bytes=size, tier=tier)
@@ -174,6 +184,7 @@ class WorkerService:
                 raise NotFound(f"block {request.index} of {request.file_id} is not held here")
             data, crc, source = held
         else:
+            self.shares.read(request.block, request.mount_path)
             data, crc, source = await self._block(request)
         read = range_read(data, crc, request.offset, request.length, source)
         self.served(source, read.length, trace)
@@ -189,6 +200,7 @@ class WorkerService:
         if request.offset != 0 or 0 <= request.length < request.block_length:
             return None
         self._expire_if_stale(request)
+        self.shares.read(request.block, request.mount_path)
         found = self.store.file_of(request.block)
         if found is None:
             return None
@@ -208,6 +220,11 @@ class WorkerService:
         request = request.validated()
         data, _, _ = await self._block(request)
         if request.block not in self.store:
+            if self.shares.full(request.mount_path, len(data)):
+                raise ResourceExhausted(
+                    f"block fetched but not kept: {shown(request.mount_path)} is at its "
+                    "quota's share on this worker"
+                )
             raise ResourceExhausted("block fetched but not kept: the cache is full")
         return len(data)
 
@@ -224,6 +241,7 @@ class WorkerService:
         held = await self.store.get(request.block)
         if held is not None:
             self.counters.hits += 1
+            self.shares.adopt(request.block, request.mount_path, len(held[0]))
             return held
         task = self._inflight.get(request.block)
         if task is None:
@@ -269,7 +287,7 @@ class WorkerService:
             )
         crc = checksum(data)
         self.counters.bytes_from_ufs += length
-        if self.store.put(request.block, data, crc, start):
+        if self.shares.keep(self.store, request.mount_path, request.block, data, crc, start):
             self.removed.discard(request.block)
             self.added.add(request.block)
             self._expire_if_stale(request)  # starts its TTL's clock, if it has one
@@ -294,6 +312,7 @@ class WorkerService:
         the master, TTL clock started); False when no tier took it."""
         if not self.store.put(block, data, crc, offset):
             return False
+        self.shares.held(block, len(data))  # its mount is learnt at its first read
         self.removed.discard(block)
         self.added.add(block)
         return True
@@ -321,6 +340,7 @@ class WorkerService:
         held = self.store.memory.entry(staged)
         if held is None or held.length != length or not self.store.rekey(staged, block, offset):
             return False
+        self.shares.held(block, length)
         self.removed.discard(block)
         self.added.add(block)
         return True

@@ -225,6 +225,11 @@ class TieredStore:
             tier.policy.on_access(block)
         return ref, self.memory.name
 
+    def read_directly(self, block: BlockId) -> bool:
+        """Whether a same-host reader read the block's file since last asked (see
+        `MemoryTier.read_directly`)."""
+        return self.memory.read_directly(block)
+
     def landed(self, block: BlockId) -> float | None:
         """When the block landed in this worker (wall clock), or None when not held."""
         times = []

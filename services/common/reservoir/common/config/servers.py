@@ -264,6 +264,14 @@ class WorkerConfig:
     ttl_sweep_interval_s: float = field(
         default=1.0, metadata=env("RESERVOIR_WORKER_TTL_SWEEP_INTERVAL")
     )
+    # How often a worker re-reads the registry for its share of each mount's quota (its
+    # capacity over the cluster's): a worker that joined or left moves the shares.
+    share_interval_s: float = field(default=5.0, metadata=env("RESERVOIR_WORKER_SHARE_INTERVAL"))
+    # How often a worker publishes when it last served each mount with an idle TTL and
+    # reclaims the blocks of mounts no worker served for that long.
+    idle_sweep_interval_s: float = field(
+        default=5.0, metadata=env("RESERVOIR_WORKER_IDLE_SWEEP_INTERVAL")
+    )
     grace_s: float = field(default=3.0, metadata=env("RESERVOIR_SHUTDOWN_GRACE"))
     # On SIGTERM the worker drains itself (its blocks copied to their next homes) for up to
     # this long before it exits, so a node drain or a pod's termination keeps the cache;

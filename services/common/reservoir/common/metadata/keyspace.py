@@ -32,6 +32,17 @@ MASTERS = ROOT + b"masters/"
 MASTER_LEADER = MASTERS + b"leader"
 MASTER_TERM = MASTERS + b"term"
 MASTER_MEMBERS = MASTERS + b"members/"
+# When each worker last served each mount with an idle TTL (ms), one key per (mount,
+# worker): any worker reads a mount's keys to tell whether the cluster still reads it.
+MOUNT_READS = ROOT + b"mount-reads/"
+
+
+def mount_reads_prefix(mount_path: str) -> bytes:
+    return MOUNT_READS + mount_path.encode() + b"\x00"
+
+
+def mount_read_key(mount_path: str, worker_id: str) -> bytes:
+    return mount_reads_prefix(mount_path) + worker_id.encode()
 
 
 # What the leader's last interval sync of each mount found (master/interval_sync.py).
