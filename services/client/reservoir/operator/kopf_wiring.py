@@ -62,12 +62,18 @@ def registry(config: cfg.OperatorConfig, client: Client) -> kopf.OperatorRegistr
     reg = kopf.OperatorRegistry()
     on: dict[str, Any] = {"group": GROUP, "version": VERSION, "plural": PLURAL, "registry": reg}
     budget = finalizer_budget(config)
-    retries: dict[str, Any] = {"retries": config.apply_retries, "backoff": config.retry_backoff_max_s}
+    retries: dict[str, Any] = {
+        "retries": config.apply_retries,
+        "backoff": config.retry_backoff_max_s,
+    }
 
     @kopf.on.startup(registry=reg)
     def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         settings.persistence.finalizer = FINALIZER
         settings.posting.level = 20  # logging.INFO: events for what happened, not debug
+        # No watching of CRDs and namespaces: the resource is known, and the ClusterRole
+        # (deploy/k8s/operator/rbac.yaml) grants only what the handlers use.
+        settings.scanning.disabled = True
 
     @kopf.on.create(**on, **retries)
     @kopf.on.update(**on, field="spec", **retries)
