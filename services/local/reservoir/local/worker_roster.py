@@ -32,7 +32,9 @@ class WorkerOptions:
 
     @classmethod
     def from_record(cls, data: Mapping[str, Any]) -> WorkerOptions:
-        return cls(**{k: data[k] for k in ("capacity", "shm", "disk_capacity", "host") if k in data})
+        return cls(
+            **{k: data[k] for k in ("capacity", "shm", "disk_capacity", "host") if k in data}
+        )
 
     def over(self, settings: Mapping[str, Any]) -> WorkerOptions:
         """These options, each left out taken from the cluster's `settings`."""
