@@ -75,21 +75,24 @@ def registry(config: cfg.OperatorConfig, client: Client) -> kopf.OperatorRegistr
         # (deploy/k8s/operator/rbac.yaml) grants only what the handlers use.
         settings.scanning.disabled = True
 
-    @kopf.on.create(**on, **retries)
-    @kopf.on.update(**on, field="spec", **retries)
-    @kopf.on.resume(**on, **retries)
+    # Short ids: Kopf keeps each handler's progress under its id in the object.
+    @kopf.on.create(**on, id="forward", **retries)
+    @kopf.on.update(**on, id="forward", field="spec", **retries)
+    @kopf.on.resume(**on, id="forward", **retries)
     def forward(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
         status = _forwarded(lambda: handlers.apply(body, client), body)
         patch.status.update(status)
 
-    @kopf.timer(**on, interval=config.status_interval_s, idle=None, initial_delay=None)
+    @kopf.timer(**on, id="copy-status", interval=config.status_interval_s)
     def copy_status(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
         if body.meta.get("deletionTimestamp"):
             return
         status = _forwarded(lambda: handlers.refresh(body, client), body)
         patch.status.update(status)
 
-    @kopf.on.delete(**on, timeout=config.finalizer_budget_s + config.call_timeout_s, retries=1)
+    @kopf.on.delete(
+        **on, id="release", timeout=config.finalizer_budget_s + config.call_timeout_s, retries=1
+    )
     def delete(body: kopf.Body, **_: Any) -> None:
         keep = str(body.meta.annotations.get(KEEP_CACHE, "")).lower() == "true"
         released = handlers.release(body, client, budget, keep_cache=keep)
