@@ -61,6 +61,7 @@ def declared_settings() -> set[str]:
         config.WorkerConfig,
         config.ClientConfig,
         config.GatewayConfig,
+        config.OperatorConfig,
     )
     for cls in classes:
         for f in dataclasses.fields(cls):

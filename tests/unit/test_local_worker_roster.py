@@ -43,3 +43,10 @@ def test_a_removed_worker_leaves_the_roster_and_the_count() -> None:
     with_worker(settings, "worker10", WorkerOptions(shm=False))
     assert list(roster(settings)) == ["worker1", "worker3", "worker10"]
     assert settings["roster"]["worker10"] == {"shm": False}
+
+
+def test_a_workers_own_host_id_is_recorded_for_it_alone() -> None:
+    settings: dict[str, object] = {"workers": 1}
+    with_worker(settings, "worker2", WorkerOptions(host="h2"))
+    assert options_of(settings, "worker2").host == "h2"
+    assert options_of(settings, "worker1").host is None  # the machine's host name

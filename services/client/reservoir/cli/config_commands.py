@@ -19,6 +19,7 @@ COMPONENTS: dict[str, type] = {
     "worker": cfg.WorkerConfig,
     "fuse": cfg.FuseConfig,
     "gateway": cfg.GatewayConfig,
+    "operator": cfg.OperatorConfig,
     "log": cfg.LogConfig,
 }
 

@@ -98,7 +98,7 @@ def cmd_local_add_worker(args: argparse.Namespace) -> None:
 
     cluster = LocalCluster.load(Path(args.state_dir))
     options = WorkerOptions(
-        capacity=args.capacity, shm=args.shm, disk_capacity=args.disk_capacity
+        capacity=args.capacity, shm=args.shm, disk_capacity=args.disk_capacity, host=args.host
     )  # fmt: skip
     name = add_worker(cluster, options)
     proc = cluster.processes[name]
@@ -226,6 +226,12 @@ def register(commands: Subcommands) -> None:
         "--shm",
         action=argparse.BooleanOptionalAction,
         help="it keeps blocks in /dev/shm for short-circuit reads (default: the cluster's)",
+    )
+    add.add_argument(
+        "--host",
+        metavar="ID",
+        help="the host id it reports (RESERVOIR_HOST), to stand for a machine of its own in "
+        "locality tests (default: this machine's host name)",
     )
     remove = local.add(
         "remove-worker",

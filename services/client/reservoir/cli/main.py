@@ -21,6 +21,7 @@ from reservoir.common.errors import ReservoirError, Unavailable
 from reservoir.common.rpc import error_from_rpc
 from reservoir.fuse import command as fuse_command
 from reservoir.gateway import command as gateway_command
+from reservoir.operator import command as operator_command
 
 from . import (
     cache_rule_commands,
@@ -57,6 +58,7 @@ REGISTRATIONS: tuple[Callable[[Subcommands], None], ...] = (
     config_commands.register,
     fuse_command.register,
     gateway_command.register,
+    operator_command.register,
     completion_commands.register,
 )
 

@@ -17,15 +17,19 @@ from .cache_view import CacheView, ClusterCacheView
 from .datasets import ReservoirIterableDataset, ReservoirMapDataset
 from .listing import dataset_path, files_below
 from .placement import DistributedPlace
+from .rank_assignment import assign_ranks
+from .rank_local_sampler import DistributedCacheAwareSampler
 from .sampler import CacheAwareSampler
 
 __all__ = [
     "CacheAwareSampler",
     "CacheView",
     "ClusterCacheView",
+    "DistributedCacheAwareSampler",
     "DistributedPlace",
     "ReservoirIterableDataset",
     "ReservoirMapDataset",
+    "assign_ranks",
     "dataset_path",
     "files_below",
 ]

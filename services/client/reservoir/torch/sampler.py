@@ -9,17 +9,16 @@ and once it is all cached the order is DistributedSampler's, index for index."""
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-import torch
 from torch.utils.data import Sampler
 
 from reservoir.client import Client
 
 from .cache_view import CacheView, ClusterCacheView
+from .epoch_order import EpochShape, epoch_order
 from .placement import DistributedPlace
 
 
@@ -46,7 +45,7 @@ class CacheAwareSampler(Sampler[int]):
         drop_last: bool = False,
         load: bool = True,
     ) -> None:
-        self.paths = _paths_of(dataset_or_paths)
+        self.paths = paths_of(dataset_or_paths)
         if cache is None:
             owner = client if client is not None else getattr(dataset_or_paths, "client", None)
             if not isinstance(owner, Client):
@@ -63,12 +62,9 @@ class CacheAwareSampler(Sampler[int]):
         self.epoch = 0
         self.cached_count = 0  # of this rank's share, cached when the epoch began
         self.query_seconds = 0.0  # what asking the cache cost at the epoch's start
-        replicas, n = self.place.world_size, len(self.paths)
-        if drop_last and n % replicas:
-            self.num_samples = math.ceil((n - replicas) / replicas)
-        else:
-            self.num_samples = math.ceil(n / replicas)
-        self.total_size = self.num_samples * replicas
+        self.shape = EpochShape(len(self.paths), self.place.world_size, drop_last)
+        self.num_samples = self.shape.per_rank
+        self.total_size = self.shape.total
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -79,19 +75,7 @@ class CacheAwareSampler(Sampler[int]):
     def share(self) -> list[int]:
         """This rank's indices for the epoch in permuted order, before any reordering:
         `DistributedSampler`'s, with the same seed, epoch and ranks."""
-        n = len(self.paths)
-        if self.shuffle:
-            generator = torch.Generator()
-            generator.manual_seed(self.seed + self.epoch)
-            indices: list[int] = torch.randperm(n, generator=generator).tolist()
-        else:
-            indices = list(range(n))
-        if self.drop_last:
-            indices = indices[: self.total_size]
-        elif indices:
-            # Every rank the same count (DDP's collectives need it): a few indices twice.
-            padding = self.total_size - n
-            indices += (indices * math.ceil(padding / n))[:padding]
+        indices = epoch_order(self.shape, seed=self.seed, epoch=self.epoch, shuffle=self.shuffle)
         return indices[self.place.rank : self.total_size : self.place.world_size]
 
     def __iter__(self) -> Iterator[int]:
@@ -109,11 +93,11 @@ class CacheAwareSampler(Sampler[int]):
         yield from cold
 
 
-def _paths_of(dataset_or_paths: Any) -> list[str]:
+def paths_of(dataset_or_paths: Any) -> list[str]:
     paths = getattr(dataset_or_paths, "paths", dataset_or_paths)
     if isinstance(paths, str) or not isinstance(paths, Sequence):
         raise TypeError(
-            "CacheAwareSampler takes a Reservoir dataset or a sequence of paths, "
+            "a sampler takes a Reservoir dataset or a sequence of paths, "
             f"not {type(dataset_or_paths).__name__}"
         )
     return list(paths)

@@ -115,6 +115,8 @@ def worker_process(cluster: LocalCluster, n: int) -> Process:
     }
     if options.shm:
         env["RESERVOIR_WORKER_SHM_DIR"] = str(cluster.shm_root / name)
+    if options.host:
+        env["RESERVOIR_HOST"] = options.host
     if options.disk_capacity:
         env["RESERVOIR_WORKER_DISK_DIRS"] = str(cluster.disk_dir(name))
         env["RESERVOIR_WORKER_DISK_CAPACITY"] = str(options.disk_capacity)

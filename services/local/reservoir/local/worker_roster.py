@@ -23,13 +23,18 @@ class WorkerOptions:
     capacity: str | None = None
     shm: bool | None = None
     disk_capacity: str | None = None
+    # The host id it reports (RESERVOIR_HOST): one machine standing for several hosts,
+    # as tests and benches of locality need. Empty: the machine's host name.
+    host: str | None = None
 
     def record(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None}
 
     @classmethod
     def from_record(cls, data: Mapping[str, Any]) -> WorkerOptions:
-        return cls(**{k: data[k] for k in ("capacity", "shm", "disk_capacity") if k in data})
+        return cls(
+            **{k: data[k] for k in ("capacity", "shm", "disk_capacity", "host") if k in data}
+        )
 
     def over(self, settings: Mapping[str, Any]) -> WorkerOptions:
         """These options, each left out taken from the cluster's `settings`."""
@@ -41,6 +46,7 @@ class WorkerOptions:
                 if self.disk_capacity is None
                 else self.disk_capacity
             ),
+            host=self.host,
         )
 
 

@@ -33,6 +33,7 @@ from .names import (
     unknown_names,
     warn_unknown_names,
 )
+from .operator import OperatorConfig
 from .servers import MasterConfig, WorkerConfig
 from .shared import (
     CLI_LOG_LEVEL,
@@ -62,6 +63,7 @@ __all__ = [
     "KiB",
     "LogConfig",
     "MasterConfig",
+    "OperatorConfig",
     "MetricsSettings",
     "MiB",
     "SecuritySettings",

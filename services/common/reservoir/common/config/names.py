@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .clients import ClientConfig, FuseConfig, GatewayConfig
+from .operator import OperatorConfig
 from .servers import MasterConfig, WorkerConfig
 from .shared import (
     EtcdSettings,
@@ -79,4 +80,5 @@ ALL_SETTINGS: tuple[type, ...] = (
     WorkerConfig,
     ClientConfig,
     GatewayConfig,
+    OperatorConfig,
 )
