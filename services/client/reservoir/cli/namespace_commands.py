@@ -42,6 +42,9 @@ def mount_dict(m: Mount) -> dict[str, Any]:
         "credentials": m.options.credentials,
         "metadata_sync": m.options.metadata_sync,
         "writable": m.options.writable,
+        "max_requests_per_s": m.options.max_requests_per_s,
+        "max_bytes_per_s": m.options.max_bytes_per_s,
+        "max_in_flight": m.options.max_in_flight,
         **time_fields("created", m.created_ms),
     }
 
@@ -62,6 +65,9 @@ def cmd_mount(args: argparse.Namespace) -> None:
             metadata_sync=args.metadata_sync or "",
             replace=args.replace,
             writable=args.writable,
+            max_requests_per_s=args.max_requests_per_second or 0,
+            max_bytes_per_s=args.max_bytes_per_second or 0,
+            max_in_flight=args.max_in_flight or 0,
         )
     emit(args, mount_dict(mount), lambda: f"mounted {mount.uri} at {mount.path}")
 
@@ -217,6 +223,24 @@ def register(commands: Subcommands) -> None:
         action="store_true",
         help="files may be written, moved and removed through Reservoir (checkpoints); "
         "s3:// only. Default: read-only",
+    )
+    p.add_argument(
+        "--max-requests-per-second",
+        type=int,
+        metavar="N",
+        help="GETs per second all workers together send to the under-store (default: no limit)",
+    )
+    p.add_argument(
+        "--max-bytes-per-second",
+        type=parse_size,
+        metavar="SIZE",
+        help="bytes per second all workers together read from the under-store, e.g. 2GiB",
+    )
+    p.add_argument(
+        "--max-in-flight",
+        type=int,
+        metavar="N",
+        help="GETs all workers together have outstanding at the under-store at once",
     )
     p = commands.add("unmount", "remove a mount (the under-store is not touched)", cmd_unmount)
     p.add_argument("path", help="the mount's path")

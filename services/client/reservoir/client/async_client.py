@@ -146,11 +146,25 @@ class AsyncClient:
         metadata_sync: str = "",
         replace: bool = False,
         writable: bool = False,
+        max_requests_per_s: int = 0,
+        max_bytes_per_s: int = 0,
+        max_in_flight: int = 0,
     ) -> Mount:
         """Mounts `uri` at `path`; `replace` swaps out a mount already at `path`;
-        `writable`: files may be written, renamed and removed through Reservoir."""
+        `writable`: files may be written, renamed and removed through Reservoir;
+        `max_requests_per_s`, `max_bytes_per_s`, `max_in_flight`: what all workers together
+        may ask of the under-store (0 = unlimited)."""
         options = MountOptions(
-            endpoint_url, region, block_size, credentials, metadata_ttl_ms, metadata_sync, writable
+            endpoint_url,
+            region,
+            block_size,
+            credentials,
+            metadata_ttl_ms,
+            metadata_sync,
+            writable,
+            max_requests_per_s=max_requests_per_s,
+            max_bytes_per_s=max_bytes_per_s,
+            max_in_flight=max_in_flight,
         )
         return await self._view.mount(path, uri, options, replace=replace)
 

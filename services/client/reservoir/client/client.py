@@ -85,10 +85,14 @@ class Client:
         metadata_sync: str = "",
         replace: bool = False,
         writable: bool = False,
+        max_requests_per_s: int = 0,
+        max_bytes_per_s: int = 0,
+        max_in_flight: int = 0,
     ) -> Mount:
         """Mounts the under-store `uri` (e.g. "s3://bucket/prefix/") at `path`, with
         the options `reservoir mount` documents; `replace` swaps out a mount already
-        at `path`; `writable` lets files be written there through Reservoir."""
+        at `path`; `writable` lets files be written there through Reservoir; the
+        `max_*` budgets bound what all workers together ask of the under-store."""
         return self._run(
             self._async.mount(
                 path,
@@ -101,6 +105,9 @@ class Client:
                 metadata_sync=metadata_sync,
                 replace=replace,
                 writable=writable,
+                max_requests_per_s=max_requests_per_s,
+                max_bytes_per_s=max_bytes_per_s,
+                max_in_flight=max_in_flight,
             )
         )
 

@@ -52,6 +52,9 @@ class MountOptions(_message.Message):
     METADATA_TTL_MS_FIELD_NUMBER: _builtins.int
     METADATA_SYNC_FIELD_NUMBER: _builtins.int
     WRITABLE_FIELD_NUMBER: _builtins.int
+    MAX_REQUESTS_PER_S_FIELD_NUMBER: _builtins.int
+    MAX_BYTES_PER_S_FIELD_NUMBER: _builtins.int
+    MAX_IN_FLIGHT_FIELD_NUMBER: _builtins.int
     endpoint_url: _builtins.str
     region: _builtins.str
     block_size: _builtins.int
@@ -68,6 +71,13 @@ class MountOptions(_message.Message):
     """Files may be written, renamed and removed through Reservoir (write-through to the
     under-store, published on close). False: a read-only mount; writes PERMISSION_DENIED.
     """
+    max_requests_per_s: _builtins.int
+    """Cluster-wide budgets on what all workers together send to the under-store (GETs per
+    second, bytes per second, GETs at once); 0 = unlimited. The master leases each
+    worker a share of each.
+    """
+    max_bytes_per_s: _builtins.int
+    max_in_flight: _builtins.int
     def __init__(
         self,
         *,
@@ -78,10 +88,13 @@ class MountOptions(_message.Message):
         metadata_ttl_ms: _builtins.int = ...,
         metadata_sync: _builtins.str = ...,
         writable: _builtins.bool = ...,
+        max_requests_per_s: _builtins.int = ...,
+        max_bytes_per_s: _builtins.int = ...,
+        max_in_flight: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["block_size", b"block_size", "credentials", b"credentials", "endpoint_url", b"endpoint_url", "metadata_sync", b"metadata_sync", "metadata_ttl_ms", b"metadata_ttl_ms", "region", b"region", "writable", b"writable"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["block_size", b"block_size", "credentials", b"credentials", "endpoint_url", b"endpoint_url", "max_bytes_per_s", b"max_bytes_per_s", "max_in_flight", b"max_in_flight", "max_requests_per_s", b"max_requests_per_s", "metadata_sync", b"metadata_sync", "metadata_ttl_ms", b"metadata_ttl_ms", "region", b"region", "writable", b"writable"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

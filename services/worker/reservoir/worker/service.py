@@ -20,7 +20,9 @@ from reservoir.common.errors import (
 )
 from reservoir.common.models import Mount
 from reservoir.common.paths import shown
+from reservoir.common.understore.budget_gate import preload_lane
 from reservoir.common.understore.mounted_stores import MountedStores
+from reservoir.common.understore.store_budgets import StoreBudgets
 from reservoir.common.understore.under_store import UnderStore
 from reservoir.common.understore.under_store_metrics import UnderStoreMetrics
 
@@ -58,8 +60,11 @@ class WorkerService:
         self.expiry = BlockExpiry()
         self.store = TieredStore.from_config(config, self, unlisted_shm=unlisted_shm, pins=rules)
         self.mounts = mounts
+        # Every GET of a budgeted mount passes its gate (store_budgets.py): the limits are
+        # a decorator around the store, not a step of each route.
+        self.budgets = StoreBudgets(config.ufs)
         self._under_stores = MountedStores.from_settings(
-            config.ufs, UnderStoreMetrics(registry, "reservoir_worker_")
+            config.ufs, UnderStoreMetrics(registry, "reservoir_worker_"), self.budgets
         )
         # Each mount's store opens as soon as the mount is known, not at its first miss.
         mounts.subscribe(self._under_stores)
@@ -206,7 +211,8 @@ class WorkerService:
         """Makes sure the block is held (a load job's step); returns its length. Not a read:
         nothing is counted as served."""
         request = request.validated()
-        data, _, _ = await self._block(request)
+        with preload_lane():  # its fetch task inherits the lane: below foreground reads
+            data, _, _ = await self._block(request)
         if request.block not in self.store:
             raise ResourceExhausted("block fetched but not kept: the cache is full")
         return len(data)
