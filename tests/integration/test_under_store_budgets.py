@@ -117,7 +117,10 @@ def test_a_slowdown_storm_halves_the_get_rate_and_no_read_fails(
         storm = time.time()
         # Fewer 503s than the GETs of the hold period: one halving per worker.
         cluster.s3_config(fail_gets=12)
-        time.sleep(3.0)
+        try:
+            time.sleep(3.0)
+        finally:
+            cluster.s3_config(fail_gets=0)
         after = _gets_per_s(cluster, storm + 0.5, storm + 2.5)
     assert not failures, failures[:3]
     assert before >= 0.8 * LIMIT, before

@@ -153,7 +153,7 @@ class BudgetGate:
         try:
             async with asyncio.timeout(self._calls.budget_wait_s):
                 while True:
-                    wait_s = self._try_admit(nbytes, lane)
+                    wait_s = self.try_admit(nbytes, lane)
                     if wait_s is None:
                         break
                     changed = self._changed
@@ -175,7 +175,7 @@ class BudgetGate:
             self.in_flight -= 1
             self._wake()
 
-    def _try_admit(self, nbytes: int, lane: str) -> float | None:
+    def try_admit(self, nbytes: int, lane: str) -> float | None:
         """None when admitted (tokens taken); else how long to wait before trying again."""
         share = self.share
         if share is None:
