@@ -125,3 +125,32 @@ def test_a_slowdown_storm_halves_the_get_rate_and_no_read_fails(
     assert not failures, failures[:3]
     assert before >= 0.8 * LIMIT, before
     assert after <= 0.65 * LIMIT, (before, after)
+
+
+def test_a_client_reading_the_store_itself_keeps_within_the_mounts_budget(
+    own_cluster: LocalCluster,
+) -> None:
+    s3 = own_cluster.s3_client()
+    s3.create_bucket(Bucket="direct")
+    blocks = 24
+    data = os.urandom(blocks * BLOCK)
+    s3.put_object(Bucket="direct", Key="d/f.bin", Body=data)
+    limit = 10
+    with Client(own_cluster.master_address) as c:
+        c.mount(
+            "/d",
+            "s3://direct/d/",
+            endpoint_url=own_cluster.s3_endpoint,
+            block_size=BLOCK,
+            max_requests_per_s=limit,
+        )
+        c.ls("/d")
+        own_cluster.kill("worker1")
+        own_cluster.kill("worker2")  # no worker left: the client reads S3 itself
+        start = time.time()
+        assert c.read("/d/f.bin") == data
+    times = sorted(own_cluster.s3_get_times(since=start))
+    assert len(times) == blocks
+    # The client holds at most the whole limit (an even share among the workers it
+    # knows, none of them alive), plus a burst of two.
+    assert (len(times) - 1 - 2) / (times[-1] - times[0]) <= limit * 1.1

@@ -48,6 +48,7 @@ from .data_port import DataPortReader
 from .grpc_blocks import GrpcBlocks
 from .hedges import Hedges, HedgeStats
 from .load_jobs import LoadJob, MetadataLoadProgress
+from .read_admission import MountBudgetAdmission
 from .short_circuit import ShortCircuit
 from .thread_reads import ThreadReads
 from .under_store_blocks import UnderStoreBlocks
@@ -95,7 +96,12 @@ class AsyncClient:
             planner,
             self._short_circuit,
             GrpcBlocks(self.config, self._worker_calls.channels),
-            UnderStoreBlocks(self.config, self._view, under_stores),
+            UnderStoreBlocks(
+                self.config,
+                self._view,
+                under_stores,
+                MountBudgetAdmission(self._view, self.config.ufs),
+            ),
             self._hedges,
         )
         self.thread_reads = ThreadReads(self._view, planner, self._short_circuit, self.data_port)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from reservoir.common.config import UnderStoreCalls
 from reservoir.common.errors import Unavailable
+from reservoir.common.models import MountOptions
 
 FOREGROUND = "foreground"
 PRELOAD = "preload"
@@ -54,6 +55,14 @@ class BudgetShare:
     requests_per_s: float = 0.0
     bytes_per_s: float = 0.0
     in_flight: int = 0
+
+    @classmethod
+    def even(cls, options: MountOptions, parties: int) -> BudgetShare:
+        """One of `parties` equal shares of the mount's limits (at least one GET in
+        flight when those are limited)."""
+        n = max(1, parties)
+        in_flight = max(1, options.max_in_flight // n) if options.max_in_flight else 0
+        return cls(options.max_requests_per_s / n, options.max_bytes_per_s / n, in_flight)
 
 
 class TokenBucket:
