@@ -2,7 +2,8 @@
 
 A budgeted mount's limits (`max_requests_per_s`, `max_bytes_per_s`, `max_in_flight`)
 hold for all workers together. The leader splits each limit among the workers that
-reported lately, by the demand they reported (GETs asked for a second), and answers each
+reported lately, half evenly and half by the demand they reported (GETs asked for a
+second), and answers each
 block report with the reporting worker's shares; the split is redone at most once per
 `budget_period_s`. The shares of one split add up to the limit. A worker keeps its last
 share until it hears otherwise, also while no master answers, so a split in which some
@@ -24,27 +25,27 @@ from reservoir.common.understore.budget_gate import BudgetShare
 
 # A worker that has not reported for this many periods has left the split.
 _STALE_PERIODS = 3.0
-# Each worker's weight is its demand plus this fraction of the mean demand: one that asks
-# nothing now still holds a little, so its first GETs need not wait for a re-split.
-_BASE_WEIGHT = 0.1
+# This part of each limit is split evenly among the workers, the rest by demand: a worker
+# that asks little now still holds enough that its next reads need not wait for a
+# re-split (demand is a second old when it is split by).
+_EVEN_PART = 0.5
 
 
 def split_budget(options: MountOptions, demands: Mapping[str, float]) -> dict[str, BudgetShare]:
-    """Each worker's share of the mount's limits, by its demand (0 = unlimited stays 0).
-    Rates split in proportion; GETs in flight split in whole numbers that add up to the
+    """Each worker's share of the mount's limits: half evenly, half by demand (0 =
+    unlimited stays 0). GETs in flight split in whole numbers that add up to the
     limit (largest remainders), at least one for a worker with demand while there are
     enough to go round."""
     if not demands:
         return {}
     workers = sorted(demands)
-    mean = sum(max(0.0, demands[w]) for w in workers) / len(workers)
-    weights = {w: max(0.0, demands[w]) + _BASE_WEIGHT * mean for w in workers}
-    total = sum(weights.values())
-    fractions = (
-        {w: weights[w] / total for w in workers}
-        if total > 0
-        else {w: 1 / len(workers) for w in workers}
-    )
+    even = 1 / len(workers)
+    total = sum(max(0.0, demands[w]) for w in workers)
+    fractions = {
+        w: _EVEN_PART * even
+        + (1 - _EVEN_PART) * (max(0.0, demands[w]) / total if total > 0 else even)
+        for w in workers
+    }
     in_flight = _whole_shares(options.max_in_flight, fractions, demands)
     return {
         w: BudgetShare(

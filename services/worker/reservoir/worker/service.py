@@ -62,15 +62,15 @@ class WorkerService:
         self.mounts = mounts
         # Every GET of a budgeted mount passes its gate (store_budgets.py): the limits are
         # a decorator around the store, not a step of each route.
-        self.budgets = StoreBudgets(config.ufs)
+        # Bounds the GETs this worker has in flight to the under-store at once (taken once
+        # a GET passed its budget, so one waiting for it holds none).
+        self.budgets = StoreBudgets(config.ufs, asyncio.Semaphore(config.ufs.concurrency))
         self._under_stores = MountedStores.from_settings(
             config.ufs, UnderStoreMetrics(registry, "reservoir_worker_"), self.budgets
         )
         # Each mount's store opens as soon as the mount is known, not at its first miss.
         mounts.subscribe(self._under_stores)
         self._inflight: dict[BlockId, asyncio.Task[tuple[Fetched, int]]] = {}
-        # Bounds the GETs this worker has in flight to the under-store at once.
-        self._ufs_slots = asyncio.Semaphore(config.ufs.concurrency)
         self.added: set[BlockId] = set()
         self.removed: set[BlockId] = set()
 
@@ -136,13 +136,12 @@ class WorkerService:
             "reservoir.offset": start,
         }
         with _tracer.start_as_current_span("ufs_get", attributes=attributes):
-            async with self._ufs_slots:
-                self.counters.ufs_gets += 1
-                try:
-                    return await ufs.get_range_async(key, start, length, etag)
-                except Exception:  # (not a cancellation: the worker is stopping)
-                    self.counters.ufs_errors += 1
-                    raise
+            self.counters.ufs_gets += 1
+            try:
+                return await ufs.get_range_async(key, start, length, etag)
+            except Exception:  # (not a cancellation: the worker is stopping)
+                self.counters.ufs_errors += 1
+                raise
 
     async def read(
         self,

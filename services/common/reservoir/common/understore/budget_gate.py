@@ -4,7 +4,8 @@ A mount's limits (`max_requests_per_s`, `max_bytes_per_s`, `max_in_flight`) hold
 workers together; the leading master leases each worker a share (`BudgetShare`), and this
 gate keeps the worker within it: token buckets for requests and bytes, a count of GETs in
 flight, two lanes (foreground reads go first; a preload takes only what a full bucket
-spares, so a foreground read never waits behind one), and AIMD: an S3 `503 SlowDown`
+spares, so a foreground read never waits behind one, and at most
+`budget_preload_share` of the rate), and AIMD: an S3 `503 SlowDown`
 halves the rate here, which then grows back linearly to the share.
 """
 
@@ -91,17 +92,20 @@ class BudgetGate:
     ) -> None:
         self.mount_path = mount_path
         self._calls = calls
+        self._preload_share = min(1.0, max(0.0, calls.budget_preload_share))
         self._clock = clock
         now = clock()
         self.share: BudgetShare | None = None  # None: no lease yet, nothing admitted
         self._requests = TokenBucket(now)
+        self._preloads = TokenBucket(now)  # the preload lane's part of the request rate
         self._bytes = TokenBucket(now)
         self.in_flight = 0
         self._waiting = {FOREGROUND: 0, PRELOAD: 0}
+        self._turns = {FOREGROUND: asyncio.Lock(), PRELOAD: asyncio.Lock()}
         self._factor = 1.0
         self._factor_at = now
         self._cut_at = -float("inf")
-        self._arrivals = 0
+        self._arrivals = {FOREGROUND: 0, PRELOAD: 0}
         self._demand_since = now
         self._changed = asyncio.Event()
         self.admitted = 0
@@ -136,12 +140,16 @@ class BudgetGate:
         return min(1.0, self._factor + grown / max(self._calls.recovery_s, 1e-9))
 
     def take_demand(self) -> float:
-        """GETs asked for per second since the last call, plus those waiting now: what
-        the master splits the mount's limits by."""
+        """What the master splits the mount's limits by: foreground GETs asked for per
+        second since the last call plus those waiting now, counted double (a share sized
+        to a worker's foreground alone would leave its reads queueing at every burst),
+        plus preload GETs asked for per second (not those waiting: a load job queues a
+        whole batch at once, and would take the shares of workers with reads to serve)."""
         now = self._clock()
         elapsed = max(now - self._demand_since, 1e-3)
-        demand = self._arrivals / elapsed + self._waiting[FOREGROUND] + self._waiting[PRELOAD]
-        self._arrivals = 0
+        foreground = self._arrivals[FOREGROUND] / elapsed + self._waiting[FOREGROUND]
+        demand = 2 * foreground + self._arrivals[PRELOAD] / elapsed
+        self._arrivals = {FOREGROUND: 0, PRELOAD: 0}
         self._demand_since = now
         return demand
 
@@ -157,10 +165,12 @@ class BudgetGate:
         """Holds one GET of `nbytes` within the share (waits for it, at most
         `budget_wait_s`), in the caller's lane."""
         lane = current_lane()
-        self._arrivals += 1
+        self._arrivals[lane] += 1
         self._waiting[lane] += 1
         try:
-            async with asyncio.timeout(self._calls.budget_wait_s):
+            async with asyncio.timeout(self._calls.budget_wait_s), self._turns[lane]:
+                # One waiter of each lane at a time (in order of arrival) asks: a wake-up
+                # costs two checks, not one per GET waiting (a load job queues hundreds).
                 while True:
                     wait_s = self.try_admit(nbytes, lane)
                     if wait_s is None:
@@ -205,6 +215,8 @@ class BudgetGate:
             rate = share.requests_per_s * factor
             need = self._capacity(rate) if preload else 1.0
             wait_s = max(wait_s, self._requests.wait_s(need, rate))
+            if preload:
+                wait_s = max(wait_s, self._preloads.wait_s(1.0, rate * self._preload_share))
         if share.bytes_per_s:
             rate = share.bytes_per_s * factor
             # Foreground: any credit left; a preload only from a full bucket.
@@ -214,6 +226,8 @@ class BudgetGate:
             return wait_s
         if share.requests_per_s:
             self._requests.tokens -= 1.0
+            if preload:
+                self._preloads.tokens -= 1.0
         if share.bytes_per_s:
             self._bytes.tokens -= nbytes
         return None
@@ -227,11 +241,14 @@ class BudgetGate:
         share = self.share
         if share is None:
             self._requests.refill(0.0, 0.0, now)
+            self._preloads.refill(0.0, 0.0, now)
             self._bytes.refill(0.0, 0.0, now)
             return
         factor = self.factor(now)
         rate = share.requests_per_s * factor
         self._requests.refill(rate, self._capacity(rate), now)
+        preload_rate = rate * self._preload_share
+        self._preloads.refill(preload_rate, self._capacity(preload_rate), now)
         byte_rate = share.bytes_per_s * factor
         self._bytes.refill(byte_rate, self._capacity(byte_rate), now)
 

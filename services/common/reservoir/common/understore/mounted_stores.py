@@ -96,11 +96,13 @@ class MountedStores:
         return await asyncio.shield(pending[1])
 
     def _open_store(self, mount: Mount) -> UnderStore:
-        if self._budgets is None or not mount.options.budgeted:
+        if self._budgets is None:
             return open_under_store(mount.uri, self.settings(mount.options), self._metrics)
-        # One attempt per request and no re-read of a broken body: the budget retries,
-        # each retry admitted like a GET.
-        settings = replace(self.settings(mount.options, retries=1), body_retry=BodyRetry(0))
+        settings = self.settings(mount.options)
+        if mount.options.budgeted:
+            # One attempt per request and no re-read of a broken body: the budget
+            # retries, each retry admitted like a GET.
+            settings = replace(settings, retries=1, body_retry=BodyRetry(0))
         return self._budgets.wrap(mount, open_under_store(mount.uri, settings, self._metrics))
 
     def probe(self, uri: str, options: MountOptions) -> UnderStore:

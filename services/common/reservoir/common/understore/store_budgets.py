@@ -29,10 +29,12 @@ log = logs.get_logger(__name__)
 
 
 class StoreBudgets:
-    """This process's budget gates, by mount path."""
+    """This process's budget gates, by mount path; with `slots`, every store's awaited
+    GETs also hold one of them (the process's bound on GETs at once), inside the gate."""
 
-    def __init__(self, calls: UnderStoreCalls) -> None:
+    def __init__(self, calls: UnderStoreCalls, slots: asyncio.Semaphore | None = None) -> None:
         self._calls = calls
+        self._slots = slots
         self._gates: dict[str, BudgetGate] = {}
 
     def gate(self, mount_path: str) -> BudgetGate:
@@ -42,7 +44,10 @@ class StoreBudgets:
         return gate
 
     def wrap(self, mount: Mount, store: UnderStore) -> UnderStore:
-        """`store` behind the mount's gate when the mount is budgeted; else `store`."""
+        """`store` (bounded by the slots) behind the mount's gate when the mount is
+        budgeted."""
+        if self._slots is not None:
+            store = BoundedUnderStore(store, self._slots)
         if not mount.options.budgeted:
             self._gates.pop(mount.path, None)
             return store
@@ -63,6 +68,47 @@ class StoreBudgets:
 
     def gates(self) -> Iterator[BudgetGate]:
         return iter(list(self._gates.values()))
+
+
+class BoundedUnderStore(UnderStore):
+    """An under-store whose awaited GETs hold one of a process's `slots` while they run
+    (its connections). Inside any budget gate: a GET waiting for its budget holds no
+    slot, so a preload held back by its lane never holds one a foreground read needs."""
+
+    def __init__(self, inner: UnderStore, slots: asyncio.Semaphore) -> None:
+        self.inner = inner
+        self.uri = inner.uri
+        self._slots = slots
+
+    async def get_range_async(
+        self, key: str, offset: int, length: int, etag: str = ""
+    ) -> bytes | memoryview:
+        async with self._slots:
+            return await self.inner.get_range_async(key, offset, length, etag)
+
+    def get_range(self, key: str, offset: int, length: int, etag: str = "") -> bytes:
+        return self.inner.get_range(key, offset, length, etag)
+
+    def head(self, key: str) -> ObjectInfo:
+        return self.inner.head(key)
+
+    def list(self, prefix: str, limit: int | None = None) -> Listing:
+        return self.inner.list(prefix, limit)
+
+    def walk(self, prefix: str) -> Iterator[ObjectPage]:
+        return self.inner.walk(prefix)
+
+    def put(self, key: str, data: bytes) -> ObjectInfo:
+        return self.inner.put(key, data)
+
+    def check(self) -> None:
+        self.inner.check()
+
+    def uri_of(self, key: str) -> str:
+        return self.inner.uri_of(key)
+
+    def key_of(self, uri: str) -> str:
+        return self.inner.key_of(uri)
 
 
 class BudgetedUnderStore(UnderStore):
