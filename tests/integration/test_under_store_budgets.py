@@ -9,7 +9,10 @@ split and the gates do not depend on the rate; bench/budget_bench.py measures 20
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -154,3 +157,35 @@ def test_a_client_reading_the_store_itself_keeps_within_the_mounts_budget(
     # The client holds at most the whole limit (an even share among the workers it
     # knows, none of them alive), plus a burst of two.
     assert (len(times) - 1 - 2) / (times[-1] - times[0]) <= limit * 1.1
+
+
+def _cli(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "reservoir.cli.main", "--master", cluster.master_address, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ},
+    )
+
+
+def test_mount_flags_set_the_budgets_mounts_shows_and_a_negative_one_is_refused(
+    cluster: LocalCluster, bucket: str
+) -> None:
+    root = new_mount_path()
+    uri = f"s3://{bucket}/cli/"
+    flags = ("--max-requests-per-second", "200", "--max-bytes-per-second", "2MiB")
+    done = _cli(cluster, "--json", "mount", root, uri, "--endpoint-url", cluster.s3_endpoint,
+                *flags, "--max-in-flight", "16")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    shown = next(
+        m for m in json.loads(_cli(cluster, "--json", "mounts").stdout) if m["path"] == root
+    )
+    assert (shown["max_requests_per_s"], shown["max_bytes_per_s"], shown["max_in_flight"]) == (
+        200,
+        2 << 20,
+        16,
+    )
+    bad = _cli(cluster, "mount", new_mount_path(), uri, "--endpoint-url", cluster.s3_endpoint,
+               "--max-in-flight", "-1")  # fmt: skip
+    assert bad.returncode == 1 and "max_in_flight must not be negative" in bad.stderr
