@@ -130,6 +130,26 @@ def test_a_slowdown_storm_halves_the_get_rate_and_no_read_fails(
     assert after <= 0.65 * LIMIT, (before, after)
 
 
+def test_with_the_master_killed_the_workers_keep_their_last_shares_and_the_limit_holds(
+    own_cluster: LocalCluster,
+) -> None:
+    s3 = own_cluster.s3_client()
+    s3.create_bucket(Bucket="lapsed")
+    with Client(own_cluster.master_address) as c:
+        files = _files(own_cluster, "lapsed", count=64)
+        root = _mount(c, own_cluster, "lapsed")
+        with _cold_readers(c, root, files) as failures:
+            time.sleep(3.0)  # both workers hold leases split by demand
+            own_cluster.kill("master")
+            time.sleep(1.0)
+            start = time.time()
+            time.sleep(WINDOW_S + 0.3)
+        rate = _gets_per_s(own_cluster, start, start + WINDOW_S)
+    assert not failures, failures[:3]
+    # No master re-splits: the last shares add up to the limit, and hold it.
+    assert 0.8 * LIMIT <= rate <= 1.1 * LIMIT, rate
+
+
 def test_a_client_reading_the_store_itself_keeps_within_the_mounts_budget(
     own_cluster: LocalCluster,
 ) -> None:
