@@ -42,7 +42,12 @@ def test_sizes_and_durations_take_the_clis_units() -> None:
     assert spec.sync.interval_s == 300
     assert spec.cache.quota_bytes == 200 * GiB and spec.cache.idle_ttl_s == 72 * 3600
     assert spec.under_store.max_bytes_per_s == 2 * GiB
-    assert spec.mount_options().metadata_sync == "interval:300s"
+    options = spec.mount_options()
+    assert options.metadata_sync == "interval:300s"
+    assert (options.quota_bytes, options.priority, options.idle_ttl_ms) == (
+        200 * GiB, "high", 72 * 3600 * 1000,
+    )  # fmt: skip
+    assert (options.max_requests_per_s, options.max_bytes_per_s) == (2000, 2 * GiB)
 
 
 @pytest.mark.parametrize(

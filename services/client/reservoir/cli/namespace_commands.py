@@ -47,6 +47,9 @@ def mount_dict(m: Mount) -> dict[str, Any]:
         "quota_bytes": m.options.quota_bytes,
         "priority": m.options.priority or NORMAL,
         "idle_ttl_ms": m.options.idle_ttl_ms,
+        "max_requests_per_s": m.options.max_requests_per_s,
+        "max_bytes_per_s": m.options.max_bytes_per_s,
+        "max_in_flight": m.options.max_in_flight,
         **time_fields("created", m.created_ms),
     }
 
@@ -71,6 +74,9 @@ def cmd_mount(args: argparse.Namespace) -> None:
             quota_bytes=args.quota or 0,
             priority=args.priority or "",
             idle_ttl_ms=int(parse_duration(args.idle_ttl) * 1000) if args.idle_ttl else 0,
+            max_requests_per_s=args.max_requests_per_second or 0,
+            max_bytes_per_s=args.max_bytes_per_second or 0,
+            max_in_flight=args.max_in_flight or 0,
         )
     emit(args, mount_dict(mount), lambda: f"mounted {mount.uri} at {mount.path}")
 
@@ -252,6 +258,24 @@ def register(commands: Subcommands) -> None:
         metavar="DURATION",
         help="drop the mount's cached blocks once it was not read for this long, e.g. 72h "
         "(default: never)",
+    )
+    p.add_argument(
+        "--max-requests-per-second",
+        type=int,
+        metavar="N",
+        help="GETs per second all workers together send to the under-store (default: no limit)",
+    )
+    p.add_argument(
+        "--max-bytes-per-second",
+        type=parse_size,
+        metavar="SIZE",
+        help="bytes per second all workers together read from the under-store, e.g. 2GiB",
+    )
+    p.add_argument(
+        "--max-in-flight",
+        type=int,
+        metavar="N",
+        help="GETs all workers together have outstanding at the under-store at once",
     )
     p = commands.add("unmount", "remove a mount (the under-store is not touched)", cmd_unmount)
     p.add_argument("path", help="the mount's path")

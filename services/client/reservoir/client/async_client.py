@@ -52,6 +52,7 @@ from .datasets import Dataset, document_of
 from .grpc_blocks import GrpcBlocks
 from .hedges import Hedges, HedgeStats
 from .load_jobs import LoadJob, MetadataLoadProgress
+from .read_admission import MountBudgetAdmission
 from .short_circuit import ShortCircuit
 from .thread_reads import ThreadReads
 from .under_store_blocks import UnderStoreBlocks
@@ -99,7 +100,12 @@ class AsyncClient:
             planner,
             self._short_circuit,
             GrpcBlocks(self.config, self._worker_calls.channels),
-            UnderStoreBlocks(self.config, self._view, under_stores),
+            UnderStoreBlocks(
+                self.config,
+                self._view,
+                under_stores,
+                MountBudgetAdmission(self._view, self.config.ufs),
+            ),
             self._hedges,
         )
         self.thread_reads = ThreadReads(self._view, planner, self._short_circuit, self.data_port)
@@ -154,11 +160,16 @@ class AsyncClient:
         quota_bytes: int = 0,
         priority: str = "",
         idle_ttl_ms: int = 0,
+        max_requests_per_s: int = 0,
+        max_bytes_per_s: int = 0,
+        max_in_flight: int = 0,
     ) -> Mount:
         """Mounts `uri` at `path`; `replace` swaps out a mount already at `path`;
         `writable`: files may be written, renamed and removed through Reservoir;
         `events_queue_url`: an SQS queue of the bucket's S3 event notifications;
-        `quota_bytes`, `priority` and `idle_ttl_ms`: see `Client.mount`."""
+        `quota_bytes`, `priority` and `idle_ttl_ms`: see `Client.mount`;
+        `max_requests_per_s`, `max_bytes_per_s`, `max_in_flight`: what all workers together
+        may ask of the under-store (0 = unlimited)."""
         options = MountOptions(
             endpoint_url,
             region,
@@ -171,6 +182,9 @@ class AsyncClient:
             priority=priority,
             idle_ttl_ms=idle_ttl_ms,
             events_queue_url=events_queue_url,
+            max_requests_per_s=max_requests_per_s,
+            max_bytes_per_s=max_bytes_per_s,
+            max_in_flight=max_in_flight,
         )
         return await self._view.mount(path, uri, options, replace=replace)
 

@@ -6,7 +6,10 @@ bytes that failed their check) goes into the penalty box; any other error is the
 Reads are hedged (`hedges.py`): a worker that has not started to answer within the hedge
 budget keeps its call, but the next route is asked too; the first answer wins, the others
 are cancelled, and a worker that was hedged over goes into the penalty box. Whatever route
-wins, its bytes passed the same check (`integrity.py`)."""
+wins, its bytes passed the same check (`integrity.py`).
+
+The under-store route passes one admission seam (`read_admission.py`): a mount's
+under-store budget applies to the client's direct reads there, not in each route."""
 
 from __future__ import annotations
 

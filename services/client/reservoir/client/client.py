@@ -91,6 +91,9 @@ class Client:
         quota_bytes: int = 0,
         priority: str = "",
         idle_ttl_ms: int = 0,
+        max_requests_per_s: int = 0,
+        max_bytes_per_s: int = 0,
+        max_in_flight: int = 0,
     ) -> Mount:
         """Mounts the under-store `uri` (e.g. "s3://bucket/prefix/") at `path`, with
         the options `reservoir mount` documents; `replace` swaps out a mount already
@@ -98,7 +101,8 @@ class Client:
         `events_queue_url` names an SQS queue of the bucket's S3 event notifications.
         `quota_bytes` caps what the cluster caches of the mount, `priority` ("low",
         "normal", "high") orders whose blocks go first under pressure, and `idle_ttl_ms`
-        drops its blocks once it was not read for that long."""
+        drops its blocks once it was not read for that long; the `max_*` budgets bound
+        what all workers together ask of the under-store."""
         return self._run(
             self._async.mount(
                 path,
@@ -115,6 +119,9 @@ class Client:
                 quota_bytes=quota_bytes,
                 priority=priority,
                 idle_ttl_ms=idle_ttl_ms,
+                max_requests_per_s=max_requests_per_s,
+                max_bytes_per_s=max_bytes_per_s,
+                max_in_flight=max_in_flight,
             )
         )
 

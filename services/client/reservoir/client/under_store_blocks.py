@@ -14,6 +14,7 @@ from reservoir.common.understore.mounted_stores import MountedStores
 
 from .cluster_view import ClusterView
 from .integrity import check_block
+from .read_admission import ReadAdmission
 from .short_circuit import range_length
 
 log = logs.get_logger(__name__)
@@ -21,11 +22,17 @@ log = logs.get_logger(__name__)
 
 class UnderStoreBlocks:
     def __init__(
-        self, config: cfg.ClientConfig, view: ClusterView, under_stores: MountedStores
+        self,
+        config: cfg.ClientConfig,
+        view: ClusterView,
+        under_stores: MountedStores,
+        admission: ReadAdmission,
     ) -> None:
+        """`admission`: asked before each GET (the mount's under-store budget)."""
         self._config = config
         self._view = view
         self._under_stores = under_stores
+        self._admission = admission
 
     async def fetch(
         self, inode: Inode, index: int, offset: int, length: int, cause: ReservoirError | None
@@ -48,8 +55,9 @@ class UnderStoreBlocks:
         log.info("read_from_under_store", path=inode.path, block=index)
         start = index * inode.block_size + min(offset, inode.block_length(index))
         want = range_length(inode, index, offset, length)
-        data = await asyncio.to_thread(
-            ufs.get_range, ufs.key_of(inode.ufs_uri), start, want, inode.etag
-        )
+        async with self._admission.admitted(mount, want):
+            data = await asyncio.to_thread(
+                ufs.get_range, ufs.key_of(inode.ufs_uri), start, want, inode.etag
+            )
         check_block(f"{inode.path}: block {index} from the under-store", data, want, None, False)
         return data

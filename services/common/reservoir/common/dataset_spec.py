@@ -110,6 +110,9 @@ class DatasetSpec:
             quota_bytes=self.cache.quota_bytes,
             priority=self.cache.priority,
             idle_ttl_ms=int(self.cache.idle_ttl_s * 1000),
+            max_requests_per_s=self.under_store.max_requests_per_s,
+            max_bytes_per_s=self.under_store.max_bytes_per_s,
+            max_in_flight=self.under_store.max_in_flight,
             dataset=self.name,
         )
 

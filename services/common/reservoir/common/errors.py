@@ -63,6 +63,10 @@ class Unavailable(ReservoirError, ConnectionError):
     """A component (master, worker, etcd, under-store) cannot be reached in time."""
 
 
+class SlowDown(Unavailable):
+    """The under-store asks for fewer requests (S3's 503 SlowDown): back off, then retry."""
+
+
 class NotLeader(Unavailable):
     """This master is a standby (or was fenced off): the call needs the leader.
     `leader` is the leader's address when known; clients go there."""

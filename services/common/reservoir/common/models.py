@@ -66,6 +66,10 @@ class MountOptions:
     priority: str = ""
     # A mount not read for this long has its blocks reclaimed (0: never).
     idle_ttl_ms: int = 0
+    # Cluster-wide under-store budgets (all workers together); 0 = unlimited.
+    max_requests_per_s: int = 0
+    max_bytes_per_s: int = 0
+    max_in_flight: int = 0
 
     @classmethod
     def from_proto(cls, o: common_pb2.MountOptions) -> MountOptions:
@@ -77,6 +81,9 @@ class MountOptions:
             o.metadata_ttl_ms,
             o.metadata_sync,
             o.writable,
+            max_requests_per_s=o.max_requests_per_s,
+            max_bytes_per_s=o.max_bytes_per_s,
+            max_in_flight=o.max_in_flight,
             quota_bytes=o.quota_bytes,
             priority=o.priority,
             idle_ttl_ms=o.idle_ttl_ms,
@@ -108,6 +115,11 @@ class MountOptions:
     def priority_rank(self) -> int:
         """0 for low, 1 for normal, 2 for high: lower ranks are evicted first."""
         return PRIORITIES.index(self.priority or NORMAL)
+
+    @property
+    def budgeted(self) -> bool:
+        """Whether any under-store budget limits this mount."""
+        return bool(self.max_requests_per_s or self.max_bytes_per_s or self.max_in_flight)
 
     def sync_ttl_ms(self, default_ms: int) -> int | None:
         """How long the namespace is trusted before it is checked against the
@@ -141,6 +153,12 @@ class MountOptions:
             raise InvalidArgument(f"priority must be one of {', '.join(PRIORITIES)}")
         if self.idle_ttl_ms < 0:
             raise InvalidArgument("idle_ttl_ms must not be negative")
+        for name in ("max_requests_per_s", "max_bytes_per_s", "max_in_flight"):
+            if getattr(self, name) < 0:
+                raise InvalidArgument(f"{name} must not be negative (0 = unlimited)")
+        if 0 < self.max_bytes_per_s < MIN_BLOCK_SIZE:
+            # Below one smallest block a second no fetch could ever be admitted whole.
+            raise InvalidArgument(f"max_bytes_per_s must be at least {MIN_BLOCK_SIZE} (or 0)")
         return self
 
 

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19reservoir/v1/common.proto\x12\x0creservoir.v1\"\x86\x02\n\x0cMountOptions\x12\x14\n\x0c\x65ndpoint_url\x18\x01 \x01(\t\x12\x0e\n\x06region\x18\x02 \x01(\t\x12\x12\n\nblock_size\x18\x03 \x01(\x03\x12\x13\n\x0b\x63redentials\x18\x04 \x01(\t\x12\x17\n\x0fmetadata_ttl_ms\x18\x05 \x01(\x03\x12\x15\n\rmetadata_sync\x18\x06 \x01(\t\x12\x10\n\x08writable\x18\x07 \x01(\x08\x12\x18\n\x10\x65vents_queue_url\x18\x08 \x01(\t\x12\x0f\n\x07\x64\x61taset\x18\x10 \x01(\t\x12\x13\n\x0bquota_bytes\x18\n \x01(\x03\x12\x10\n\x08priority\x18\x0b \x01(\t\x12\x13\n\x0bidle_ttl_ms\x18\x0c \x01(\x03\"g\n\tMountInfo\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0b\n\x03uri\x18\x02 \x01(\t\x12+\n\x07options\x18\x03 \x01(\x0b\x32\x1a.reservoir.v1.MountOptions\x12\x12\n\ncreated_ms\x18\x04 \x01(\x03\"2\n\rBlockLocation\x12\r\n\x05index\x18\x01 \x01(\x03\x12\x12\n\nworker_ids\x18\x02 \x03(\t\"\x96\x02\n\x08\x46ileInfo\x12\x0c\n\x04path\x18\x01 \x01(\t\x12$\n\x04kind\x18\x02 \x01(\x0e\x32\x16.reservoir.v1.FileKind\x12\x0c\n\x04size\x18\x03 \x01(\x03\x12\x10\n\x08mtime_ms\x18\x04 \x01(\x03\x12\x0c\n\x04\x65tag\x18\x05 \x01(\t\x12\x12\n\nblock_size\x18\x06 \x01(\x03\x12\x0f\n\x07\x66ile_id\x18\x07 \x01(\t\x12\x0f\n\x07ufs_uri\x18\x08 \x01(\t\x12\x12\n\nmount_path\x18\t \x01(\t\x12.\n\tlocations\x18\n \x03(\x0b\x32\x1b.reservoir.v1.BlockLocation\x12.\n\x08metadata\x18\x0b \x01(\x0b\x32\x1c.reservoir.v1.ObjectMetadata\"\xf1\x01\n\x0eObjectMetadata\x12\x14\n\x0c\x63ontent_type\x18\x01 \x01(\t\x12\x18\n\x10\x63ontent_encoding\x18\x02 \x01(\t\x12\x1b\n\x13\x63ontent_disposition\x18\x03 \x01(\t\x12\x15\n\rcache_control\x18\x04 \x01(\t\x12\x18\n\x10\x63ontent_language\x18\x05 \x01(\t\x12\x34\n\x04user\x18\x06 \x03(\x0b\x32&.reservoir.v1.ObjectMetadata.UserEntry\x1a+\n\tUserEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xa7\x01\n\nWorkerInfo\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x0c\n\x04host\x18\x03 \x01(\t\x12\x0c\n\x04zone\x18\x04 \x01(\t\x12\x16\n\x0e\x63\x61pacity_bytes\x18\x05 \x01(\x03\x12\x12\n\nstarted_ms\x18\x06 \x01(\x03\x12\x0f\n\x07shm_dir\x18\x07 \x01(\t\x12\x14\n\x0c\x64\x61ta_address\x18\x08 \x01(\t\x12\r\n\x05state\x18\t \x01(\t\"*\n\x08\x42lockRef\x12\x0f\n\x07\x66ile_id\x18\x01 \x01(\t\x12\r\n\x05index\x18\x02 \x01(\x03*R\n\x08\x46ileKind\x12\x19\n\x15\x46ILE_KIND_UNSPECIFIED\x10\x00\x12\x12\n\x0e\x46ILE_KIND_FILE\x10\x01\x12\x17\n\x13\x46ILE_KIND_DIRECTORY\x10\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19reservoir/v1/common.proto\x12\x0creservoir.v1\"\xd2\x02\n\x0cMountOptions\x12\x14\n\x0c\x65ndpoint_url\x18\x01 \x01(\t\x12\x0e\n\x06region\x18\x02 \x01(\t\x12\x12\n\nblock_size\x18\x03 \x01(\x03\x12\x13\n\x0b\x63redentials\x18\x04 \x01(\t\x12\x17\n\x0fmetadata_ttl_ms\x18\x05 \x01(\x03\x12\x15\n\rmetadata_sync\x18\x06 \x01(\t\x12\x10\n\x08writable\x18\x07 \x01(\x08\x12\x18\n\x10\x65vents_queue_url\x18\x08 \x01(\t\x12\x0f\n\x07\x64\x61taset\x18\x10 \x01(\t\x12\x13\n\x0bquota_bytes\x18\n \x01(\x03\x12\x10\n\x08priority\x18\x0b \x01(\t\x12\x13\n\x0bidle_ttl_ms\x18\x0c \x01(\x03\x12\x1a\n\x12max_requests_per_s\x18\r \x01(\x03\x12\x17\n\x0fmax_bytes_per_s\x18\x0e \x01(\x03\x12\x15\n\rmax_in_flight\x18\x0f \x01(\x03\"g\n\tMountInfo\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0b\n\x03uri\x18\x02 \x01(\t\x12+\n\x07options\x18\x03 \x01(\x0b\x32\x1a.reservoir.v1.MountOptions\x12\x12\n\ncreated_ms\x18\x04 \x01(\x03\"2\n\rBlockLocation\x12\r\n\x05index\x18\x01 \x01(\x03\x12\x12\n\nworker_ids\x18\x02 \x03(\t\"\x96\x02\n\x08\x46ileInfo\x12\x0c\n\x04path\x18\x01 \x01(\t\x12$\n\x04kind\x18\x02 \x01(\x0e\x32\x16.reservoir.v1.FileKind\x12\x0c\n\x04size\x18\x03 \x01(\x03\x12\x10\n\x08mtime_ms\x18\x04 \x01(\x03\x12\x0c\n\x04\x65tag\x18\x05 \x01(\t\x12\x12\n\nblock_size\x18\x06 \x01(\x03\x12\x0f\n\x07\x66ile_id\x18\x07 \x01(\t\x12\x0f\n\x07ufs_uri\x18\x08 \x01(\t\x12\x12\n\nmount_path\x18\t \x01(\t\x12.\n\tlocations\x18\n \x03(\x0b\x32\x1b.reservoir.v1.BlockLocation\x12.\n\x08metadata\x18\x0b \x01(\x0b\x32\x1c.reservoir.v1.ObjectMetadata\"\xf1\x01\n\x0eObjectMetadata\x12\x14\n\x0c\x63ontent_type\x18\x01 \x01(\t\x12\x18\n\x10\x63ontent_encoding\x18\x02 \x01(\t\x12\x1b\n\x13\x63ontent_disposition\x18\x03 \x01(\t\x12\x15\n\rcache_control\x18\x04 \x01(\t\x12\x18\n\x10\x63ontent_language\x18\x05 \x01(\t\x12\x34\n\x04user\x18\x06 \x03(\x0b\x32&.reservoir.v1.ObjectMetadata.UserEntry\x1a+\n\tUserEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xa7\x01\n\nWorkerInfo\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x0c\n\x04host\x18\x03 \x01(\t\x12\x0c\n\x04zone\x18\x04 \x01(\t\x12\x16\n\x0e\x63\x61pacity_bytes\x18\x05 \x01(\x03\x12\x12\n\nstarted_ms\x18\x06 \x01(\x03\x12\x0f\n\x07shm_dir\x18\x07 \x01(\t\x12\x14\n\x0c\x64\x61ta_address\x18\x08 \x01(\t\x12\r\n\x05state\x18\t \x01(\t\"*\n\x08\x42lockRef\x12\x0f\n\x07\x66ile_id\x18\x01 \x01(\t\x12\r\n\x05index\x18\x02 \x01(\x03*R\n\x08\x46ileKind\x12\x19\n\x15\x46ILE_KIND_UNSPECIFIED\x10\x00\x12\x12\n\x0e\x46ILE_KIND_FILE\x10\x01\x12\x17\n\x13\x46ILE_KIND_DIRECTORY\x10\x02\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,22 +33,22 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_OBJECTMETADATA_USERENTRY']._loaded_options = None
   _globals['_OBJECTMETADATA_USERENTRY']._serialized_options = b'8\001'
-  _globals['_FILEKIND']._serialized_start=1204
-  _globals['_FILEKIND']._serialized_end=1286
+  _globals['_FILEKIND']._serialized_start=1280
+  _globals['_FILEKIND']._serialized_end=1362
   _globals['_MOUNTOPTIONS']._serialized_start=44
-  _globals['_MOUNTOPTIONS']._serialized_end=306
-  _globals['_MOUNTINFO']._serialized_start=308
-  _globals['_MOUNTINFO']._serialized_end=411
-  _globals['_BLOCKLOCATION']._serialized_start=413
-  _globals['_BLOCKLOCATION']._serialized_end=463
-  _globals['_FILEINFO']._serialized_start=466
-  _globals['_FILEINFO']._serialized_end=744
-  _globals['_OBJECTMETADATA']._serialized_start=747
-  _globals['_OBJECTMETADATA']._serialized_end=988
-  _globals['_OBJECTMETADATA_USERENTRY']._serialized_start=945
-  _globals['_OBJECTMETADATA_USERENTRY']._serialized_end=988
-  _globals['_WORKERINFO']._serialized_start=991
-  _globals['_WORKERINFO']._serialized_end=1158
-  _globals['_BLOCKREF']._serialized_start=1160
-  _globals['_BLOCKREF']._serialized_end=1202
+  _globals['_MOUNTOPTIONS']._serialized_end=382
+  _globals['_MOUNTINFO']._serialized_start=384
+  _globals['_MOUNTINFO']._serialized_end=487
+  _globals['_BLOCKLOCATION']._serialized_start=489
+  _globals['_BLOCKLOCATION']._serialized_end=539
+  _globals['_FILEINFO']._serialized_start=542
+  _globals['_FILEINFO']._serialized_end=820
+  _globals['_OBJECTMETADATA']._serialized_start=823
+  _globals['_OBJECTMETADATA']._serialized_end=1064
+  _globals['_OBJECTMETADATA_USERENTRY']._serialized_start=1021
+  _globals['_OBJECTMETADATA_USERENTRY']._serialized_end=1064
+  _globals['_WORKERINFO']._serialized_start=1067
+  _globals['_WORKERINFO']._serialized_end=1234
+  _globals['_BLOCKREF']._serialized_start=1236
+  _globals['_BLOCKREF']._serialized_end=1278
 # @@protoc_insertion_point(module_scope)

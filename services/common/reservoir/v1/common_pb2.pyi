@@ -57,6 +57,9 @@ class MountOptions(_message.Message):
     QUOTA_BYTES_FIELD_NUMBER: _builtins.int
     PRIORITY_FIELD_NUMBER: _builtins.int
     IDLE_TTL_MS_FIELD_NUMBER: _builtins.int
+    MAX_REQUESTS_PER_S_FIELD_NUMBER: _builtins.int
+    MAX_BYTES_PER_S_FIELD_NUMBER: _builtins.int
+    MAX_IN_FLIGHT_FIELD_NUMBER: _builtins.int
     endpoint_url: _builtins.str
     region: _builtins.str
     block_size: _builtins.int
@@ -88,6 +91,13 @@ class MountOptions(_message.Message):
     """"low", "normal" or "high" (empty = normal): whose blocks a worker evicts first."""
     idle_ttl_ms: _builtins.int
     """The mount's blocks are reclaimed once it was not read for this long; 0 = never."""
+    max_requests_per_s: _builtins.int
+    """Cluster-wide budgets on what all workers together send to the under-store (GETs per
+    second, bytes per second, GETs at once); 0 = unlimited. The master leases each
+    worker a share of each.
+    """
+    max_bytes_per_s: _builtins.int
+    max_in_flight: _builtins.int
     def __init__(
         self,
         *,
@@ -103,10 +113,13 @@ class MountOptions(_message.Message):
         quota_bytes: _builtins.int = ...,
         priority: _builtins.str = ...,
         idle_ttl_ms: _builtins.int = ...,
+        max_requests_per_s: _builtins.int = ...,
+        max_bytes_per_s: _builtins.int = ...,
+        max_in_flight: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["block_size", b"block_size", "credentials", b"credentials", "dataset", b"dataset", "endpoint_url", b"endpoint_url", "events_queue_url", b"events_queue_url", "idle_ttl_ms", b"idle_ttl_ms", "metadata_sync", b"metadata_sync", "metadata_ttl_ms", b"metadata_ttl_ms", "priority", b"priority", "quota_bytes", b"quota_bytes", "region", b"region", "writable", b"writable"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["block_size", b"block_size", "credentials", b"credentials", "dataset", b"dataset", "endpoint_url", b"endpoint_url", "events_queue_url", b"events_queue_url", "idle_ttl_ms", b"idle_ttl_ms", "max_bytes_per_s", b"max_bytes_per_s", "max_in_flight", b"max_in_flight", "max_requests_per_s", b"max_requests_per_s", "metadata_sync", b"metadata_sync", "metadata_ttl_ms", b"metadata_ttl_ms", "priority", b"priority", "quota_bytes", b"quota_bytes", "region", b"region", "writable", b"writable"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

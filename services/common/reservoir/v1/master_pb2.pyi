@@ -1282,6 +1282,7 @@ class ReportBlocksRequest(_message.Message):
     FULL_FIELD_NUMBER: _builtins.int
     ADDED_FIELD_NUMBER: _builtins.int
     REMOVED_FIELD_NUMBER: _builtins.int
+    BUDGET_DEMANDS_FIELD_NUMBER: _builtins.int
     worker_id: _builtins.str
     full: _builtins.bool
     """true: `added` is the worker's whole content; forget everything else it reported."""
@@ -1289,6 +1290,12 @@ class ReportBlocksRequest(_message.Message):
     def added(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.BlockRef]: ...
     @_builtins.property
     def removed(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.BlockRef]: ...
+    @_builtins.property
+    def budget_demands(self) -> _containers.RepeatedCompositeFieldContainer[Global___BudgetDemand]:
+        """What the worker wanted of each budgeted mount's under-store lately (its share is
+        split by these). Numbered high: other fields are being added in parallel.
+        """
+
     def __init__(
         self,
         *,
@@ -1296,10 +1303,11 @@ class ReportBlocksRequest(_message.Message):
         full: _builtins.bool = ...,
         added: _abc.Iterable[_common_pb2.BlockRef] | None = ...,
         removed: _abc.Iterable[_common_pb2.BlockRef] | None = ...,
+        budget_demands: _abc.Iterable[Global___BudgetDemand] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["added", b"added", "full", b"full", "removed", b"removed", "worker_id", b"worker_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["added", b"added", "budget_demands", b"budget_demands", "full", b"full", "removed", b"removed", "worker_id", b"worker_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1310,19 +1318,79 @@ class ReportBlocksResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     MASTER_EPOCH_FIELD_NUMBER: _builtins.int
+    BUDGET_SHARES_FIELD_NUMBER: _builtins.int
     master_epoch: _builtins.str
     """Changes each time a master starts. A worker that sees a new epoch sends its whole
     content next: what it told an earlier master may never have reached etcd.
     """
+    @_builtins.property
+    def budget_shares(self) -> _containers.RepeatedCompositeFieldContainer[Global___BudgetShare]:
+        """This worker's share of every budgeted mount's limits, until the next reply."""
+
     def __init__(
         self,
         *,
         master_epoch: _builtins.str = ...,
+        budget_shares: _abc.Iterable[Global___BudgetShare] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["master_epoch", b"master_epoch"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["budget_shares", b"budget_shares", "master_epoch", b"master_epoch"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ReportBlocksResponse: _TypeAlias = ReportBlocksResponse  # noqa: Y015
+
+@_typing.final
+class BudgetDemand(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MOUNT_PATH_FIELD_NUMBER: _builtins.int
+    REQUESTS_PER_S_FIELD_NUMBER: _builtins.int
+    mount_path: _builtins.str
+    requests_per_s: _builtins.float
+    """GETs asked for (admitted or waiting), per second"""
+    def __init__(
+        self,
+        *,
+        mount_path: _builtins.str = ...,
+        requests_per_s: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["mount_path", b"mount_path", "requests_per_s", b"requests_per_s"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BudgetDemand: _TypeAlias = BudgetDemand  # noqa: Y015
+
+@_typing.final
+class BudgetShare(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MOUNT_PATH_FIELD_NUMBER: _builtins.int
+    REQUESTS_PER_S_FIELD_NUMBER: _builtins.int
+    BYTES_PER_S_FIELD_NUMBER: _builtins.int
+    IN_FLIGHT_FIELD_NUMBER: _builtins.int
+    mount_path: _builtins.str
+    requests_per_s: _builtins.float
+    """0 = unlimited"""
+    bytes_per_s: _builtins.float
+    """0 = unlimited"""
+    in_flight: _builtins.int
+    """0 = unlimited; negative = none now (an idle worker)"""
+    def __init__(
+        self,
+        *,
+        mount_path: _builtins.str = ...,
+        requests_per_s: _builtins.float = ...,
+        bytes_per_s: _builtins.float = ...,
+        in_flight: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes_per_s", b"bytes_per_s", "in_flight", b"in_flight", "mount_path", b"mount_path", "requests_per_s", b"requests_per_s"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BudgetShare: _TypeAlias = BudgetShare  # noqa: Y015

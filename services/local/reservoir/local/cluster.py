@@ -345,6 +345,13 @@ class LocalCluster:
         with urllib.request.urlopen(f"{self.s3_endpoint}/_reservoir/stats", timeout=5) as r:
             return dict(json.loads(r.read())["counts"])
 
+    def s3_get_times(self, since: float = 0.0) -> list[float]:
+        """When (wall-clock seconds) the managed S3 server received each object GET since
+        `since`: rates over time, as the store saw them."""
+        url = f"{self.s3_endpoint}/_reservoir/gets?since={since!r}"
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return [float(t) for t in json.loads(r.read())["times"]]
+
     def s3_config(self, **params: Any) -> None:
         query = "&".join(f"{k}={v}" for k, v in params.items())
         request = urllib.request.Request(

@@ -7,7 +7,9 @@ and (2) can add a first-byte latency, so a loopback store behaves like a remote 
 
     python -m reservoir.local.s3server --port 9000 --latency-ms 20
 
-Admin endpoints: GET /_reservoir/stats, POST /_reservoir/reset,
+Admin endpoints: GET /_reservoir/stats, GET /_reservoir/gets?since=T (the wall-clock
+times of the object GETs received since T, the last 100,000 at most: rates over time),
+POST /_reservoir/reset,
 POST /_reservoir/config?latency_ms=N&fail_gets=N&truncate_gets=N&fail_parts=N (fail the
 next N object GETs with 503; cut the body of the next N successful object GETs in half,
 then drop the connection: what a reset or truncated stream looks like to the reader; fail
@@ -27,7 +29,7 @@ import signal
 import socket
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -52,6 +54,7 @@ class S3Observer:
         self.truncate_gets = 0
         self.fail_parts = 0
         self.counts: Counter[str] = Counter()
+        self.get_times: deque[float] = deque(maxlen=100_000)
         self._lock = threading.Lock()
 
     @staticmethod
@@ -75,6 +78,8 @@ class S3Observer:
             kind = "SQS"  # moto serves the queues too; S3 counts stay S3's
         with self._lock:
             self.counts[kind] += 1
+            if kind == "GET":
+                self.get_times.append(time.time())
             failing = kind == "GET" and self.fail_gets > 0
             if failing:
                 self.fail_gets -= 1
@@ -118,9 +123,16 @@ class S3Observer:
     def _admin(
         self, environ: dict[str, Any], action: str, start_response: Callable[..., Any]
     ) -> Any:
+        if action == "gets":
+            since = float(parse_qs(environ.get("QUERY_STRING", "")).get("since", ["0"])[0])
+            with self._lock:
+                times = [t for t in self.get_times if t >= since]
+            start_response("200 OK", [("Content-Type", "application/json")])
+            return [json.dumps({"times": times}).encode()]
         if action == "reset":
             with self._lock:
                 self.counts.clear()
+                self.get_times.clear()
         elif action == "config":
             query = parse_qs(environ.get("QUERY_STRING", ""))
             if "latency_ms" in query:

@@ -26,6 +26,7 @@ from reservoir.common.understore.under_store_metrics import UnderStoreMetrics
 from reservoir.common.worker_calls import WorkerCalls, WorkerDeadlines
 
 from .block_moves import BlockMoves
+from .budget_leases import BudgetLeases
 from .cache_rules import CacheRules
 from .dataset_reconciler import DatasetReconciler
 from .datasets import DatasetRecord, DatasetTable
@@ -74,6 +75,7 @@ class MasterService:
             config.ufs, UnderStoreMetrics(registry, "reservoir_master_")
         )
         self.locations = BlockLocationTable(store)
+        self.budgets = BudgetLeases(self.mount_table.mounts, config.budget_period_s)
         self.members = WorkerMembership(store, self.locations)
         # Returned with every block report: a worker that sees a new one re-sends its
         # whole content, so a restarted master's table is exact within seconds.

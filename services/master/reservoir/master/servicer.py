@@ -114,7 +114,21 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
             ((b.file_id, b.index) for b in request.added),
             ((b.file_id, b.index) for b in request.removed),
         )
-        return master_pb2.ReportBlocksResponse(master_epoch=epoch)
+        shares = self._service.budgets.report(
+            request.worker_id, {d.mount_path: d.requests_per_s for d in request.budget_demands}
+        )
+        return master_pb2.ReportBlocksResponse(
+            master_epoch=epoch,
+            budget_shares=[
+                master_pb2.BudgetShare(
+                    mount_path=path,
+                    requests_per_s=share.requests_per_s,
+                    bytes_per_s=share.bytes_per_s,
+                    in_flight=share.in_flight,
+                )
+                for path, share in shares.items()
+            ],
+        )
 
     @translate_stream_errors
     async def LoadMetadata(

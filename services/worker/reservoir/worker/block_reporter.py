@@ -74,6 +74,7 @@ class BlockReporter:
             not added
             and not removed
             and now - self._last_call < self._config.master_check_interval_s
+            and not self._service.budgets.wanting  # GETs wait for a first budget lease
         ):
             return
         try:
@@ -99,8 +100,11 @@ class BlockReporter:
     async def _call(
         self, full: bool, added: list[tuple[str, int]], removed: list[tuple[str, int]]
     ) -> str:
+        budgets = self._service.budgets
         try:
-            epoch = await self._master.report(self._worker_id, full, added, removed)
+            epoch, shares = await self._master.report(
+                self._worker_id, full, added, removed, budgets.take_demands()
+            )
         except Exception as exc:
             if not self._failing:
                 self._failing = True
@@ -113,6 +117,8 @@ class BlockReporter:
                 self.request_full("report failed")
             raise
         self._last_call = time.monotonic()
+        # A mount the master names no share for keeps its last one (a lapsed lease too).
+        budgets.apply(shares)
         if self._failing:
             self._failing = False
             log.info("master_reachable_again", worker=self._worker_id)

@@ -9,6 +9,7 @@ from reservoir.common import observability
 from reservoir.common.master_calls import MasterCalls
 from reservoir.common.models import Mount
 from reservoir.common.rpc import ChannelOpener
+from reservoir.common.understore.budget_gate import BudgetShare
 from reservoir.v1 import common_pb2, master_pb2, master_pb2_grpc
 
 BlockId = tuple[str, int]
@@ -36,19 +37,33 @@ class MasterLink:
         return [Mount.from_proto(m) for m in response.mounts]
 
     async def report(
-        self, worker_id: str, full: bool, added: list[BlockId], removed: list[BlockId]
-    ) -> str:
-        """Sends one block report; returns the epoch of the master that took it."""
+        self,
+        worker_id: str,
+        full: bool,
+        added: list[BlockId],
+        removed: list[BlockId],
+        demands: list[tuple[str, float]],
+    ) -> tuple[str, list[tuple[str, BudgetShare]]]:
+        """Sends one block report, with this worker's demand of each budgeted mount;
+        returns the epoch of the master that took it and this worker's budget shares."""
         request = master_pb2.ReportBlocksRequest(
             worker_id=worker_id,
             full=full,
             added=[common_pb2.BlockRef(file_id=f, index=i) for f, i in added],
             removed=[common_pb2.BlockRef(file_id=f, index=i) for f, i in removed],
+            budget_demands=[
+                master_pb2.BudgetDemand(mount_path=path, requests_per_s=rate)
+                for path, rate in demands
+            ],
         )
         response = await self._masters.unary(
             "ReportBlocks", request, deadline_s=self._timeout, what="report blocks to the master"
         )
-        return str(response.master_epoch)
+        shares = [
+            (s.mount_path, BudgetShare(s.requests_per_s, s.bytes_per_s, s.in_flight))
+            for s in response.budget_shares
+        ]
+        return str(response.master_epoch), shares
 
     async def drain(self, worker_id: str) -> str:
         """Asks the master to drain this worker; returns the drain job's id."""

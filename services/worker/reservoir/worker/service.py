@@ -20,7 +20,9 @@ from reservoir.common.errors import (
 )
 from reservoir.common.models import Mount
 from reservoir.common.paths import shown
+from reservoir.common.understore.budget_gate import preload_lane
 from reservoir.common.understore.mounted_stores import MountedStores
+from reservoir.common.understore.store_budgets import StoreBudgets
 from reservoir.common.understore.under_store import UnderStore
 from reservoir.common.understore.under_store_metrics import UnderStoreMetrics
 
@@ -67,14 +69,17 @@ class WorkerService:
         self.store.memory.order = FairEviction(self.shares, held_bytes)
         self.mounts = mounts
         mounts.subscribe(self.shares)
+        # Every GET of a budgeted mount passes its gate (store_budgets.py): the limits are
+        # a decorator around the store, not a step of each route.
+        # Bounds the GETs this worker has in flight to the under-store at once (taken once
+        # a GET passed its budget, so one waiting for it holds none).
+        self.budgets = StoreBudgets(config.ufs, asyncio.Semaphore(config.ufs.concurrency))
         self._under_stores = MountedStores.from_settings(
-            config.ufs, UnderStoreMetrics(registry, "reservoir_worker_")
+            config.ufs, UnderStoreMetrics(registry, "reservoir_worker_"), self.budgets
         )
         # Each mount's store opens as soon as the mount is known, not at its first miss.
         mounts.subscribe(self._under_stores)
         self._inflight: dict[BlockId, asyncio.Task[tuple[Fetched, int]]] = {}
-        # Bounds the GETs this worker has in flight to the under-store at once.
-        self._ufs_slots = asyncio.Semaphore(config.ufs.concurrency)
         self.added: set[BlockId] = set()
         self.removed: set[BlockId] = set()
 
@@ -141,13 +146,12 @@ class WorkerService:
             "reservoir.offset": start,
         }
         with _tracer.start_as_current_span("ufs_get", attributes=attributes):
-            async with self._ufs_slots:
-                self.counters.ufs_gets += 1
-                try:
-                    return await ufs.get_range_async(key, start, length, etag)
-                except Exception:  # (not a cancellation: the worker is stopping)
-                    self.counters.ufs_errors += 1
-                    raise
+            self.counters.ufs_gets += 1
+            try:
+                return await ufs.get_range_async(key, start, length, etag)
+            except Exception:  # (not a cancellation: the worker is stopping)
+                self.counters.ufs_errors += 1
+                raise
 
     async def read(
         self,
@@ -218,7 +222,8 @@ class WorkerService:
         """Makes sure the block is held (a load job's step); returns its length. Not a read:
         nothing is counted as served."""
         request = request.validated()
-        data, _, _ = await self._block(request)
+        with preload_lane():  # its fetch task inherits the lane: below foreground reads
+            data, _, _ = await self._block(request)
         if request.block not in self.store:
             if self.shares.full(request.mount_path, len(data)):
                 raise ResourceExhausted(

@@ -41,6 +41,9 @@ class MasterConfig:
         default=1.0, metadata=env("RESERVOIR_WORKER_REFRESH_INTERVAL")
     )
     grace_s: float = field(default=3.0, metadata=env("RESERVOIR_SHUTDOWN_GRACE"))
+    # How often the leader re-splits each budgeted mount's limits among the workers by
+    # their recent demand (the lease period: what a lost master costs at most).
+    budget_period_s: float = field(default=1.0, metadata=env("RESERVOIR_BUDGET_PERIOD"))
     # Subtrees a metadata load lists at a time (each one listing without a delimiter), and
     # directories it lists at a time where it goes level by level.
     metadata_load_parallelism: int = field(

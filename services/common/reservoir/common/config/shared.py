@@ -163,6 +163,25 @@ class UnderStoreCalls:
     body_retries: int = field(default=3, metadata=env("RESERVOIR_UFS_BODY_RETRIES"))
     retry_backoff_s: float = field(default=0.05, metadata=env("RESERVOIR_UFS_RETRY_BACKOFF"))
     retry_backoff_max_s: float = field(default=1.0, metadata=env("RESERVOIR_UFS_RETRY_BACKOFF_MAX"))
+    # Budgeted mounts (max_requests_per_s ...): a burst of at most this many seconds of a
+    # share is admitted at once (at least 2 GETs). Preloads take only from a full bucket,
+    # so this is also what foreground reads find when they come in a burst; a window of
+    # W seconds may see (1 + burst / W) x the limit when the workers were idle before it.
+    budget_burst_s: float = field(default=0.5, metadata=env("RESERVOIR_UFS_BUDGET_BURST"))
+    # The most of a worker's share of GETs/s preloads (load jobs) may take, even when no
+    # foreground read wants it: what they leave keeps foreground reads from queueing
+    # behind them, and their CPU from slowing the worker.
+    budget_preload_share: float = field(
+        default=0.5, metadata=env("RESERVOIR_UFS_BUDGET_PRELOAD_SHARE")
+    )
+    # The longest a GET waits for its budget before it fails Unavailable.
+    budget_wait_s: float = field(default=60.0, metadata=env("RESERVOIR_UFS_BUDGET_WAIT"))
+    # A GET answered 503 SlowDown (or cut off) is asked again through the budget at most
+    # this many times; each SlowDown halves the mount's rate here, at most once per
+    # `slowdown_hold_s`, and the rate grows back linearly to the share in `recovery_s`.
+    slowdown_retries: int = field(default=8, metadata=env("RESERVOIR_UFS_SLOWDOWN_RETRIES"))
+    slowdown_hold_s: float = field(default=1.0, metadata=env("RESERVOIR_UFS_SLOWDOWN_HOLD"))
+    recovery_s: float = field(default=10.0, metadata=env("RESERVOIR_UFS_BUDGET_RECOVERY"))
 
 
 def rpc_timeout_field() -> Any:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -15,6 +16,7 @@ from reservoir.common.understore.s3_under_store import S3UnderStore
 from reservoir.common.understore.under_store import BodyRetry, UnderStore, UnderStoreSettings
 
 if TYPE_CHECKING:  # prometheus_client is a server dependency; clients open stores unmeasured
+    from reservoir.common.understore.store_budgets import StoreBudgets
     from reservoir.common.understore.under_store_metrics import UnderStoreMetrics
 
 log = logs.get_logger(__name__)
@@ -36,20 +38,26 @@ class MountedStores:
         max_connections: int = 16,
         body_retry: BodyRetry | None = None,
         metrics: UnderStoreMetrics | None = None,
+        budgets: StoreBudgets | None = None,
     ) -> None:
-        """`metrics`: where a server times its stores' requests (a client has none)."""
+        """`metrics`: where a server times its stores' requests (a client has none).
+        `budgets`: the gates a budgeted mount's GETs pass (a worker's)."""
         self._timeout_s = timeout_s
         self._retries = retries
         self._max_connections = max_connections
         self._body_retry = body_retry or BodyRetry()
         self._metrics = metrics
+        self._budgets = budgets
         self._open: dict[str, tuple[Mount, UnderStore]] = {}
         self._opening: dict[str, tuple[Mount, asyncio.Future[UnderStore]]] = {}
         self._preparing: set[asyncio.Task[UnderStore]] = set()
 
     @classmethod
     def from_settings(
-        cls, calls: UnderStoreCalls, metrics: UnderStoreMetrics | None = None
+        cls,
+        calls: UnderStoreCalls,
+        metrics: UnderStoreMetrics | None = None,
+        budgets: StoreBudgets | None = None,
     ) -> MountedStores:
         return cls(
             calls.timeout_s,
@@ -57,6 +65,7 @@ class MountedStores:
             calls.concurrency,
             BodyRetry(calls.body_retries, calls.retry_backoff_s, calls.retry_backoff_max_s),
             metrics,
+            budgets,
         )
 
     def settings(self, options: MountOptions, retries: int | None = None) -> UnderStoreSettings:
@@ -78,14 +87,23 @@ class MountedStores:
             return opened[1]
         pending = self._opening.get(mount.path)
         if pending is None or pending[0] != mount:
-            settings = self.settings(mount.options)
-            future = asyncio.ensure_future(
-                asyncio.to_thread(open_under_store, mount.uri, settings, self._metrics)
-            )
+            if self._budgets is not None and mount.options.budgeted:
+                self._budgets.gate(mount.path)  # made on the loop that uses it
+            future = asyncio.ensure_future(asyncio.to_thread(self._open_store, mount))
             pending = (mount, future)
             self._opening[mount.path] = pending
             future.add_done_callback(lambda done: self._opened(mount, done))
         return await asyncio.shield(pending[1])
+
+    def _open_store(self, mount: Mount) -> UnderStore:
+        if self._budgets is None:
+            return open_under_store(mount.uri, self.settings(mount.options), self._metrics)
+        settings = self.settings(mount.options)
+        if mount.options.budgeted:
+            # One attempt per request and no re-read of a broken body: the budget
+            # retries, each retry admitted like a GET.
+            settings = replace(settings, retries=1, body_retry=BodyRetry(0))
+        return self._budgets.wrap(mount, open_under_store(mount.uri, settings, self._metrics))
 
     def probe(self, uri: str, options: MountOptions) -> UnderStore:
         """A store for `uri` outside the mount table (a mount being checked), with one

@@ -43,8 +43,10 @@ class ObjectWrites:
     @classmethod
     def of(cls, store: UnderStore) -> ObjectWrites:
         """The writes of `store`; InvalidArgument for a store that cannot take them."""
-        # (A store timed by UnderStoreMetrics wraps the real one.)
-        inner = getattr(store, "inner", store)
+        # (A store timed by UnderStoreMetrics, or budgeted, wraps the real one.)
+        inner = store
+        while not isinstance(inner, S3UnderStore) and hasattr(inner, "inner"):
+            inner = inner.inner
         if not isinstance(inner, S3UnderStore):
             raise InvalidArgument(f"{store.uri}: only s3:// mounts can be written")
         return cls(inner)

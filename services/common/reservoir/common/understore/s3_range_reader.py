@@ -29,6 +29,7 @@ from reservoir.common.errors import (
     OutOfRange,
     PermissionDenied,
     ReservoirError,
+    SlowDown,
     Unavailable,
 )
 from reservoir.common.understore.under_store import UnderStoreSettings
@@ -44,6 +45,7 @@ _CREDENTIAL_TTL = timedelta(minutes=5)
 
 
 _RANGE_NOT_SATISFIABLE = re.compile(r"\bstatus(?: code)?: 416\b")
+_SLOW_DOWN = re.compile(r"\bstatus(?: code)?: 503\b|\bSlowDown\b")
 
 
 class _TruncatedBody(Exception):
@@ -214,6 +216,8 @@ class S3RangeReader:
         # error body (request and host ids), where any "416" may stand.
         if _RANGE_NOT_SATISFIABLE.search(message):
             return OutOfRange(f"{what}: range not satisfiable")
+        if _SLOW_DOWN.search(message):
+            return SlowDown(f"{what}: {where} asks to slow down ({_first_line(exc)})")
         if "error sending request" in message or "connect" in message.lower():
             return Unavailable(
                 f"{what}: cannot connect to the under-store endpoint {self._endpoint} "

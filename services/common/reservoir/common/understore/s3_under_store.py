@@ -27,6 +27,7 @@ from reservoir.common.errors import (
     OutOfRange,
     PermissionDenied,
     ReservoirError,
+    SlowDown,
     Unavailable,
 )
 from reservoir.common.redaction import install as redact_sdk_logs
@@ -226,6 +227,8 @@ class S3UnderStore(UnderStore):
                 return Conflict(f"{what}: the object changed (ETag mismatch)")
             if code == "InvalidRange" or status == 416:
                 return OutOfRange(f"{what}: range not satisfiable")
+            if code in ("SlowDown", "503", "Throttling") or status == 503:
+                return SlowDown(f"{what}: {where} answered {code or status} (slow down)")
             return Unavailable(f"{what}: {where} answered {code or status}")
         if isinstance(exc, bce.NoCredentialsError):
             return PermissionDenied(
