@@ -3,6 +3,8 @@ split against DistributedCacheAwareSampler's, one rank per host.
 
     python bench/rank_locality_bench.py            # 1,500 files of 16 KiB, 3 runs
     python bench/rank_locality_bench.py --quick    # 300 files, 1 run
+    python bench/rank_locality_bench.py --netns --cap-mbit 200 --files 300 --size 262144
+        # workers on hosts of their own (network namespaces, root), each host's link capped
 
 Starts a local cluster (etcd, the tests' S3 server, a master) and three workers that
 stand for three hosts (`local add-worker --host h1|h2|h3`, block files in /dev/shm), uploads
@@ -16,12 +18,17 @@ Epoch time is the slowest rank's read time. Every file's bytes are checked.
 
 On one machine "another host" is loopback: remote reads here cost a data-port round trip,
 not a network link; the fraction is what carries over to real hosts, the time less so.
+With --netns each worker runs in a network namespace of its own at its own address
+(tests/integration/hosts_cluster.py; needs root and iproute2), the ranks in the root
+namespace told their host, and --cap-mbit caps what each host sends onto the network (tbf
+on its link): a remote read crosses a capped link, a rank's own host's block files do not.
 Prints a table (medians of --runs), writes --json and --png.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -29,6 +36,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +114,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--quick", action="store_true", help="300 files, 1 run")
+    p.add_argument("--netns", action="store_true", help="workers on hosts of their own")
+    p.add_argument("--cap-mbit", type=int, default=0, help="with --netns: each host's link")
     p.add_argument("--json", default=str(HERE / "results" / "rank_locality_bench.json"))
     p.add_argument("--png", default=str(HERE / "results" / "rank_locality_bench.png"))
     args = p.parse_args(argv)
@@ -118,42 +128,44 @@ def main(argv: list[str] | None = None) -> None:
     from reservoir.local.worker_roster import WorkerOptions
 
     results: dict[str, list[dict[str, Any]]] = {PLAIN: [], LOCAL: []}
-    with tempfile.TemporaryDirectory(prefix="rank-bench-") as tmp:
-        cluster = LocalCluster.up(Path(tmp) / "c", workers=0, shm=True, capacity="1GiB")
-        try:
+    with tempfile.TemporaryDirectory(prefix="rank-bench-") as tmp, contextlib.ExitStack() as stack:
+        cluster: Any
+        if args.netns:
+            cluster = stack.enter_context(_hosts_cluster(Path(tmp), args.cap_mbit))
+        else:
+            cluster = LocalCluster.up(Path(tmp) / "c", workers=0, shm=True, capacity="1GiB")
+            stack.callback(cluster.down)
             for host in HOSTS:
                 add_worker(cluster, WorkerOptions(host=host))
-            bucket = f"rank-{uuid.uuid4().hex[:8]}"
-            s3 = cluster.s3_client()
-            s3.create_bucket(Bucket=bucket)
-            paths = [f"{MOUNT}/f{i:05d}" for i in range(args.files)]
-            bodies = {path: os.urandom(args.size) for path in paths}
-            for path, body in bodies.items():
-                s3.put_object(Bucket=bucket, Key=path.rsplit("/", 1)[1], Body=body)
-            log(f"uploaded {args.files} files of {args.size} B")
-            with Client(config=cluster.client_config(host="setup")) as c:
-                deadline = time.monotonic() + 60
-                while {w.host for w in c.workers()} != set(HOSTS):
-                    if time.monotonic() > deadline:
-                        raise RuntimeError("workers did not register")
-                    time.sleep(0.2)
-                c.mount(MOUNT, f"s3://{bucket}/", endpoint_url=cluster.s3_endpoint)
-                for start in range(0, len(paths), 256):
-                    c.read_many(paths[start : start + 256])
-                while not all(i.locations.get(0) for i in c.stat_many(paths, with_locations=True)):
-                    if time.monotonic() > deadline:
-                        raise RuntimeError("locations not reported")
-                    time.sleep(0.2)
-                for run in range(args.runs):
-                    order = [PLAIN, LOCAL] if run % 2 == 0 else [LOCAL, PLAIN]
-                    for sampler in order:
-                        shares = shares_of(sampler, paths, c, epoch=run)
-                        row = epoch(cluster, paths, bodies, shares, args.batch)
-                        results[sampler].append(row)
-                        log(f"run {run} {sampler}: {row['local_fraction']:.3f} local, "
-                            f"{row['epoch_seconds']:.2f} s")  # fmt: skip
-        finally:
-            cluster.down()
+        bucket = f"rank-{uuid.uuid4().hex[:8]}"
+        s3 = cluster.s3_client()
+        s3.create_bucket(Bucket=bucket)
+        paths = [f"{MOUNT}/f{i:05d}" for i in range(args.files)]
+        bodies = {path: os.urandom(args.size) for path in paths}
+        for path, body in bodies.items():
+            s3.put_object(Bucket=bucket, Key=path.rsplit("/", 1)[1], Body=body)
+        log(f"uploaded {args.files} files of {args.size} B")
+        with Client(config=cluster.client_config(host="setup")) as c:
+            deadline = time.monotonic() + 60
+            while {w.host for w in c.workers()} != set(HOSTS):
+                if time.monotonic() > deadline:
+                    raise RuntimeError("workers did not register")
+                time.sleep(0.2)
+            c.mount(MOUNT, f"s3://{bucket}/", endpoint_url=cluster.s3_endpoint)
+            for start in range(0, len(paths), 256):
+                c.read_many(paths[start : start + 256])
+            while not all(i.locations.get(0) for i in c.stat_many(paths, with_locations=True)):
+                if time.monotonic() > deadline:
+                    raise RuntimeError("locations not reported")
+                time.sleep(0.2)
+            for run in range(args.runs):
+                order = [PLAIN, LOCAL] if run % 2 == 0 else [LOCAL, PLAIN]
+                for sampler in order:
+                    shares = shares_of(sampler, paths, c, epoch=run)
+                    row = epoch(cluster, paths, bodies, shares, args.batch)
+                    results[sampler].append(row)
+                    log(f"run {run} {sampler}: {row['local_fraction']:.3f} local, "
+                        f"{row['epoch_seconds']:.2f} s")  # fmt: skip
 
     summary = {
         sampler: {
@@ -172,6 +184,7 @@ def main(argv: list[str] | None = None) -> None:
     document = {
         "bench": "rank_locality_bench",
         "settings": {k: v for k, v in vars(args).items() if k not in ("json", "png")},
+        "epoch_speedup": summary[PLAIN]["epoch_seconds"] / summary[LOCAL]["epoch_seconds"],
         "machine": machine_info(),
         "summary": summary,
         "runs": results,
@@ -179,6 +192,60 @@ def main(argv: list[str] | None = None) -> None:
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(document, indent=2) + "\n")
     plot(summary, Path(args.png))
+
+
+class _HostsCluster:
+    """What the bench asks of a cluster, for one whose workers are on hosts of their own."""
+
+    def __init__(self, master: str, s3_endpoint: str) -> None:
+        self.master, self.s3_endpoint = master, s3_endpoint
+
+    def client_config(self, host: str) -> Any:
+        from reservoir.common.config import ClientConfig, SecuritySettings
+
+        return ClientConfig(master=self.master, host=host, security=SecuritySettings())
+
+    def s3_client(self) -> Any:
+        import boto3
+
+        from reservoir.local.cluster import DEV_CREDENTIALS
+
+        return boto3.client(
+            "s3",
+            endpoint_url=self.s3_endpoint,
+            region_name="us-east-1",
+            aws_access_key_id=DEV_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=DEV_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+        )
+
+
+@contextlib.contextmanager
+def _hosts_cluster(state: Path, cap_mbit: int) -> Iterator[_HostsCluster]:
+    sys.path.insert(0, str(HERE.parent))  # tests/: the hosts' network and cluster
+    import shutil
+
+    from tests.integration.host_network import HostNetwork, unavailable
+    from tests.integration.hosts_cluster import Processes, shm_root, start_hosts_cluster
+
+    why = unavailable()
+    if why:
+        raise SystemExit(f"--netns: {why}")
+    net = HostNetwork()
+    processes = Processes(state)
+    try:
+        net.create(HOSTS)
+        master, s3 = start_hosts_cluster(
+            net, processes, state, dict.fromkeys(HOSTS, "zone"), capacity="1GiB"
+        )
+        if cap_mbit:
+            for host in HOSTS:
+                net.cap(host, cap_mbit)
+        log(f"hosts {HOSTS} in network namespaces, links capped at {cap_mbit or '-'} Mbit/s")
+        yield _HostsCluster(master, s3)
+    finally:
+        processes.stop_all()
+        net.remove()
+        shutil.rmtree(shm_root(net), ignore_errors=True)
 
 
 def plot(summary: dict[str, dict[str, Any]], png: Path) -> None:

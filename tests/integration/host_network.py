@@ -115,6 +115,17 @@ class HostNetwork:
     def mend(self, name: str) -> None:
         _ip("link", "set", self.hosts[name].veth, "up")
 
+    def cap(self, name: str, mbit: int) -> None:
+        """What host `name` sends onto the network at most `mbit` Mbit/s (tbf on its end of
+        the link): a node whose NIC is shared, or a slower one. Its own block files, read
+        by its own clients, do not cross it."""
+        host = self.hosts[name]
+        argv = ["tc", "qdisc", "replace", "dev", f"rsp{self.tag}{name}", "root", "tbf",
+                "rate", f"{mbit}mbit", "burst", "256kb", "latency", "200ms"]  # fmt: skip
+        done = subprocess.run(host.command(argv), capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise OSError(f"{' '.join(argv)}: {done.stderr.strip()}")
+
     def remove(self) -> None:
         """Everything `create` made, whatever state it is in."""
         for host in self.hosts.values():

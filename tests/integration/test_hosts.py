@@ -18,14 +18,9 @@ the namespaces removed afterwards.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import signal
 import socket
-import subprocess
-import sys
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -39,17 +34,20 @@ from reservoir.client import Client
 from reservoir.common import worker_methods
 from reservoir.common.config import ClientConfig, SecuritySettings
 from reservoir.common.models import block_request
-from reservoir.local.cluster import DEV_CREDENTIALS, etcd_binary, free_port
 from reservoir.v1 import worker_pb2
 from tests.eventually import eventually
 from tests.integration.host_network import HostNetwork, unavailable
+from tests.integration.hosts_cluster import (
+    WORKER_PORT,
+    Processes,
+    shm_root,
+    start_hosts_cluster,
+)
 
 # Host -> zone of the worker on it.
 ZONES = {"h1": "zone-a", "h2": "zone-a", "h3": "zone-b"}
 FILES = 24  # over 3 workers: each holds some (all on one: (1/3)^23)
 SIZE = 16 * 1024
-WORKER_PORT = 7000  # each host has its own ports: the same on all of them
-METRICS_PORT = 7001
 
 
 @dataclass
@@ -75,50 +73,6 @@ class HostsCluster:
         return sorted(p for p, w in self.holder.items() if w == worker)
 
 
-class _Processes:
-    """Processes started for the module, each in a session of its own, stopped at the end."""
-
-    def __init__(self, logs: Path) -> None:
-        self._logs = logs
-        self._running: list[subprocess.Popen[bytes]] = []
-        # Only what this cluster sets: nothing of the test run's own RESERVOIR_* settings.
-        self._base = {k: v for k, v in os.environ.items() if not k.startswith("RESERVOIR_")}
-
-    def start(self, name: str, argv: list[str], env: dict[str, str]) -> None:
-        with open(self._logs / f"{name}.log", "ab") as log:
-            self._running.append(
-                subprocess.Popen(
-                    argv,
-                    env={**self._base, **DEV_CREDENTIALS, "PYTHONUNBUFFERED": "1", **env},
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    start_new_session=True,
-                )
-            )
-
-    def stop_all(self) -> None:
-        # Killed, not stopped: nothing of this cluster outlives the module, so nothing
-        # needs a clean shutdown (a worker cut off from its master would wait on it).
-        for popen in self._running:
-            if popen.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(popen.pid, signal.SIGKILL)
-        for popen in self._running:
-            popen.wait(timeout=30)
-
-
-def _shm_root(net: HostNetwork) -> Path:
-    """Where the workers keep block files (one directory each): tmpfs, as in production."""
-    base = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path("/tmp")
-    return base / f"reservoir-hosts-{net.tag}"
-
-
-def _http_ok(url: str) -> bool:
-    with urllib.request.urlopen(url, timeout=2) as answer:
-        return bool(answer.status == 200)
-
-
 @pytest.fixture(scope="module")
 def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostsCluster]:
     why = unavailable()
@@ -126,7 +80,7 @@ def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostsCluster]:
         pytest.skip(f"workers on separate hosts need network namespaces: {why}")
     state = tmp_path_factory.mktemp("hosts")
     net = HostNetwork()
-    processes = _Processes(state)
+    processes = Processes(state)
     try:
         try:
             net.create(list(ZONES))
@@ -136,77 +90,11 @@ def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostsCluster]:
     finally:
         processes.stop_all()
         net.remove()
-        shutil.rmtree(_shm_root(net), ignore_errors=True)
+        shutil.rmtree(shm_root(net), ignore_errors=True)
 
 
-def _start(net: HostNetwork, processes: _Processes, state: Path) -> HostsCluster:
-    here = net.root_address
-    etcd_port, peer_port, s3_port, master_port = (free_port() for _ in range(4))
-    processes.start(
-        "etcd",
-        [
-            etcd_binary(),
-            "--name",
-            "hosts",
-            "--data-dir",
-            str(state / "etcd"),
-            "--listen-client-urls",
-            f"http://{here}:{etcd_port}",
-            "--advertise-client-urls",
-            f"http://{here}:{etcd_port}",
-            "--listen-peer-urls",
-            f"http://127.0.0.1:{peer_port}",
-            "--initial-advertise-peer-urls",
-            f"http://127.0.0.1:{peer_port}",
-            "--initial-cluster",
-            f"hosts=http://127.0.0.1:{peer_port}",
-            "--log-level",
-            "warn",
-        ],
-        {},
-    )
-    s3 = f"http://{here}:{s3_port}"
-    argv = [
-        sys.executable,
-        "-m",
-        "reservoir.local.s3server",
-        "--host",
-        here,
-        "--port",
-        str(s3_port),
-    ]
-    processes.start("s3", argv, {})
-    eventually(lambda: _http_ok(f"http://{here}:{etcd_port}/health"), what="etcd serving")
-    eventually(lambda: _http_ok(f"{s3}/_reservoir/stats"), what="S3 serving")
-    metadata = f"etcd://{here}:{etcd_port}"
-    master = f"{here}:{master_port}"
-    processes.start(
-        "master",
-        [sys.executable, "-m", "reservoir.master.server"],
-        {
-            "RESERVOIR_METADATA_URL": metadata,
-            "RESERVOIR_MASTER_LISTEN": master,
-            "RESERVOIR_METRICS_LISTEN": f"127.0.0.1:{free_port()}",
-        },
-    )
-    for name, zone in ZONES.items():
-        host = net.hosts[name]
-        processes.start(
-            f"worker-{name}",
-            host.command([sys.executable, "-m", "reservoir.worker.server"]),
-            {
-                "RESERVOIR_METADATA_URL": metadata,
-                "RESERVOIR_MASTER": master,
-                "RESERVOIR_WORKER_LISTEN": f"{host.address}:{WORKER_PORT}",
-                "RESERVOIR_METRICS_LISTEN": f"{host.address}:{METRICS_PORT}",
-                "RESERVOIR_WORKER_ID": f"w-{name}",
-                "RESERVOIR_HOST": name,
-                "RESERVOIR_ZONE": zone,
-                "RESERVOIR_WORKER_SHM_DIR": str(_shm_root(net) / name),
-                "RESERVOIR_WORKER_CAPACITY": "256MiB",
-                "RESERVOIR_WORKER_LEASE_TTL": "3",
-            },
-        )
+def _start(net: HostNetwork, processes: Processes, state: Path) -> HostsCluster:
+    master, s3 = start_hosts_cluster(net, processes, state, ZONES)
     cluster = HostsCluster(net, master, s3, f"/hosts/{uuid.uuid4().hex[:8]}", {})
     _load_data(cluster)
     return cluster
