@@ -20,6 +20,7 @@ from reservoir.client import Client, discovery
 from reservoir.client.filesystem import ReservoirFileSystem
 from reservoir.common.errors import Unavailable
 from reservoir.local.cluster import LocalCluster
+from tests.cli_runs import run_cli as _cli
 from tests.conftest import new_mount_path
 
 BLOCK = 1 << 20
@@ -336,15 +337,6 @@ def test_a_trainer_holding_no_s3_credentials_saves_through_the_workers(
     assert writer.read(f"{root}/model.pt") == model  # read-your-writes from the workers
     assert _gets(cluster) == gets
     assert _open_uploads(cluster, bucket) == []
-
-
-def _cli(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "reservoir.cli.main", "--master", cluster.master_address, *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 def test_cp_r_copies_a_tree_both_ways_and_cp_into_a_directory_keeps_the_name(

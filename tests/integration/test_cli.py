@@ -19,17 +19,8 @@ import pytest
 from reservoir.cli.main import build_parser
 from reservoir.client import Client
 from reservoir.local.cluster import LocalCluster
+from tests.cli_runs import run_cli as _cli
 from tests.conftest import new_mount_path, own_cluster_env
-
-
-def _cli(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "reservoir.cli.main", "--master", cluster.master_address, *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ},
-    )
 
 
 def test_mount_ls_stat_cat_cp_round_trip(

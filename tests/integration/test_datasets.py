@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,23 +16,13 @@ import yaml
 
 from reservoir.client import Client, Dataset
 from reservoir.local.cluster import LocalCluster
+from tests.cli_runs import run_cli as _cli
 
 from ..conftest import LEASE_TTL_S
 
 pytestmark = pytest.mark.integration
 
 KiB = 1024
-
-
-def _cli(cluster: LocalCluster, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "reservoir.cli.main", "--master", cluster.master_address, *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        input=stdin,
-        env={**os.environ},
-    )
 
 
 def _document(cluster: LocalCluster, bucket: str, name: str, **spec: object) -> str:

@@ -10,8 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +24,7 @@ from reservoir.common.metadata.metadata_store import open_metadata_store
 from reservoir.local.cluster import LocalCluster
 from reservoir.local.server_processes import DEV_CREDENTIALS
 from reservoir.master.interval_sync import SyncRecord, SyncRecords
+from tests.cli_runs import run_cli as _cli
 from tests.conftest import LEASE_TTL_S, new_mount_path
 from tests.eventually import eventually
 
@@ -230,16 +229,6 @@ def test_s3_event_notifications_make_puts_overwrites_and_deletes_visible_without
         )
     finally:
         c.unmount(root)
-
-
-def _cli(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "reservoir.cli.main", "--master", cluster.master_address, *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ},
-    )
 
 
 def test_reservoir_mount_takes_an_events_queue_and_refuses_what_is_not_a_queue_url(

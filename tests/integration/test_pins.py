@@ -6,8 +6,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,6 +15,7 @@ import pytest
 from reservoir.client import Client
 from reservoir.common.errors import ResourceExhausted
 from reservoir.local.cluster import LocalCluster
+from tests.cli_runs import run_cli as _cli
 from tests.eventually import eventually
 
 from ..conftest import LEASE_TTL_S
@@ -87,15 +86,6 @@ def _reported_cached(c: Client, path: str, want: int, timeout_s: float = 10.0) -
     with contextlib.suppress(AssertionError):  # the caller asserts on what it is
         eventually(lambda: c.report(path).cached_bytes == want, timeout_s=timeout_s)
     return c.report(path).cached_bytes
-
-
-def _cli(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "reservoir.cli.main", "--master", cluster.master_address, *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 def test_pinned_files_survive_reading_three_times_the_cache_and_are_served_with_no_s3_get(

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -20,6 +18,7 @@ from contextlib import contextmanager
 
 from reservoir.client import Client
 from reservoir.local.cluster import LocalCluster
+from tests.cli_runs import run_cli as _cli
 from tests.conftest import new_mount_path
 
 BLOCK = 4096
@@ -177,16 +176,6 @@ def test_a_client_reading_the_store_itself_keeps_within_the_mounts_budget(
     # The client holds at most the whole limit (an even share among the workers it
     # knows, none of them alive), plus a burst of two.
     assert (len(times) - 1 - 2) / (times[-1] - times[0]) <= limit * 1.1
-
-
-def _cli(cluster: LocalCluster, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "reservoir.cli.main", "--master", cluster.master_address, *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ},
-    )
 
 
 def test_mount_flags_set_the_budgets_mounts_shows_and_a_negative_one_is_refused(
