@@ -122,6 +122,11 @@ class BlockLocationTable:
         held = self._by_file.get(file_id)
         return [i for i, ids in held.items() if ids] if held else []
 
+    def held(self, file_id: str) -> dict[int, set[str]] | None:
+        """The table's own entry for a file (block index -> worker ids), not a copy: for
+        tallies over millions of blocks. Read it, never change it."""
+        return self._by_file.get(file_id)
+
     def holders(self, file_id: str) -> dict[int, list[str]]:
         return {i: sorted(ids) for i, ids in self._by_file.get(file_id, {}).items() if ids}
 
