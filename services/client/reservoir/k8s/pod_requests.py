@@ -57,9 +57,10 @@ def pod_request(pod: Mapping[str, Any]) -> PodRequest:
     fuse_mount = annotations.get(FUSE, "").strip()
     if fuse_mount and not posixpath.isabs(fuse_mount):
         raise InvalidArgument(f"{FUSE}: {fuse_mount!r} is not an absolute path")
-    fuse_path = posixpath.normpath("/" + annotations.get(FUSE_PATH, "/").strip())
-    if ".." in fuse_path.split("/"):
-        raise InvalidArgument(f"{FUSE_PATH}: {fuse_path!r} leaves the mount")
+    raw_path = annotations.get(FUSE_PATH, "/").strip()
+    if ".." in raw_path.split("/"):
+        raise InvalidArgument(f"{FUSE_PATH}: {raw_path!r} leaves the mount")
+    fuse_path = posixpath.normpath("/" + raw_path)
     return PodRequest(datasets, locality == "required", fraction, fuse_mount, fuse_path)
 
 

@@ -1,0 +1,55 @@
+"""The master's locality tally: bytes per host, zone and region from the location table
+and the files below a path, each block counted once per place."""
+
+from __future__ import annotations
+
+from reservoir.master.locality import LocalityTally, Place
+
+KiB = 1024
+PLACES = {
+    "w1": Place("h1", "zone-a", "east"),
+    "w2": Place("h1", "zone-a", "east"),  # a second worker on h1
+    "w3": Place("h2", "zone-a", "east"),
+    "w4": Place("h3", "zone-b", "west"),
+}
+
+
+def _tally(held: dict[str, dict[int, set[str]]]) -> LocalityTally:
+    return LocalityTally(PLACES, held.get)
+
+
+def test_a_block_on_two_workers_of_one_host_counts_once_for_that_host() -> None:
+    tally = _tally({"f": {0: {"w1", "w2"}, 1: {"w1", "w3"}}})
+    tally.add([(8 * KiB, 4 * KiB, "f")])
+    found = tally.result("/d")
+    assert [(h.host, h.bytes) for h in found.hosts] == [("h1", 8 * KiB), ("h2", 4 * KiB)]
+    assert found.zones == {"zone-a": 8 * KiB} and found.regions == {"east": 8 * KiB}
+    assert found.cached_bytes == found.bytes == 8 * KiB
+
+
+def test_hosts_zones_and_regions_hold_the_bytes_of_their_blocks_most_first() -> None:
+    # 10 KiB in 4 KiB blocks: the last block is 2 KiB.
+    tally = _tally({"f": {0: {"w4"}, 2: {"w4"}}, "g": {0: {"w3"}}})
+    tally.add([(10 * KiB, 4 * KiB, "f"), (4 * KiB, 4 * KiB, "g"), (3 * KiB, 4 * KiB, "")])
+    found = tally.result("/d")
+    assert found.files == 3 and found.bytes == 17 * KiB and found.cached_bytes == 10 * KiB
+    assert [(h.host, h.zone, h.region, h.bytes) for h in found.hosts] == [
+        ("h3", "zone-b", "west", 6 * KiB),
+        ("h2", "zone-a", "east", 4 * KiB),
+    ]
+    assert list(found.zones.items()) == [("zone-b", 6 * KiB), ("zone-a", 4 * KiB)]
+
+
+def test_a_block_past_the_files_end_is_not_counted() -> None:
+    # The table may still hold a longer old version's index under a reused id.
+    tally = _tally({"f": {0: {"w1"}, 5: {"w1"}}})
+    tally.add([(4 * KiB, 4 * KiB, "f")])
+    assert tally.result("/d").cached_bytes == 4 * KiB
+
+
+def test_a_worker_no_longer_registered_counts_as_cached_but_on_no_host() -> None:
+    tally = _tally({"f": {0: {"gone"}, 1: {"gone", "w3"}}})
+    tally.add([(8 * KiB, 4 * KiB, "f")])
+    found = tally.result("/d")
+    assert found.cached_bytes == 8 * KiB
+    assert [(h.host, h.bytes) for h in found.hosts] == [("h2", 4 * KiB)]
