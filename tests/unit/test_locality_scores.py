@@ -62,7 +62,11 @@ def test_affinity_prefers_nodes_by_bytes_up_to_100_then_zones_50_and_regions_20(
         for t in terms
         if "matchExpressions" in t["preference"]
     ]  # fmt: skip
-    assert by_label == [(50, ZONE_LABEL, ["z1"]), (20, ZONE_LABEL, ["z2"]), (20, REGION_LABEL, ["r1"])]
+    assert by_label == [
+        (50, ZONE_LABEL, ["z1"]),
+        (20, ZONE_LABEL, ["z2"]),
+        (20, REGION_LABEL, ["r1"]),
+    ]
     assert all(1 <= t["weight"] <= 100 for t in terms)
 
 
