@@ -4,6 +4,7 @@ and the files below a path, each block counted once per place."""
 from __future__ import annotations
 
 from reservoir.master.locality import LocalityTally, Place
+from reservoir.master.locations import BlockLocationTable
 
 KiB = 1024
 PLACES = {
@@ -15,7 +16,13 @@ PLACES = {
 
 
 def _tally(held: dict[str, dict[int, set[str]]]) -> LocalityTally:
-    return LocalityTally(PLACES, held.get)
+    """A tally over a location table holding `held` (file -> index -> workers)."""
+    table = BlockLocationTable(store=None)  # type: ignore[arg-type]  # never flushed here
+    for file_id, blocks in held.items():
+        for index, workers in blocks.items():
+            for worker in workers:
+                table.record(worker, file_id, index)
+    return LocalityTally(PLACES, table)
 
 
 def test_a_block_on_two_workers_of_one_host_counts_once_for_that_host() -> None:
@@ -53,3 +60,20 @@ def test_a_worker_no_longer_registered_counts_as_cached_but_on_no_host() -> None
     found = tally.result("/d")
     assert found.cached_bytes == 8 * KiB
     assert [(h.host, h.bytes) for h in found.hosts] == [("h2", 4 * KiB)]
+
+
+def test_a_dropped_block_and_a_forgotten_worker_leave_the_tally() -> None:
+    table = BlockLocationTable(store=None)  # type: ignore[arg-type]
+    for index in range(3):
+        table.record("w1", "f", index)
+        table.record("w4", "f", index)
+    table.drop("w1", "f", 0)
+    table.forget_worker("w4")
+    tally = LocalityTally(PLACES, table)
+    tally.add([(12 * KiB, 4 * KiB, "f")])
+    found = tally.result("/d")
+    assert found.cached_bytes == 8 * KiB
+    assert [(h.host, h.bytes) for h in found.hosts] == [("h1", 8 * KiB)]
+    table.drop("w1", "f", 1)
+    table.drop("w1", "f", 2)
+    assert table.workers_of("f") is None

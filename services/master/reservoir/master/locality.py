@@ -8,8 +8,10 @@ zone or a region, so each place's bytes are bytes a job there can read without l
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
+from typing import Protocol
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,15 +42,24 @@ class PathLocality:
     regions: dict[str, int] = field(default_factory=dict)
 
 
-HoldersOf = Callable[[str], Mapping[int, set[str]] | None]
+class HeldBlocks(Protocol):
+    """What the tally reads of the location table (locations.BlockLocationTable)."""
+
+    def workers_of(self, file_id: str) -> AbstractSet[str] | None: ...
+
+    def indices_of(self, worker_id: str, file_id: str) -> AbstractSet[int]: ...
 
 
 class LocalityTally:
-    """Adds up pages of (size, block size, file_id) into bytes per place."""
+    """Adds up pages of (size, block size, file_id) into bytes per place.
 
-    def __init__(self, places: Mapping[str, Place], holders_of: HoldersOf) -> None:
+    The work is per file and per worker holding it, not per block: a worker's blocks of
+    a file are a set whose size is their count, and a place where several workers hold
+    blocks of one file counts the union of their sets (in C, not in a Python loop)."""
+
+    def __init__(self, places: Mapping[str, Place], table: HeldBlocks) -> None:
         self._places = places
-        self._holders_of = holders_of
+        self._table = table
         self.files = 0
         self.bytes = 0
         self.cached_bytes = 0
@@ -57,35 +68,53 @@ class LocalityTally:
         self._regions: dict[str, int] = {}
 
     def add(self, files: list[tuple[int, int, str]]) -> None:
-        places, holders_of = self._places, self._holders_of
+        places, workers_of, indices_of = (
+            self._places,
+            self._table.workers_of,
+            self._table.indices_of,
+        )
         hosts, zones, regions = self._hosts, self._zones, self._regions
         for size, block_size, file_id in files:
             self.files += 1
             self.bytes += size
-            held = holders_of(file_id) if file_id else None
-            if not held:
+            holders = workers_of(file_id) if file_id else None
+            if not holders:
                 continue
             blocks = -(-size // block_size)
-            for index, holders in held.items():
-                if index >= blocks or not holders:
-                    continue
-                length = min(block_size, size - index * block_size)
+            short = blocks * block_size - size  # what the last block lacks of a whole one
+            if len(holders) == 1:
+                # The common case (one replica, a small file): no sets to build.
+                (worker,) = holders
+                held = indices_of(worker, file_id)
+                if blocks == 1:  # a small file: one block, whole or not at all
+                    length = size if 0 in held else 0
+                else:
+                    length = _held_bytes([held], blocks, block_size, short)
                 self.cached_bytes += length
-                if len(holders) == 1:
-                    # The common case (one replica): no sets to build.
-                    place = places.get(next(iter(holders)))
-                    if place is not None:
-                        hosts[place.host] = hosts.get(place.host, 0) + length
-                        zones[place.zone] = zones.get(place.zone, 0) + length
-                        regions[place.region] = regions.get(place.region, 0) + length
-                    continue
-                known = [p for p in map(places.get, holders) if p is not None]
-                for host in {p.host for p in known}:
-                    hosts[host] = hosts.get(host, 0) + length
-                for zone in {p.zone for p in known}:
-                    zones[zone] = zones.get(zone, 0) + length
-                for region in {p.region for p in known}:
-                    regions[region] = regions.get(region, 0) + length
+                place = places.get(worker)
+                if place is not None:
+                    hosts[place.host] = hosts.get(place.host, 0) + length
+                    zones[place.zone] = zones.get(place.zone, 0) + length
+                    regions[place.region] = regions.get(place.region, 0) + length
+                continue
+            every: list[AbstractSet[int]] = []
+            by_host: dict[str, list[AbstractSet[int]]] = {}
+            by_zone: dict[str, list[AbstractSet[int]]] = {}
+            by_region: dict[str, list[AbstractSet[int]]] = {}
+            for worker in holders:
+                held = indices_of(worker, file_id)
+                every.append(held)
+                place = places.get(worker)
+                if place is not None:
+                    by_host.setdefault(place.host, []).append(held)
+                    by_zone.setdefault(place.zone, []).append(held)
+                    by_region.setdefault(place.region, []).append(held)
+            self.cached_bytes += _held_bytes(every, blocks, block_size, short)
+            for groups, totals in ((by_host, hosts), (by_zone, zones), (by_region, regions)):
+                for name, sets in groups.items():
+                    totals[name] = totals.get(name, 0) + _held_bytes(
+                        sets, blocks, block_size, short
+                    )
 
     def result(self, path: str) -> PathLocality:
         # A host's zone and region: those of its workers (one host has one of each).
@@ -108,3 +137,13 @@ class LocalityTally:
 
 def _most_first(counts: dict[str, int]) -> dict[str, int]:
     return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def _held_bytes(sets: list[AbstractSet[int]], blocks: int, block_size: int, short: int) -> int:
+    """Bytes of the blocks in the union of `sets`, each counted once; an index past the
+    file's end (a longer old version's, under the same id) counts nothing."""
+    held = sets[0] if len(sets) == 1 else set().union(*sets)
+    if held and max(held) >= blocks:
+        held = {i for i in held if i < blocks}
+    length = len(held) * block_size
+    return length - short if short and (blocks - 1) in held else length

@@ -254,7 +254,7 @@ class NamespaceReads:
         """Bytes of a path cached per host, zone and region (`places`: where each worker
         runs), walked as `report` walks it: a page at a time, no worker asked."""
         info = await self.file_info(path)
-        tally = LocalityTally(places, self._locations.held)
+        tally = LocalityTally(places, self._locations)
         if not info.is_dir:
             tally.add([(info.size, info.block_size, info.file_id)])
             return tally.result(info.path)
