@@ -47,6 +47,16 @@ def test_hosts_zones_and_regions_hold_the_bytes_of_their_blocks_most_first() -> 
     assert list(found.zones.items()) == [("zone-b", 6 * KiB), ("zone-a", 4 * KiB)]
 
 
+def test_a_small_file_held_on_two_hosts_counts_for_each_and_once_in_all() -> None:
+    tally = _tally({"f": {0: {"w1", "w2", "w4"}}})
+    tally.add([(3 * KiB, 4 * KiB, "f")])
+    found = tally.result("/d")
+    assert found.cached_bytes == 3 * KiB
+    assert sorted((h.host, h.bytes) for h in found.hosts) == [("h1", 3 * KiB), ("h3", 3 * KiB)]
+    assert found.zones == {"zone-a": 3 * KiB, "zone-b": 3 * KiB}
+    assert found.regions == {"east": 3 * KiB, "west": 3 * KiB}
+
+
 def test_a_block_past_the_files_end_is_not_counted() -> None:
     # The table may still hold a longer old version's index under a reused id.
     tally = _tally({"f": {0: {"w1"}, 5: {"w1"}}})

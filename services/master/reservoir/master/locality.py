@@ -97,6 +97,19 @@ class LocalityTally:
                     zones[place.zone] = zones.get(place.zone, 0) + length
                     regions[place.region] = regions.get(place.region, 0) + length
                 continue
+            if blocks == 1:
+                # A small file held twice or more: the places of its holders, once each.
+                known = [places.get(w) for w in holders if 0 in indices_of(w, file_id)]
+                if not known:
+                    continue
+                self.cached_bytes += size
+                for host in {p.host for p in known if p is not None}:
+                    hosts[host] = hosts.get(host, 0) + size
+                for zone in {p.zone for p in known if p is not None}:
+                    zones[zone] = zones.get(zone, 0) + size
+                for region in {p.region for p in known if p is not None}:
+                    regions[region] = regions.get(region, 0) + size
+                continue
             every: list[AbstractSet[int]] = []
             by_host: dict[str, list[AbstractSet[int]]] = {}
             by_zone: dict[str, list[AbstractSet[int]]] = {}
