@@ -86,4 +86,4 @@ def test_a_dropped_block_and_a_forgotten_worker_leave_the_tally() -> None:
     assert [(h.host, h.bytes) for h in found.hosts] == [("h1", 8 * KiB)]
     table.drop("w1", "f", 1)
     table.drop("w1", "f", 2)
-    assert table.workers_of("f") is None
+    assert "f" not in table.holding

@@ -42,12 +42,16 @@ class PathLocality:
     regions: dict[str, int] = field(default_factory=dict)
 
 
+_NONE: frozenset[int] = frozenset()
+
+
 class HeldBlocks(Protocol):
     """What the tally reads of the location table (locations.BlockLocationTable)."""
 
-    def workers_of(self, file_id: str) -> AbstractSet[str] | None: ...
+    @property
+    def holding(self) -> Mapping[str, AbstractSet[str]]: ...
 
-    def indices_of(self, worker_id: str, file_id: str) -> AbstractSet[int]: ...
+    def blocks_of(self, worker_id: str) -> Mapping[str, AbstractSet[int]]: ...
 
 
 class LocalityTally:
@@ -63,17 +67,17 @@ class LocalityTally:
         self.files = 0
         self.bytes = 0
         self.cached_bytes = 0
+        # Bytes of files only one worker holds, by worker: placed once, in `result`.
+        self._alone: dict[str, int] = {}
+        self._blocks_of: dict[str, Mapping[str, AbstractSet[int]]] = {}
         self._hosts: dict[str, int] = {}
         self._zones: dict[str, int] = {}
         self._regions: dict[str, int] = {}
 
     def add(self, files: list[tuple[int, int, str]]) -> None:
-        places, workers_of, indices_of = (
-            self._places,
-            self._table.workers_of,
-            self._table.indices_of,
-        )
-        hosts, zones, regions = self._hosts, self._zones, self._regions
+        places, workers_of, indices_of = self._places, self._table.holding.get, self._indices_of
+        hosts, zones, regions, alone = self._hosts, self._zones, self._regions, self._alone
+        blocks_of = self._blocks_of
         for size, block_size, file_id in files:
             self.files += 1
             self.bytes += size
@@ -84,18 +88,18 @@ class LocalityTally:
             short = blocks * block_size - size  # what the last block lacks of a whole one
             if len(holders) == 1:
                 # The common case (one replica, a small file): no sets to build.
-                (worker,) = holders
-                held = indices_of(worker, file_id)
+                for worker in holders:
+                    held_by = blocks_of.get(worker)
+                    if held_by is None:
+                        held_by = blocks_of[worker] = self._table.blocks_of(worker)
+                    held = held_by.get(file_id, _NONE)
                 if blocks == 1:  # a small file: one block, whole or not at all
                     length = size if 0 in held else 0
                 else:
                     length = _held_bytes([held], blocks, block_size, short)
                 self.cached_bytes += length
-                place = places.get(worker)
-                if place is not None:
-                    hosts[place.host] = hosts.get(place.host, 0) + length
-                    zones[place.zone] = zones.get(place.zone, 0) + length
-                    regions[place.region] = regions.get(place.region, 0) + length
+                # Placed once per worker in `result`, not three sums per file here.
+                alone[worker] = alone.get(worker, 0) + length
                 continue
             if blocks == 1:
                 # A small file held twice or more: the places of its holders, once each.
@@ -129,7 +133,17 @@ class LocalityTally:
                         sets, blocks, block_size, short
                     )
 
+    def _indices_of(self, worker_id: str, file_id: str) -> AbstractSet[int]:
+        return self._table.blocks_of(worker_id).get(file_id, _NONE)
+
     def result(self, path: str) -> PathLocality:
+        for worker, length in self._alone.items():
+            place = self._places.get(worker)
+            if place is not None:
+                self._hosts[place.host] = self._hosts.get(place.host, 0) + length
+                self._zones[place.zone] = self._zones.get(place.zone, 0) + length
+                self._regions[place.region] = self._regions.get(place.region, 0) + length
+        self._alone.clear()
         # A host's zone and region: those of its workers (one host has one of each).
         labels = {p.host: p for p in self._places.values()}
         hosts = [

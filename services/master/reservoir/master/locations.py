@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 
 from reservoir.common import logs
@@ -17,8 +18,6 @@ from reservoir.common.metadata import keyspace
 from reservoir.common.metadata.metadata_store import Lease, MetadataStore
 
 log = logs.get_logger(__name__)
-
-_NONE: frozenset[int] = frozenset()
 
 
 class BlockLocationTable:
@@ -143,14 +142,16 @@ class BlockLocationTable:
         held = self._by_file.get(file_id)
         return [i for i, ids in held.items() if ids] if held else []
 
-    def workers_of(self, file_id: str) -> set[str] | None:
-        """The workers holding some block of a file: the table's own set, not a copy
-        (for tallies over millions of blocks). Read it, never change it."""
-        return self._holding.get(file_id)
+    @property
+    def holding(self) -> Mapping[str, AbstractSet[str]]:
+        """file -> the workers holding some block of it: the table's own mapping, whose
+        `get` a tally over a million files calls without a method of ours around it."""
+        return self._holding
 
-    def indices_of(self, worker_id: str, file_id: str) -> AbstractSet[int]:
-        """The blocks of a file one worker holds: the table's own set (read it only)."""
-        return self._by_worker.get(worker_id, {}).get(file_id, _NONE)
+    def blocks_of(self, worker_id: str) -> Mapping[str, AbstractSet[int]]:
+        """file -> the block indices one worker holds: the table's own mapping (read it
+        only)."""
+        return self._by_worker.get(worker_id, {})
 
     def holders(self, file_id: str) -> dict[int, list[str]]:
         return {i: sorted(ids) for i, ids in self._by_file.get(file_id, {}).items() if ids}
