@@ -69,6 +69,8 @@ class LocalityTally:
         self.cached_bytes = 0
         # Bytes of files only one worker holds, by worker: placed once, in `result`.
         self._alone: dict[str, int] = {}
+        # Bytes of small files several workers hold, by the set of them.
+        self._shared: dict[frozenset[str], int] = {}
         self._blocks_of: dict[str, Mapping[str, AbstractSet[int]]] = {}
         self._hosts: dict[str, int] = {}
         self._zones: dict[str, int] = {}
@@ -77,42 +79,36 @@ class LocalityTally:
     def add(self, files: list[tuple[int, int, str]]) -> None:
         places, workers_of, indices_of = self._places, self._table.holding.get, self._indices_of
         hosts, zones, regions, alone = self._hosts, self._zones, self._regions, self._alone
-        blocks_of = self._blocks_of
+        blocks_of, shared = self._blocks_of, self._shared
         for size, block_size, file_id in files:
             self.files += 1
             self.bytes += size
             holders = workers_of(file_id) if file_id else None
             if not holders:
                 continue
+            if size <= block_size:
+                # A small file: one block, and whoever holds any block of it holds that
+                # one (a file id fixes the size, so no index lies past its end). Summed
+                # by holder set, placed once per set in `result`: no sets built here.
+                self.cached_bytes += size
+                if len(holders) == 1:
+                    for worker in holders:
+                        alone[worker] = alone.get(worker, 0) + size
+                else:
+                    key = frozenset(holders)
+                    shared[key] = shared.get(key, 0) + size
+                continue
             blocks = -(-size // block_size)
             short = blocks * block_size - size  # what the last block lacks of a whole one
             if len(holders) == 1:
-                # The common case (one replica, a small file): no sets to build.
                 for worker in holders:
                     held_by = blocks_of.get(worker)
                     if held_by is None:
                         held_by = blocks_of[worker] = self._table.blocks_of(worker)
                     held = held_by.get(file_id, _NONE)
-                if blocks == 1:  # a small file: one block, whole or not at all
-                    length = size if 0 in held else 0
-                else:
-                    length = _held_bytes([held], blocks, block_size, short)
+                length = _held_bytes([held], blocks, block_size, short)
                 self.cached_bytes += length
-                # Placed once per worker in `result`, not three sums per file here.
                 alone[worker] = alone.get(worker, 0) + length
-                continue
-            if blocks == 1:
-                # A small file held twice or more: the places of its holders, once each.
-                known = [places.get(w) for w in holders if 0 in indices_of(w, file_id)]
-                if not known:
-                    continue
-                self.cached_bytes += size
-                for host in {p.host for p in known if p is not None}:
-                    hosts[host] = hosts.get(host, 0) + size
-                for zone in {p.zone for p in known if p is not None}:
-                    zones[zone] = zones.get(zone, 0) + size
-                for region in {p.region for p in known if p is not None}:
-                    regions[region] = regions.get(region, 0) + size
                 continue
             every: list[AbstractSet[int]] = []
             by_host: dict[str, list[AbstractSet[int]]] = {}
@@ -144,6 +140,16 @@ class LocalityTally:
                 self._zones[place.zone] = self._zones.get(place.zone, 0) + length
                 self._regions[place.region] = self._regions.get(place.region, 0) + length
         self._alone.clear()
+        for holders, length in self._shared.items():
+            known = [p for p in map(self._places.get, holders) if p is not None]
+            for totals, names in (
+                (self._hosts, {p.host for p in known}),
+                (self._zones, {p.zone for p in known}),
+                (self._regions, {p.region for p in known}),
+            ):
+                for name in names:
+                    totals[name] = totals.get(name, 0) + length
+        self._shared.clear()
         # A host's zone and region: those of its workers (one host has one of each).
         labels = {p.host: p for p in self._places.values()}
         hosts = [
