@@ -57,6 +57,15 @@ def test_a_small_file_held_on_two_hosts_counts_for_each_and_once_in_all() -> Non
     assert found.regions == {"east": 3 * KiB, "west": 3 * KiB}
 
 
+def test_a_file_spread_over_workers_once_each_counts_each_workers_blocks() -> None:
+    tally = _tally({"f": {0: {"w1"}, 1: {"w2"}, 2: {"w4"}}})
+    tally.add([(10 * KiB, 4 * KiB, "f")])
+    found = tally.result("/d")
+    assert found.cached_bytes == 10 * KiB
+    assert [(h.host, h.bytes) for h in found.hosts] == [("h1", 8 * KiB), ("h3", 2 * KiB)]
+    assert found.zones == {"zone-a": 8 * KiB, "zone-b": 2 * KiB}
+
+
 def test_a_block_past_the_files_end_is_not_counted() -> None:
     # The table may still hold a longer old version's index under a reused id.
     tally = _tally({"f": {0: {"w1"}, 5: {"w1"}}})

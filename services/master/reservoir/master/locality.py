@@ -53,6 +53,8 @@ class HeldBlocks(Protocol):
 
     def blocks_of(self, worker_id: str) -> Mapping[str, AbstractSet[int]]: ...
 
+    def blocks_held(self, file_id: str) -> int: ...
+
 
 class LocalityTally:
     """Adds up pages of (size, block size, file_id) into bytes per place.
@@ -110,12 +112,20 @@ class LocalityTally:
                 self.cached_bytes += length
                 alone[worker] = alone.get(worker, 0) + length
                 continue
+            held_sets = [(w, indices_of(w, file_id)) for w in holders]
+            if sum(len(s) for _, s in held_sets) == self._table.blocks_held(file_id):
+                # No block of it is held twice (one replica, spread over workers): each
+                # worker's bytes are its own, and a place's are the sum of its workers'.
+                for worker, held in held_sets:
+                    length = _held_bytes([held], blocks, block_size, short)
+                    self.cached_bytes += length
+                    alone[worker] = alone.get(worker, 0) + length
+                continue
             every: list[AbstractSet[int]] = []
             by_host: dict[str, list[AbstractSet[int]]] = {}
             by_zone: dict[str, list[AbstractSet[int]]] = {}
             by_region: dict[str, list[AbstractSet[int]]] = {}
-            for worker in holders:
-                held = indices_of(worker, file_id)
+            for worker, held in held_sets:
                 every.append(held)
                 place = places.get(worker)
                 if place is not None:

@@ -148,6 +148,10 @@ class BlockLocationTable:
         `get` a tally over a million files calls without a method of ours around it."""
         return self._holding
 
+    def blocks_held(self, file_id: str) -> int:
+        """How many distinct blocks of a file some worker holds."""
+        return len(self._by_file.get(file_id, ()))
+
     def blocks_of(self, worker_id: str) -> Mapping[str, AbstractSet[int]]:
         """file -> the block indices one worker holds: the table's own mapping (read it
         only)."""
