@@ -79,9 +79,12 @@ class LocalityTally:
         self._regions: dict[str, int] = {}
 
     def add(self, files: list[tuple[int, int, str]]) -> None:
-        places, workers_of, indices_of = self._places, self._table.holding.get, self._indices_of
+        places, workers_of = self._places, self._table.holding.get
         hosts, zones, regions, alone = self._hosts, self._zones, self._regions, self._alone
         blocks_of, shared = self._blocks_of, self._shared
+        # Each worker's own mapping, looked up once a page: between pages the table may
+        # have forgotten a worker and begun it again.
+        blocks_of.clear()
         for size, block_size, file_id in files:
             self.files += 1
             self.bytes += size
@@ -112,12 +115,21 @@ class LocalityTally:
                 self.cached_bytes += length
                 alone[worker] = alone.get(worker, 0) + length
                 continue
-            held_sets = [(w, indices_of(w, file_id)) for w in holders]
+            held_sets = []
+            for worker in holders:
+                held_by = blocks_of.get(worker)
+                if held_by is None:
+                    held_by = blocks_of[worker] = self._table.blocks_of(worker)
+                held_sets.append((worker, held_by.get(file_id, _NONE)))
             if sum(len(s) for _, s in held_sets) == self._table.blocks_held(file_id):
                 # No block of it is held twice (one replica, spread over workers): each
                 # worker's bytes are its own, and a place's are the sum of its workers'.
+                # (A file id fixes the size: no index lies past the end.)
+                last = blocks - 1
                 for worker, held in held_sets:
-                    length = _held_bytes([held], blocks, block_size, short)
+                    length = len(held) * block_size
+                    if short and last in held:
+                        length -= short
                     self.cached_bytes += length
                     alone[worker] = alone.get(worker, 0) + length
                 continue
@@ -138,9 +150,6 @@ class LocalityTally:
                     totals[name] = totals.get(name, 0) + _held_bytes(
                         sets, blocks, block_size, short
                     )
-
-    def _indices_of(self, worker_id: str, file_id: str) -> AbstractSet[int]:
-        return self._table.blocks_of(worker_id).get(file_id, _NONE)
 
     def result(self, path: str) -> PathLocality:
         for worker, length in self._alone.items():
