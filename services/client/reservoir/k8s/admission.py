@@ -54,7 +54,7 @@ class AdmissionWebhook:
         if asked.wants_placement:
             try:
                 localities = await self._lookup.datasets(asked.datasets)
-                patch += _affinity_patch(pod, preferred_affinity(localities, self._max_nodes))
+                patch += affinity_patch(pod, preferred_affinity(localities, self._max_nodes))
             except ReservoirError as exc:
                 log.warning("webhook_locality_failed", pod=pod_name(pod), error=str(exc))
                 warnings.append(f"reservoir: no data-locality affinity added: {exc}")
@@ -111,7 +111,7 @@ def _request_of(review: Any) -> tuple[str, Mapping[str, Any]]:
     return request["uid"], pod
 
 
-def _affinity_patch(pod: Mapping[str, Any], terms: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def affinity_patch(pod: Mapping[str, Any], terms: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Adds `terms` to the pod's preferred node affinity, creating what is missing and
     keeping what the pod already prefers."""
     if not terms:
