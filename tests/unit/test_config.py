@@ -110,12 +110,13 @@ def test_settings_every_process_shares_are_declared_once() -> None:
     source = "".join(p.read_text() for p in Path(config.__file__).parent.glob("*.py"))
     declarations = re.findall(r'env\("(RESERVOIR_[A-Z0-9_]+)"\)', source)
     repeated = {name for name in declarations if declarations.count(name) > 1}
-    # Where a process listens or whom it dials, its host and zone: one name, read by the
-    # master, workers and clients each for itself (two of them at most).
+    # Where a process listens or whom it dials, its host, zone and region: one name, read
+    # by the master, workers and clients each for itself (two of them at most).
     assert repeated <= {
         "RESERVOIR_MASTER",
         "RESERVOIR_HOST",
         "RESERVOIR_ZONE",
+        "RESERVOIR_REGION",
         "RESERVOIR_METADATA_URL",
         "RESERVOIR_METADATA_TIMEOUT",
         "RESERVOIR_SHUTDOWN_GRACE",

@@ -18,6 +18,15 @@ from reservoir.common.dataset_spec import parse_dataset
 
 K8S = Path(__file__).resolve().parents[2] / "deploy" / "k8s"
 VERSIONS = ("1.29.0", kubernetes_validate.latest_version())
+# Files of these kinds configure a component (read from disk); the API server never sees
+# them, so there is no schema of theirs to validate against: parsed and checked below.
+CONFIG_FILES = {"KubeSchedulerConfiguration"}
+# kubescheduler.config.k8s.io/v1 Extender: its fields (json names) and their types.
+EXTENDER_FIELDS = {
+    "urlPrefix": str, "filterVerb": str, "preemptVerb": str, "prioritizeVerb": str,
+    "weight": int, "bindVerb": str, "enableHTTPS": bool, "tlsConfig": dict,
+    "httpTimeout": str, "nodeCacheCapable": bool, "managedResources": list, "ignorable": bool,
+}  # fmt: skip
 
 
 def _patches() -> set[Path]:
@@ -40,6 +49,8 @@ def _objects() -> list[tuple[str, dict[str, Any]]]:
                 continue
             if doc.get("apiVersion", "").startswith("reservoir.io/"):
                 continue  # ours: checked against the CRD below
+            if doc.get("kind") in CONFIG_FILES:
+                continue  # a component's configuration file, not an API object
             found.append((str(path.relative_to(K8S)), doc))
     return found
 
@@ -86,3 +97,35 @@ def test_the_rendered_kustomizations_validate_strictly(overlay: str) -> None:
             raise AssertionError(
                 f"{overlay}: {doc['kind']} {doc['metadata']['name']}: {exc.message}"
             ) from exc
+
+
+def test_the_scheduler_configuration_calls_the_extender_service_at_its_routes() -> None:
+    from reservoir.k8s.extender import SchedulerExtender
+
+    config = yaml.safe_load((K8S / "scheduler" / "scheduler-config.yaml").read_text())
+    assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1"
+    assert config["kind"] == "KubeSchedulerConfiguration"
+    (extender,) = config["extenders"]
+    for key, value in extender.items():
+        assert isinstance(value, EXTENDER_FIELDS[key]), key
+    assert 1 <= extender["weight"] <= 100 and extender["managedResources"] == []
+    assert extender["nodeCacheCapable"] is False  # the extender reads ExtenderArgs.Nodes
+    # The URL is the extender's Service, its verbs the routes the server answers.
+    docs = list(yaml.safe_load_all((K8S / "scheduler" / "extender.yaml").read_text()))
+    (service,) = [d for d in docs if d["kind"] == "Service"]
+    (port,) = service["spec"]["ports"]
+    name, namespace = service["metadata"]["name"], service["metadata"]["namespace"]
+    assert extender["urlPrefix"] == f"http://{name}.{namespace}.svc:{port['port']}"
+    routes = {
+        r.resource.canonical
+        for r in SchedulerExtender(None, 0.1).app().router.routes()  # type: ignore[arg-type]
+        if r.resource is not None
+    }
+    assert {f"/{extender['filterVerb']}", f"/{extender['prioritizeVerb']}"} <= routes
+    # The scheduler gives up after httpTimeout; the extender answers before it.
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    env = {
+        e["name"]: e.get("value")
+        for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    assert float(env["RESERVOIR_LOCALITY_TIMEOUT"]) < float(extender["httpTimeout"].rstrip("s"))

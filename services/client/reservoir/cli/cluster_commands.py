@@ -29,6 +29,7 @@ def cmd_workers(args: argparse.Namespace) -> None:
             "data_address": w.data_address or None,
             "host": w.host,
             "zone": w.zone,
+            "region": w.region,
             "capacity_bytes": w.capacity_bytes,
             "state": w.state,
             **time_fields("started", w.started_ms),
@@ -47,13 +48,14 @@ def cmd_workers(args: argparse.Namespace) -> None:
             return "(no live workers)"
         if not args.long:
             table = Table(
-                "ID", "STATE", "ADDRESS", "DATA PORT", "HOST", "ZONE", "CAPACITY", "STARTED",
+                "ID", "STATE", "ADDRESS", "DATA PORT", "HOST", "ZONE", "REGION", "CAPACITY",
+                "STARTED",
                 numeric=("CAPACITY",),
             )  # fmt: skip
             for i in data:
                 table.row(
                     i["id"], i["state"], i["address"], i["data_address"], i["host"], i["zone"],
-                    human(i["capacity_bytes"]), i["started"],
+                    i["region"], human(i["capacity_bytes"]), i["started"],
                 )  # fmt: skip
             return table.render()
         table = Table(

@@ -20,6 +20,7 @@ COMPONENTS: dict[str, type] = {
     "fuse": cfg.FuseConfig,
     "gateway": cfg.GatewayConfig,
     "operator": cfg.OperatorConfig,
+    "scheduling": cfg.SchedulingConfig,
     "log": cfg.LogConfig,
 }
 
@@ -36,10 +37,10 @@ def cmd_config(args: argparse.Namespace) -> None:
         # Beyond the environment, only the master and its CA/token are found for the
         # client: from --master, or from the local cluster of --state-dir.
         given = "--master" if args.master else f"local cluster ({args.state_dir}/cluster.json)"
-    elif args.component == "gateway":
+    elif args.component in ("gateway", "scheduling"):
         # The master it would really use: found as `reservoir gateway` finds it.
         client = client_config(args.master, state_dir=args.state_dir)
-        settings = cfg.load(cfg.GatewayConfig, client=client)
+        settings = cfg.load(COMPONENTS[args.component], client=client)
         given = "--master" if args.master else f"local cluster ({args.state_dir}/cluster.json)"
     else:
         settings = cfg.load(COMPONENTS[args.component])

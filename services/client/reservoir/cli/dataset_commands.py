@@ -134,12 +134,17 @@ def register(commands: Subcommands) -> None:
         cmd_apply,
     )
     p.add_argument("-f", "--file", required=True, help="the document's file, or - for stdin")
+    output_help = "table (default), json, or yaml: the documents with their status"
     p = commands.add("datasets", "declared datasets and their phase", cmd_datasets)
-    p.add_argument("-o", "--output", choices=["table", "json", "yaml"], default="table")
+    p.add_argument(
+        "-o", "--output", choices=["table", "json", "yaml"], default="table", help=output_help
+    )
     p = commands.add("dataset", "show or delete a declared dataset", cmd_dataset)
-    p.add_argument("action", choices=["show", "delete"])
+    p.add_argument("action", choices=["show", "delete"], help="show it, or delete it")
     p.add_argument("name", help="the dataset's name (metadata.name)")
-    p.add_argument("-o", "--output", choices=["table", "json", "yaml"], default="table")
+    p.add_argument(
+        "-o", "--output", choices=["table", "json", "yaml"], default="table", help=output_help
+    )
     p.add_argument(
         "--keep-cache",
         action="store_true",

@@ -21,6 +21,7 @@ from reservoir.common.errors import ReservoirError, Unavailable
 from reservoir.common.rpc import error_from_rpc
 from reservoir.fuse import command as fuse_command
 from reservoir.gateway import command as gateway_command
+from reservoir.k8s import command as k8s_command
 from reservoir.operator import command as operator_command
 
 from . import (
@@ -33,6 +34,7 @@ from . import (
     drain_commands,
     job_commands,
     local_commands,
+    locality_commands,
     namespace_commands,
     read_commands,
     write_commands,
@@ -53,12 +55,14 @@ REGISTRATIONS: tuple[Callable[[Subcommands], None], ...] = (
     dataset_commands.register,
     cache_rule_commands.register,
     cluster_commands.register,
+    locality_commands.register,
     drain_commands.register,
     credential_commands.register,
     config_commands.register,
     fuse_command.register,
     gateway_command.register,
     operator_command.register,
+    k8s_command.register,
     completion_commands.register,
 )
 

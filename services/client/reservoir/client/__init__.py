@@ -9,6 +9,7 @@ from .cache_state import CacheReport, FreeResult, PinResult, TierStats, WorkerSt
 from .client import Client, ReservoirFile
 from .datasets import Dataset
 from .load_jobs import JobState, LoadJob, MetadataLoadProgress
+from .locality import HostBytes, Locality
 from .reservoir_writer import ReservoirWriter
 from .sigterm_aborts import abort_writes_on_sigterm
 from .writer import WriteSession
@@ -20,9 +21,11 @@ __all__ = [
     "Client",
     "Dataset",
     "FreeResult",
+    "HostBytes",
     "Inode",
     "JobState",
     "LoadJob",
+    "Locality",
     "MetadataLoadProgress",
     "Mount",
     "PinResult",

@@ -52,6 +52,7 @@ from .datasets import Dataset, document_of
 from .grpc_blocks import GrpcBlocks
 from .hedges import Hedges, HedgeStats
 from .load_jobs import LoadJob, MetadataLoadProgress
+from .locality import Locality
 from .read_admission import MountBudgetAdmission
 from .short_circuit import ShortCircuit
 from .thread_reads import ThreadReads
@@ -362,6 +363,16 @@ class AsyncClient:
             "Report", master_pb2.ReportRequest(path=path), f"report {path}"
         )
         return CacheReport.from_proto(path, response)
+
+    async def locality(self, path: str = "", *, dataset: str = "") -> Locality:
+        """Bytes of `path` (or of the declared dataset named `dataset`) cached per host,
+        zone and region: one call, answered from the master's location table."""
+        response = await self._view.call(
+            "Locality",
+            master_pb2.LocalityRequest(path=path, dataset=dataset),
+            f"locality {dataset or path}",
+        )
+        return Locality.from_proto(response)
 
     async def submit_load(
         self,

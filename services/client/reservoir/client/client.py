@@ -19,6 +19,7 @@ from .async_client import AsyncClient
 from .cache_state import CacheReport, FreeResult, PinResult, WorkerStats
 from .datasets import Dataset
 from .load_jobs import LoadJob, MetadataLoadProgress
+from .locality import Locality
 from .loop_runtime import LoopRuntime
 from .reservoir_file import ReservoirFile, joined
 from .reservoir_writer import ReservoirWriter
@@ -247,6 +248,11 @@ class Client:
         `progress` with each update; returns the last (its `done` is set)."""
         followed = _followed(self._async.load_metadata(path, recursive), progress)
         return self._run(followed) or MetadataLoadProgress()
+
+    def locality(self, path: str = "", *, dataset: str = "") -> Locality:
+        """Bytes of `path` (or of the declared dataset named `dataset`) cached per host,
+        zone and region."""
+        return self._run(self._async.locality(path, dataset=dataset))
 
     def report(self, path: str) -> CacheReport:
         """The files and bytes below `path`, and how much of them is cached."""

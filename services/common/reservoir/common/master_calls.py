@@ -75,6 +75,7 @@ _READS = frozenset(
         "ListWorkers",
         "ListMasters",
         "Report",
+        "Locality",
         "GetJob",
         "WatchJob",
         "ListJobs",

@@ -305,6 +305,7 @@ class WorkerRecord:
     # SERVING, or DRAINING/DRAINED (an operator's mark, kept apart from the record the
     # worker writes: see WorkerRegistry). Only a serving worker is any block's home.
     state: str = "serving"
+    region: str = ""  # a group of zones (topology.kubernetes.io/region)
 
     @property
     def serving(self) -> bool:
@@ -328,6 +329,7 @@ class WorkerRecord:
             shm_dir=self.shm_dir,
             data_address=self.data_address,
             state=self.state,
+            region=self.region,
         )
 
     @classmethod
@@ -342,6 +344,7 @@ class WorkerRecord:
             shm_dir=msg.shm_dir,
             data_address=msg.data_address,
             state=msg.state or SERVING,
+            region=msg.region,
         )
 
 

@@ -313,6 +313,7 @@ class WorkerInfo(_message.Message):
     SHM_DIR_FIELD_NUMBER: _builtins.int
     DATA_ADDRESS_FIELD_NUMBER: _builtins.int
     STATE_FIELD_NUMBER: _builtins.int
+    REGION_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     address: _builtins.str
     """host:port clients dial"""
@@ -334,6 +335,8 @@ class WorkerInfo(_message.Message):
     """"serving", "draining" (its blocks are copied to their next homes while it still
     serves them; nothing new goes to it) or "drained" (it may stop).
     """
+    region: _builtins.str
+    """Region label (a group of zones), for the admission webhook's region affinity."""
     def __init__(
         self,
         *,
@@ -346,10 +349,11 @@ class WorkerInfo(_message.Message):
         shm_dir: _builtins.str = ...,
         data_address: _builtins.str = ...,
         state: _builtins.str = ...,
+        region: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "capacity_bytes", b"capacity_bytes", "data_address", b"data_address", "host", b"host", "id", b"id", "shm_dir", b"shm_dir", "started_ms", b"started_ms", "state", b"state", "zone", b"zone"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "capacity_bytes", b"capacity_bytes", "data_address", b"data_address", "host", b"host", "id", b"id", "region", b"region", "shm_dir", b"shm_dir", "started_ms", b"started_ms", "state", b"state", "zone", b"zone"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -549,6 +549,128 @@ class ReportResponse(_message.Message):
 Global___ReportResponse: _TypeAlias = ReportResponse  # noqa: Y015
 
 @_typing.final
+class LocalityRequest(_message.Message):
+    """Either a path or a dataset's name (resolved to its path)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PATH_FIELD_NUMBER: _builtins.int
+    DATASET_FIELD_NUMBER: _builtins.int
+    path: _builtins.str
+    dataset: _builtins.str
+    def __init__(
+        self,
+        *,
+        path: _builtins.str = ...,
+        dataset: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dataset", b"dataset", "path", b"path"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LocalityRequest: _TypeAlias = LocalityRequest  # noqa: Y015
+
+@_typing.final
+class HostBytes(_message.Message):
+    """A block held by several workers of one host counts once for that host (and likewise
+    for a zone or region); so `cached_bytes` is at most `bytes`, and hosts may add to more.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    HOST_FIELD_NUMBER: _builtins.int
+    ZONE_FIELD_NUMBER: _builtins.int
+    REGION_FIELD_NUMBER: _builtins.int
+    BYTES_FIELD_NUMBER: _builtins.int
+    host: _builtins.str
+    zone: _builtins.str
+    region: _builtins.str
+    bytes: _builtins.int
+    def __init__(
+        self,
+        *,
+        host: _builtins.str = ...,
+        zone: _builtins.str = ...,
+        region: _builtins.str = ...,
+        bytes: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes", b"bytes", "host", b"host", "region", b"region", "zone", b"zone"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HostBytes: _TypeAlias = HostBytes  # noqa: Y015
+
+@_typing.final
+class PlaceBytes(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    BYTES_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    bytes: _builtins.int
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        bytes: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes", b"bytes", "name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PlaceBytes: _TypeAlias = PlaceBytes  # noqa: Y015
+
+@_typing.final
+class LocalityResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PATH_FIELD_NUMBER: _builtins.int
+    FILES_FIELD_NUMBER: _builtins.int
+    BYTES_FIELD_NUMBER: _builtins.int
+    CACHED_BYTES_FIELD_NUMBER: _builtins.int
+    HOSTS_FIELD_NUMBER: _builtins.int
+    ZONES_FIELD_NUMBER: _builtins.int
+    REGIONS_FIELD_NUMBER: _builtins.int
+    path: _builtins.str
+    files: _builtins.int
+    bytes: _builtins.int
+    cached_bytes: _builtins.int
+    @_builtins.property
+    def hosts(self) -> _containers.RepeatedCompositeFieldContainer[Global___HostBytes]:
+        """most bytes first"""
+
+    @_builtins.property
+    def zones(self) -> _containers.RepeatedCompositeFieldContainer[Global___PlaceBytes]:
+        """most bytes first; "" = workers without a zone"""
+
+    @_builtins.property
+    def regions(self) -> _containers.RepeatedCompositeFieldContainer[Global___PlaceBytes]: ...
+    def __init__(
+        self,
+        *,
+        path: _builtins.str = ...,
+        files: _builtins.int = ...,
+        bytes: _builtins.int = ...,
+        cached_bytes: _builtins.int = ...,
+        hosts: _abc.Iterable[Global___HostBytes] | None = ...,
+        zones: _abc.Iterable[Global___PlaceBytes] | None = ...,
+        regions: _abc.Iterable[Global___PlaceBytes] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes", b"bytes", "cached_bytes", b"cached_bytes", "files", b"files", "hosts", b"hosts", "path", b"path", "regions", b"regions", "zones", b"zones"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LocalityResponse: _TypeAlias = LocalityResponse  # noqa: Y015
+
+@_typing.final
 class SubmitLoadRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

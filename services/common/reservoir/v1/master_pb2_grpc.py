@@ -91,6 +91,11 @@ class MasterServiceStub:
                 request_serializer=reservoir_dot_v1_dot_master__pb2.ReportRequest.SerializeToString,
                 response_deserializer=reservoir_dot_v1_dot_master__pb2.ReportResponse.FromString,
                 _registered_method=True)
+        self.Locality = channel.unary_unary(
+                '/reservoir.v1.MasterService/Locality',
+                request_serializer=reservoir_dot_v1_dot_master__pb2.LocalityRequest.SerializeToString,
+                response_deserializer=reservoir_dot_v1_dot_master__pb2.LocalityResponse.FromString,
+                _registered_method=True)
         self.SubmitLoad = channel.unary_unary(
                 '/reservoir.v1.MasterService/SubmitLoad',
                 request_serializer=reservoir_dot_v1_dot_master__pb2.SubmitLoadRequest.SerializeToString,
@@ -284,6 +289,14 @@ class MasterServiceServicer:
 
     def Report(self, request, context):
         """What part of a path is cached, from the block-location table.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Locality(self, request, context):
+        """Bytes of a path (or a declared dataset's path) cached per host, zone and region, from
+        the block-location table: what a scheduler places a job by.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -513,6 +526,11 @@ def add_MasterServiceServicer_to_server(servicer, server):
                     servicer.Report,
                     request_deserializer=reservoir_dot_v1_dot_master__pb2.ReportRequest.FromString,
                     response_serializer=reservoir_dot_v1_dot_master__pb2.ReportResponse.SerializeToString,
+            ),
+            'Locality': grpc.unary_unary_rpc_method_handler(
+                    servicer.Locality,
+                    request_deserializer=reservoir_dot_v1_dot_master__pb2.LocalityRequest.FromString,
+                    response_serializer=reservoir_dot_v1_dot_master__pb2.LocalityResponse.SerializeToString,
             ),
             'SubmitLoad': grpc.unary_unary_rpc_method_handler(
                     servicer.SubmitLoad,
@@ -933,6 +951,33 @@ class MasterService:
             '/reservoir.v1.MasterService/Report',
             reservoir_dot_v1_dot_master__pb2.ReportRequest.SerializeToString,
             reservoir_dot_v1_dot_master__pb2.ReportResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Locality(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/reservoir.v1.MasterService/Locality',
+            reservoir_dot_v1_dot_master__pb2.LocalityRequest.SerializeToString,
+            reservoir_dot_v1_dot_master__pb2.LocalityResponse.FromString,
             options,
             channel_credentials,
             insecure,

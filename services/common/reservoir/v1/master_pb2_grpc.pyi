@@ -51,6 +51,10 @@ class MasterServiceStub:
     """Lists the under-store below a path and writes the namespace to etcd, streaming progress."""
     Report: _grpc.UnaryUnaryMultiCallable[_master_pb2.ReportRequest, _master_pb2.ReportResponse]
     """What part of a path is cached, from the block-location table."""
+    Locality: _grpc.UnaryUnaryMultiCallable[_master_pb2.LocalityRequest, _master_pb2.LocalityResponse]
+    """Bytes of a path (or a declared dataset's path) cached per host, zone and region, from
+    the block-location table: what a scheduler places a job by.
+    """
     SubmitLoad: _grpc.UnaryUnaryMultiCallable[_master_pb2.SubmitLoadRequest, _master_pb2.Job]
     GetJob: _grpc.UnaryUnaryMultiCallable[_master_pb2.GetJobRequest, _master_pb2.Job]
     WatchJob: _grpc.UnaryStreamMultiCallable[_master_pb2.GetJobRequest, _master_pb2.Job]
@@ -128,6 +132,10 @@ class MasterServiceAsyncStub(MasterServiceStub):
     """Lists the under-store below a path and writes the namespace to etcd, streaming progress."""
     Report: _aio.UnaryUnaryMultiCallable[_master_pb2.ReportRequest, _master_pb2.ReportResponse]  # type: ignore[assignment]
     """What part of a path is cached, from the block-location table."""
+    Locality: _aio.UnaryUnaryMultiCallable[_master_pb2.LocalityRequest, _master_pb2.LocalityResponse]  # type: ignore[assignment]
+    """Bytes of a path (or a declared dataset's path) cached per host, zone and region, from
+    the block-location table: what a scheduler places a job by.
+    """
     SubmitLoad: _aio.UnaryUnaryMultiCallable[_master_pb2.SubmitLoadRequest, _master_pb2.Job]  # type: ignore[assignment]
     GetJob: _aio.UnaryUnaryMultiCallable[_master_pb2.GetJobRequest, _master_pb2.Job]  # type: ignore[assignment]
     WatchJob: _aio.UnaryStreamMultiCallable[_master_pb2.GetJobRequest, _master_pb2.Job]  # type: ignore[assignment]
@@ -268,6 +276,16 @@ class MasterServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_master_pb2.ReportResponse, _abc.Awaitable[_master_pb2.ReportResponse]]:
         """What part of a path is cached, from the block-location table."""
+
+    @_abc_1.abstractmethod
+    def Locality(
+        self,
+        request: _master_pb2.LocalityRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_master_pb2.LocalityResponse, _abc.Awaitable[_master_pb2.LocalityResponse]]:
+        """Bytes of a path (or a declared dataset's path) cached per host, zone and region, from
+        the block-location table: what a scheduler places a job by.
+        """
 
     @_abc_1.abstractmethod
     def SubmitLoad(

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 
 from reservoir.common import logs
 from reservoir.common.errors import NotFound
@@ -23,6 +25,9 @@ class BlockLocationTable:
         self._store = store
         self._by_worker: dict[str, dict[str, set[int]]] = defaultdict(lambda: defaultdict(set))
         self._by_file: dict[str, dict[int, set[str]]] = defaultdict(lambda: defaultdict(set))
+        # file -> the workers holding any of its blocks: a tally over a data set (its
+        # locality) looks a file's holders up at once, not block by block.
+        self._holding: dict[str, set[str]] = defaultdict(set)
         self._dirty: set[tuple[str, str]] = set()
         self._resets: set[str] = set()
         # Blocks a worker confirmed (`record`) since its last report reached us: its next
@@ -34,6 +39,7 @@ class BlockLocationTable:
         was in memory (a master that leads again may have missed changes)."""
         self._by_worker.clear()
         self._by_file.clear()
+        self._holding.clear()
         self._dirty.clear()
         self._resets.clear()
         self._confirmed.clear()
@@ -47,9 +53,14 @@ class BlockLocationTable:
     def _add(self, worker_id: str, file_id: str, index: int) -> None:
         self._by_worker[worker_id][file_id].add(index)
         self._by_file[file_id][index].add(worker_id)
+        self._holding[file_id].add(worker_id)
 
     def _remove(self, worker_id: str, file_id: str, index: int) -> None:
-        self._by_worker.get(worker_id, {}).get(file_id, set()).discard(index)
+        indices = self._by_worker.get(worker_id, {}).get(file_id)
+        if indices is not None:
+            indices.discard(index)
+            if not indices:
+                self._release(worker_id, file_id)
         holders = self._by_file.get(file_id, {}).get(index)
         if holders is not None:
             holders.discard(worker_id)
@@ -97,6 +108,7 @@ class BlockLocationTable:
         self._confirmed.pop(worker_id, None)
         files = self._by_worker.pop(worker_id, {})
         for file_id, indices in files.items():
+            self._release(worker_id, file_id)
             for index in list(indices):
                 holders = self._by_file.get(file_id, {}).get(index)
                 if holders is not None:
@@ -106,6 +118,14 @@ class BlockLocationTable:
             if file_id in self._by_file and not self._by_file[file_id]:
                 del self._by_file[file_id]
         self._dirty = {d for d in self._dirty if d[0] != worker_id}
+
+    def _release(self, worker_id: str, file_id: str) -> None:
+        """`worker_id` holds no block of `file_id` any more."""
+        holders = self._holding.get(file_id)
+        if holders is not None:
+            holders.discard(worker_id)
+            if not holders:
+                del self._holding[file_id]
 
     def prune(self, live_ids: set[str]) -> None:
         """Drops the entries of workers that are no longer registered."""
@@ -121,6 +141,21 @@ class BlockLocationTable:
         """The block indices of a file that some worker holds."""
         held = self._by_file.get(file_id)
         return [i for i, ids in held.items() if ids] if held else []
+
+    @property
+    def holding(self) -> Mapping[str, AbstractSet[str]]:
+        """file -> the workers holding some block of it: the table's own mapping, whose
+        `get` a tally over a million files calls without a method of ours around it."""
+        return self._holding
+
+    def blocks_held(self, file_id: str) -> int:
+        """How many distinct blocks of a file some worker holds."""
+        return len(self._by_file.get(file_id, ()))
+
+    def blocks_of(self, worker_id: str) -> Mapping[str, AbstractSet[int]]:
+        """file -> the block indices one worker holds: the table's own mapping (read it
+        only)."""
+        return self._by_worker.get(worker_id, {})
 
     def holders(self, file_id: str) -> dict[int, list[str]]:
         return {i: sorted(ids) for i, ids in self._by_file.get(file_id, {}).items() if ids}

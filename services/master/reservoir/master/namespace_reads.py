@@ -17,6 +17,7 @@ from reservoir.common.errors import Internal, InvalidArgument, NotFound, Reservo
 from reservoir.common.models import Inode, Mount
 
 from .directory_pages import DirectoryPages
+from .locality import LocalityTally, PathLocality, Place
 from .locations import BlockLocationTable
 from .metadata_sync import DirectoryListing, NamespaceSync, dir_inode, now_ms
 from .mount_table import MountTable
@@ -248,6 +249,19 @@ class NamespaceReads:
             for key, value in self._totals(page, with_ids).items():
                 totals[key] += value
         return totals
+
+    async def locality(self, path: str, places: dict[str, Place]) -> PathLocality:
+        """Bytes of a path cached per host, zone and region (`places`: where each worker
+        runs), walked as `report` walks it: a page at a time, no worker asked."""
+        info = await self.file_info(path)
+        tally = LocalityTally(places, self._locations)
+        if not info.is_dir:
+            tally.add([(info.size, info.block_size, info.file_id)])
+            return tally.result(info.path)
+        with_ids = self._locations.holds_any()
+        async for page in self._namespace.walk_files(info.path, with_ids):
+            tally.add(page)
+        return tally.result(info.path)
 
     def _totals(self, files: list[tuple[int, int, str]], with_ids: bool) -> dict[str, int]:
         count = size_sum = blocks = cached_blocks = cached_bytes = 0

@@ -35,6 +35,7 @@ from .interval_sync import IntervalSync, SyncRecords
 from .job_counters import LoadJobCounters
 from .job_records import JobRecords
 from .jobs import LoadJobs
+from .locality import PathLocality, Place
 from .locations import BlockLocationTable
 from .metadata_sync import NamespaceSync, now_ms
 from .mount_policy import MountPolicy
@@ -299,6 +300,18 @@ class MasterService:
         record = await self.datasets.mark_deleting(name, keep_cache)
         self.reconciler.kick(name)
         return record
+
+    async def locality(self, path: str, dataset: str = "") -> PathLocality:
+        """Bytes of `path`, or of the declared dataset `dataset`'s path, per host, zone
+        and region."""
+        if dataset:
+            record = await self.datasets.get(dataset)
+            assert record is not None  # get raises NotFound unless missing_ok
+            path = record.spec.path
+        if not path:
+            raise InvalidArgument("locality: a path or a dataset name is needed")
+        places = {w.id: Place(w.host or w.id, w.zone, w.region) for w in await self.workers()}
+        return await self.reads.locality(path, places)
 
     # ---- workers and block locations ----------------------------------------------------
 

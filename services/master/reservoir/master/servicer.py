@@ -153,6 +153,24 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
         return master_pb2.ReportResponse(**await self._service.reads.report(request.path))
 
     @translate_errors
+    async def Locality(
+        self, request: master_pb2.LocalityRequest, context: grpc.aio.ServicerContext
+    ) -> master_pb2.LocalityResponse:
+        found = await self._service.locality(request.path, request.dataset)
+        return master_pb2.LocalityResponse(
+            path=found.path,
+            files=found.files,
+            bytes=found.bytes,
+            cached_bytes=found.cached_bytes,
+            hosts=[
+                master_pb2.HostBytes(host=h.host, zone=h.zone, region=h.region, bytes=h.bytes)
+                for h in found.hosts
+            ],
+            zones=[master_pb2.PlaceBytes(name=z, bytes=b) for z, b in found.zones.items()],
+            regions=[master_pb2.PlaceBytes(name=r, bytes=b) for r, b in found.regions.items()],
+        )
+
+    @translate_errors
     async def SubmitLoad(
         self, request: master_pb2.SubmitLoadRequest, context: grpc.aio.ServicerContext
     ) -> master_pb2.Job:

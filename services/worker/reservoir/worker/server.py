@@ -52,6 +52,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[cfg.WorkerConfig, cfg.Log
     parser.add_argument("--advertise", help="host:port clients dial (default: --listen)")
     parser.add_argument("--worker-id")
     parser.add_argument("--zone")
+    parser.add_argument("--region")
     parser.add_argument("--capacity", type=cfg.parse_size, help="cache bytes, e.g. 4GiB")
     parser.add_argument(
         "--shm-dir", help="keep blocks as files here (tmpfs) for short-circuit reads"
@@ -79,6 +80,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[cfg.WorkerConfig, cfg.Log
         advertise=args.advertise,
         worker_id=args.worker_id,
         zone=args.zone,
+        region=args.region,
         capacity_bytes=args.capacity,
         shm_dir=args.shm_dir,
         eviction=args.eviction,
@@ -166,6 +168,7 @@ async def serve(config: cfg.WorkerConfig, transport: Transport) -> None:
         address=address,
         host=config.host,
         zone=config.zone,
+        region=config.region,
         capacity_bytes=config.capacity_bytes,
         started_ms=int(time.time() * 1000),
         shm_dir=str(memory.directory)

@@ -8,7 +8,7 @@ client's, the FUSE mount's and the gateway's in clients.py; which variables exis
 names.py.
 """
 
-from .clients import ClientConfig, FuseConfig, GatewayConfig
+from .clients import ClientConfig, FuseConfig, GatewayConfig, SchedulingConfig
 from .loading import (
     DEFAULT,
     ENVIRONMENT,
@@ -59,6 +59,7 @@ __all__ = [
     "EtcdSettings",
     "FuseConfig",
     "GatewayConfig",
+    "SchedulingConfig",
     "GiB",
     "KiB",
     "LogConfig",

@@ -120,6 +120,7 @@ class ClientConfig:
     ufs: UnderStoreCalls = under_store_field()
     host: str = field(default_factory=socket.gethostname, metadata=env("RESERVOIR_HOST"))
     zone: str = field(default="", metadata=env("RESERVOIR_ZONE"))
+    region: str = field(default="", metadata=env("RESERVOIR_REGION"))
     # Files up to this size are read in batches of `batch_files` per worker call.
     small_file_bytes: int = field(default=1 * MiB, metadata=env("RESERVOIR_SMALL_FILE_BYTES"))
     batch_files: int = field(default=64, metadata=env("RESERVOIR_BATCH_FILES"))
@@ -262,3 +263,41 @@ class GatewayConfig:
         if self.tls_cert:
             return self.tls_cert, self.tls_key
         return self.client.security.tls_cert, self.client.security.tls_key
+
+
+@dataclass(frozen=True)
+class SchedulingConfig:
+    """`reservoir scheduler-extender` and `reservoir admission-webhook`: where Kubernetes
+    asks which nodes hold a pod's datasets (services/client/reservoir/k8s)."""
+
+    extender_listen: str = field(default="0.0.0.0:8890", metadata=env("RESERVOIR_EXTENDER_LISTEN"))
+    webhook_listen: str = field(default="0.0.0.0:8443", metadata=env("RESERVOIR_WEBHOOK_LISTEN"))
+    # HTTPS for the webhook (the API server calls webhooks over TLS only); empty: HTTP,
+    # for tests and for a TLS-terminating proxy in front.
+    tls_cert: str = field(default="", metadata=env("RESERVOIR_WEBHOOK_TLS_CERT"))
+    tls_key: str = field(default="", metadata=env("RESERVOIR_WEBHOOK_TLS_KEY"))
+    # How long one answer may wait for the master's locality: the scheduler (httpTimeout)
+    # and the API server (timeoutSeconds) give up after their own limits, so an answer
+    # must come before them, with an error or no patch when the master is slow or gone.
+    locality_timeout_s: float = field(default=2.0, metadata=env("RESERVOIR_LOCALITY_TIMEOUT"))
+    # A pod that asks for `reservoir.io/locality: required` runs only on nodes holding at
+    # least this share of its datasets' bytes (the pod's `reservoir.io/locality-fraction`
+    # annotation overrides it).
+    min_fraction: float = field(default=0.1, metadata=env("RESERVOIR_LOCALITY_MIN_FRACTION"))
+    # The webhook's affinity lists at most this many nodes (most bytes first).
+    affinity_nodes: int = field(default=8, metadata=env("RESERVOIR_WEBHOOK_AFFINITY_NODES"))
+    # Where the node's FUSE mount of the cluster's namespace is (a DaemonSet running
+    # `reservoir fuse` there): a pod asking for `reservoir.io/fuse: /data` gets this
+    # directory (below it, the annotation's `reservoir.io/fuse-path`) mounted at /data.
+    fuse_host_path: str = field(
+        default="/mnt/reservoir", metadata=env("RESERVOIR_WEBHOOK_FUSE_HOST_PATH")
+    )
+    client: ClientConfig = field(default_factory=lambda: load(ClientConfig))
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.min_fraction <= 1.0:
+            raise InvalidArgument("RESERVOIR_LOCALITY_MIN_FRACTION must be within 0..1")
+        if self.locality_timeout_s <= 0 or self.affinity_nodes < 1:
+            raise InvalidArgument(
+                "RESERVOIR_LOCALITY_TIMEOUT must be > 0, RESERVOIR_WEBHOOK_AFFINITY_NODES >= 1"
+            )

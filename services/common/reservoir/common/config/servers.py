@@ -183,6 +183,7 @@ class WorkerConfig:
     worker_id: str = field(default="", metadata=env("RESERVOIR_WORKER_ID"))
     host: str = field(default_factory=socket.gethostname, metadata=env("RESERVOIR_HOST"))
     zone: str = field(default="", metadata=env("RESERVOIR_ZONE"))
+    region: str = field(default="", metadata=env("RESERVOIR_REGION"))
     capacity_bytes: int = field(default=1 * GiB, metadata=env("RESERVOIR_WORKER_CAPACITY"))
     # Keep blocks as files in this tmpfs directory (e.g. /dev/shm/reservoir) so clients on
     # the same host can read them directly; empty keeps them in the process's memory.

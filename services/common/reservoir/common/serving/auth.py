@@ -74,6 +74,7 @@ RULES: dict[str, Rule] = {
     _MASTER + "ListWorkers": Rule(_READ),
     _MASTER + "ListMasters": Rule(_READ),
     _MASTER + "Report": Rule(_READ),
+    _MASTER + "Locality": Rule(_READ),
     _MASTER + "GetJob": Rule(_READ),
     _MASTER + "WatchJob": Rule(_READ),
     _MASTER + "ListJobs": Rule(_READ),
