@@ -233,3 +233,34 @@ def test_replicas_a_dead_worker_held_are_made_again_from_the_copies_left(
         gets = _gets(three)
         _read_all(client, files)
         assert _gets(three) == gets
+
+
+def test_locality_agrees_with_the_location_table_after_a_load_and_after_a_drain(
+    tmp_path: Path,
+) -> None:
+    from reservoir.local.worker_changes import add_worker
+    from reservoir.local.worker_roster import WorkerOptions
+
+    cluster = LocalCluster.up(tmp_path / "c", workers=0, lease_ttl=LEASE_TTL_S)
+    try:
+        for host in ("h1", "h2", "h3"):
+            add_worker(cluster, WorkerOptions(host=host))
+        with Client(cluster.master_address) as client:
+            _data_set(cluster, client)
+
+            def agree() -> None:
+                host_of = {w.id: w.host for w in client.workers()}
+                table: dict[str, int] = {}
+                for e in client.ls("/moves", with_locations=True):
+                    for index, holders in e.locations.items():
+                        length = min(e.block_size, e.size - index * e.block_size)
+                        for host in {host_of[w] for w in holders}:
+                            table[host] = table.get(host, 0) + length
+                tally = {h.host: h.bytes for h in client.locality("/moves").hosts if h.bytes}
+                assert tally == table
+
+            agree()
+            assert client.drain("worker2", wait=True).succeeded
+            agree()  # the drained worker's host still holds its copies, and so do the new homes
+    finally:
+        cluster.down()
