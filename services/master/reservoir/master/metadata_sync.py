@@ -24,6 +24,7 @@ from reservoir.common.config import MasterConfig
 from reservoir.common.errors import InvalidArgument, NotFound, ReservoirError
 from reservoir.common.models import Inode, Mount, file_id_for
 from reservoir.common.understore.mounted_stores import MountedStores
+from reservoir.common.understore.store_schemes import scheme_of
 from reservoir.common.understore.under_store import ObjectInfo, UnderStore
 
 from .found_changes import FoundChanges
@@ -282,8 +283,9 @@ class NamespaceSync:
             obj = await self.ufs(ufs.head, key)
             inode = carried(stored, self.file_inode(mount, ufs, path, obj))
         except NotFound:
-            listing = await self.ufs(ufs.list, key + "/", 1)
-            if not listing.objects and not listing.prefixes:
+            # A store that cannot list (http) has no directories to find below a path.
+            listing = await self.ufs(ufs.list, key + "/", 1) if scheme_of(mount.uri).lists else None
+            if listing is None or (not listing.objects and not listing.prefixes):
                 await self._namespace.delete(path)
                 if stored is not None:
                     self.found.saw_removed(mount.path)
