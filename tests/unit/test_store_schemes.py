@@ -26,7 +26,9 @@ def test_a_scheme_is_found_whatever_its_case() -> None:
 
 
 def test_an_unknown_scheme_is_invalid_and_the_error_names_the_supported_shapes() -> None:
-    with pytest.raises(InvalidArgument, match=r"gs://b/x.*file:///dir.*https://host/prefix/.*s3://bucket/prefix"):
+    with pytest.raises(
+        InvalidArgument, match=r"gs://b/x.*file:///dir.*https://host/prefix/.*s3://bucket/prefix"
+    ):
         scheme_of("gs://b/x")
 
 

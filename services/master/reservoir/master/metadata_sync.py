@@ -200,8 +200,10 @@ class NamespaceSync:
         directory is not freshly listed), from the under-store: its directory listed once
         for every reader that misses in it, or, where a listing does not pay, a HEAD."""
         directory = paths.parent_of(path)
-        if self.ttl_ms(mount) == 0:
-            return await self.sync_inode(mount, path)  # "always": a listing is stale at once
+        if self.ttl_ms(mount) == 0 or not scheme_of(mount.uri).lists:
+            # "always": a listing is stale at once; and a store that cannot list (http)
+            # answers by HEAD alone.
+            return await self.sync_inode(mount, path)
         flight: _Flight = (mount.path, mount.created_ms, directory)
         found_big = self._too_big.get(flight)
         if found_big is not None:
