@@ -37,7 +37,8 @@ class HttpFiles:
         self.url = f"http://127.0.0.1:{self.port}/files/"
 
     def requests(self) -> dict[str, int]:
-        """Requests served so far, by "METHOD /path"."""
+        """Requests served so far, by "METHOD /path"; and "connections": how many
+        connections they came on."""
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/requests", timeout=10) as r:
             counts: dict[str, int] = json.load(r)
         return counts
@@ -52,11 +53,15 @@ class HttpFiles:
 
 def _app(directory: Path) -> web.Application:
     counts: collections.Counter[str] = collections.Counter()
+    peers: set[object] = set()
 
     @web.middleware
     async def counted(request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.path != "/requests":
             counts[f"{request.method} {request.path}"] += 1
+            transport = request.transport
+            peers.add(None if transport is None else transport.get_extra_info("peername"))
+            counts["connections"] = len(peers)
         return await handler(request)
 
     async def requests(_: web.Request) -> web.Response:

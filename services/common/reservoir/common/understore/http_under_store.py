@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import http.client
 import re
+import threading
 import time
 from collections.abc import Callable
 from email.utils import parsedate_to_datetime
@@ -41,6 +42,34 @@ class _Transient(Exception):
     """A failure worth another attempt: a connection error, a 5xx, a body cut short."""
 
 
+class _Connections:
+    """Idle keep-alive connections to the server, at most `limit` kept: a new connection
+    per block read would cost a TCP (and TLS) handshake each, more than a small block."""
+
+    def __init__(self, make: Callable[[], http.client.HTTPConnection], limit: int) -> None:
+        self._make = make
+        self._limit = limit
+        self._idle: list[http.client.HTTPConnection] = []
+        self._lock = threading.Lock()
+
+    def take(self) -> tuple[http.client.HTTPConnection, bool]:
+        """A connection, and whether it was used before (the server may have closed it)."""
+        with self._lock:
+            if self._idle:
+                return self._idle.pop(), True
+        return self._make(), False
+
+    def give(self, conn: http.client.HTTPConnection, response: http.client.HTTPResponse) -> None:
+        """Kept for the next request when `response` was read to its end and the server
+        keeps the connection open; closed otherwise."""
+        if response.isclosed() and not response.will_close:
+            with self._lock:
+                if len(self._idle) < self._limit:
+                    self._idle.append(conn)
+                    return
+        conn.close()
+
+
 class HttpUnderStore(UnderStore):
     """Files under one URL prefix, read with HEAD and ranged GETs. The change token is the
     server's ETag, else Last-Modified and the length together."""
@@ -60,6 +89,7 @@ class HttpUnderStore(UnderStore):
         self._port = parts.port
         self._root = parts.path.rstrip("/") + "/"
         self._settings = settings
+        self._connections = _Connections(self._connection, max(1, settings.max_connections))
         self.uri = f"{parts.scheme.lower()}://{parts.netloc}{self._root}"
 
     # ---- requests --------------------------------------------------------------------
@@ -92,16 +122,23 @@ class HttpUnderStore(UnderStore):
         self, method: str, key: str, headers: dict[str, str], what: str
     ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
         """The response to one request (its body unread), or the domain error its status
-        means; the caller closes the connection."""
-        conn = self._connection()
+        means; the caller gives the connection back (`_Connections.give`)."""
+        path = self._path(key)
+        conn, reused = self._connections.take()
         try:
-            conn.request(
-                method, self._path(key), headers={"Accept-Encoding": "identity", **headers}
-            )
-            response = conn.getresponse()
+            response = self._send(conn, method, path, headers)
         except (OSError, http.client.HTTPException) as exc:
             conn.close()
-            raise _Transient(f"{type(exc).__name__}: {exc}") from exc
+            if not reused:
+                raise _Transient(f"{type(exc).__name__}: {exc}") from exc
+            # An idle connection the server closed meanwhile: not a failure of the server,
+            # so a fresh connection is tried without spending one of the attempts.
+            conn = self._connection()
+            try:
+                response = self._send(conn, method, path, headers)
+            except (OSError, http.client.HTTPException) as again:
+                conn.close()
+                raise _Transient(f"{type(again).__name__}: {again}") from again
         status = response.status
         if status < 300:
             return conn, response
@@ -115,6 +152,12 @@ class HttpUnderStore(UnderStore):
         if status >= 500 or status == 429:
             raise _Transient(f"the server answered {status}")
         raise InvalidArgument(f"{what}: the server answered {status} {response.reason}")
+
+    def _send(
+        self, conn: http.client.HTTPConnection, method: str, path: str, headers: dict[str, str]
+    ) -> http.client.HTTPResponse:
+        conn.request(method, path, headers={"Accept-Encoding": "identity", **headers})
+        return conn.getresponse()
 
     @staticmethod
     def _token(response: http.client.HTTPResponse, size: int) -> str:
@@ -132,6 +175,7 @@ class HttpUnderStore(UnderStore):
         def once() -> ObjectInfo:
             conn, response = self._request("HEAD", key, {}, what)
             try:
+                response.read()  # empty: ends the response, so the connection can be reused
                 length = response.getheader("Content-Length")
                 if response.status != 200 or length is None:
                     raise InvalidArgument(f"{what}: the server gave no Content-Length")
@@ -144,7 +188,7 @@ class HttpUnderStore(UnderStore):
                     )
                 return ObjectInfo(key, size, _mtime_ms(response), token)
             finally:
-                conn.close()
+                self._connections.give(conn, response)
 
         return self._attempts(what, once)
 
@@ -179,7 +223,7 @@ class HttpUnderStore(UnderStore):
                     raise Conflict(f"{what}: the object changed")
                 return _body(response, last - first + 1, deadline, what)
             finally:
-                conn.close()
+                self._connections.give(conn, response)
 
         return self._attempts(what, once)
 
