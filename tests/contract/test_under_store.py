@@ -1,22 +1,37 @@
 """One contract for every UnderStore backend: file:// on a temp dir, s3:// against the
-local S3-compatible server process."""
+local S3-compatible server process, http:// against a file server process (read part
+only: it cannot list or write, so its objects are written into the directory it serves)."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import re
+import socket
+import subprocess
+import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
 
-from reservoir.common.errors import Conflict, NotFound
+from reservoir.common.errors import (
+    Conflict,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    Unavailable,
+)
 from reservoir.common.understore.mounted_stores import open_under_store
-from reservoir.common.understore.under_store import UnderStore, UnderStoreSettings
+from reservoir.common.understore.under_store import ObjectInfo, UnderStore, UnderStoreSettings
 from reservoir.common.understore.under_store_metrics import MeasuredUnderStore, UnderStoreMetrics
 from reservoir.local.cluster import DEV_CREDENTIALS, LocalCluster
+
+from ..http_files import HttpFiles
+
+Put = Callable[[str, bytes], ObjectInfo]
 
 
 @pytest.fixture(scope="module")
@@ -29,16 +44,38 @@ def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         cluster.down()
 
 
-@pytest.fixture(params=["file", "s3", "file-measured", "s3-measured"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> UnderStore:
+@pytest.fixture(scope="module")
+def http_files(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpFiles]:
+    server = HttpFiles(tmp_path_factory.mktemp("served"))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _opened(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[UnderStore, Put]:
     """Each backend as it is opened, and as a server opens it: every request timed (the
-    timing must change no answer and no error)."""
+    timing must change no answer and no error); and how a test puts an object there."""
     kind, _, measured = request.param.partition("-")
     metrics = UnderStoreMetrics(CollectorRegistry(), "contract_") if measured else None
     if kind == "file":
         root = tmp_path / "ufs"
         root.mkdir()
-        return open_under_store(f"file://{root}/", UnderStoreSettings(), metrics)
+        ufs = open_under_store(f"file://{root}/", UnderStoreSettings(), metrics)
+        return ufs, ufs.put
+    if kind == "http":
+        server: HttpFiles = request.getfixturevalue("http_files")
+        prefix = uuid.uuid4().hex[:10]
+        settings = UnderStoreSettings(credentials="anonymous", timeout_s=5)
+        ufs = open_under_store(f"{server.url}{prefix}/", settings, metrics)
+
+        def served(key: str, data: bytes) -> ObjectInfo:
+            path = server.directory / prefix / key
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+            return ufs.head(key)
+
+        return ufs, served
     endpoint = request.getfixturevalue("s3_endpoint")
     os.environ.update(DEV_CREDENTIALS)
     bucket = f"c-{uuid.uuid4().hex[:10]}"
@@ -46,38 +83,63 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> UnderStore:
     ufs = open_under_store(f"s3://{bucket}/root", settings, metrics)
     s3 = ufs.inner if isinstance(ufs, MeasuredUnderStore) else ufs
     s3._s3.create_bucket(Bucket=bucket)  # type: ignore[attr-defined]
-    return ufs
+    return ufs, ufs.put
 
 
-def test_put_then_head_reports_size_and_a_stable_etag(store: UnderStore) -> None:
-    info = store.put("a/b.bin", b"x" * 1000)
+_READABLE = ["file", "s3", "http", "file-measured", "s3-measured", "http-measured"]
+_LISTABLE = ["file", "s3", "file-measured", "s3-measured"]
+
+
+@pytest.fixture(params=_READABLE)
+def readable(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[UnderStore, Put]:
+    """Every store, and how to put an object in it."""
+    return _opened(request, tmp_path)
+
+
+@pytest.fixture(params=_LISTABLE)
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> UnderStore:
+    """Every store that lists and writes."""
+    return _opened(request, tmp_path)[0]
+
+
+def test_put_then_head_reports_size_and_a_stable_etag(readable: tuple[UnderStore, Put]) -> None:
+    store, put = readable
+    info = put("a/b.bin", b"x" * 1000)
     head = store.head("a/b.bin")
     assert head.size == 1000 and head.etag == info.etag and head.etag
 
 
-def test_head_of_a_missing_key_is_not_found(store: UnderStore) -> None:
+def test_head_of_a_missing_key_is_not_found(readable: tuple[UnderStore, Put]) -> None:
     with pytest.raises(NotFound):
-        store.head("nope")
+        readable[0].head("nope")
 
 
-def test_get_range_returns_exact_bytes_and_clips_at_the_end(store: UnderStore) -> None:
+def test_get_range_returns_exact_bytes_and_clips_at_the_end(
+    readable: tuple[UnderStore, Put],
+) -> None:
+    store, put = readable
     data = os.urandom(5000)
-    info = store.put("r.bin", data)
+    info = put("r.bin", data)
     assert store.get_range("r.bin", 0, 5000, info.etag) == data
     assert store.get_range("r.bin", 4990, 10) == data[4990:]
+    assert store.get_range("r.bin", 4990, 100) == data[4990:]
     assert store.get_range("r.bin", 100, 0) == b""
 
 
-def test_get_range_with_a_stale_etag_is_a_conflict(store: UnderStore) -> None:
-    old = store.put("v.bin", b"old")
-    store.put("v.bin", b"newer content")
+def test_get_range_with_a_stale_etag_is_a_conflict(readable: tuple[UnderStore, Put]) -> None:
+    store, put = readable
+    old = put("v.bin", b"old")
+    put("v.bin", b"newer content")
     with pytest.raises(Conflict):
         store.get_range("v.bin", 0, 3, old.etag)
 
 
-def test_an_awaited_get_range_returns_exact_bytes_and_clips_at_the_end(store: UnderStore) -> None:
+def test_an_awaited_get_range_returns_exact_bytes_and_clips_at_the_end(
+    readable: tuple[UnderStore, Put],
+) -> None:
+    store, put = readable
     data = os.urandom(5000)
-    info = store.put("r.bin", data)
+    info = put("r.bin", data)
 
     async def reads() -> list[bytes]:
         return [
@@ -90,16 +152,21 @@ def test_an_awaited_get_range_returns_exact_bytes_and_clips_at_the_end(store: Un
     assert asyncio.run(reads()) == [data, data[4990:], data[1000:4000], b""]
 
 
-def test_an_awaited_get_range_with_a_stale_etag_is_a_conflict(store: UnderStore) -> None:
-    old = store.put("v.bin", b"old")
-    store.put("v.bin", b"newer content")
+def test_an_awaited_get_range_with_a_stale_etag_is_a_conflict(
+    readable: tuple[UnderStore, Put],
+) -> None:
+    store, put = readable
+    old = put("v.bin", b"old")
+    put("v.bin", b"newer content")
     with pytest.raises(Conflict):
         asyncio.run(store.get_range_async("v.bin", 0, 3, old.etag))
 
 
-def test_an_awaited_get_range_of_a_missing_key_is_not_found(store: UnderStore) -> None:
+def test_an_awaited_get_range_of_a_missing_key_is_not_found(
+    readable: tuple[UnderStore, Put],
+) -> None:
     with pytest.raises(NotFound):
-        asyncio.run(store.get_range_async("nope", 0, 10))
+        asyncio.run(readable[0].get_range_async("nope", 0, 10))
 
 
 def test_list_shows_one_level_of_objects_and_prefixes(store: UnderStore) -> None:
@@ -137,9 +204,83 @@ def test_walk_lists_every_key_below_a_prefix_at_any_depth_in_key_order(
     assert [o.key for page in store.walk("") for o in page] == keys
 
 
-def test_uri_and_key_are_inverse(store: UnderStore) -> None:
+def test_uri_and_key_are_inverse(readable: tuple[UnderStore, Put]) -> None:
+    store = readable[0]
     assert store.key_of(store.uri_of("a/b")) == "a/b"
 
 
-def test_check_passes_for_a_readable_store(store: UnderStore) -> None:
-    store.check()
+def test_check_passes_for_a_readable_store(readable: tuple[UnderStore, Put]) -> None:
+    readable[0].check()
+
+
+# ---- http(s): read-only, no listing ------------------------------------------------------
+
+
+@pytest.fixture
+def http_store(http_files: HttpFiles) -> UnderStore:
+    return open_under_store(http_files.url, UnderStoreSettings(credentials="anonymous"))
+
+
+def test_an_http_store_refuses_to_list_and_says_why(http_store: UnderStore) -> None:
+    with pytest.raises(InvalidArgument, match="HTTP has no listing.*reservoir load"):
+        http_store.list("")
+
+
+def test_an_http_store_reads_one_file_after_another_on_one_kept_connection(
+    http_files: HttpFiles,
+) -> None:
+    (http_files.directory / "kept").mkdir()
+    (http_files.directory / "kept" / "k.bin").write_bytes(b"k" * 10_000)
+    store = open_under_store(f"{http_files.url}kept/", UnderStoreSettings(credentials="anonymous"))
+    before = http_files.requests().get("connections", 0)
+    info = store.head("k.bin")
+    for offset in range(0, 10_000, 1000):
+        assert store.get_range("k.bin", offset, 1000, info.etag) == b"k" * 1000
+    assert http_files.gets("kept/k.bin") == 10
+    assert http_files.requests()["connections"] == before + 1
+
+
+def test_an_http_store_refuses_writes(http_store: UnderStore) -> None:
+    with pytest.raises(PermissionDenied, match="read-only"):
+        http_store.put("x.bin", b"x")
+
+
+def test_an_http_store_takes_no_credentials_but_anonymous() -> None:
+    with pytest.raises(InvalidArgument, match="anonymous only"):
+        open_under_store("http://127.0.0.1:9/f/", UnderStoreSettings(credentials="env"))
+
+
+def test_a_server_that_ignores_range_is_an_error_not_a_whole_file_read(tmp_path: Path) -> None:
+    (tmp_path / "big.bin").write_bytes(b"z" * 100_000)
+    # Python's own file server answers every GET with the whole file (200).
+    server = subprocess.Popen(
+        [sys.executable, "-u", "-m", "http.server", "0", "--bind", "127.0.0.1", "-d", tmp_path],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        match = re.search(r"port (\d+)", server.stdout.readline())
+        assert match is not None
+        store = open_under_store(
+            f"http://127.0.0.1:{match.group(1)}/", UnderStoreSettings(credentials="anonymous")
+        )
+        assert store.head("big.bin").size == 100_000
+        with pytest.raises(InvalidArgument, match="ignores Range"):
+            store.get_range("big.bin", 10, 20)
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+def test_an_unreachable_http_server_is_unavailable_after_bounded_attempts() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # bound, never listening: connections are refused
+        store = open_under_store(
+            f"http://127.0.0.1:{port}/f/",
+            UnderStoreSettings(credentials="anonymous", timeout_s=2, retries=2),
+        )
+        with pytest.raises(Unavailable, match="after 2 attempts"):
+            store.head("a.bin")

@@ -98,3 +98,14 @@ def test_mount_on_root_or_a_refused_scheme_is_refused_before_anything_is_contact
         table.admit("/", "s3://b/", MountOptions())
     with pytest.raises(PermissionDenied):
         table.admit("/etc", "file:///etc", MountOptions())
+
+
+def test_only_a_scheme_registered_as_writable_can_be_mounted_writable() -> None:
+    table = MountTable(
+        MemoryMetadataStore(), MountPolicy("s3,file,http", resolve=lambda host: []), 4 * MiB
+    )
+    table.admit("/w", "s3://b/p/", MountOptions(writable=True))
+    for uri in ("file:///tmp/x/", "http://mirror/data/"):
+        with pytest.raises(InvalidArgument, match="only s3:// mounts can be writable"):
+            table.admit("/w", uri, MountOptions(writable=True))
+    table.admit("/r", "http://mirror/data/", MountOptions())

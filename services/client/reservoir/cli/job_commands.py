@@ -116,6 +116,7 @@ def cmd_load(args: argparse.Namespace) -> None:
             replicas=args.replicas,
             priority_paths=args.priority or (),
             metadata_only=args.metadata_only,
+            files=_named_files(args.files_from),
         )
         if not args.wait:
             emit(args, job_dict(job), lambda: f"submitted load job {job.id} for {job.path}")
@@ -127,6 +128,18 @@ def cmd_load(args: argparse.Namespace) -> None:
         for error in final.errors:
             print(f"  {error}", file=sys.stderr)
         sys.exit(EXIT_ERROR)
+
+
+def _named_files(source: str | None) -> list[str]:
+    """The paths listed in `source` (one a line; '-' is stdin), blank lines left out."""
+    if source is None:
+        return []
+    if source == "-":
+        lines = sys.stdin.read().splitlines()
+    else:
+        with open(source, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    return [line.strip() for line in lines if line.strip()]
 
 
 def cmd_jobs(args: argparse.Namespace) -> None:
@@ -201,6 +214,12 @@ def register(commands: Subcommands) -> None:
     )
     p.add_argument(
         "--metadata-only", action="store_true", help="only sync the namespace, load no data"
+    )
+    p.add_argument(
+        "--files-from",
+        metavar="FILE",
+        help="load only the files listed in FILE (one path a line, '-' for stdin), each "
+        "below PATH, in that order: the way to load from a store that cannot list (http)",
     )
     p.add_argument(
         "--wait",

@@ -204,7 +204,12 @@ def cmd_stat(args: argparse.Namespace) -> None:
 def register(commands: Subcommands) -> None:
     p = commands.add("mount", "mount an under-store URI at a Reservoir path", cmd_mount)
     p.add_argument("path", help="the Reservoir path, e.g. /datasets/imagenet")
-    p.add_argument("uri", help="s3://bucket/prefix or file:///dir")
+    p.add_argument(
+        "uri",
+        help="s3://bucket/prefix, file:///dir, or http(s)://host/prefix/ (read-only, "
+        "anonymous, cannot be listed); the cluster accepts the schemes in "
+        "RESERVOIR_ALLOWED_SCHEMES",
+    )
     p.add_argument("--endpoint-url", metavar="URL", help="the S3 endpoint (default: AWS)")
     p.add_argument("--region", help="the S3 region (default: the credentials' region)")
     p.add_argument(

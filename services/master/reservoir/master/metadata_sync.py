@@ -24,6 +24,7 @@ from reservoir.common.config import MasterConfig
 from reservoir.common.errors import InvalidArgument, NotFound, ReservoirError
 from reservoir.common.models import Inode, Mount, file_id_for
 from reservoir.common.understore.mounted_stores import MountedStores
+from reservoir.common.understore.store_schemes import scheme_of
 from reservoir.common.understore.under_store import ObjectInfo, UnderStore
 
 from .found_changes import FoundChanges
@@ -199,8 +200,10 @@ class NamespaceSync:
         directory is not freshly listed), from the under-store: its directory listed once
         for every reader that misses in it, or, where a listing does not pay, a HEAD."""
         directory = paths.parent_of(path)
-        if self.ttl_ms(mount) == 0:
-            return await self.sync_inode(mount, path)  # "always": a listing is stale at once
+        if self.ttl_ms(mount) == 0 or not scheme_of(mount.uri).lists:
+            # "always": a listing is stale at once; and a store that cannot list (http)
+            # answers by HEAD alone.
+            return await self.sync_inode(mount, path)
         flight: _Flight = (mount.path, mount.created_ms, directory)
         found_big = self._too_big.get(flight)
         if found_big is not None:
@@ -282,8 +285,9 @@ class NamespaceSync:
             obj = await self.ufs(ufs.head, key)
             inode = carried(stored, self.file_inode(mount, ufs, path, obj))
         except NotFound:
-            listing = await self.ufs(ufs.list, key + "/", 1)
-            if not listing.objects and not listing.prefixes:
+            # A store that cannot list (http) has no directories to find below a path.
+            listing = await self.ufs(ufs.list, key + "/", 1) if scheme_of(mount.uri).lists else None
+            if listing is None or (not listing.objects and not listing.prefixes):
                 await self._namespace.delete(path)
                 if stored is not None:
                     self.found.saw_removed(mount.path)

@@ -14,9 +14,9 @@ import socket
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
-from reservoir.common import paths
 from reservoir.common.errors import InvalidArgument, PermissionDenied
 from reservoir.common.models import MountOptions
+from reservoir.common.understore.store_schemes import scheme_of
 
 # Metadata services that are not on a link-local address.
 _METADATA_HOSTS = frozenset(
@@ -27,8 +27,6 @@ _METADATA_ADDRESSES = frozenset(
 )
 
 Resolver = Callable[[str], list[str]]
-AWS_DEFAULT = "s3.amazonaws.com:443"
-SUPPORTED_SCHEMES = frozenset({"s3", "file"})  # where a mount without endpoint_url goes
 
 
 def _resolve(host: str) -> list[str]:
@@ -62,21 +60,28 @@ class MountPolicy:
     def check(self, uri: str, options: MountOptions) -> None:
         """PermissionDenied when the mount may not be made; nothing is contacted here
         beyond a DNS lookup of the endpoint's name."""
-        scheme = urlsplit(uri).scheme.lower()
-        if scheme not in SUPPORTED_SCHEMES:
-            raise InvalidArgument(
-                f"unsupported under-store URI {paths.shown(uri)} (s3://bucket/prefix or file:///dir)"
-            )
-        if scheme not in self.schemes:
+        scheme = scheme_of(uri)
+        if scheme.name not in self.schemes:
             raise PermissionDenied(
-                f"under-store scheme {scheme or '(none)'!r} is not allowed on this cluster "
+                f"under-store scheme {scheme.name!r} is not allowed on this cluster "
                 f"(allowed: {', '.join(sorted(self.schemes)) or 'none'}; RESERVOIR_ALLOWED_SCHEMES)"
             )
-        if options.endpoint_url:
+        if scheme.endpoint_in_uri:
+            if options.endpoint_url:
+                raise InvalidArgument(
+                    f"a {scheme.name}:// mount's URI is its endpoint: drop endpoint_url"
+                )
+            self._check_endpoint(uri)
+        elif options.endpoint_url:
             self._check_endpoint(options.endpoint_url)
-        elif scheme == "s3" and self.endpoints and AWS_DEFAULT not in self.endpoints:
+        elif (
+            scheme.default_endpoint
+            and self.endpoints
+            and scheme.default_endpoint not in self.endpoints
+        ):
             raise PermissionDenied(
-                "a mount without endpoint_url uses AWS's public endpoint, which is not in "
+                f"a mount without endpoint_url uses the public endpoint {scheme.default_endpoint}, "
+                "which is not in "
                 "this cluster's allowed endpoints (RESERVOIR_ALLOWED_ENDPOINTS)"
             )
 

@@ -11,6 +11,7 @@ from reservoir.common.errors import AlreadyExists, InvalidArgument, NotFound
 from reservoir.common.metadata import keyspace
 from reservoir.common.metadata.metadata_store import MetadataStore
 from reservoir.common.models import Mount, MountOptions
+from reservoir.common.understore.store_schemes import registered, scheme_of
 
 from .mount_policy import MountPolicy
 
@@ -51,8 +52,9 @@ class MountTable:
             raise InvalidArgument("cannot mount on /")
         options = options.validated()
         self._policy.check(uri, options)
-        if options.writable and not uri.startswith("s3://"):
-            raise InvalidArgument(f"{uri}: only s3:// mounts can be writable")
+        if options.writable and not scheme_of(uri).writes:
+            writable = ", ".join(f"{s.name}://" for s in registered() if s.writes)
+            raise InvalidArgument(f"{uri}: only {writable} mounts can be writable")
         return path, dataclasses.replace(options, block_size=self.block_size_of(options))
 
     def already(self, path: str, uri: str, options: MountOptions) -> Mount | None:

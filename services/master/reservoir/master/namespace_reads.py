@@ -15,6 +15,7 @@ from reservoir.common import logs, paths
 from reservoir.common.config import MasterConfig
 from reservoir.common.errors import Internal, InvalidArgument, NotFound, ReservoirError
 from reservoir.common.models import Inode, Mount
+from reservoir.common.understore.store_schemes import scheme_of
 
 from .directory_pages import DirectoryPages
 from .locality import LocalityTally, PathLocality, Place
@@ -127,8 +128,8 @@ class NamespaceReads:
 
         async def listed(parent: str, positions: list[int]) -> None:
             mount = self._mounts.mount_for(parent)
-            if mount is None:
-                return
+            if mount is None or not scheme_of(mount.uri).lists:
+                return  # a store that cannot list (http) is asked file by file below
             async with limit:
                 try:
                     found = (await self._sync.sync_directory(mount, parent)).by_path

@@ -5,14 +5,11 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
 
 from reservoir.common import logs
 from reservoir.common.config import UnderStoreCalls
-from reservoir.common.errors import InvalidArgument
 from reservoir.common.models import Mount, MountOptions
-from reservoir.common.understore.local_under_store import LocalUnderStore
-from reservoir.common.understore.s3_under_store import S3UnderStore
+from reservoir.common.understore.store_schemes import open_store
 from reservoir.common.understore.under_store import BodyRetry, UnderStore, UnderStoreSettings
 
 if TYPE_CHECKING:  # prometheus_client is a server dependency; clients open stores unmeasured
@@ -155,15 +152,7 @@ class MountedStores:
 def open_under_store(
     uri: str, settings: UnderStoreSettings, metrics: UnderStoreMetrics | None = None
 ) -> UnderStore:
-    """The store for `uri`, every request timed in `metrics` when given."""
-    scheme = urlsplit(uri).scheme
-    store: UnderStore
-    if scheme == "s3":
-        store = S3UnderStore(uri, settings)
-    elif scheme == "file":
-        store = LocalUnderStore(uri)
-    else:
-        raise InvalidArgument(
-            f"unsupported under-store URI {uri!r} (s3://bucket/prefix or file:///dir)"
-        )
+    """The store for `uri` (its scheme's opener, `store_schemes`), every request timed in
+    `metrics` when given."""
+    store = open_store(uri, settings)
     return store if metrics is None else metrics.measure(store)

@@ -1,0 +1,283 @@
+"""A read-only HTTP(S) server as an under-store: `https://host/prefix/` (public dataset
+mirrors). Files are opened by path: HTTP has no listing, so `list` is refused and a
+directory cannot be browsed; `reservoir load` takes a list of files instead.
+
+Anonymous only: no credentials are sent. `http.client` rather than urllib, because urllib
+follows redirects, and a redirect could send the cluster to an address the mount policy
+refused (a metadata service); a redirect here is an error.
+"""
+
+from __future__ import annotations
+
+import http.client
+import re
+import threading
+import time
+from collections.abc import Callable
+from email.utils import parsedate_to_datetime
+from typing import TypeVar
+from urllib.parse import quote, urlsplit
+
+from reservoir.common.errors import (
+    Conflict,
+    DeadlineExceeded,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    Unavailable,
+)
+from reservoir.common.understore.under_store import (
+    Listing,
+    ObjectInfo,
+    UnderStore,
+    UnderStoreSettings,
+)
+
+T = TypeVar("T")
+_CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
+_CHUNK = 1 << 20
+
+
+class _Transient(Exception):
+    """A failure worth another attempt: a connection error, a 5xx, a body cut short."""
+
+
+class _Connections:
+    """Idle keep-alive connections to the server, at most `limit` kept: a new connection
+    per block read would cost a TCP (and TLS) handshake each, more than a small block."""
+
+    def __init__(self, make: Callable[[], http.client.HTTPConnection], limit: int) -> None:
+        self._make = make
+        self._limit = limit
+        self._idle: list[http.client.HTTPConnection] = []
+        self._lock = threading.Lock()
+
+    def take(self) -> tuple[http.client.HTTPConnection, bool]:
+        """A connection, and whether it was used before (the server may have closed it)."""
+        with self._lock:
+            if self._idle:
+                return self._idle.pop(), True
+        return self._make(), False
+
+    def give(self, conn: http.client.HTTPConnection, response: http.client.HTTPResponse) -> None:
+        """Kept for the next request when `response` was read to its end and the server
+        keeps the connection open; closed otherwise."""
+        if response.isclosed() and not response.will_close:
+            with self._lock:
+                if len(self._idle) < self._limit:
+                    self._idle.append(conn)
+                    return
+        conn.close()
+
+
+class HttpUnderStore(UnderStore):
+    """Files under one URL prefix, read with HEAD and ranged GETs. The change token is the
+    server's ETag, else Last-Modified and the length together."""
+
+    def __init__(self, uri: str, settings: UnderStoreSettings) -> None:
+        parts = urlsplit(uri)
+        if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+            raise InvalidArgument(f"an HTTP under-store URI is http(s)://host/prefix/, got {uri!r}")
+        if parts.query or parts.fragment:
+            raise InvalidArgument(f"an HTTP under-store URI takes no query or fragment: {uri!r}")
+        if settings.credentials not in ("", "anonymous"):
+            raise InvalidArgument(
+                f"{uri}: http(s) mounts are anonymous only (credentials 'anonymous')"
+            )
+        self._https = parts.scheme.lower() == "https"
+        self._host = parts.hostname
+        self._port = parts.port
+        self._root = parts.path.rstrip("/") + "/"
+        self._settings = settings
+        self._connections = _Connections(self._connection, max(1, settings.max_connections))
+        self.uri = f"{parts.scheme.lower()}://{parts.netloc}{self._root}"
+
+    # ---- requests --------------------------------------------------------------------
+
+    def _connection(self) -> http.client.HTTPConnection:
+        if self._https:
+            return http.client.HTTPSConnection(
+                self._host, self._port, timeout=self._settings.timeout_s
+            )
+        return http.client.HTTPConnection(self._host, self._port, timeout=self._settings.timeout_s)
+
+    def _path(self, key: str) -> str:
+        if key.startswith("/") or any(part in (".", "..") for part in key.split("/")):
+            raise InvalidArgument(f"bad key {key!r}")
+        return quote(self._root + key, safe="/")
+
+    def _attempts(self, what: str, call: Callable[[], T]) -> T:
+        """`call` at most `retries` times (at least once), backing off between."""
+        attempts = max(1, self._settings.retries)
+        for attempt in range(attempts):
+            try:
+                return call()
+            except _Transient as exc:
+                if attempt + 1 >= attempts:
+                    raise Unavailable(f"{what}: {exc} (after {attempts} attempts)") from exc
+                time.sleep(self._settings.body_retry.delay_s(attempt))
+        raise AssertionError("unreachable")
+
+    def _request(
+        self, method: str, key: str, headers: dict[str, str], what: str
+    ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+        """The response to one request (its body unread), or the domain error its status
+        means; the caller gives the connection back (`_Connections.give`)."""
+        path = self._path(key)
+        conn, reused = self._connections.take()
+        try:
+            response = self._send(conn, method, path, headers)
+        except (OSError, http.client.HTTPException) as exc:
+            conn.close()
+            if not reused:
+                raise _Transient(f"{type(exc).__name__}: {exc}") from exc
+            # An idle connection the server closed meanwhile: not a failure of the server,
+            # so a fresh connection is tried without spending one of the attempts.
+            conn = self._connection()
+            try:
+                response = self._send(conn, method, path, headers)
+            except (OSError, http.client.HTTPException) as again:
+                conn.close()
+                raise _Transient(f"{type(again).__name__}: {again}") from again
+        status = response.status
+        if status < 300:
+            return conn, response
+        conn.close()
+        if status == 404 or status == 410:
+            raise NotFound(f"{what}: not found in the under-store")
+        if status in (401, 403):
+            raise PermissionDenied(f"{what}: the server refused access ({status})")
+        if status == 416:
+            return conn, response  # a range at or past the end: the caller answers b""
+        if status >= 500 or status == 429:
+            raise _Transient(f"the server answered {status}")
+        raise InvalidArgument(f"{what}: the server answered {status} {response.reason}")
+
+    def _send(
+        self, conn: http.client.HTTPConnection, method: str, path: str, headers: dict[str, str]
+    ) -> http.client.HTTPResponse:
+        conn.request(method, path, headers={"Accept-Encoding": "identity", **headers})
+        return conn.getresponse()
+
+    @staticmethod
+    def _token(response: http.client.HTTPResponse, size: int) -> str:
+        etag = response.getheader("ETag", "")
+        if etag:
+            return etag
+        modified = response.getheader("Last-Modified", "")
+        return f"{modified}-{size:x}" if modified else ""
+
+    # ---- UnderStore --------------------------------------------------------------------
+
+    def head(self, key: str) -> ObjectInfo:
+        what = f"head {self.uri_of(key)}"
+
+        def once() -> ObjectInfo:
+            conn, response = self._request("HEAD", key, {}, what)
+            try:
+                response.read()  # empty: ends the response, so the connection can be reused
+                length = response.getheader("Content-Length")
+                if response.status != 200 or length is None:
+                    raise InvalidArgument(f"{what}: the server gave no Content-Length")
+                size = int(length)
+                token = self._token(response, size)
+                if not token:
+                    raise InvalidArgument(
+                        f"{what}: the server sends neither ETag nor Last-Modified, so a "
+                        "changed file could not be told from the cached one"
+                    )
+                return ObjectInfo(key, size, _mtime_ms(response), token)
+            finally:
+                self._connections.give(conn, response)
+
+        return self._attempts(what, once)
+
+    def list(self, prefix: str, limit: int | None = None) -> Listing:
+        raise InvalidArgument(
+            f"list {self.uri_of(prefix)}: an http(s) mount cannot be listed (HTTP has no "
+            "listing); open files by path, and give `reservoir load` a list of files"
+        )
+
+    def get_range(self, key: str, offset: int, length: int, etag: str = "") -> bytes:
+        if length <= 0:
+            return b""
+        what = f"get {self.uri_of(key)}"
+        headers = {"Range": f"bytes={offset}-{offset + length - 1}"}
+
+        def once() -> bytes:
+            deadline = time.monotonic() + self._settings.request_timeout_s
+            conn, response = self._request("GET", key, headers, what)
+            try:
+                if response.status == 416:
+                    return b""
+                if response.status != 206:
+                    # Read nothing: a server that ignores Range would send the whole file.
+                    raise InvalidArgument(
+                        f"{what}: the server ignores Range requests ({response.status}); "
+                        "an http(s) mount needs a server that serves byte ranges"
+                    )
+                first, last, total = _content_range(response, what)
+                if first != offset or last >= offset + length:
+                    raise InvalidArgument(f"{what}: the server sent another range than asked")
+                if etag and self._token(response, total) != etag:
+                    raise Conflict(f"{what}: the object changed")
+                return _body(response, last - first + 1, deadline, what)
+            finally:
+                self._connections.give(conn, response)
+
+        return self._attempts(what, once)
+
+    def put(self, key: str, data: bytes) -> ObjectInfo:
+        raise PermissionDenied(f"put {self.uri_of(key)}: http(s) mounts are read-only")
+
+    def check(self) -> None:
+        """Reachable is enough: a server may refuse (403, 404) a HEAD of the prefix itself,
+        which has no listing to show."""
+        what = f"mount {self.uri}"
+
+        def once() -> None:
+            conn = self._connection()
+            try:
+                conn.request("HEAD", quote(self._root, safe="/"))
+                conn.getresponse()
+            except (OSError, http.client.HTTPException) as exc:
+                raise _Transient(f"{type(exc).__name__}: {exc}") from exc
+            finally:
+                conn.close()
+
+        self._attempts(what, once)
+
+
+def _content_range(response: http.client.HTTPResponse, what: str) -> tuple[int, int, int]:
+    match = _CONTENT_RANGE.fullmatch(response.getheader("Content-Range", "").strip())
+    if match is None or match.group(3) == "*":
+        raise InvalidArgument(f"{what}: a 206 without a usable Content-Range")
+    return int(match.group(1)), int(match.group(2)), int(match.group(3))
+
+
+def _body(response: http.client.HTTPResponse, size: int, deadline: float, what: str) -> bytes:
+    """Exactly `size` bytes of the body; a body cut short is worth another attempt."""
+    body = bytearray(size)
+    view = memoryview(body)
+    got = 0
+    try:
+        while got < size:
+            if time.monotonic() > deadline:
+                raise DeadlineExceeded(f"{what}: the response took longer than its deadline")
+            n = response.readinto(view[got : got + _CHUNK])
+            if n == 0:
+                raise _Transient(f"the body ended after {got} of {size} bytes")
+            got += n
+    except (OSError, http.client.HTTPException) as exc:
+        raise _Transient(f"the body broke off: {type(exc).__name__}: {exc}") from exc
+    return bytes(body)
+
+
+def _mtime_ms(response: http.client.HTTPResponse) -> int:
+    modified = response.getheader("Last-Modified")
+    if not modified:
+        return 0
+    try:
+        return int(parsedate_to_datetime(modified).timestamp() * 1000)
+    except (TypeError, ValueError):
+        return 0
