@@ -280,7 +280,7 @@ def test_failed_s3_gets_count_as_under_store_errors(observed: Observed) -> None:
     with Client(config=cluster.client_config(ufs_fallback=False)) as c:
         c.free(path)
         before = scrape(cluster, "worker1")
-        cluster.s3_config(fail_gets=1000)  # S3 answers every GET with 503
+        cluster.s3_config(fail_gets=1000)  # S3 answers every GET with 503 SlowDown
         try:
             with pytest.raises(ConnectionError):
                 c.read(path)
@@ -301,18 +301,20 @@ def test_failed_s3_gets_count_as_under_store_errors(observed: Observed) -> None:
 
     after = eventually(settled, what="every GET worker1 started counted as an error")
     errors = count(after, "reservoir_worker_ufs_errors_total")
+    # Throttled (S3's 503 SlowDown): the outcome names it, so an operator tells a store
+    # that pushes back from one that is down.
     failed_gets = value(
         after,
         "reservoir_worker_ufs_request_seconds_count",
         operation="get",
         scheme="s3",
-        outcome="unavailable",
+        outcome="slow_down",
     ) - value(
         before,
         "reservoir_worker_ufs_request_seconds_count",
         operation="get",
         scheme="s3",
-        outcome="unavailable",
+        outcome="slow_down",
     )
     assert failed_gets == errors
     assert value(after, "reservoir_worker_served_bytes_total", source="ufs") == value(
