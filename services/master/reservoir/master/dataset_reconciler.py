@@ -153,10 +153,13 @@ class DatasetReconciler:
             await self._sync(record, status)
             await self._pin(spec, status)
             await self._preload(record, status)
-            await self._count(spec, status, force=status.phase != READY)
+            phase = self._phase(status)
+            # Counted when the phase changes (a preload that ended is Ready with its bytes),
+            # else every status interval: a walk of a large dataset is not done every pass.
+            await self._count(spec, status, force=phase != status.phase)
             status.observed_generation = record.generation
             status.quota_bytes = spec.cache.quota_bytes
-            status.phase = self._phase(status)
+            status.phase = phase
             status.condition("Reconciled", True)
         except ReservoirError as exc:
             status.phase = FAILED
