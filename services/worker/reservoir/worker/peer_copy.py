@@ -40,7 +40,7 @@ class PeerCopy:
                 outcomes[position] = exc
                 continue
             requests[position] = request
-            if await self._service.store.get(request.block) is not None:
+            if request.block in self._service.store:
                 outcomes[position] = request.block_length  # held already
             else:
                 wanted.append(position)
