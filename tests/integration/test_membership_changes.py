@@ -15,6 +15,7 @@ import pytest
 
 from reservoir.client import Client
 from reservoir.common.errors import InvalidArgument, NotFound
+from reservoir.common.placement import block_key, placement_of
 from reservoir.local.cluster import LocalCluster
 
 from ..conftest import LEASE_TTL_S
@@ -195,8 +196,15 @@ def test_a_worker_that_joins_is_filled_from_its_peers_not_from_s3(tmp_path: Path
                     break
                 time.sleep(0.2)
             assert [j.state for j in fills] == ["completed"]
-            share = _blocks_held(client)["worker3"] / total
-            assert 0.15 < share < 0.55, share  # ~1/3 of the blocks are its now
+            # Exactly the blocks it is now home of (about a third of them): placement says which.
+            table = placement_of(client.workers())
+            homed = sum(
+                table.homes(block_key(i.file_id, n))[0] == "worker3"
+                for i in client.stat_many(list(files))
+                for n in range(i.block_count)
+            )
+            assert 0 < homed < total
+            assert _blocks_held(client)["worker3"] == homed
             with Client(cluster.master_address) as fresh:
                 _read_all(fresh, files)
             assert _gets(cluster) == gets  # the fill and the reads: not one GET
