@@ -90,7 +90,45 @@ register(
         "s3", "s3://bucket/prefix", _open_s3, writes=True, default_endpoint="s3.amazonaws.com:443"
     )
 )
+
+
+def _open_gcs(uri: str, settings: UnderStoreSettings) -> UnderStore:
+    from reservoir.common.understore.gcs_under_store import GcsUnderStore
+
+    return GcsUnderStore(uri, settings)
+
+
+def _open_azure(uri: str, settings: UnderStoreSettings) -> UnderStore:
+    from reservoir.common.understore.azure_under_store import AzureUnderStore
+
+    return AzureUnderStore(uri, settings)
+
+
 register(StoreScheme("file", "file:///dir", _open_file))
+register(
+    StoreScheme(
+        "gs",
+        "gs://bucket/prefix",
+        _open_gcs,
+        writes=True,
+        default_endpoint="storage.googleapis.com:443",
+    )
+)
+# Azure's endpoint is the storage account's own host; the account is in the URI (abfs) or
+# the credentials (az), so an allow-list of endpoints needs an explicit endpoint_url.
+for _name, _example in (
+    ("az", "az://container/prefix"),
+    ("abfs", "abfs://container@account.dfs.core.windows.net/prefix"),
+):
+    register(
+        StoreScheme(
+            _name,
+            _example,
+            _open_azure,
+            writes=True,
+            default_endpoint="<account>.blob.core.windows.net:443",
+        )
+    )
 register(StoreScheme("http", "http://host/prefix/", _open_http, lists=False, endpoint_in_uri=True))
 register(
     StoreScheme("https", "https://host/prefix/", _open_http, lists=False, endpoint_in_uri=True)

@@ -1,0 +1,344 @@
+"""Azure Blob Storage: `az://container/prefix/`, and `abfs://container@account.dfs.core.windows.net/prefix/`
+(the same blobs, named as Hadoop's ABFS driver names them).
+
+Credentials (`--credentials`): `env` takes AZURE_STORAGE_ACCOUNT_NAME and
+AZURE_STORAGE_ACCOUNT_KEY from this process's environment; `file:PATH` reads a file of
+`account_name=NAME` and `account_key=KEY` lines (blank lines and `#` comments ignored:
+a Kubernetes Secret mounted as a file); `anonymous` signs nothing (public containers).
+The account is the abfs URI's, else the endpoint URL's path (Azurite's
+`http://HOST:PORT/ACCOUNT`), else the credentials'. No other source is consulted: obstore
+would otherwise fall back to managed identity, a request to the instance metadata service.
+
+The change token is the blob's ETag. Multipart uploads are Azure's own block blobs: any
+process puts blocks (`PUT ?comp=block`, ids prefixed by the upload id), the one that
+completes commits their list (`PUT ?comp=blocklist`), which makes the blob visible whole
+at once. Azure keeps no list of uploads, so `create_upload` leaves an empty marker blob
+under `.reservoir-uploads/` and `open_uploads` lists those; abort and complete delete it.
+Uncommitted blocks need no deleting: Azure drops them after a week, or when any block
+list of the blob is committed (so of two uploads to one key, the first to complete wins
+and the other's parts are gone).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import re
+import uuid
+from email.utils import formatdate
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, quote, urlsplit
+from xml.sax.saxutils import escape
+
+from reservoir.common.errors import InvalidArgument, NotFound, PermissionDenied
+from reservoir.common.object_metadata import ObjectMetadata
+from reservoir.common.understore.object_writes import Part
+from reservoir.common.understore.obstore_under_store import (
+    NO_METADATA,
+    UPLOADS,
+    Keys,
+    ObstoreUnderStore,
+    client_options,
+    retry_config,
+)
+from reservoir.common.understore.rest_calls import RestCalls
+from reservoir.common.understore.under_store import ObjectInfo, UnderStoreSettings
+
+Parts = list[Part]
+
+_CONTAINER = re.compile(r"^[a-z0-9](?:[a-z0-9]|-(?=[a-z0-9])){2,62}$")
+_ACCOUNT = re.compile(r"^[a-z0-9]{3,24}$")
+_API_VERSION = "2021-08-06"
+# Azure's block blob rules: a block of up to 4000 MiB, at most 50,000 blocks per blob.
+MAX_BLOCK_SIZE = 4000 * 1024 * 1024
+MAX_BLOCKS = 50_000
+
+
+class AccountKey:
+    """Signs requests with an account's shared key (Azure's SharedKey scheme)."""
+
+    def __init__(self, account: str, key: str) -> None:
+        self.account = account
+        try:
+            self._key = base64.b64decode(key, validate=True)
+        except ValueError:
+            # Never the key itself in the message.
+            raise InvalidArgument(
+                f"the account key of storage account {account!r} is not base64"
+            ) from None
+        self.key = key
+
+    def sign(self, method: str, path: str, headers: dict[str, str]) -> None:
+        headers["x-ms-date"] = formatdate(usegmt=True)
+        headers["x-ms-version"] = _API_VERSION
+        lower = {k.lower(): v for k, v in headers.items()}
+        length = lower.get("content-length", "")
+        standard = [
+            method,
+            lower.get("content-encoding", ""),
+            lower.get("content-language", ""),
+            "" if length == "0" else length,
+            lower.get("content-md5", ""),
+            lower.get("content-type", ""),
+            "",  # Date: x-ms-date stands in for it
+            lower.get("if-modified-since", ""),
+            lower.get("if-match", ""),
+            lower.get("if-none-match", ""),
+            lower.get("if-unmodified-since", ""),
+            lower.get("range", ""),
+        ]
+        ms_headers = "".join(
+            f"{name}:{value.strip()}\n"
+            for name, value in sorted(lower.items())
+            if name.startswith("x-ms-")
+        )
+        url_path, _, query = path.partition("?")
+        resource = f"/{self.account}{url_path}"
+        params: dict[str, list[str]] = {}
+        for name, value in parse_qsl(query, keep_blank_values=True):
+            params.setdefault(name.lower(), []).append(value)
+        resource += "".join(f"\n{name}:{','.join(sorted(params[name]))}" for name in sorted(params))
+        text = "\n".join(standard) + "\n" + ms_headers + resource
+        digest = hmac.new(self._key, text.encode(), hashlib.sha256).digest()
+        headers["Authorization"] = f"SharedKey {self.account}:{base64.b64encode(digest).decode()}"
+
+
+def read_account_file(path: str) -> tuple[str, str]:
+    """`account_name=` and `account_key=` lines; the account name and key."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise PermissionDenied(f"cannot read credentials file {path}: {exc.strerror}") from exc
+    values: dict[str, str] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        name, sep, value = line.partition("=")
+        if not sep:
+            # Never echo the line: it may be the key.
+            raise InvalidArgument(
+                f"credentials file {path}: every line is account_name=... or account_key=..."
+            )
+        values[name.strip().lower()] = value.strip()
+    missing = [n for n in ("account_name", "account_key") if not values.get(n)]
+    if missing:
+        raise InvalidArgument(f"credentials file {path} lacks {' and '.join(missing)}")
+    return values["account_name"], values["account_key"]
+
+
+def _key_of(source: str) -> AccountKey | None:
+    """The account key a credential source names; None for anonymous."""
+    import os
+
+    if source == "anonymous":
+        return None
+    if source.startswith("file:"):
+        return AccountKey(*read_account_file(source[len("file:") :]))
+    if source in ("", "env"):
+        name = os.environ.get("AZURE_STORAGE_ACCOUNT_NAME", "")
+        key = os.environ.get("AZURE_STORAGE_ACCOUNT_KEY", "")
+        if not name or not key:
+            raise PermissionDenied(
+                "no Azure credentials in this process's environment (credential source "
+                "'env' needs AZURE_STORAGE_ACCOUNT_NAME and AZURE_STORAGE_ACCOUNT_KEY)"
+            )
+        return AccountKey(name, key)
+    raise InvalidArgument(f"unknown credential source {source!r} (env, anonymous or file:/path)")
+
+
+class AzureUnderStore(ObstoreUnderStore):
+    def __init__(self, uri: str, settings: UnderStoreSettings) -> None:
+        parts = urlsplit(uri)
+        scheme = parts.scheme.lower()
+        uri_account = ""
+        if scheme in ("abfs", "abfss"):
+            container, at, host = parts.netloc.partition("@")
+            uri_account = host.split(".", 1)[0].lower()
+            if not at or not host.lower().endswith(".dfs.core.windows.net"):
+                raise InvalidArgument(
+                    f"an abfs URI is abfs://container@account.dfs.core.windows.net/prefix/, got {uri!r}"
+                )
+        else:
+            container = parts.netloc
+        if not _CONTAINER.match(container):
+            raise InvalidArgument(f"bad Azure container name in {uri!r}")
+        prefix = parts.path.lstrip("/")
+        if prefix and not prefix.endswith("/"):
+            prefix += "/"
+        credential_source = settings.credentials or "env"
+        self._key = _key_of(credential_source)
+        endpoint_url = settings.endpoint_url.rstrip("/")
+        endpoint_account = urlsplit(endpoint_url).path.strip("/") if endpoint_url else ""
+        account = uri_account or endpoint_account or (self._key.account if self._key else "")
+        if not _ACCOUNT.match(account):
+            raise InvalidArgument(
+                f"{uri}: no storage account (an abfs URI's, the endpoint URL's path, or the "
+                "credentials' account name)"
+            )
+        if self._key is not None and self._key.account != account:
+            raise InvalidArgument(
+                f"{uri}: the credentials are for storage account {self._key.account!r}, "
+                f"the mount's is {account!r}"
+            )
+        base_url = endpoint_url or f"https://{account}.blob.core.windows.net"
+        self.account = account
+        self.container = container
+        self.prefix = prefix
+        self._base_path = urlsplit(base_url).path.rstrip("/")
+        self._base_url = base_url
+        endpoint = endpoint_url or f"{account}.blob.core.windows.net"
+        super().__init__(
+            f"{scheme}://{parts.netloc}/{prefix}",
+            self._open(base_url, settings),
+            settings,
+            endpoint=endpoint,
+            credential_source=credential_source,
+        )
+        self._rest = RestCalls(
+            base_url,
+            settings,
+            endpoint=endpoint,
+            credential_source=credential_source,
+            sign=self._key.sign if self._key is not None else None,
+        )
+
+    def _open(self, base_url: str, settings: UnderStoreSettings) -> Any:
+        from obstore.store import AzureStore
+
+        config: dict[str, Any] = {"account_name": self.account, "endpoint": base_url}
+        if self._key is None:
+            config["skip_signature"] = True
+        else:
+            config["account_key"] = self._key.key
+        return AzureStore(
+            self.container,
+            prefix=self.prefix.rstrip("/") or None,
+            config=config,  # type: ignore[arg-type]
+            client_options=client_options(settings, base_url),  # type: ignore[arg-type]
+            retry_config=retry_config(settings),  # type: ignore[arg-type]
+        )
+
+    def _path(self, key: str, query: str = "") -> str:
+        path = f"{self._base_path}/{self.container}/{quote(self.prefix + key, safe='/')}"
+        return f"{path}?{query}" if query else path
+
+    # ---- copies ------------------------------------------------------------------------
+
+    def copy(self, source: str, destination: str, if_match: str = "") -> ObjectInfo:
+        """Copy Blob within the account; with `if_match`, only of the source with that
+        ETag (Conflict when it has another)."""
+        what = f"copy {self.uri_of(source)} to {self.uri_of(destination)}"
+        headers = {"x-ms-copy-source": self._base_url + self._path(source)[len(self._base_path) :]}
+        if if_match:
+            headers["x-ms-source-if-match"] = f'"{if_match.strip(chr(34))}"'
+        answer = self._rest.call("PUT", self._path(destination), what, headers=headers)
+        if not answer.ok:
+            raise self._rest.status_error(answer, what)
+        if answer.headers.get("x-ms-copy-status", "success") != "success":
+            # A copy Azure finishes later: wait for it within the request deadline.
+            self._await_copy(destination, what)
+        return self.head(destination)
+
+    def _await_copy(self, key: str, what: str) -> None:
+        import time
+
+        deadline = time.monotonic() + self.settings.request_timeout_s
+        while time.monotonic() < deadline:
+            answer = self._rest.call("HEAD", self._path(key), what)
+            status = answer.headers.get("x-ms-copy-status", "success")
+            if status == "success":
+                return
+            if status != "pending":
+                raise self._rest.status_error(answer, f"{what} ({status})")
+            time.sleep(0.2)
+        raise self._rest.status_error(answer, f"{what}: not finished in time")
+
+    # ---- multipart: block blobs ------------------------------------------------------
+
+    @staticmethod
+    def _marker_dir(key: str) -> str:
+        return f"{UPLOADS}{hashlib.sha256(key.encode()).hexdigest()[:32]}/"
+
+    @staticmethod
+    def _block_id(upload_id: str, number: int) -> str:
+        # Every block id of a blob has one length: a 32-hex upload id and 5 digits.
+        return base64.b64encode(f"{upload_id}-{number:05d}".encode()).decode()
+
+    def create_upload(self, key: str, metadata: ObjectMetadata = NO_METADATA) -> str:
+        upload_id = uuid.uuid4().hex
+        ObstoreUnderStore.put(self, self._marker_dir(key) + upload_id, b"")
+        return upload_id
+
+    def upload_part(self, key: str, upload_id: str, number: int, data: bytes) -> Part:
+        what = f"upload part {number} of {self.uri_of(key)}"
+        if not re.fullmatch(r"[0-9a-f]{32}", upload_id) or not 1 <= number <= MAX_BLOCKS:
+            raise InvalidArgument(f"{what}: bad upload id or part number")
+        block = self._block_id(upload_id, number)
+        query = f"comp=block&blockid={quote(block, safe='')}"
+        answer = self._rest.call("PUT", self._path(key, query), what, body=data)
+        if not answer.ok:
+            raise self._rest.status_error(answer, what)
+        return Part(number, block)
+
+    def complete_upload(
+        self, key: str, upload_id: str, parts: Parts, metadata: ObjectMetadata = NO_METADATA
+    ) -> ObjectInfo:
+        what = f"complete upload of {self.uri_of(key)}"
+        if not parts:
+            info = self.put(key, b"", metadata)
+        else:
+            blocks = "".join(
+                f"<Latest>{escape(self._block_id(upload_id, p.number))}</Latest>"
+                for p in sorted(parts, key=lambda p: p.number)
+            )
+            body = f'<?xml version="1.0" encoding="utf-8"?><BlockList>{blocks}</BlockList>'
+            headers = {"Content-Type": "application/xml"}
+            headers.update(_blob_headers(metadata))
+            answer = self._rest.call(
+                "PUT", self._path(key, "comp=blocklist"), what, body.encode(), headers
+            )
+            if not answer.ok:
+                raise self._rest.status_error(answer, what)
+            info = self.head(key)
+        self.delete([self._marker_dir(key) + upload_id])
+        return info
+
+    def abort_upload(self, key: str, upload_id: str) -> None:
+        self.delete([self._marker_dir(key) + upload_id])
+
+    def open_uploads(self, key: str) -> Keys:
+        import obstore
+
+        marker_dir = self._marker_dir(key)
+        try:
+            found = [
+                meta["path"][len(marker_dir) :]
+                for chunk in obstore.list(self.store, marker_dir)
+                for meta in chunk
+            ]
+        except Exception as exc:
+            error = self._error(exc, f"list uploads of {self.uri_of(key)}")
+            if isinstance(error, NotFound):
+                return []
+            raise error from exc
+        return sorted(found)
+
+
+def _blob_headers(metadata: ObjectMetadata) -> dict[str, str]:
+    """The headers of Put Block List that set the blob's properties and metadata."""
+    headers = {
+        name: value
+        for name, value in (
+            ("x-ms-blob-content-type", metadata.content_type),
+            ("x-ms-blob-content-encoding", metadata.content_encoding),
+            ("x-ms-blob-content-disposition", metadata.content_disposition),
+            ("x-ms-blob-cache-control", metadata.cache_control),
+            ("x-ms-blob-content-language", metadata.content_language),
+        )
+        if value
+    }
+    headers.update({f"x-ms-meta-{name}": value for name, value in metadata.user})
+    return headers

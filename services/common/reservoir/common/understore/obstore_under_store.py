@@ -1,0 +1,374 @@
+"""Under-stores driven by obstore (Rust `object_store`): what Google Cloud Storage and Azure
+Blob share (`gcs_under_store.py`, `azure_under_store.py` hold only what differs).
+
+Reads, listings, single PUTs and deletes go through obstore; each cloud's file adds the
+calls obstore has no word for (conditional copies, multipart through the store's own
+API). `obstore_error` is the one table from obstore's exceptions to the domain errors.
+
+Every request has a deadline (`client_options` timeouts from the settings) and a bounded
+number of attempts (`retry_config`: settings.retries in all); a body that breaks off after
+its headers is read again at most `body_retry.attempts` times, as the S3 reader does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from reservoir.common import logs
+from reservoir.common.errors import (
+    Conflict,
+    NotFound,
+    OutOfRange,
+    PermissionDenied,
+    ReservoirError,
+    SlowDown,
+    Unavailable,
+)
+from reservoir.common.object_metadata import ObjectMetadata
+from reservoir.common.understore.under_store import (
+    Listing,
+    ObjectInfo,
+    ObjectPage,
+    UnderStore,
+    UnderStoreSettings,
+)
+
+if TYPE_CHECKING:
+    from obstore import ObjectMeta
+
+log = logs.get_logger(__name__)
+
+NO_METADATA = ObjectMetadata()
+# Named here because inside the store classes `list` is their own method.
+Keys = list[str]
+# Where upload bookkeeping lives below a mount's root; never listed, walked or counted.
+UPLOADS = ".reservoir-uploads/"
+
+_RANGE_NOT_SATISFIABLE = re.compile(r"\bstatus(?: code)?: 416\b")
+_SLOW_DOWN = re.compile(r"\bstatus(?: code)?: (?:503|429)\b|\bSlowDown\b|\bServerBusy\b")
+
+
+class _TruncatedBody(Exception):
+    """A response body ended before the bytes its headers promised."""
+
+
+def first_line(exc: BaseException) -> str:
+    """obstore's messages carry a multi-line debug dump: the first line says what failed."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else ""
+
+
+def obstore_error(
+    exc: BaseException, what: str, endpoint: str, credential_source: str
+) -> ReservoirError:
+    """The domain error for an obstore failure, naming the endpoint and the credential
+    source (obstore's messages name URLs and statuses, never a key or a token)."""
+    from obstore import exceptions as ox
+
+    if isinstance(exc, ReservoirError):
+        return exc
+    where = f"the under-store at {endpoint}"
+    message = str(exc)
+    if isinstance(exc, ox.NotFoundError | FileNotFoundError):
+        return NotFound(f"{what}: not found in {where}")
+    if isinstance(exc, ox.PermissionDeniedError | ox.UnauthenticatedError | PermissionError):
+        return PermissionDenied(
+            f"{what}: access denied by {where} (credential source {credential_source!r})"
+        )
+    if isinstance(exc, ox.PreconditionError | ox.AlreadyExistsError):
+        return Conflict(f"{what}: the object changed (change token mismatch)")
+    # The status alone: the message also holds the elapsed time and the server's error
+    # body, where any "416" may stand.
+    if _RANGE_NOT_SATISFIABLE.search(message):
+        return OutOfRange(f"{what}: range not satisfiable")
+    if _SLOW_DOWN.search(message):
+        return SlowDown(f"{what}: {where} asks to slow down ({first_line(exc)})")
+    if "error sending request" in message or "connect" in message.lower():
+        return Unavailable(
+            f"{what}: cannot connect to the under-store endpoint {endpoint} ({first_line(exc)})"
+        )
+    return Unavailable(f"{what}: {where}: {type(exc).__name__}: {first_line(exc)}")
+
+
+def client_options(settings: UnderStoreSettings, endpoint_url: str) -> dict[str, Any]:
+    """obstore's HTTP client options: every request bounded in time."""
+    options: dict[str, Any] = {
+        "connect_timeout": timedelta(seconds=settings.timeout_s),
+        # A body that stalls this long is broken off (and read again).
+        "read_timeout": timedelta(seconds=settings.timeout_s),
+        "timeout": timedelta(seconds=settings.request_timeout_s),
+        "pool_max_idle_per_host": str(settings.max_connections),
+    }
+    if endpoint_url.startswith("http://"):
+        options["allow_http"] = True
+    return options
+
+
+def retry_config(settings: UnderStoreSettings) -> dict[str, Any]:
+    """settings.retries attempts in all (obstore counts the retries after the first)."""
+    retry = settings.body_retry
+    return {
+        "max_retries": max(0, settings.retries - 1),
+        "backoff": {
+            "init_backoff": timedelta(seconds=retry.backoff_s),
+            "max_backoff": timedelta(seconds=retry.max_backoff_s),
+            "base": 2,
+        },
+        "retry_timeout": timedelta(seconds=settings.request_timeout_s),
+    }
+
+
+def attributes_of(metadata: ObjectMetadata) -> dict[str, str]:
+    """obstore's attributes for an object's metadata (any other name is user metadata)."""
+    attributes = {
+        name: value
+        for name, value in (
+            ("Content-Type", metadata.content_type),
+            ("Content-Encoding", metadata.content_encoding),
+            ("Content-Disposition", metadata.content_disposition),
+            ("Cache-Control", metadata.cache_control),
+            ("Content-Language", metadata.content_language),
+        )
+        if value
+    }
+    attributes.update(metadata.user)
+    return attributes
+
+
+def hidden(key: str) -> bool:
+    return key.startswith(UPLOADS)
+
+
+class ObstoreUnderStore(UnderStore):
+    """One bucket or container (and key prefix) through an obstore store. A subclass
+    builds `store` and says what its change token is (`_token`) and how a read asks for
+    that version (`_read_options`)."""
+
+    def __init__(
+        self,
+        uri: str,
+        store: Any,
+        settings: UnderStoreSettings,
+        *,
+        endpoint: str,
+        credential_source: str,
+    ) -> None:
+        self.uri = uri
+        self.store = store
+        self.settings = settings
+        self.endpoint = endpoint
+        self.credentials = credential_source
+
+    # ---- what differs per store --------------------------------------------------------
+
+    def _token(self, meta: ObjectMeta) -> str:
+        """The change token of an object as obstore describes it: its ETag."""
+        return str(meta.get("e_tag") or "").strip('"')
+
+    def _read_options(self, token: str) -> dict[str, Any]:
+        """Get options that make a read fail unless the object still has `token`."""
+        return {"if_match": f'"{token}"'}
+
+    def _stale(self, key: str, token: str, error: ReservoirError, what: str) -> ReservoirError:
+        """The error of a conditional read that failed with `error` (a store that names
+        versions answers an overwritten one with NotFound: a subclass tells them apart)."""
+        return error
+
+    # ---- errors ----------------------------------------------------------------------
+
+    def _error(self, exc: BaseException, what: str) -> ReservoirError:
+        return obstore_error(exc, what, self.endpoint, self.credentials)
+
+    def _info(self, meta: ObjectMeta, key: str | None = None) -> ObjectInfo:
+        return ObjectInfo(
+            key=meta["path"] if key is None else key,
+            size=int(meta["size"]),
+            mtime_ms=int(meta["last_modified"].timestamp() * 1000),
+            etag=self._token(meta),
+        )
+
+    # ---- reads -----------------------------------------------------------------------
+
+    def head(self, key: str) -> ObjectInfo:
+        import obstore
+
+        try:
+            meta = obstore.head(self.store, key)
+        except Exception as exc:
+            raise self._error(exc, f"head {self.uri_of(key)}") from exc
+        return self._info(meta, key)
+
+    def list(self, prefix: str, limit: int | None = None) -> Listing:
+        """One level, through obstore's delimited listing (which pages to the end; a
+        bound cuts the answer, not the requests)."""
+        import obstore
+
+        try:
+            result = obstore.list_with_delimiter(self.store, prefix or None)
+        except Exception as exc:
+            raise self._error(exc, f"list {self.uri_of(prefix)}") from exc
+        objects = [
+            self._info(meta)
+            for meta in result["objects"]
+            if meta["path"] != prefix and not hidden(meta["path"])
+        ]
+        prefixes = [p.rstrip("/") for p in result["common_prefixes"] if not hidden(p + "/")]
+        return _bounded(objects, prefixes, limit)
+
+    def walk(self, prefix: str) -> Iterator[ObjectPage]:
+        """One flat listing: the store walks the tree and streams every key below
+        `prefix` in order."""
+        import obstore
+
+        try:
+            for chunk in obstore.list(self.store, prefix or None, chunk_size=1000):
+                page = [self._info(meta) for meta in chunk if not hidden(meta["path"])]
+                if page:
+                    yield page
+        except Exception as exc:
+            raise self._error(exc, f"list {self.uri_of(prefix)}") from exc
+
+    def keys_below(self, prefix: str) -> Keys:
+        return [o.key for page in self.walk(prefix) for o in page]
+
+    def _get_options(self, offset: int, length: int, token: str) -> dict[str, Any]:
+        options: dict[str, Any] = {"range": (offset, offset + length)}
+        if token:
+            options.update(self._read_options(token))
+        return options
+
+    def get_range(self, key: str, offset: int, length: int, etag: str = "") -> bytes:
+        if length <= 0:
+            return b""
+        import obstore
+
+        what = f"get {self.uri_of(key)}"
+        options = self._get_options(offset, length, etag)
+        retry = self.settings.body_retry
+        for attempt in range(retry.attempts + 1):
+            try:
+                result = obstore.get(self.store, key, options=options)  # type: ignore[arg-type]
+            except Exception as exc:
+                raise self._read_error(exc, key, etag, what) from exc
+            try:
+                return bytes(self._body(memoryview(result.bytes()), result.meta, offset, length))
+            except Exception as exc:  # everything after the headers is the body breaking off
+                time.sleep(self._broken_body(exc, attempt, key, offset, length, what))
+        raise AssertionError("unreachable")
+
+    async def get_range_async(
+        self, key: str, offset: int, length: int, etag: str = ""
+    ) -> bytes | memoryview:
+        """On the event loop; a read-only view of the body obstore received, not a copy."""
+        if length <= 0:
+            return b""
+        import obstore
+
+        what = f"get {self.uri_of(key)}"
+        options = self._get_options(offset, length, etag)
+        retry = self.settings.body_retry
+        for attempt in range(retry.attempts + 1):
+            try:
+                result = await obstore.get_async(self.store, key, options=options)  # type: ignore[arg-type]
+            except Exception as exc:
+                raise self._read_error(exc, key, etag, what) from exc
+            try:
+                body = memoryview(await result.bytes_async())
+                return self._body(body, result.meta, offset, length)
+            except Exception as exc:
+                await asyncio.sleep(self._broken_body(exc, attempt, key, offset, length, what))
+        raise AssertionError("unreachable")
+
+    def _read_error(self, exc: BaseException, key: str, token: str, what: str) -> ReservoirError:
+        error = self._error(exc, what)
+        return self._stale(key, token, error, what) if token else error
+
+    @staticmethod
+    def _body(data: memoryview, meta: ObjectMeta, offset: int, length: int) -> memoryview:
+        expected = max(0, min(length, int(meta["size"]) - offset))
+        if len(data) < expected:
+            raise _TruncatedBody(f"{len(data)} of {expected} bytes")
+        return data[:expected]
+
+    def _broken_body(
+        self, exc: Exception, attempt: int, key: str, offset: int, length: int, what: str
+    ) -> float:
+        """How long to wait before reading a broken body again; Unavailable once the
+        re-reads are spent."""
+        retry = self.settings.body_retry
+        if attempt == retry.attempts:
+            raise Unavailable(
+                f"{what}: the body from {self.endpoint} broke off {attempt + 1} times "
+                f"({type(exc).__name__}: {first_line(exc)})"
+            ) from exc
+        delay = retry.delay_s(attempt)
+        log.info(
+            "under_store_body_retry",
+            uri=self.uri_of(key),
+            offset=offset,
+            length=length,
+            attempt=attempt + 1,
+            delay_s=round(delay, 3),
+            error=f"{type(exc).__name__}: {first_line(exc)}",
+        )
+        return delay
+
+    def check(self) -> None:
+        import obstore
+
+        try:
+            for _ in obstore.list(self.store, None, chunk_size=1):
+                break
+        except Exception as exc:
+            raise self._error(exc, f"list {self.uri}") from exc
+
+    # ---- writes ----------------------------------------------------------------------
+
+    def put(self, key: str, data: bytes, metadata: ObjectMetadata = NO_METADATA) -> ObjectInfo:
+        """The whole object in one request (atomic: obstore's own multipart is off)."""
+        import obstore
+
+        try:
+            obstore.put(
+                self.store,
+                key,
+                data,
+                attributes=attributes_of(metadata) or None,  # type: ignore[arg-type]
+                use_multipart=False,
+            )
+        except Exception as exc:
+            raise self._error(exc, f"put {self.uri_of(key)}") from exc
+        return self.head(key)
+
+    def delete(self, keys: Keys) -> None:
+        """Deletes the objects one request each; a missing one is not an error."""
+        import obstore
+
+        for key in keys:
+            try:
+                obstore.delete(self.store, key)
+            except Exception as exc:
+                error = self._error(exc, f"delete {self.uri_of(key)}")
+                if not isinstance(error, NotFound):
+                    raise error from exc
+
+
+def _bounded(objects: list[ObjectInfo], prefixes: list[str], limit: int | None) -> Listing:
+    """The first `limit` entries in key order (a prefix sorts as its name and '/'),
+    marked incomplete when some were left out."""
+    if limit is None or len(objects) + len(prefixes) <= limit:
+        return Listing(objects, prefixes)
+    entries: list[tuple[bytes, ObjectInfo | str]] = [(o.key.encode(), o) for o in objects]
+    entries.extend(((p + "/").encode(), p) for p in prefixes)
+    entries.sort(key=lambda entry: entry[0])
+    kept = [item for _, item in entries[:limit]]
+    return Listing(
+        [o for o in kept if isinstance(o, ObjectInfo)],
+        [p for p in kept if isinstance(p, str)],
+        complete=False,
+    )

@@ -1,0 +1,147 @@
+"""The few REST calls a cloud store needs that obstore does not make (Azure's blocks and
+conditional copies, GCS's JSON API), each with the store's deadline and bounded attempts.
+
+A request that cannot connect, or is answered 429 or 5xx, is tried again (settings.retries
+attempts in all, with the body-retry backoff between); any other answer is the caller's
+to read. `status_error` maps a final non-2xx answer to the domain error.
+"""
+
+from __future__ import annotations
+
+import http.client
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from reservoir.common.errors import (
+    Conflict,
+    InvalidArgument,
+    NotFound,
+    OutOfRange,
+    PermissionDenied,
+    ReservoirError,
+    SlowDown,
+    Unavailable,
+)
+from reservoir.common.understore.under_store import UnderStoreSettings
+
+# Signs a request in place: (method, URL path with query, headers) -> None.
+Signer = Callable[[str, str, dict[str, str]], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    status: int
+    headers: dict[str, str]  # names lower case
+    body: bytes
+
+    @property
+    def ok(self) -> bool:
+        return 200 <= self.status < 300
+
+
+class RestCalls:
+    """Requests to one endpoint (`base_url`: scheme://host[:port]), signed by `sign`."""
+
+    def __init__(
+        self,
+        base_url: str,
+        settings: UnderStoreSettings,
+        *,
+        endpoint: str,
+        credential_source: str,
+        sign: Signer | None = None,
+    ) -> None:
+        parts = urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise InvalidArgument(f"bad endpoint URL {base_url!r}")
+        self._https = parts.scheme == "https"
+        self._host = parts.hostname
+        self._port = parts.port
+        self._settings = settings
+        self._sign = sign
+        self.endpoint = endpoint
+        self.credentials = credential_source
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        what: str,
+        body: bytes = b"",
+        headers: dict[str, str] | None = None,
+    ) -> Answer:
+        """The answer to `method path` (path with its query, already quoted); Unavailable
+        when no attempt got a final answer."""
+        attempts = max(1, self._settings.retries)
+        last = ""
+        for attempt in range(attempts):
+            sent = dict(headers or {})
+            sent["Content-Length"] = str(len(body))
+            if self._sign is not None:
+                self._sign(method, path, sent)
+            try:
+                answer = self._once(method, path, body, sent)
+            except (OSError, http.client.HTTPException) as exc:
+                last = f"{type(exc).__name__}: {exc}"
+            else:
+                if answer.status != 429 and answer.status < 500:
+                    return answer
+                if attempt + 1 == attempts:
+                    return answer
+                last = f"status {answer.status}"
+            if attempt + 1 < attempts:
+                time.sleep(self._settings.body_retry.delay_s(attempt))
+        raise Unavailable(
+            f"{what}: cannot reach the under-store endpoint {self.endpoint} ({last}; "
+            f"after {attempts} attempts)"
+        )
+
+    def _once(self, method: str, path: str, body: bytes, headers: dict[str, str]) -> Answer:
+        connection_type = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
+        connection = connection_type(self._host, self._port, timeout=self._settings.timeout_s)
+        try:
+            connection.request(method, path, body=body, headers=headers)
+            response = connection.getresponse()
+            data = response.read()
+            return Answer(response.status, {k.lower(): v for k, v in response.getheaders()}, data)
+        finally:
+            connection.close()
+
+    def status_error(self, answer: Answer, what: str) -> ReservoirError:
+        """The domain error for a final non-2xx answer (its body's first line only: a
+        store's error body never holds a secret, but may be long)."""
+        where = f"the under-store at {self.endpoint}"
+        detail = _detail(answer.body)
+        reason = f"{answer.status}" + (f": {detail}" if detail else "")
+        if answer.status == 404:
+            return NotFound(f"{what}: not found in {where}")
+        if answer.status in (401, 403):
+            return PermissionDenied(
+                f"{what}: access denied by {where} ({answer.status}; "
+                f"credential source {self.credentials!r})"
+            )
+        if answer.status in (409, 412):
+            return Conflict(f"{what}: the object changed ({reason})")
+        if answer.status == 416:
+            return OutOfRange(f"{what}: range not satisfiable")
+        if answer.status in (429, 503):
+            return SlowDown(f"{what}: {where} asks to slow down ({reason})")
+        if answer.status == 400:
+            return InvalidArgument(f"{what}: refused by {where} ({reason})")
+        return Unavailable(f"{what}: {where} answered {reason}")
+
+
+_XML_CODE = re.compile(rb"<Code>([^<]{1,100})</Code>")
+_JSON_MESSAGE = re.compile(rb'"message"\s*:\s*"([^"]{1,200})"')
+
+
+def _detail(body: bytes) -> str:
+    """What an error body says, briefly: Azure's XML <Code>, GCS's JSON "message"."""
+    match = _XML_CODE.search(body) or _JSON_MESSAGE.search(body)
+    if match:
+        return match.group(1).decode(errors="replace")
+    lines = body.decode(errors="replace").strip().splitlines()
+    return lines[0][:200] if lines else ""
