@@ -1,5 +1,6 @@
-"""Real etcd servers for the metadata-store contract: plaintext, and TLS with client
-certificate authentication (the way `reservoir local up --secure` runs it)."""
+"""Real servers for the contracts: etcd for the metadata store (plaintext, and TLS with
+client certificate authentication, the way `reservoir local up --secure` runs it); the
+S3-compatible server, a file server and the cloud emulators for the under-stores."""
 
 from __future__ import annotations
 
@@ -8,8 +9,36 @@ from collections.abc import Iterator
 import pytest
 
 from reservoir.local import pki
+from reservoir.local.cluster import LocalCluster
 
+from .. import emulators
+from ..http_files import HttpFiles
 from .etcd_servers import EtcdServer, start_etcd
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The local S3-compatible server, one process for every under-store contract."""
+    cluster = LocalCluster(state_dir=tmp_path_factory.mktemp("s3"))
+    cluster.start_s3()
+    try:
+        yield cluster.s3_endpoint
+    finally:
+        cluster.down()
+
+
+# The cloud stores' emulators (Azurite, fake-gcs-server), one process each per session.
+azurite = emulators.azurite
+fake_gcs = emulators.fake_gcs
+
+
+@pytest.fixture(scope="session")
+def http_files(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpFiles]:
+    server = HttpFiles(tmp_path_factory.mktemp("served"))
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture(scope="session")

@@ -15,7 +15,10 @@ def test_every_backend_scheme_is_registered_with_its_capabilities() -> None:
     capabilities = {s.name: (s.lists, s.writes) for s in registered()}
     assert capabilities == {
         "s3": (True, True),
-        "file": (True, False),
+        "file": (True, True),
+        "gs": (True, True),
+        "az": (True, True),
+        "abfs": (True, True),
         "http": (False, False),
         "https": (False, False),
     }
@@ -27,9 +30,11 @@ def test_a_scheme_is_found_whatever_its_case() -> None:
 
 def test_an_unknown_scheme_is_invalid_and_the_error_names_the_supported_shapes() -> None:
     with pytest.raises(
-        InvalidArgument, match=r"gs://b/x.*file:///dir.*https://host/prefix/.*s3://bucket/prefix"
+        InvalidArgument,
+        match=r"ftp://b/x.*abfs://container@.*az://container.*file:///dir.*gs://bucket.*"
+        r"https://host/prefix/.*s3://bucket/prefix",
     ):
-        scheme_of("gs://b/x")
+        scheme_of("ftp://b/x")
 
 
 def test_http_mounts_are_refused_unless_the_operator_lists_http() -> None:

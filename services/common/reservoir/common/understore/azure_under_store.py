@@ -26,27 +26,35 @@ import hashlib
 import hmac
 import re
 import uuid
-from email.utils import formatdate
+from collections.abc import Iterator
+from email.utils import formatdate, parsedate_to_datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, quote, urlsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit
+from xml.etree import ElementTree as ET
 from xml.sax.saxutils import escape
 
 from reservoir.common.errors import InvalidArgument, NotFound, PermissionDenied
 from reservoir.common.object_metadata import ObjectMetadata
-from reservoir.common.understore.object_writes import Part
 from reservoir.common.understore.obstore_under_store import (
-    NO_METADATA,
     UPLOADS,
-    Keys,
     ObstoreUnderStore,
     client_options,
+    hidden,
     retry_config,
 )
 from reservoir.common.understore.rest_calls import RestCalls
-from reservoir.common.understore.under_store import ObjectInfo, UnderStoreSettings
-
-Parts = list[Part]
+from reservoir.common.understore.under_store import (
+    NO_METADATA,
+    Keys,
+    Listing,
+    ObjectInfo,
+    ObjectPage,
+    Part,
+    Parts,
+    StoreLimits,
+    UnderStoreSettings,
+)
 
 _CONTAINER = re.compile(r"^[a-z0-9](?:[a-z0-9]|-(?=[a-z0-9])){2,62}$")
 _ACCOUNT = re.compile(r"^[a-z0-9]{3,24}$")
@@ -221,9 +229,110 @@ class AzureUnderStore(ObstoreUnderStore):
             retry_config=retry_config(settings),  # type: ignore[arg-type]
         )
 
+    def limits(self) -> StoreLimits:
+        # Blocks of any size down to one byte, up to Azure's block and block-count bounds.
+        return StoreLimits(
+            writes=True, min_part_size=1, max_part_size=MAX_BLOCK_SIZE, max_parts=MAX_BLOCKS
+        )
+
     def _path(self, key: str, query: str = "") -> str:
         path = f"{self._base_path}/{self.container}/{quote(self.prefix + key, safe='/')}"
         return f"{path}?{query}" if query else path
+
+    # ---- listings: List Blobs, whose names obstore would cut -----------------------
+
+    def _pages(self, prefix: str, delimiter: bool, page_size: int = 5000) -> Iterator[ET.Element]:
+        """List Blobs below `prefix` (a full name), a page at a time. Made here, not by
+        obstore, which cuts a directory marker's trailing '/' from the names it lists."""
+        query = {"restype": "container", "comp": "list", "prefix": prefix}
+        query["maxresults"] = str(page_size)
+        if delimiter:
+            query["delimiter"] = "/"
+        what = f"list {self.uri_of(prefix[len(self.prefix) :])}"
+        path = f"{self._base_path}/{self.container}"
+        while True:
+            answer = self._rest.call("GET", f"{path}?{urlencode(query)}", what)
+            if not answer.ok:
+                raise self._rest.status_error(answer, what)
+            page = ET.fromstring(answer.body)
+            yield page
+            following = page.findtext("NextMarker") or ""
+            if not following:
+                return
+            query["marker"] = following
+
+    def _blob(self, blob: ET.Element) -> ObjectInfo:
+        properties = blob.find("Properties")
+        assert properties is not None
+        modified = parsedate_to_datetime(properties.findtext("Last-Modified") or "")
+        return ObjectInfo(
+            key=(blob.findtext("Name") or "")[len(self.prefix) :],
+            size=int(properties.findtext("Content-Length") or 0),
+            mtime_ms=int(modified.timestamp() * 1000),
+            etag=(properties.findtext("Etag") or "").strip('"'),
+        )
+
+    def list(self, prefix: str, limit: int | None = None) -> Listing:
+        objects: list[ObjectInfo] = []
+        prefixes: list[str] = []
+        complete = True
+        page_size = min(5000, limit) if limit is not None else 5000
+        for page in self._pages(self.prefix + prefix, True, page_size):
+            for blob in page.iter("Blob"):
+                info = self._blob(blob)
+                if info.key != prefix and not hidden(info.key):
+                    objects.append(info)
+            for common in page.iter("BlobPrefix"):
+                rel = (common.findtext("Name") or "")[len(self.prefix) :]
+                if not hidden(rel):
+                    prefixes.append(rel.rstrip("/"))
+            if limit is not None and len(objects) + len(prefixes) >= limit:
+                complete = not page.findtext("NextMarker")
+                break
+        return Listing(objects, prefixes, complete)
+
+    def walk(self, prefix: str) -> Iterator[ObjectPage]:
+        for page in self._pages(self.prefix + prefix, False):
+            infos = [self._blob(blob) for blob in page.iter("Blob")]
+            kept = [info for info in infos if not hidden(info.key)]
+            if kept:
+                yield kept
+
+    def _hidden_below(self, directory: str) -> Keys:
+        return [
+            self._blob(blob).key
+            for page in self._pages(self.prefix + directory, False)
+            for blob in page.iter("Blob")
+        ]
+
+    # ---- objects named as directories, deletes ---------------------------------------
+
+    def put(self, key: str, data: bytes, metadata: ObjectMetadata = NO_METADATA) -> ObjectInfo:
+        """Through obstore, but for a directory marker (a key ending in '/'), whose name
+        obstore would cut to the directory's: that one is a Put Blob of its own."""
+        if not key.endswith("/"):
+            return super().put(key, data, metadata)
+        what = f"put {self.uri_of(key)}"
+        headers = {"x-ms-blob-type": "BlockBlob", **_blob_headers(metadata)}
+        answer = self._rest.call("PUT", self._path(key), what, data, headers)
+        if not answer.ok:
+            raise self._rest.status_error(answer, what)
+        modified = parsedate_to_datetime(answer.headers.get("last-modified", ""))
+        return ObjectInfo(
+            key=key,
+            size=len(data),
+            mtime_ms=int(modified.timestamp() * 1000),
+            etag=answer.headers.get("etag", "").strip('"'),
+        )
+
+    def delete(self, keys: Keys) -> None:
+        """Delete Blob, one request each (a marker's name kept whole); a missing blob is
+        not an error."""
+        for key in keys:
+            what = f"delete {self.uri_of(key)}"
+            answer = self._rest.call("DELETE", self._path(key), what)
+            if not answer.ok and answer.status != 404:
+                raise self._rest.status_error(answer, what)
 
     # ---- copies ------------------------------------------------------------------------
 
@@ -276,6 +385,12 @@ class AzureUnderStore(ObstoreUnderStore):
         what = f"upload part {number} of {self.uri_of(key)}"
         if not re.fullmatch(r"[0-9a-f]{32}", upload_id) or not 1 <= number <= MAX_BLOCKS:
             raise InvalidArgument(f"{what}: bad upload id or part number")
+        # Azure would take a block for an upload aborted or completed: its marker says
+        # whether the upload is still open.
+        try:
+            self.head(self._marker_dir(key) + upload_id)
+        except NotFound:
+            raise NotFound(f"{what}: no such upload (completed or aborted)") from None
         block = self._block_id(upload_id, number)
         query = f"comp=block&blockid={quote(block, safe='')}"
         answer = self._rest.call("PUT", self._path(key, query), what, body=data)
@@ -310,21 +425,8 @@ class AzureUnderStore(ObstoreUnderStore):
         self.delete([self._marker_dir(key) + upload_id])
 
     def open_uploads(self, key: str) -> Keys:
-        import obstore
-
         marker_dir = self._marker_dir(key)
-        try:
-            found = [
-                meta["path"][len(marker_dir) :]
-                for chunk in obstore.list(self.store, marker_dir)
-                for meta in chunk
-            ]
-        except Exception as exc:
-            error = self._error(exc, f"list uploads of {self.uri_of(key)}")
-            if isinstance(error, NotFound):
-                return []
-            raise error from exc
-        return sorted(found)
+        return sorted(name[len(marker_dir) :] for name in self._hidden_below(marker_dir))
 
 
 def _blob_headers(metadata: ObjectMetadata) -> dict[str, str]:

@@ -45,11 +45,8 @@ from reservoir.common.errors import (
     ReservoirError,
 )
 from reservoir.common.object_metadata import ObjectMetadata
-from reservoir.common.understore.object_writes import Part
 from reservoir.common.understore.obstore_under_store import (
-    NO_METADATA,
     UPLOADS,
-    Keys,
     ObstoreUnderStore,
     client_options,
     hidden,
@@ -57,13 +54,17 @@ from reservoir.common.understore.obstore_under_store import (
 )
 from reservoir.common.understore.rest_calls import RestCalls
 from reservoir.common.understore.under_store import (
+    NO_METADATA,
+    Keys,
     Listing,
     ObjectInfo,
     ObjectPage,
+    Part,
+    Parts,
+    StoreLimits,
     UnderStoreSettings,
 )
 
-Parts = list[Part]
 Sources = list[tuple[str, str]]  # (name, generation)
 
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9._\-]{1,221}[a-z0-9]$")
@@ -219,6 +220,12 @@ class GcsUnderStore(ObstoreUnderStore):
             sign=self._authorize,
         )
 
+    def limits(self) -> StoreLimits:
+        # Compose takes sources of any size; rounds of 32 lift the per-call bound.
+        return StoreLimits(
+            writes=True, min_part_size=1, max_part_size=MAX_OBJECT_SIZE, max_parts=10_000
+        )
+
     def _authorize(self, method: str, path: str, headers: dict[str, str]) -> None:
         token = self._tokens.token()
         if token:
@@ -343,6 +350,15 @@ class GcsUnderStore(ObstoreUnderStore):
             raise self._rest.status_error(answer, what)
         return self._item(json.loads(answer.body))
 
+    def delete(self, keys: Keys) -> None:
+        """One JSON API delete each (obstore would cut a directory marker's trailing
+        '/'); a missing object is not an error."""
+        for key in keys:
+            what = f"delete {self.uri_of(key)}"
+            answer = self._rest.call("DELETE", self._object_path(self.prefix + key), what)
+            if not answer.ok and answer.status != 404:
+                raise self._rest.status_error(answer, what)
+
     def copy(self, source: str, destination: str, if_match: str = "") -> ObjectInfo:
         """A rewrite within the bucket (in as many calls as GCS takes); with `if_match`,
         only of the source's generation `if_match` (Conflict when it has another)."""
@@ -388,22 +404,38 @@ class GcsUnderStore(ObstoreUnderStore):
         return upload_id
 
     def upload_part(self, key: str, upload_id: str, number: int, data: bytes) -> Part:
+        what = f"upload part {number} of {self.uri_of(key)}"
         if not 1 <= number <= 99_999:
-            raise InvalidArgument(f"{self.uri_of(key)}: bad part number {number}")
-        info = self.put(f"{self._upload_dir(key, upload_id)}part-{number:05d}", data)
+            raise InvalidArgument(f"{what}: bad part number")
+        directory = self._upload_dir(key, upload_id)
+        try:
+            self.head(directory + "upload")
+        except NotFound:
+            raise NotFound(f"{what}: no such upload (completed or aborted)") from None
+        info = self.put(f"{directory}part-{number:05d}", data)
         return Part(number, info.etag)
 
     def complete_upload(
         self, key: str, upload_id: str, parts: Parts, metadata: ObjectMetadata = NO_METADATA
     ) -> ObjectInfo:
         directory = self._upload_dir(key, upload_id)
+        stored = {info.key: info.etag for page in self._hidden_pages(directory) for info in page}
+        if directory + "upload" not in stored:
+            raise NotFound(f"complete upload of {self.uri_of(key)}: no such upload")
+        sources: Sources = []
+        for part in sorted(parts, key=lambda p: p.number):
+            name = f"{directory}part-{part.number:05d}"
+            # Checked before anything is composed: a part missing or sent again since
+            # publishes nothing (GCS checks the generations again as it composes).
+            if stored.get(name) != part.etag:
+                raise Conflict(
+                    f"complete upload of {self.uri_of(key)}: part {part.number} is not the "
+                    "one uploaded"
+                )
+            sources.append((name, part.etag))
         if not parts:
             info = self.put(key, b"", metadata)
         else:
-            sources = [
-                (f"{directory}part-{p.number:05d}", p.etag)
-                for p in sorted(parts, key=lambda p: p.number)
-            ]
             round_number = 0
             while len(sources) > MAX_COMPOSE_SOURCES:
                 round_number += 1
@@ -417,6 +449,7 @@ class GcsUnderStore(ObstoreUnderStore):
                 ]
             self._compose(sources, key, metadata)
             info = self.head(key)
+        # The parts, the marker and any intermediate composite.
         self.delete(self._hidden_below(directory))
         return info
 
@@ -439,12 +472,13 @@ class GcsUnderStore(ObstoreUnderStore):
         )
         return destination, str(reply.get("generation", ""))
 
+    def _hidden_pages(self, directory: str) -> Iterator[ObjectPage]:
+        """The objects below a hidden directory (which `walk` leaves out)."""
+        for page in self._pages(self.prefix + directory, False):
+            yield [self._item(item) for item in page.get("items", ())]
+
     def _hidden_below(self, directory: str) -> Keys:
-        return [
-            item["name"][len(self.prefix) :]
-            for page in self._pages(self.prefix + directory, False)
-            for item in page.get("items", ())
-        ]
+        return [info.key for page in self._hidden_pages(directory) for info in page]
 
     def abort_upload(self, key: str, upload_id: str) -> None:
         self.delete(self._hidden_below(self._upload_dir(key, upload_id)))

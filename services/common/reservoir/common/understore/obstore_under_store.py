@@ -3,7 +3,7 @@ Blob share (`gcs_under_store.py`, `azure_under_store.py` hold only what differs)
 
 Reads, listings, single PUTs and deletes go through obstore; each cloud's file adds the
 calls obstore has no word for (conditional copies, multipart through the store's own
-API). `obstore_error` is the one table from obstore's exceptions to the domain errors.
+API). Errors go through the one table of the under-stores (`store_errors.py`).
 
 Every request has a deadline (`client_options` timeouts from the settings) and a bounded
 number of attempts (`retry_config`: settings.retries in all); a body that breaks off after
@@ -13,24 +13,18 @@ its headers is read again at most `body_retry.attempts` times, as the S3 reader 
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from reservoir.common import logs
-from reservoir.common.errors import (
-    Conflict,
-    NotFound,
-    OutOfRange,
-    PermissionDenied,
-    ReservoirError,
-    SlowDown,
-    Unavailable,
-)
+from reservoir.common.errors import NotFound, ReservoirError, Unavailable
 from reservoir.common.object_metadata import ObjectMetadata
+from reservoir.common.understore.store_errors import StorePlace, error_for_obstore, first_line
 from reservoir.common.understore.under_store import (
+    NO_METADATA,
+    Keys,
     Listing,
     ObjectInfo,
     ObjectPage,
@@ -43,56 +37,12 @@ if TYPE_CHECKING:
 
 log = logs.get_logger(__name__)
 
-NO_METADATA = ObjectMetadata()
-# Named here because inside the store classes `list` is their own method.
-Keys = list[str]
 # Where upload bookkeeping lives below a mount's root; never listed, walked or counted.
 UPLOADS = ".reservoir-uploads/"
-
-_RANGE_NOT_SATISFIABLE = re.compile(r"\bstatus(?: code)?: 416\b")
-_SLOW_DOWN = re.compile(r"\bstatus(?: code)?: (?:503|429)\b|\bSlowDown\b|\bServerBusy\b")
 
 
 class _TruncatedBody(Exception):
     """A response body ended before the bytes its headers promised."""
-
-
-def first_line(exc: BaseException) -> str:
-    """obstore's messages carry a multi-line debug dump: the first line says what failed."""
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else ""
-
-
-def obstore_error(
-    exc: BaseException, what: str, endpoint: str, credential_source: str
-) -> ReservoirError:
-    """The domain error for an obstore failure, naming the endpoint and the credential
-    source (obstore's messages name URLs and statuses, never a key or a token)."""
-    from obstore import exceptions as ox
-
-    if isinstance(exc, ReservoirError):
-        return exc
-    where = f"the under-store at {endpoint}"
-    message = str(exc)
-    if isinstance(exc, ox.NotFoundError | FileNotFoundError):
-        return NotFound(f"{what}: not found in {where}")
-    if isinstance(exc, ox.PermissionDeniedError | ox.UnauthenticatedError | PermissionError):
-        return PermissionDenied(
-            f"{what}: access denied by {where} (credential source {credential_source!r})"
-        )
-    if isinstance(exc, ox.PreconditionError | ox.AlreadyExistsError):
-        return Conflict(f"{what}: the object changed (change token mismatch)")
-    # The status alone: the message also holds the elapsed time and the server's error
-    # body, where any "416" may stand.
-    if _RANGE_NOT_SATISFIABLE.search(message):
-        return OutOfRange(f"{what}: range not satisfiable")
-    if _SLOW_DOWN.search(message):
-        return SlowDown(f"{what}: {where} asks to slow down ({first_line(exc)})")
-    if "error sending request" in message or "connect" in message.lower():
-        return Unavailable(
-            f"{what}: cannot connect to the under-store endpoint {endpoint} ({first_line(exc)})"
-        )
-    return Unavailable(f"{what}: {where}: {type(exc).__name__}: {first_line(exc)}")
 
 
 def client_options(settings: UnderStoreSettings, endpoint_url: str) -> dict[str, Any]:
@@ -163,6 +113,7 @@ class ObstoreUnderStore(UnderStore):
         self.settings = settings
         self.endpoint = endpoint
         self.credentials = credential_source
+        self.place = StorePlace(endpoint, credential_source)
 
     # ---- what differs per store --------------------------------------------------------
 
@@ -182,7 +133,7 @@ class ObstoreUnderStore(UnderStore):
     # ---- errors ----------------------------------------------------------------------
 
     def _error(self, exc: BaseException, what: str) -> ReservoirError:
-        return obstore_error(exc, what, self.endpoint, self.credentials)
+        return error_for_obstore(self.place, what, exc)
 
     def _info(self, meta: ObjectMeta, key: str | None = None) -> ObjectInfo:
         return ObjectInfo(

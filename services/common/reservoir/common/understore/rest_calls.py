@@ -3,7 +3,8 @@ conditional copies, GCS's JSON API), each with the store's deadline and bounded 
 
 A request that cannot connect, or is answered 429 or 5xx, is tried again (settings.retries
 attempts in all, with the body-retry backoff between); any other answer is the caller's
-to read. `status_error` maps a final non-2xx answer to the domain error.
+to read. `status_error` maps a final non-2xx answer through the under-stores' one
+error table (`store_errors.py`).
 """
 
 from __future__ import annotations
@@ -15,16 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from reservoir.common.errors import (
-    Conflict,
-    InvalidArgument,
-    NotFound,
-    OutOfRange,
-    PermissionDenied,
-    ReservoirError,
-    SlowDown,
-    Unavailable,
-)
+from reservoir.common.errors import InvalidArgument, ReservoirError, Unavailable
+from reservoir.common.understore.store_errors import StorePlace, error_for_status
 from reservoir.common.understore.under_store import UnderStoreSettings
 
 # Signs a request in place: (method, URL path with query, headers) -> None.
@@ -63,7 +56,7 @@ class RestCalls:
         self._settings = settings
         self._sign = sign
         self.endpoint = endpoint
-        self.credentials = credential_source
+        self.place = StorePlace(endpoint, credential_source)
 
     def call(
         self,
@@ -111,37 +104,16 @@ class RestCalls:
             connection.close()
 
     def status_error(self, answer: Answer, what: str) -> ReservoirError:
-        """The domain error for a final non-2xx answer (its body's first line only: a
-        store's error body never holds a secret, but may be long)."""
-        where = f"the under-store at {self.endpoint}"
-        detail = _detail(answer.body)
-        reason = f"{answer.status}" + (f": {detail}" if detail else "")
-        if answer.status == 404:
-            return NotFound(f"{what}: not found in {where}")
-        if answer.status in (401, 403):
-            return PermissionDenied(
-                f"{what}: access denied by {where} ({answer.status}; "
-                f"credential source {self.credentials!r})"
-            )
-        if answer.status in (409, 412):
-            return Conflict(f"{what}: the object changed ({reason})")
-        if answer.status == 416:
-            return OutOfRange(f"{what}: range not satisfiable")
-        if answer.status in (429, 503):
-            return SlowDown(f"{what}: {where} asks to slow down ({reason})")
-        if answer.status == 400:
-            return InvalidArgument(f"{what}: refused by {where} ({reason})")
-        return Unavailable(f"{what}: {where} answered {reason}")
+        """The domain error for a final non-2xx answer, by its status and the store's
+        error code (Azure's XML <Code>, GCS's JSON "reason")."""
+        return error_for_status(self.place, what, answer.status, _code(answer.body))
 
 
-_XML_CODE = re.compile(rb"<Code>([^<]{1,100})</Code>")
-_JSON_MESSAGE = re.compile(rb'"message"\s*:\s*"([^"]{1,200})"')
+_XML_CODE = re.compile(rb"<Code>([A-Za-z]{1,100})</Code>")
+_JSON_REASON = re.compile(rb'"reason"\s*:\s*"([A-Za-z ]{1,100})"')
 
 
-def _detail(body: bytes) -> str:
-    """What an error body says, briefly: Azure's XML <Code>, GCS's JSON "message"."""
-    match = _XML_CODE.search(body) or _JSON_MESSAGE.search(body)
-    if match:
-        return match.group(1).decode(errors="replace")
-    lines = body.decode(errors="replace").strip().splitlines()
-    return lines[0][:200] if lines else ""
+def _code(body: bytes) -> str:
+    """The store's error code in an error body ("" when it names none)."""
+    match = _XML_CODE.search(body) or _JSON_REASON.search(body)
+    return match.group(1).decode() if match else ""

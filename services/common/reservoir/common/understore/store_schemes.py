@@ -104,7 +104,7 @@ def _open_azure(uri: str, settings: UnderStoreSettings) -> UnderStore:
     return AzureUnderStore(uri, settings)
 
 
-register(StoreScheme("file", "file:///dir", _open_file))
+register(StoreScheme("file", "file:///dir", _open_file, writes=True))
 register(
     StoreScheme(
         "gs",
