@@ -5,6 +5,7 @@ their environment (`--credentials env`), as a deployment's would."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Iterator
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 import fsspec
 import pytest
 
-from reservoir.client import Client
+from reservoir.client import Client, discovery
 from reservoir.common.understore.mounted_stores import open_under_store
 from reservoir.common.understore.under_store import UnderStore, UnderStoreSettings
 from reservoir.local.cluster import LocalCluster
@@ -52,6 +53,9 @@ class Bucket:
 
     root: str
     store: UnderStore
+    uri: str
+    endpoint: str
+    credentials: str
 
 
 def _mount(cluster: LocalCluster, uri: str, endpoint: str, credentials: str) -> str:
@@ -78,7 +82,9 @@ def bucket(request: pytest.FixtureRequest, cloud_cluster: LocalCluster) -> Bucke
     store = open_under_store(uri, settings)
     store.put("hello.txt", b"hello from the cloud\n")
     store.put("dir/nested.bin", b"n" * 10)
-    return Bucket(_mount(cloud_cluster, uri, endpoint, credentials), store)
+    return Bucket(
+        _mount(cloud_cluster, uri, endpoint, credentials), store, uri, endpoint, credentials
+    )
 
 
 def test_a_cloud_mount_lists_and_reads_byte_exact_through_the_cli_and_the_sdk(
@@ -116,3 +122,28 @@ def test_load_caches_a_cloud_mount_and_a_changed_object_is_read_afresh(
         assert client.read(f"{bucket.root}/shard.bin") == changed
     cat = run_cli(cloud_cluster, "cat", f"{bucket.root}/hello.txt")
     assert cat.stdout == "hello from the cloud\n"
+
+
+def test_a_file_saved_in_parts_through_a_writable_mount_lands_whole_in_the_store(
+    cloud_cluster: LocalCluster, bucket: Bucket
+) -> None:
+    config = discovery.client_config(cloud_cluster.master_address)
+    with Client(config=dataclasses.replace(config, write_part_size=5 << 20)) as writer:
+        root = new_mount_path()
+        writer.mount(
+            root, bucket.uri, endpoint_url=bucket.endpoint, credentials=bucket.credentials,
+            block_size=1 << 20, writable=True,
+        )  # fmt: skip
+        data = os.urandom(11 * (1 << 20) + 7)  # three parts, each uploaded by a worker
+        with writer.open(f"{root}/run/model.pt", "wb") as f:
+            f.write(data)
+            with pytest.raises(FileNotFoundError):
+                bucket.store.head("run/model.pt")  # published on close only
+        assert bucket.store.get_range("run/model.pt", 0, len(data) + 1) == data
+        assert writer.read(f"{root}/run/model.pt") == data
+        # No upload left behind, nor shown.
+        assert bucket.store.keys_below("run/") == ["run/model.pt"]
+        assert bucket.store.open_uploads("run/model.pt") == []
+        assert sorted(e.path for e in writer.ls(root)) == [
+            f"{root}/dir", f"{root}/hello.txt", f"{root}/run",
+        ]  # fmt: skip
