@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from reservoir.common.understore.azure_under_store import AccountKey
+from reservoir.common.understore.azure_credentials import AccountKey
 from reservoir.common.understore.rest_calls import RestCalls
 from reservoir.common.understore.under_store import UnderStoreSettings
 

@@ -107,7 +107,8 @@ def test_only_a_scheme_registered_as_writable_can_be_mounted_writable() -> None:
     table.admit("/w", "s3://b/p/", MountOptions(writable=True))
     table.admit("/f", "file:///tmp/x/", MountOptions(writable=True))
     with pytest.raises(
-        InvalidArgument, match="only abfs://, az://, file://, gs://, s3:// mounts can be writable"
+        InvalidArgument,
+        match="only abfs://, abfss://, az://, file://, gs://, s3:// mounts can be writable",
     ):
         table.admit("/w", "http://mirror/data/", MountOptions(writable=True))
     table.admit("/r", "http://mirror/data/", MountOptions())

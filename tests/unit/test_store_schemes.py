@@ -19,6 +19,7 @@ def test_every_backend_scheme_is_registered_with_its_capabilities() -> None:
         "gs": (True, True),
         "az": (True, True),
         "abfs": (True, True),
+        "abfss": (True, True),
         "http": (False, False),
         "https": (False, False),
     }
@@ -31,7 +32,7 @@ def test_a_scheme_is_found_whatever_its_case() -> None:
 def test_an_unknown_scheme_is_invalid_and_the_error_names_the_supported_shapes() -> None:
     with pytest.raises(
         InvalidArgument,
-        match=r"ftp://b/x.*abfs://container@.*az://container.*file:///dir.*gs://bucket.*"
+        match=r"ftp://b/x.*abfs://container@.*abfss://container@.*az://container.*file:///dir.*gs://bucket.*"
         r"https://host/prefix/.*s3://bucket/prefix",
     ):
         scheme_of("ftp://b/x")

@@ -1,19 +1,18 @@
-"""Azure Blob Storage: `az://container/prefix/`, and `abfs://container@account.dfs.core.windows.net/prefix/`
-(the same blobs, named as Hadoop's ABFS driver names them).
+"""Azure Blob Storage: `az://container/prefix/`, and
+`abfs[s]://container@account.dfs.core.windows.net/prefix/` (the same blobs, named as
+Hadoop's ABFS driver names them).
 
-Credentials (`--credentials`): `env` takes AZURE_STORAGE_ACCOUNT_NAME and
-AZURE_STORAGE_ACCOUNT_KEY from this process's environment; `file:PATH` reads a file of
-`account_name=NAME` and `account_key=KEY` lines (blank lines and `#` comments ignored:
-a Kubernetes Secret mounted as a file); `anonymous` signs nothing (public containers).
-The account is the abfs URI's, else the endpoint URL's path (Azurite's
-`http://HOST:PORT/ACCOUNT`), else the credentials'. No other source is consulted: obstore
-would otherwise fall back to managed identity, a request to the instance metadata service.
+Credentials: `azure_credentials.py` (the account's shared key, or none). The account is
+the abfs URI's, else the endpoint URL's path (Azurite's `http://HOST:PORT/ACCOUNT`), else
+the credentials'.
 
 The change token is the blob's ETag. Multipart uploads are Azure's own block blobs: any
 process puts blocks (`PUT ?comp=block`, ids prefixed by the upload id), the one that
 completes commits their list (`PUT ?comp=blocklist`), which makes the blob visible whole
 at once. Azure keeps no list of uploads, so `create_upload` leaves an empty marker blob
 under `.reservoir-uploads/` and `open_uploads` lists those; abort and complete delete it.
+(The blob's uncommitted block list would not do: it names no upload that has no block
+yet, and still names an aborted one until the blocks expire.)
 Uncommitted blocks need no deleting: Azure drops them after a week, or when any block
 list of the blob is committed (so of two uploads to one key, the first to complete wins
 and the other's parts are gone).
@@ -23,19 +22,18 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import hmac
 import re
 import uuid
 from collections.abc import Iterator
-from email.utils import formatdate, parsedate_to_datetime
-from pathlib import Path
+from email.utils import parsedate_to_datetime
 from typing import Any
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit
+from urllib.parse import quote, urlencode, urlsplit
 from xml.etree import ElementTree as ET
 from xml.sax.saxutils import escape
 
-from reservoir.common.errors import InvalidArgument, NotFound, PermissionDenied
+from reservoir.common.errors import InvalidArgument, NotFound
 from reservoir.common.object_metadata import ObjectMetadata
+from reservoir.common.understore.azure_credentials import account_key_of
 from reservoir.common.understore.obstore_under_store import (
     UPLOADS,
     ObstoreUnderStore,
@@ -58,103 +56,9 @@ from reservoir.common.understore.under_store import (
 
 _CONTAINER = re.compile(r"^[a-z0-9](?:[a-z0-9]|-(?=[a-z0-9])){2,62}$")
 _ACCOUNT = re.compile(r"^[a-z0-9]{3,24}$")
-_API_VERSION = "2021-08-06"
 # Azure's block blob rules: a block of up to 4000 MiB, at most 50,000 blocks per blob.
 MAX_BLOCK_SIZE = 4000 * 1024 * 1024
 MAX_BLOCKS = 50_000
-
-
-class AccountKey:
-    """Signs requests with an account's shared key (Azure's SharedKey scheme)."""
-
-    def __init__(self, account: str, key: str) -> None:
-        self.account = account
-        try:
-            self._key = base64.b64decode(key, validate=True)
-        except ValueError:
-            # Never the key itself in the message.
-            raise InvalidArgument(
-                f"the account key of storage account {account!r} is not base64"
-            ) from None
-        self.key = key
-
-    def sign(self, method: str, path: str, headers: dict[str, str]) -> None:
-        headers["x-ms-date"] = formatdate(usegmt=True)
-        headers["x-ms-version"] = _API_VERSION
-        lower = {k.lower(): v for k, v in headers.items()}
-        length = lower.get("content-length", "")
-        standard = [
-            method,
-            lower.get("content-encoding", ""),
-            lower.get("content-language", ""),
-            "" if length == "0" else length,
-            lower.get("content-md5", ""),
-            lower.get("content-type", ""),
-            "",  # Date: x-ms-date stands in for it
-            lower.get("if-modified-since", ""),
-            lower.get("if-match", ""),
-            lower.get("if-none-match", ""),
-            lower.get("if-unmodified-since", ""),
-            lower.get("range", ""),
-        ]
-        ms_headers = "".join(
-            f"{name}:{value.strip()}\n"
-            for name, value in sorted(lower.items())
-            if name.startswith("x-ms-")
-        )
-        url_path, _, query = path.partition("?")
-        resource = f"/{self.account}{url_path}"
-        params: dict[str, list[str]] = {}
-        for name, value in parse_qsl(query, keep_blank_values=True):
-            params.setdefault(name.lower(), []).append(value)
-        resource += "".join(f"\n{name}:{','.join(sorted(params[name]))}" for name in sorted(params))
-        text = "\n".join(standard) + "\n" + ms_headers + resource
-        digest = hmac.new(self._key, text.encode(), hashlib.sha256).digest()
-        headers["Authorization"] = f"SharedKey {self.account}:{base64.b64encode(digest).decode()}"
-
-
-def read_account_file(path: str) -> tuple[str, str]:
-    """`account_name=` and `account_key=` lines; the account name and key."""
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise PermissionDenied(f"cannot read credentials file {path}: {exc.strerror}") from exc
-    values: dict[str, str] = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        name, sep, value = line.partition("=")
-        if not sep:
-            # Never echo the line: it may be the key.
-            raise InvalidArgument(
-                f"credentials file {path}: every line is account_name=... or account_key=..."
-            )
-        values[name.strip().lower()] = value.strip()
-    missing = [n for n in ("account_name", "account_key") if not values.get(n)]
-    if missing:
-        raise InvalidArgument(f"credentials file {path} lacks {' and '.join(missing)}")
-    return values["account_name"], values["account_key"]
-
-
-def _key_of(source: str) -> AccountKey | None:
-    """The account key a credential source names; None for anonymous."""
-    import os
-
-    if source == "anonymous":
-        return None
-    if source.startswith("file:"):
-        return AccountKey(*read_account_file(source[len("file:") :]))
-    if source in ("", "env"):
-        name = os.environ.get("AZURE_STORAGE_ACCOUNT_NAME", "")
-        key = os.environ.get("AZURE_STORAGE_ACCOUNT_KEY", "")
-        if not name or not key:
-            raise PermissionDenied(
-                "no Azure credentials in this process's environment (credential source "
-                "'env' needs AZURE_STORAGE_ACCOUNT_NAME and AZURE_STORAGE_ACCOUNT_KEY)"
-            )
-        return AccountKey(name, key)
-    raise InvalidArgument(f"unknown credential source {source!r} (env, anonymous or file:/path)")
 
 
 class AzureUnderStore(ObstoreUnderStore):
@@ -177,7 +81,7 @@ class AzureUnderStore(ObstoreUnderStore):
         if prefix and not prefix.endswith("/"):
             prefix += "/"
         credential_source = settings.credentials or "env"
-        self._key = _key_of(credential_source)
+        self._key = account_key_of(credential_source)
         endpoint_url = settings.endpoint_url.rstrip("/")
         endpoint_account = urlsplit(endpoint_url).path.strip("/") if endpoint_url else ""
         account = uri_account or endpoint_account or (self._key.account if self._key else "")

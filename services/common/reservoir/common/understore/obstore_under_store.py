@@ -1,9 +1,11 @@
 """Under-stores driven by obstore (Rust `object_store`): what Google Cloud Storage and Azure
 Blob share (`gcs_under_store.py`, `azure_under_store.py` hold only what differs).
 
-Reads, listings, single PUTs and deletes go through obstore; each cloud's file adds the
-calls obstore has no word for (conditional copies, multipart through the store's own
-API). Errors go through the one table of the under-stores (`store_errors.py`).
+HEADs, ranged reads (blocking and awaited) and single PUTs go through obstore. Listings,
+deletes and what obstore has no word for (conditional copies, multipart through the
+store's own API) are each cloud's: obstore's listings drop GCS's generation, the change
+token, and obstore cuts the trailing '/' of a directory marker from the names it lists
+and deletes. Errors go through the one table of the under-stores (`store_errors.py`).
 
 Every request has a deadline (`client_options` timeouts from the settings) and a bounded
 number of attempts (`retry_config`: settings.retries in all); a body that breaks off after
@@ -14,20 +16,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from reservoir.common import logs
-from reservoir.common.errors import NotFound, ReservoirError, Unavailable
+from reservoir.common.errors import ReservoirError, Unavailable
 from reservoir.common.object_metadata import ObjectMetadata
 from reservoir.common.understore.store_errors import StorePlace, error_for_obstore, first_line
 from reservoir.common.understore.under_store import (
     NO_METADATA,
-    Keys,
-    Listing,
     ObjectInfo,
-    ObjectPage,
     UnderStore,
     UnderStoreSettings,
 )
@@ -96,8 +94,8 @@ def hidden(key: str) -> bool:
 
 class ObstoreUnderStore(UnderStore):
     """One bucket or container (and key prefix) through an obstore store. A subclass
-    builds `store` and says what its change token is (`_token`) and how a read asks for
-    that version (`_read_options`)."""
+    builds `store`, lists, deletes, and says what its change token is (`_token`) and how
+    a read asks for that version (`_read_options`)."""
 
     def __init__(
         self,
@@ -153,39 +151,6 @@ class ObstoreUnderStore(UnderStore):
         except Exception as exc:
             raise self._error(exc, f"head {self.uri_of(key)}") from exc
         return self._info(meta, key)
-
-    def list(self, prefix: str, limit: int | None = None) -> Listing:
-        """One level, through obstore's delimited listing (which pages to the end; a
-        bound cuts the answer, not the requests)."""
-        import obstore
-
-        try:
-            result = obstore.list_with_delimiter(self.store, prefix or None)
-        except Exception as exc:
-            raise self._error(exc, f"list {self.uri_of(prefix)}") from exc
-        objects = [
-            self._info(meta)
-            for meta in result["objects"]
-            if meta["path"] != prefix and not hidden(meta["path"])
-        ]
-        prefixes = [p.rstrip("/") for p in result["common_prefixes"] if not hidden(p + "/")]
-        return _bounded(objects, prefixes, limit)
-
-    def walk(self, prefix: str) -> Iterator[ObjectPage]:
-        """One flat listing: the store walks the tree and streams every key below
-        `prefix` in order."""
-        import obstore
-
-        try:
-            for chunk in obstore.list(self.store, prefix or None, chunk_size=1000):
-                page = [self._info(meta) for meta in chunk if not hidden(meta["path"])]
-                if page:
-                    yield page
-        except Exception as exc:
-            raise self._error(exc, f"list {self.uri_of(prefix)}") from exc
-
-    def keys_below(self, prefix: str) -> Keys:
-        return [o.key for page in self.walk(prefix) for o in page]
 
     def _get_options(self, offset: int, length: int, token: str) -> dict[str, Any]:
         options: dict[str, Any] = {"range": (offset, offset + length)}
@@ -295,31 +260,3 @@ class ObstoreUnderStore(UnderStore):
         except Exception as exc:
             raise self._error(exc, f"put {self.uri_of(key)}") from exc
         return self.head(key)
-
-    def delete(self, keys: Keys) -> None:
-        """Deletes the objects one request each; a missing one is not an error."""
-        import obstore
-
-        for key in keys:
-            try:
-                obstore.delete(self.store, key)
-            except Exception as exc:
-                error = self._error(exc, f"delete {self.uri_of(key)}")
-                if not isinstance(error, NotFound):
-                    raise error from exc
-
-
-def _bounded(objects: list[ObjectInfo], prefixes: list[str], limit: int | None) -> Listing:
-    """The first `limit` entries in key order (a prefix sorts as its name and '/'),
-    marked incomplete when some were left out."""
-    if limit is None or len(objects) + len(prefixes) <= limit:
-        return Listing(objects, prefixes)
-    entries: list[tuple[bytes, ObjectInfo | str]] = [(o.key.encode(), o) for o in objects]
-    entries.extend(((p + "/").encode(), p) for p in prefixes)
-    entries.sort(key=lambda entry: entry[0])
-    kept = [item for _, item in entries[:limit]]
-    return Listing(
-        [o for o in kept if isinstance(o, ObjectInfo)],
-        [p for p in kept if isinstance(p, str)],
-        complete=False,
-    )

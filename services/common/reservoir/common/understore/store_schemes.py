@@ -119,6 +119,7 @@ register(
 for _name, _example in (
     ("az", "az://container/prefix"),
     ("abfs", "abfs://container@account.dfs.core.windows.net/prefix"),
+    ("abfss", "abfss://container@account.dfs.core.windows.net/prefix"),
 ):
     register(
         StoreScheme(
