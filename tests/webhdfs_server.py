@@ -7,7 +7,8 @@ HDFS's statuses (IOExceptions it has no better status for are 403).
 Operations: GETFILESTATUS, LISTSTATUS, LISTSTATUS_BATCH (`--batch` entries a batch, as
 dfs.ls.limit), OPEN (offset, length), CREATE (overwrite), APPEND, MKDIRS, RENAME (with
 renameoptions=OVERWRITE: rename2), DELETE (recursive), CONCAT. Every request is recorded
-(method, op, path, user.name), served at `/requests`. `--require-user` refuses requests
+(method, op, path, user.name), served at `/requests`, and the connections they came on
+counted at `/connections`. `--require-user` refuses requests
 without user.name (403); `--datanode-host` is the host the redirects name.
 
 Run: `python -m tests.webhdfs_server --root DIR` prints the namenode's port, then the
@@ -61,6 +62,13 @@ class WebHdfsServer:
         with urllib.request.urlopen(url, timeout=10) as r:
             served: list[dict[str, str]] = json.load(r)
         return served
+
+    def connections(self) -> dict[str, int]:
+        """How many connections the requests came on, by node (namenode, datanode)."""
+        url = f"http://127.0.0.1:{self.port}/connections"
+        with urllib.request.urlopen(url, timeout=10) as r:
+            counts: dict[str, int] = json.load(r)
+        return counts
 
     def stop(self) -> None:
         self._process.terminate()
@@ -162,6 +170,7 @@ class Namespace:
 
 def _app(options: Options, served: list[dict[str, str]]) -> tuple[web.Application, web.Application]:
     space = Namespace(options.root)
+    peers: set[tuple[str, object]] = set()
 
     def query_of(request: web.Request) -> dict[str, str]:
         return {k: v for k, v in request.query.items() if k != "op"}
@@ -169,6 +178,8 @@ def _app(options: Options, served: list[dict[str, str]]) -> tuple[web.Applicatio
     def record(request: web.Request, node: str) -> str:
         op = request.query.get("op", "").upper()
         path = "/" + request.match_info["path"]
+        transport = request.transport
+        peers.add((node, None if transport is None else transport.get_extra_info("peername")))
         served.append(
             {
                 "node": node,
@@ -370,6 +381,10 @@ def _app(options: Options, served: list[dict[str, str]]) -> tuple[web.Applicatio
     async def requests(_: web.Request) -> web.Response:
         return web.json_response(served)
 
+    async def connections(_: web.Request) -> web.Response:
+        nodes = [node for node, _ in peers]
+        return web.json_response({node: nodes.count(node) for node in ("namenode", "datanode")})
+
     # ---- datanode ------------------------------------------------------------------------
 
     async def datanode_open(request: web.Request) -> web.StreamResponse:
@@ -430,6 +445,7 @@ def _app(options: Options, served: list[dict[str, str]]) -> tuple[web.Applicatio
     route = "/webhdfs/v1/{path:.*}"
     namenode = web.Application(middlewares=[remote_errors])
     namenode.router.add_get("/requests", requests)
+    namenode.router.add_get("/connections", connections)
     namenode.router.add_get(route, namenode_get)
     namenode.router.add_put(route, namenode_put)
     namenode.router.add_post(route, namenode_post)

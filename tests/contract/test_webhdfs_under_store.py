@@ -1,0 +1,404 @@
+"""The webhdfs:// under-store against a WebHDFS server process (`tests/webhdfs_server.py`: a
+namenode that redirects reads and writes to a datanode port, as HDFS does, listing in
+batches of two so every listing pages): reads, change tokens, writes and multipart uploads
+kept in the store, credentials by reference reaching the server as `user.name`, redirects
+that are refused, and a server that cannot be reached."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from reservoir.common.errors import (
+    Conflict,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    Unavailable,
+)
+from reservoir.common.understore.mounted_stores import open_under_store
+from reservoir.common.understore.under_store import UnderStore, UnderStoreSettings
+from reservoir.common.understore.webhdfs_under_store import HIDDEN, WebHdfsUnderStore
+
+from ..webhdfs_server import WebHdfsServer
+
+_ANONYMOUS = UnderStoreSettings(credentials="anonymous", timeout_s=5)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebHdfsServer]:
+    served = WebHdfsServer(tmp_path_factory.mktemp("hdfs"), "--batch", "2")
+    try:
+        yield served
+    finally:
+        served.stop()
+
+
+@pytest.fixture
+def directory(server: WebHdfsServer) -> str:
+    """A fresh directory's path below the served root (it need not exist yet)."""
+    return f"t-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def store(server: WebHdfsServer, directory: str) -> WebHdfsUnderStore:
+    (server.root / directory).mkdir()
+    opened = open_under_store(server.uri(f"{directory}/"), _ANONYMOUS)
+    assert isinstance(opened, WebHdfsUnderStore)
+    return opened
+
+
+def _served(server: WebHdfsServer, directory: str, key: str) -> Path:
+    return server.root / directory / key
+
+
+# ---- reads ---------------------------------------------------------------------------------
+
+
+def test_a_file_written_into_hdfs_is_read_byte_exact_through_the_datanode_redirect(
+    server: WebHdfsServer, directory: str, store: UnderStore
+) -> None:
+    data = os.urandom(300_000)
+    path = _served(server, directory, "a/b.bin")
+    path.parent.mkdir()
+    path.write_bytes(data)
+    info = store.head("a/b.bin")
+    assert info.size == 300_000 and info.etag
+    assert store.get_range("a/b.bin", 0, 300_000, info.etag) == data
+    assert store.get_range("a/b.bin", 1000, 5000, info.etag) == data[1000:6000]
+    assert store.get_range("a/b.bin", 299_990, 100) == data[299_990:]
+    assert store.get_range("a/b.bin", 300_000, 100, info.etag) == b""
+    assert store.get_range("a/b.bin", 400_000, 100) == b""
+    opens = [r for r in server.requests() if r["op"] == "OPEN" and r["path"].endswith("b.bin")]
+    assert {r["node"] for r in opens} == {"namenode", "datanode"}
+
+
+def test_the_change_token_is_mtime_and_length_and_changes_with_a_rewrite(
+    server: WebHdfsServer, directory: str, store: UnderStore
+) -> None:
+    path = _served(server, directory, "v.bin")
+    path.write_bytes(b"old")
+    old = store.head("v.bin")
+    mtime_ms = path.stat().st_mtime_ns // 1_000_000
+    assert old.etag == f"{mtime_ms:x}-{3:x}" and old.mtime_ms == mtime_ms
+    path.write_bytes(b"newer content")
+    new = store.head("v.bin")
+    assert new.etag != old.etag and new.size == 13
+
+
+def test_a_read_with_a_stale_token_is_a_conflict_not_the_new_bytes(
+    store: UnderStore,
+) -> None:
+    old = store.put("v.bin", b"old")
+    store.put("v.bin", b"newer content")
+    with pytest.raises(Conflict):
+        store.get_range("v.bin", 0, 3, old.etag)
+    with pytest.raises(Conflict):
+        store.get_range("v.bin", 10, 3, old.etag)  # past the old end: still a conflict
+
+
+def test_a_missing_file_or_a_directory_is_not_found(store: UnderStore) -> None:
+    store.put("d/x.bin", b"x")
+    with pytest.raises(NotFound):
+        store.head("nope")
+    with pytest.raises(NotFound):
+        store.get_range("nope", 0, 10)
+    with pytest.raises(NotFound, match="not a file"):
+        store.head("d")
+
+
+def test_a_listing_pages_through_batches_and_shows_one_level(store: UnderStore) -> None:
+    for name in ("a", "b", "c", "e"):
+        store.put(f"d/{name}.txt", name.encode())
+    store.put("d/sub/z.txt", b"z")
+    listing = store.list("d/")
+    assert [o.key for o in listing.objects] == ["d/a.txt", "d/b.txt", "d/c.txt", "d/e.txt"]
+    assert listing.prefixes == ["d/sub"] and listing.complete
+    assert store.list("missing/") == store.list("d/a.txt/")  # empty, both
+    assert store.list("missing/").objects == []
+
+
+def test_a_bounded_listing_stops_at_the_bound_and_says_so(store: UnderStore) -> None:
+    for name in ("a", "b", "c", "e"):
+        store.put(f"d/{name}.txt", b"1")
+    bounded = store.list("d/", limit=3)
+    assert not bounded.complete and [o.key for o in bounded.objects] == [
+        "d/a.txt",
+        "d/b.txt",
+        "d/c.txt",
+    ]
+    assert store.list("d/", limit=4).complete
+
+
+def test_check_passes_for_a_directory_and_fails_for_a_file_or_nothing(
+    server: WebHdfsServer, store: UnderStore, directory: str
+) -> None:
+    store.check()
+    store.put("f.bin", b"f")
+    with pytest.raises(NotFound, match="not a directory"):
+        open_under_store(server.uri(f"{directory}/f.bin/"), _ANONYMOUS).check()
+    with pytest.raises(NotFound):
+        open_under_store(server.uri(f"{directory}/none/"), _ANONYMOUS).check()
+
+
+def test_hdfs_uris_speak_webhdfs_to_the_same_port(server: WebHdfsServer, directory: str) -> None:
+    (server.root / directory).mkdir()
+    (server.root / directory / "h.bin").write_bytes(b"hdfs")
+    store = open_under_store(server.uri(f"{directory}/", scheme="hdfs"), _ANONYMOUS)
+    assert store.uri.startswith("hdfs://")
+    assert store.get_range("h.bin", 0, 10) == b"hdfs"
+    assert store.key_of(store.uri_of("a/b")) == "a/b"
+
+
+def test_a_uri_without_a_port_or_with_a_query_is_refused() -> None:
+    with pytest.raises(InvalidArgument, match="HTTP port"):
+        open_under_store("webhdfs://namenode/data/", _ANONYMOUS)
+    with pytest.raises(InvalidArgument, match="query"):
+        open_under_store("webhdfs://namenode:9870/data/?op=OPEN", _ANONYMOUS)
+
+
+# ---- writes --------------------------------------------------------------------------------
+
+
+def test_put_publishes_the_whole_file_by_rename_and_leaves_nothing_behind(
+    server: WebHdfsServer, directory: str, store: UnderStore
+) -> None:
+    store.put("o/p.bin", b"first")
+    info = store.put("o/p.bin", b"second version")
+    assert _served(server, directory, "o/p.bin").read_bytes() == b"second version"
+    assert info.size == 14 and info == store.head("o/p.bin")
+    assert list((server.root / directory / HIDDEN).iterdir()) == []
+    ops = [r["op"] for r in server.requests() if directory in r["path"]]
+    assert "RENAME" in ops and ops.count("CREATE") == 4  # each put: namenode, then datanode
+
+
+def test_parts_uploaded_by_another_process_are_published_whole_on_completion(
+    server: WebHdfsServer, directory: str, store: UnderStore
+) -> None:
+    key = "ckpt/model.bin"
+    upload_id = store.create_upload(key)
+    # Another process (a worker) opens its own store and uploads the parts.
+    worker = open_under_store(server.uri(f"{directory}/"), _ANONYMOUS)
+    chunks = [os.urandom(70_000), os.urandom(70_000), b"", os.urandom(123)]
+    parts = [worker.upload_part(key, upload_id, n, c) for n, c in enumerate(chunks, start=1)]
+    assert store.open_uploads(key) == [upload_id]
+    assert store.open_uploads("ckpt/other.bin") == []
+    with pytest.raises(NotFound):
+        store.head(key)  # nothing visible before completion
+    info = store.complete_upload(key, upload_id, parts)
+    assert info.size == sum(len(c) for c in chunks)
+    assert _served(server, directory, key).read_bytes() == b"".join(chunks)
+    assert store.open_uploads(key) == []
+    assert not (server.root / directory / HIDDEN / upload_id).exists()
+    assert [o.key for page in store.walk("") for o in page] == [key]
+
+
+def test_completing_with_no_parts_publishes_an_empty_file(
+    server: WebHdfsServer, directory: str, store: UnderStore
+) -> None:
+    upload_id = store.create_upload("empty.bin")
+    assert store.complete_upload("empty.bin", upload_id, []).size == 0
+    assert _served(server, directory, "empty.bin").read_bytes() == b""
+
+
+def test_a_part_uploaded_again_since_is_a_conflict_at_completion(store: UnderStore) -> None:
+    upload_id = store.create_upload("k.bin")
+    first = store.upload_part("k.bin", upload_id, 1, b"one")
+    store.upload_part("k.bin", upload_id, 1, b"other bytes")
+    with pytest.raises(Conflict, match="part 1"):
+        store.complete_upload("k.bin", upload_id, [first])
+    with pytest.raises(InvalidArgument, match="never uploaded"):
+        store.complete_upload("k.bin", upload_id, [first.__class__(2, first.etag)])
+
+
+def test_an_aborted_upload_is_gone_and_takes_no_more_parts(
+    server: WebHdfsServer, directory: str, store: UnderStore
+) -> None:
+    upload_id = store.create_upload("a.bin")
+    store.upload_part("a.bin", upload_id, 1, b"part")
+    store.abort_upload("a.bin", upload_id)
+    store.abort_upload("a.bin", upload_id)  # already gone: not an error
+    assert store.open_uploads("a.bin") == []
+    with pytest.raises(NotFound, match="completed or aborted"):
+        store.upload_part("a.bin", upload_id, 2, b"late")
+    assert not (server.root / directory / HIDDEN / upload_id).exists()
+    with pytest.raises(NotFound):
+        store.complete_upload("a.bin", upload_id, [])
+
+
+def test_upload_state_lives_in_the_store_as_a_manifest_naming_the_key(
+    server: WebHdfsServer, directory: str, store: UnderStore
+) -> None:
+    upload_id = store.create_upload("m/n.bin")
+    manifest = server.root / directory / HIDDEN / upload_id / "upload.json"
+    assert json.loads(manifest.read_text())["key"] == "m/n.bin"
+
+
+def test_copy_checks_the_source_token_and_streams_the_bytes(
+    server: WebHdfsServer, directory: str, store: UnderStore
+) -> None:
+    data = os.urandom(3_000_000)  # several of the streamed chunks
+    source = store.put("src.bin", data)
+    copied = store.copy("src.bin", "dst/copy.bin", source.etag)
+    assert copied.size == len(data)
+    assert _served(server, directory, "dst/copy.bin").read_bytes() == data
+    store.put("src.bin", b"changed")
+    with pytest.raises(Conflict):
+        store.copy("src.bin", "dst/again.bin", source.etag)
+    with pytest.raises(NotFound):
+        store.copy("missing.bin", "dst/x.bin")
+    assert store.keys_below("dst/") == ["dst/copy.bin"]
+
+
+def test_rename_moves_the_file_over_an_existing_one_in_one_step(
+    server: WebHdfsServer, directory: str, store: UnderStore
+) -> None:
+    store.put("r/old.bin", b"old")
+    moved = store.put("r/from.bin", b"moved bytes")
+    info = store.rename("r/from.bin", "s/t/to.bin")
+    assert info.size == moved.size and info.etag == moved.etag  # the same file, moved
+    store.put("r/from2.bin", b"over")
+    store.rename("r/from2.bin", "r/old.bin")
+    assert _served(server, directory, "r/old.bin").read_bytes() == b"over"
+    with pytest.raises(NotFound):
+        store.rename("r/gone.bin", "r/x.bin")
+
+
+def test_delete_ignores_missing_keys_and_keys_below_hide_the_uploads(
+    store: UnderStore,
+) -> None:
+    for key in ("k/a.bin", "k/b/c.bin", "top.bin"):
+        store.put(key, b"1")
+    store.create_upload("k/pending.bin")
+    assert store.keys_below("") == ["k/a.bin", "k/b/c.bin", "top.bin"]
+    assert store.keys_below("k/") == ["k/a.bin", "k/b/c.bin"]
+    assert HIDDEN not in store.list("").prefixes
+    store.delete(["k/a.bin", "k/never.bin", "top.bin"])
+    assert store.keys_below("") == ["k/b/c.bin"]
+
+
+def test_keys_with_dot_segments_are_refused(store: UnderStore) -> None:
+    for key in ("../escape.bin", "a/./b", "/abs", "a//b"):
+        with pytest.raises(InvalidArgument):
+            store.head(key)
+
+
+# ---- credentials ---------------------------------------------------------------------------
+
+
+def _users(server: WebHdfsServer, directory: str) -> set[str]:
+    return {r["user"] for r in server.requests() if directory in r["path"]}
+
+
+def test_the_env_source_sends_hadoop_user_name_on_every_request(
+    server: WebHdfsServer, directory: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HADOOP_USER_NAME", "trainer")
+    settings = UnderStoreSettings(credentials="env", timeout_s=5)
+    store = open_under_store(server.uri(f"{directory}/"), settings)
+    store.put("e.bin", b"env")
+    assert store.get_range("e.bin", 0, 3) == b"env"
+    assert _users(server, directory) == {"trainer"}  # namenode and datanode requests alike
+
+
+def test_the_env_source_without_hadoop_user_name_sends_no_user(
+    server: WebHdfsServer, directory: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("HADOOP_USER_NAME", raising=False)
+    store = open_under_store(server.uri(f"{directory}/"), UnderStoreSettings(credentials="env"))
+    with pytest.raises(NotFound):
+        store.head("x.bin")
+    assert _users(server, directory) == {""}
+
+
+def test_a_file_source_sends_the_user_on_its_first_line(
+    server: WebHdfsServer, directory: str, tmp_path: Path
+) -> None:
+    user_file = tmp_path / "hdfs-user"
+    user_file.write_text("etl-writer\nignored\n")
+    settings = UnderStoreSettings(credentials=f"file:{user_file}", timeout_s=5)
+    store = open_under_store(server.uri(f"{directory}/"), settings)
+    store.put("f.bin", b"file")
+    assert _users(server, directory) == {"etl-writer"}
+
+
+def test_an_unreadable_or_empty_user_file_is_refused_at_open(tmp_path: Path) -> None:
+    with pytest.raises(PermissionDenied, match="cannot read credentials file"):
+        open_under_store(
+            "webhdfs://127.0.0.1:9/d/", UnderStoreSettings(credentials=f"file:{tmp_path}/none")
+        )
+    (tmp_path / "empty").write_text("\n")
+    with pytest.raises(InvalidArgument, match="names no user"):
+        open_under_store(
+            "webhdfs://127.0.0.1:9/d/", UnderStoreSettings(credentials=f"file:{tmp_path}/empty")
+        )
+
+
+def test_a_server_that_requires_a_user_refuses_anonymous_and_never_sees_the_name_echoed(
+    tmp_path: Path,
+) -> None:
+    server = WebHdfsServer(tmp_path, "--require-user")
+    try:
+        (tmp_path / "d").mkdir()
+        with pytest.raises(PermissionDenied, match="AccessControlException"):
+            open_under_store(server.uri("d/"), _ANONYMOUS).check()
+        user_file = tmp_path / "user"
+        user_file.write_text("alice\n")
+        settings = UnderStoreSettings(credentials=f"file:{user_file}", timeout_s=5)
+        store = open_under_store(server.uri("d/"), settings)
+        store.check()
+        store.put("ok.bin", b"ok")
+        with pytest.raises(NotFound) as missing:
+            store.head("missing.bin")
+        assert "alice" not in str(missing.value) and "file:" in str(missing.value)
+    finally:
+        server.stop()
+
+
+# ---- redirects and failures ----------------------------------------------------------------
+
+
+def test_a_redirect_to_a_link_local_datanode_is_refused(tmp_path: Path) -> None:
+    server = WebHdfsServer(tmp_path, "--datanode-host", "169.254.169.254")
+    try:
+        (tmp_path / "x.bin").write_bytes(b"secret?")
+        store = open_under_store(server.uri(), _ANONYMOUS)
+        with pytest.raises(PermissionDenied, match="link-local"):
+            store.get_range("x.bin", 0, 7)
+        with pytest.raises(PermissionDenied, match="link-local"):
+            store.put("y.bin", b"y")
+        assert not any(r["node"] == "datanode" for r in server.requests())
+    finally:
+        server.stop()
+
+
+def test_an_unreachable_namenode_is_unavailable_after_bounded_attempts() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # bound, never listening: connections are refused
+        store = open_under_store(
+            f"webhdfs://127.0.0.1:{port}/d/",
+            UnderStoreSettings(credentials="anonymous", timeout_s=2, retries=2),
+        )
+        with pytest.raises(Unavailable, match="after 2 attempts"):
+            store.head("a.bin")
+        with pytest.raises(Unavailable, match="after 2 attempts"):
+            store.check()
+
+
+def test_reads_one_after_another_reuse_one_connection_to_each_node(
+    server: WebHdfsServer, directory: str, store: UnderStore
+) -> None:
+    info = store.put("k.bin", b"k" * 10_000)
+    before = server.connections()
+    for offset in range(0, 10_000, 1000):
+        assert store.get_range("k.bin", offset, 1000, info.etag) == b"k" * 1000
+    after = server.connections()
+    assert after["namenode"] <= before["namenode"] + 1
+    assert after["datanode"] <= before["datanode"] + 1
