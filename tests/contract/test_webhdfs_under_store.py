@@ -101,6 +101,10 @@ def test_a_read_with_a_stale_token_is_a_conflict_not_the_new_bytes(
         store.get_range("v.bin", 0, 3, old.etag)
     with pytest.raises(Conflict):
         store.get_range("v.bin", 10, 3, old.etag)  # past the old end: still a conflict
+    longer = store.put("w.bin", b"a longer first version")
+    store.put("w.bin", b"short")
+    with pytest.raises(Conflict):
+        store.get_range("w.bin", 10, 5, longer.etag)  # past the new end
 
 
 def test_a_missing_file_or_a_directory_is_not_found(store: UnderStore) -> None:

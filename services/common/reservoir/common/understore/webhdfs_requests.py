@@ -31,6 +31,7 @@ from reservoir.common.errors import (
     DeadlineExceeded,
     InvalidArgument,
     NotFound,
+    OutOfRange,
     PermissionDenied,
     ReservoirError,
     ResourceExhausted,
@@ -54,6 +55,7 @@ _REMOTE_ERRORS: dict[str, type[ReservoirError]] = {
     "SecurityException": PermissionDenied,
     "AuthorizationException": PermissionDenied,
     "FileAlreadyExistsException": AlreadyExists,
+    "EOFException": OutOfRange,
     "IllegalArgumentException": InvalidArgument,
     "HadoopIllegalArgumentException": InvalidArgument,
     "UnsupportedOperationException": InvalidArgument,
@@ -95,8 +97,9 @@ class _Exchange:
 
 
 def _is_loopback(host: str) -> bool:
+    addresses = _addresses(host, 0)
     try:
-        return all(ipaddress.ip_address(a).is_loopback for a in _addresses(host, 0))
+        return bool(addresses) and all(ipaddress.ip_address(a).is_loopback for a in addresses)
     except ValueError:
         return False
 
