@@ -1,5 +1,6 @@
-"""Real etcd servers for the metadata-store contract: plaintext, and TLS with client
-certificate authentication (the way `reservoir local up --secure` runs it)."""
+"""Real servers for the contracts: etcd for the metadata store (plaintext, and TLS with
+client certificate authentication, the way `reservoir local up --secure` runs it); the
+S3-compatible server and a file server for the under-stores."""
 
 from __future__ import annotations
 
@@ -8,8 +9,30 @@ from collections.abc import Iterator
 import pytest
 
 from reservoir.local import pki
+from reservoir.local.cluster import LocalCluster
 
+from ..http_files import HttpFiles
 from .etcd_servers import EtcdServer, start_etcd
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The local S3-compatible server, one process for every under-store contract."""
+    cluster = LocalCluster(state_dir=tmp_path_factory.mktemp("s3"))
+    cluster.start_s3()
+    try:
+        yield cluster.s3_endpoint
+    finally:
+        cluster.down()
+
+
+@pytest.fixture(scope="session")
+def http_files(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpFiles]:
+    server = HttpFiles(tmp_path_factory.mktemp("served"))
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture(scope="session")

@@ -10,12 +10,9 @@ import re
 import socket
 import subprocess
 import sys
-import uuid
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry
 
 from reservoir.common.errors import (
     Conflict,
@@ -25,81 +22,22 @@ from reservoir.common.errors import (
     Unavailable,
 )
 from reservoir.common.understore.mounted_stores import open_under_store
-from reservoir.common.understore.under_store import ObjectInfo, UnderStore, UnderStoreSettings
-from reservoir.common.understore.under_store_metrics import MeasuredUnderStore, UnderStoreMetrics
-from reservoir.local.cluster import DEV_CREDENTIALS, LocalCluster
+from reservoir.common.understore.under_store import UnderStore, UnderStoreSettings
 
 from ..http_files import HttpFiles
-
-Put = Callable[[str, bytes], ObjectInfo]
-
-
-@pytest.fixture(scope="module")
-def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    cluster = LocalCluster(state_dir=tmp_path_factory.mktemp("s3"))
-    cluster.start_s3()
-    try:
-        yield cluster.s3_endpoint
-    finally:
-        cluster.down()
+from .under_stores import LISTABLE, READABLE, Put, opened
 
 
-@pytest.fixture(scope="module")
-def http_files(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpFiles]:
-    server = HttpFiles(tmp_path_factory.mktemp("served"))
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-def _opened(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[UnderStore, Put]:
-    """Each backend as it is opened, and as a server opens it: every request timed (the
-    timing must change no answer and no error); and how a test puts an object there."""
-    kind, _, measured = request.param.partition("-")
-    metrics = UnderStoreMetrics(CollectorRegistry(), "contract_") if measured else None
-    if kind == "file":
-        root = tmp_path / "ufs"
-        root.mkdir()
-        ufs = open_under_store(f"file://{root}/", UnderStoreSettings(), metrics)
-        return ufs, ufs.put
-    if kind == "http":
-        server: HttpFiles = request.getfixturevalue("http_files")
-        prefix = uuid.uuid4().hex[:10]
-        settings = UnderStoreSettings(credentials="anonymous", timeout_s=5)
-        ufs = open_under_store(f"{server.url}{prefix}/", settings, metrics)
-
-        def served(key: str, data: bytes) -> ObjectInfo:
-            path = server.directory / prefix / key
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(data)
-            return ufs.head(key)
-
-        return ufs, served
-    endpoint = request.getfixturevalue("s3_endpoint")
-    os.environ.update(DEV_CREDENTIALS)
-    bucket = f"c-{uuid.uuid4().hex[:10]}"
-    settings = UnderStoreSettings(endpoint_url=endpoint, credentials="env", timeout_s=5)
-    ufs = open_under_store(f"s3://{bucket}/root", settings, metrics)
-    s3 = ufs.inner if isinstance(ufs, MeasuredUnderStore) else ufs
-    s3._s3.create_bucket(Bucket=bucket)  # type: ignore[attr-defined]
-    return ufs, ufs.put
-
-
-_READABLE = ["file", "s3", "http", "file-measured", "s3-measured", "http-measured"]
-_LISTABLE = ["file", "s3", "file-measured", "s3-measured"]
-
-
-@pytest.fixture(params=_READABLE)
+@pytest.fixture(params=READABLE)
 def readable(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[UnderStore, Put]:
     """Every store, and how to put an object in it."""
-    return _opened(request, tmp_path)
+    return opened(request, tmp_path)
 
 
-@pytest.fixture(params=_LISTABLE)
+@pytest.fixture(params=LISTABLE)
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> UnderStore:
     """Every store that lists and writes."""
-    return _opened(request, tmp_path)[0]
+    return opened(request, tmp_path)[0]
 
 
 def test_put_then_head_reports_size_and_a_stable_etag(readable: tuple[UnderStore, Put]) -> None:

@@ -15,7 +15,7 @@ def test_every_backend_scheme_is_registered_with_its_capabilities() -> None:
     capabilities = {s.name: (s.lists, s.writes) for s in registered()}
     assert capabilities == {
         "s3": (True, True),
-        "file": (True, False),
+        "file": (True, True),
         "http": (False, False),
         "https": (False, False),
     }

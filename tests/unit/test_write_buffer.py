@@ -22,7 +22,7 @@ from reservoir.client.writer import WriteSession
 from reservoir.common import config as cfg
 from reservoir.common.errors import InvalidArgument
 from reservoir.common.models import Mount, MountOptions
-from reservoir.common.understore.object_writes import Part
+from reservoir.common.understore.under_store import Part
 from reservoir.v1 import master_pb2
 from tests.eventually import eventually
 

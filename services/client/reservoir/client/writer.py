@@ -39,7 +39,7 @@ from reservoir.common.object_metadata import ObjectMetadata
 from reservoir.common.placement import block_key
 from reservoir.common.rpc import unreachable
 from reservoir.common.understore.mounted_stores import MountedStores
-from reservoir.common.understore.object_writes import MAX_PARTS, ObjectWrites, Part
+from reservoir.common.understore.under_store import Part, StoreLimits, UnderStore
 from reservoir.common.worker_calls import WorkerCalls
 from reservoir.common.write_terms import WriteTerms
 from reservoir.v1 import master_pb2
@@ -50,6 +50,10 @@ from .staged_commits import commit_staged
 from .write_buffer import HeldBytes, WriteBuffer
 
 log = logs.get_logger(__name__)
+
+# The fewest parts any store takes in one upload (S3's); the worker that uploads a part
+# checks it against its own store's limits.
+MAX_PARTS = StoreLimits().max_parts
 
 _T = TypeVar("_T")
 NO_TERMS = WriteTerms()
@@ -99,10 +103,10 @@ class Writes:
         session.start()
         return session
 
-    async def direct_store(self, mount: Mount) -> ObjectWrites:
+    async def direct_store(self, mount: Mount) -> UnderStore:
         """The mount's store as this process reaches it, with its own credentials: only
         for a cluster with no worker to upload through."""
-        return ObjectWrites.of(await self.stores.open(mount))
+        return await self.stores.open(mount)
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
@@ -131,7 +135,7 @@ class WriteSession:
         self._keepalive_s = max(0.05, reply.keepalive_ms / 1000)
         self._parts: list[Part] = []
         self._staged: dict[int, WorkerRecord] = {}  # block index -> worker holding it
-        self._direct: ObjectWrites | None = None  # when no worker takes parts
+        self._direct: UnderStore | None = None  # when no worker takes parts
         self._keeper: asyncio.Task[None] | None = None
         self._lost: ReservoirError | None = None
         self._slots = asyncio.Semaphore(self._config.write_concurrency)
@@ -279,8 +283,8 @@ class WriteSession:
             self._direct = await self._writes.direct_store(self.mount)
         store = self._direct
         if self.whole is not None:
-            etag = await self._retried("the object", store.put, self._key, data, self.whole)
-            return Part(number, etag)
+            put = await self._retried("the object", store.put, self._key, data, self.whole)
+            return Part(number, put.etag)
         return await self._retried(
             f"part {number}", store.upload_part, self._key, self._upload_id, number, data
         )

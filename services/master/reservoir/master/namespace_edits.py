@@ -111,14 +111,19 @@ class NamespaceEdits:
         writes = await self._writes.writes_of(mount)
         sync = self._writes.sync
         old_key, new_key = _key(mount, source), _key(mount, destination)
-        try:
-            # The version the workers cache, or nothing: then its blocks are the copy's.
-            info = await sync.ufs(writes.copy, old_key, new_key, inode.etag)
-            same_bytes = bool(inode.etag)
-        except Conflict:
-            info = await sync.ufs(writes.copy, old_key, new_key)  # changed in the store
-            same_bytes = False
-        await sync.ufs(writes.delete, [old_key])
+        if writes.limits().renames:
+            # Moved in place: the bytes are the cached ones when the change token is.
+            info = await sync.ufs(writes.rename, old_key, new_key)
+            same_bytes = bool(inode.etag) and info.etag == inode.etag
+        else:
+            try:
+                # The version the workers cache, or nothing: then its blocks are the copy's.
+                info = await sync.ufs(writes.copy, old_key, new_key, inode.etag)
+                same_bytes = bool(inode.etag)
+            except Conflict:
+                info = await sync.ufs(writes.copy, old_key, new_key)  # changed in the store
+                same_bytes = False
+            await sync.ufs(writes.delete, [old_key])
         ufs = await sync.under_store(mount)
         moved = sync.file_inode(mount, ufs, destination, info)
         if same_bytes:  # the store's copy keeps the object's metadata; so does the inode

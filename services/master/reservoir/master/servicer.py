@@ -13,7 +13,7 @@ from reservoir.common.errors import InvalidArgument, ReservoirError, code_value
 from reservoir.common.models import Inode, Mount, MountOptions
 from reservoir.common.object_metadata import ObjectMetadata
 from reservoir.common.rpc import translate_errors, translate_stream_errors
-from reservoir.common.understore.object_writes import Part
+from reservoir.common.understore.under_store import Part
 from reservoir.common.write_terms import WriteTerms
 from reservoir.v1 import common_pb2, master_pb2, master_pb2_grpc
 

@@ -22,7 +22,7 @@ from reservoir.common.errors import (
     Unavailable,
 )
 from reservoir.common.models import MountOptions
-from reservoir.common.understore.s3_under_store import aws_session
+from reservoir.common.understore.s3_credentials import aws_session
 
 _AWS_HOST = re.compile(r"^sqs[.-]([a-z0-9-]+)\.amazonaws\.com")
 

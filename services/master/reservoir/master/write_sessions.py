@@ -33,7 +33,7 @@ from reservoir.common.errors import (
 from reservoir.common.metadata.metadata_store import MetadataStore
 from reservoir.common.metadata.write_records import WRITES, WriteRecord, write_key
 from reservoir.common.models import Inode, Mount
-from reservoir.common.understore.object_writes import ObjectWrites, Part
+from reservoir.common.understore.under_store import Part, UnderStore
 from reservoir.common.write_terms import WriteTerms
 
 from .metadata_sync import NamespaceSync, dir_inode, now_ms
@@ -103,8 +103,10 @@ class WriteSessions:
     def timeout_ms(self) -> int:
         return int(self._config.write_abort_timeout_s * 1000)
 
-    async def writes_of(self, mount: Mount) -> ObjectWrites:
-        return ObjectWrites.of(await self.sync.under_store(mount))
+    async def writes_of(self, mount: Mount) -> UnderStore:
+        """The mount's store, to write (the mount table lets only stores that write be
+        mounted writable)."""
+        return await self.sync.under_store(mount)
 
     # ---- a write's life ---------------------------------------------------------------
 
@@ -240,7 +242,7 @@ class WriteSessions:
         log.info("write_published", path=record.path, size=size, etag=inode.etag, write=write_id)
         return inode
 
-    async def _drop_markers(self, mount: Mount, key: str, writes: ObjectWrites) -> None:
+    async def _drop_markers(self, mount: Mount, key: str, writes: UnderStore) -> None:
         """Deletes the empty directory objects this master made above a file just
         published: the file keeps its directories in S3 now."""
         parts = key.split("/")[:-1]

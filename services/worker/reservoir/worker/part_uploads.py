@@ -22,7 +22,6 @@ from reservoir.common.blocks.staged_block_wire import StagedBlock
 from reservoir.common.errors import DataLoss, InvalidArgument, NotFound
 from reservoir.common.metadata.metadata_store import MetadataStore
 from reservoir.common.metadata.write_records import WriteRecord, write_key
-from reservoir.common.understore.object_writes import MAX_PARTS, ObjectWrites
 
 from .written_blocks import WrittenBlocks
 
@@ -45,7 +44,7 @@ class PartUploads:
 
     async def upload(self, part: StagedBlock) -> tuple[str, int]:
         """Stages the part's blocks here and uploads it; (the store's ETag, blocks staged)."""
-        if not 1 <= part.number <= MAX_PARTS or part.block_size < 1 or part.index < 0:
+        if part.number < 1 or part.block_size < 1 or part.index < 0:
             raise InvalidArgument("a part's number, first block or block size is out of range")
         if checksum(part.data) != part.crc32c:
             raise DataLoss(f"part {part.number} of write {part.write_id}: checksum mismatch")
@@ -53,7 +52,10 @@ class PartUploads:
         if record.whole and part.number != 1:
             raise InvalidArgument(f"write {part.write_id} is one PUT: it has no part {part.number}")
         ufs = await self._service.write_store(record.mount_path)
-        writes = ObjectWrites.of(ufs)
+        if part.number > ufs.limits().max_parts:
+            raise InvalidArgument(
+                f"part {part.number}: {ufs.uri} takes at most {ufs.limits().max_parts} parts"
+            )
         staged = 0
         for n, start in enumerate(range(0, len(part.data), part.block_size)):
             block = part.data[start : start + part.block_size]
@@ -63,10 +65,11 @@ class PartUploads:
         loop = asyncio.get_running_loop()
         if record.whole:
             metadata = record.object_metadata
-            etag = await loop.run_in_executor(self._pool, writes.put, record.key, data, metadata)
+            put = await loop.run_in_executor(self._pool, ufs.put, record.key, data, metadata)
+            etag = put.etag
         else:
             uploaded = await loop.run_in_executor(
-                self._pool, writes.upload_part, record.key, record.upload_id, part.number, data
+                self._pool, ufs.upload_part, record.key, record.upload_id, part.number, data
             )
             etag = uploaded.etag
         log.debug("part_uploaded", path=record.path, part=part.number, bytes=len(data))

@@ -227,9 +227,6 @@ class HttpUnderStore(UnderStore):
 
         return self._attempts(what, once)
 
-    def put(self, key: str, data: bytes) -> ObjectInfo:
-        raise PermissionDenied(f"put {self.uri_of(key)}: http(s) mounts are read-only")
-
     def check(self) -> None:
         """Reachable is enough: a server may refuse (403, 404) a HEAD of the prefix itself,
         which has no listing to show."""

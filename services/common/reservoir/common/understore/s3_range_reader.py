@@ -17,21 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from reservoir.common import logs
-from reservoir.common.errors import (
-    Conflict,
-    NotFound,
-    OutOfRange,
-    PermissionDenied,
-    ReservoirError,
-    SlowDown,
-    Unavailable,
-)
+from reservoir.common.errors import PermissionDenied, Unavailable
+from reservoir.common.understore.store_errors import StorePlace, error_for_obstore, first_line
 from reservoir.common.understore.under_store import UnderStoreSettings
 
 if TYPE_CHECKING:
@@ -42,10 +34,6 @@ log = logs.get_logger(__name__)
 # How long obstore keeps a credential it was handed before asking the session again;
 # boto3's refreshable credentials renew themselves well before they expire.
 _CREDENTIAL_TTL = timedelta(minutes=5)
-
-
-_RANGE_NOT_SATISFIABLE = re.compile(r"\bstatus(?: code)?: 416\b")
-_SLOW_DOWN = re.compile(r"\bstatus(?: code)?: 503\b|\bSlowDown\b")
 
 
 class _TruncatedBody(Exception):
@@ -77,18 +65,15 @@ class S3RangeReader:
         prefix: str,
         settings: UnderStoreSettings,
         session: Any,
-        *,
-        endpoint: str,
-        credential_source: str,
+        place: StorePlace,
     ) -> None:
         """`session`: the boto3 session whose credentials sign the requests (None when
-        anonymous). `endpoint`, `credential_source`: how errors name them."""
+        anonymous). `place`: how errors name the store."""
         self._bucket = bucket
         self._prefix = prefix
         self._settings = settings
         self._session = session
-        self._endpoint = endpoint
-        self._credential_source = credential_source
+        self._place = place
         self._store: S3Store | None = None
 
     def _open(self) -> S3Store:
@@ -104,8 +89,8 @@ class S3RangeReader:
             credentials = self._session.get_credentials()
             if credentials is None:
                 raise PermissionDenied(
-                    f"no credentials found for the under-store at {self._endpoint} "
-                    f"(credential source {self._credential_source!r}: this process has no "
+                    f"no credentials found for {self._place.where} "
+                    f"(credential source {self._place.credentials!r}: this process has no "
                     "AWS credentials to use)"
                 )
             provider = _SessionCredentials(credentials)
@@ -170,7 +155,7 @@ class S3RangeReader:
             try:
                 result = await obstore.get_async(store, key, options=options)  # type: ignore[arg-type]
             except Exception as exc:
-                raise self._error(exc, what) from exc
+                raise error_for_obstore(self._place, what, exc) from exc
             try:
                 data = memoryview(await result.bytes_async())
                 expected = max(0, min(length, result.meta["size"] - offset))
@@ -180,8 +165,8 @@ class S3RangeReader:
             except Exception as exc:  # everything after the headers is the body breaking off
                 if attempt == retry.attempts:
                     raise Unavailable(
-                        f"{what}: the body from {self._endpoint} broke off "
-                        f"{attempt + 1} times ({type(exc).__name__}: {_first_line(exc)})"
+                        f"{what}: the body from {self._place.endpoint} broke off "
+                        f"{attempt + 1} times ({type(exc).__name__}: {first_line(exc)})"
                     ) from exc
                 delay = retry.delay_s(attempt)
                 log.info(
@@ -191,41 +176,7 @@ class S3RangeReader:
                     length=length,
                     attempt=attempt + 1,
                     delay_s=round(delay, 3),
-                    error=f"{type(exc).__name__}: {_first_line(exc)}",
+                    error=f"{type(exc).__name__}: {first_line(exc)}",
                 )
                 await asyncio.sleep(delay)
         raise AssertionError("unreachable")
-
-    def _error(self, exc: Exception, what: str) -> ReservoirError:
-        """The domain error for an obstore failure (the same table as boto3's)."""
-        from obstore import exceptions as ox
-
-        if isinstance(exc, ReservoirError):
-            return exc
-        where = f"the under-store at {self._endpoint}"
-        message = str(exc)
-        if isinstance(exc, ox.NotFoundError | FileNotFoundError):
-            return NotFound(f"{what}: not found in {where}")
-        if isinstance(exc, ox.PermissionDeniedError | ox.UnauthenticatedError | PermissionError):
-            return PermissionDenied(
-                f"{what}: access denied by {where} (credential source {self._credential_source!r})"
-            )
-        if isinstance(exc, ox.PreconditionError):
-            return Conflict(f"{what}: the object changed (ETag mismatch)")
-        # The status alone: the message also holds the elapsed time and the server's
-        # error body (request and host ids), where any "416" may stand.
-        if _RANGE_NOT_SATISFIABLE.search(message):
-            return OutOfRange(f"{what}: range not satisfiable")
-        if _SLOW_DOWN.search(message):
-            return SlowDown(f"{what}: {where} asks to slow down ({_first_line(exc)})")
-        if "error sending request" in message or "connect" in message.lower():
-            return Unavailable(
-                f"{what}: cannot connect to the under-store endpoint {self._endpoint} "
-                f"({_first_line(exc)})"
-            )
-        return Unavailable(f"{what}: {where}: {type(exc).__name__}: {_first_line(exc)}")
-
-
-def _first_line(exc: BaseException) -> str:
-    """obstore's messages carry a multi-line debug dump: the first line says what failed."""
-    return str(exc).strip().splitlines()[0] if str(exc).strip() else ""

@@ -8,35 +8,38 @@ endpoint, the credential source.
 
 from __future__ import annotations
 
-import configparser
 import datetime
 import http.client
 import os
 import re
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from reservoir.common import logs
 from reservoir.common.errors import (
-    Conflict,
     InvalidArgument,
-    NotFound,
-    OutOfRange,
     PermissionDenied,
     ReservoirError,
-    SlowDown,
     Unavailable,
 )
+from reservoir.common.object_metadata import ObjectMetadata
 from reservoir.common.redaction import install as redact_sdk_logs
+from reservoir.common.understore.s3_credentials import aws_session
 from reservoir.common.understore.s3_range_reader import S3RangeReader
+from reservoir.common.understore.s3_writes import S3Writes
+from reservoir.common.understore.store_errors import StorePlace, error_for_status
 from reservoir.common.understore.under_store import (
+    NO_METADATA,
     BodyRetry,
+    Keys,
     Listing,
     ObjectInfo,
     ObjectPage,
+    Part,
+    Parts,
+    StoreLimits,
     UnderStore,
     UnderStoreSettings,
 )
@@ -92,57 +95,6 @@ def _timestamp(value: str | int | float) -> datetime.datetime:
     return DEFAULT_TIMESTAMP_PARSER(value)  # type: ignore[no-any-return,arg-type]
 
 
-def _read_credentials_file(path: str) -> tuple[str, str, str | None]:
-    """An AWS shared-credentials style file (a Kubernetes Secret mounted as a file)."""
-    parser = configparser.ConfigParser()
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise PermissionDenied(f"cannot read credentials file {path}: {exc.strerror}") from exc
-    if not text.lstrip().startswith("["):
-        text = "[default]\n" + text
-    try:
-        parser.read_string(text)
-    except configparser.Error as exc:
-        # The parser's message quotes the offending line: never echo a file's content.
-        raise InvalidArgument(
-            f"credentials file {path} is not an AWS credentials file ({type(exc).__name__})"
-        ) from None
-    if not parser.sections():
-        raise InvalidArgument(f"credentials file {path} has no section")
-    section = parser["default"] if parser.has_section("default") else parser[parser.sections()[0]]
-    try:
-        return (
-            section["aws_access_key_id"],
-            section["aws_secret_access_key"],
-            section.get("aws_session_token"),
-        )
-    except KeyError as exc:
-        raise InvalidArgument(f"credentials file {path} lacks {exc.args[0]}") from exc
-
-
-def aws_session(source: str) -> tuple[Any, bool]:
-    """The boto3 session holding the credentials a mount's credential source names (what
-    its S3 clients, and its event queue's, sign with); True when requests go unsigned
-    (anonymous)."""
-    import boto3
-
-    redact_sdk_logs()
-    session_args: dict[str, Any] = {}
-    if source.startswith("file:"):
-        key, secret, token = _read_credentials_file(source[len("file:") :])
-        session_args = {
-            "aws_access_key_id": key,
-            "aws_secret_access_key": secret,
-            "aws_session_token": token,
-        }
-    elif source not in ("", "env", "anonymous"):
-        raise InvalidArgument(
-            f"unknown credential source {source!r} (env, anonymous or file:/path)"
-        )
-    return boto3.session.Session(**session_args), source == "anonymous"
-
-
 class S3UnderStore(UnderStore):
     def __init__(self, uri: str, settings: UnderStoreSettings, client: Any = None) -> None:
         """`client`: a ready boto3 S3 client (tests); by default one is built from settings."""
@@ -158,6 +110,7 @@ class S3UnderStore(UnderStore):
         self.prefix = prefix
         self.endpoint = settings.endpoint_url or "the default AWS endpoint"
         self.credentials = settings.credentials or "env"
+        self._place = StorePlace(self.endpoint, self.credentials)
         self._body_retry: BodyRetry = settings.body_retry
         if client is not None:
             self._s3 = client
@@ -166,13 +119,9 @@ class S3UnderStore(UnderStore):
             session, anonymous = self._session(settings)
             self._s3 = self._client(settings, session, anonymous)
             self._ranges = S3RangeReader(
-                bucket,
-                prefix,
-                settings,
-                None if anonymous else session,
-                endpoint=self.endpoint,
-                credential_source=self.credentials,
+                bucket, prefix, settings, None if anonymous else session, self._place
             )
+        self._writes = S3Writes(self, self._s3)
 
     @staticmethod
     def _session(settings: UnderStoreSettings) -> tuple[Any, bool]:
@@ -208,28 +157,17 @@ class S3UnderStore(UnderStore):
         return client
 
     def _error(self, exc: Exception, what: str) -> ReservoirError:
-        """The domain error for a boto3 failure, naming the endpoint and credential source."""
+        """The domain error for a boto3 failure (the one table, `store_errors`)."""
         import botocore.exceptions as bce
 
-        where = f"the under-store at {self.endpoint}"
         if isinstance(exc, bce.ClientError):
             error = exc.response.get("Error", {})
             code = str(error.get("Code", ""))
             status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
-            if code in ("NoSuchKey", "NoSuchBucket", "404", "NotFound") or status == 404:
-                return NotFound(f"{what}: not found in {where}")
-            if code in ("AccessDenied", "403", "Forbidden", "InvalidAccessKeyId") or status == 403:
-                return PermissionDenied(
-                    f"{what}: access denied by {where} ({code or status}; "
-                    f"credential source {self.credentials!r})"
-                )
-            if code in ("PreconditionFailed", "412") or status == 412:
-                return Conflict(f"{what}: the object changed (ETag mismatch)")
-            if code == "InvalidRange" or status == 416:
-                return OutOfRange(f"{what}: range not satisfiable")
-            if code in ("SlowDown", "503", "Throttling") or status == 503:
-                return SlowDown(f"{what}: {where} answered {code or status} (slow down)")
-            return Unavailable(f"{what}: {where} answered {code or status}")
+            if code.isdigit() and not status:
+                status = int(code)
+            return error_for_status(self._place, what, status, code)
+        where = self._place.where
         if isinstance(exc, bce.NoCredentialsError):
             return PermissionDenied(
                 f"{what}: no credentials found for {where} (credential source "
@@ -243,8 +181,6 @@ class S3UnderStore(UnderStore):
             )
         if isinstance(exc, bce.ReadTimeoutError):
             return Unavailable(f"{what}: {where} did not answer in time")
-        if isinstance(exc, bce.BotoCoreError):
-            return Unavailable(f"{what}: {where}: {type(exc).__name__}: {exc}")
         return Unavailable(f"{what}: {where}: {type(exc).__name__}: {exc}")
 
     def head(self, key: str) -> ObjectInfo:
@@ -378,12 +314,36 @@ class S3UnderStore(UnderStore):
             raise TruncatedBody(f"{len(data)} of {expected} bytes")
         return data
 
-    def put(self, key: str, data: bytes) -> ObjectInfo:
-        try:
-            self._s3.put_object(Bucket=self.bucket, Key=self.prefix + key, Body=data)
-        except Exception as exc:
-            raise self._error(exc, f"put {self.uri_of(key)}") from exc
-        return self.head(key)
+    # ---- writes (`s3_writes.py`) --------------------------------------------------------
+
+    def limits(self) -> StoreLimits:
+        return StoreLimits(writes=True)
+
+    def put(self, key: str, data: bytes, metadata: ObjectMetadata = NO_METADATA) -> ObjectInfo:
+        return self._writes.put(key, data, metadata)
+
+    def create_upload(self, key: str, metadata: ObjectMetadata = NO_METADATA) -> str:
+        return self._writes.create_upload(key, metadata)
+
+    def upload_part(self, key: str, upload_id: str, number: int, data: bytes) -> Part:
+        return self._writes.upload_part(key, upload_id, number, data)
+
+    def complete_upload(
+        self, key: str, upload_id: str, parts: Parts, metadata: ObjectMetadata = NO_METADATA
+    ) -> ObjectInfo:
+        return self._writes.complete_upload(key, upload_id, parts, metadata)
+
+    def abort_upload(self, key: str, upload_id: str) -> None:
+        self._writes.abort_upload(key, upload_id)
+
+    def open_uploads(self, key: str) -> Keys:
+        return self._writes.open_uploads(key)
+
+    def copy(self, source: str, destination: str, if_match: str = "") -> ObjectInfo:
+        return self._writes.copy(source, destination, if_match)
+
+    def delete(self, keys: Keys) -> None:
+        self._writes.delete(keys)
 
     def check(self) -> None:
         try:

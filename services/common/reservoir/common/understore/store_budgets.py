@@ -17,13 +17,7 @@ from reservoir.common.config import UnderStoreCalls
 from reservoir.common.errors import SlowDown, Unavailable
 from reservoir.common.models import Mount
 from reservoir.common.understore.budget_gate import BudgetGate, BudgetShare
-from reservoir.common.understore.under_store import (
-    BodyRetry,
-    Listing,
-    ObjectInfo,
-    ObjectPage,
-    UnderStore,
-)
+from reservoir.common.understore.under_store import BodyRetry, ForwardingUnderStore, UnderStore
 
 log = logs.get_logger(__name__)
 
@@ -70,14 +64,13 @@ class StoreBudgets:
         return iter(list(self._gates.values()))
 
 
-class BoundedUnderStore(UnderStore):
+class BoundedUnderStore(ForwardingUnderStore):
     """An under-store whose awaited GETs hold one of a process's `slots` while they run
     (its connections). Inside any budget gate: a GET waiting for its budget holds no
     slot, so a preload held back by its lane never holds one a foreground read needs."""
 
     def __init__(self, inner: UnderStore, slots: asyncio.Semaphore) -> None:
-        self.inner = inner
-        self.uri = inner.uri
+        super().__init__(inner)
         self._slots = slots
 
     async def get_range_async(
@@ -86,37 +79,14 @@ class BoundedUnderStore(UnderStore):
         async with self._slots:
             return await self.inner.get_range_async(key, offset, length, etag)
 
-    def get_range(self, key: str, offset: int, length: int, etag: str = "") -> bytes:
-        return self.inner.get_range(key, offset, length, etag)
 
-    def head(self, key: str) -> ObjectInfo:
-        return self.inner.head(key)
-
-    def list(self, prefix: str, limit: int | None = None) -> Listing:
-        return self.inner.list(prefix, limit)
-
-    def walk(self, prefix: str) -> Iterator[ObjectPage]:
-        return self.inner.walk(prefix)
-
-    def put(self, key: str, data: bytes) -> ObjectInfo:
-        return self.inner.put(key, data)
-
-    def check(self) -> None:
-        self.inner.check()
-
-    def uri_of(self, key: str) -> str:
-        return self.inner.uri_of(key)
-
-    def key_of(self, uri: str) -> str:
-        return self.inner.key_of(uri)
-
-
-class BudgetedUnderStore(UnderStore):
-    """An under-store whose GETs are admitted by a budget gate; everything else passes."""
+class BudgetedUnderStore(ForwardingUnderStore):
+    """An under-store whose awaited GETs are admitted by a budget gate; everything else
+    passes (blocking callers, none on a worker's fetch path, too: the gate lives on the
+    event loop)."""
 
     def __init__(self, inner: UnderStore, gate: BudgetGate, calls: UnderStoreCalls) -> None:
-        self.inner = inner
-        self.uri = inner.uri
+        super().__init__(inner)
         self.gate = gate
         self._retries = calls.slowdown_retries
         self._backoff = BodyRetry(
@@ -147,29 +117,3 @@ class BudgetedUnderStore(UnderStore):
                 if not slowdown:  # the gate paces SlowDowns; other failures back off
                     await asyncio.sleep(self._backoff.delay_s(attempt))
         raise AssertionError("unreachable")
-
-    def get_range(self, key: str, offset: int, length: int, etag: str = "") -> bytes:
-        # Blocking callers (none on a worker's fetch path) are not admitted: the gate
-        # lives on the event loop.
-        return self.inner.get_range(key, offset, length, etag)
-
-    def head(self, key: str) -> ObjectInfo:
-        return self.inner.head(key)
-
-    def list(self, prefix: str, limit: int | None = None) -> Listing:
-        return self.inner.list(prefix, limit)
-
-    def walk(self, prefix: str) -> Iterator[ObjectPage]:
-        return self.inner.walk(prefix)
-
-    def put(self, key: str, data: bytes) -> ObjectInfo:
-        return self.inner.put(key, data)
-
-    def check(self) -> None:
-        self.inner.check()
-
-    def uri_of(self, key: str) -> str:
-        return self.inner.uri_of(key)
-
-    def key_of(self, uri: str) -> str:
-        return self.inner.key_of(uri)

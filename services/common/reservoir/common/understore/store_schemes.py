@@ -96,7 +96,7 @@ register(
         "s3", "s3://bucket/prefix", _open_s3, writes=True, default_endpoint="s3.amazonaws.com:443"
     )
 )
-register(StoreScheme("file", "file:///dir", _open_file))
+register(StoreScheme("file", "file:///dir", _open_file, writes=True))
 register(StoreScheme("http", "http://host/prefix/", _open_http, lists=False, endpoint_in_uri=True))
 register(
     StoreScheme("https", "https://host/prefix/", _open_http, lists=False, endpoint_in_uri=True)

@@ -1,10 +1,11 @@
-"""Under-stores: where the data really lives. Backends are chosen by the mount's URI.
+"""Under-stores: where the data really lives. One interface for every backend: reads
+(stat with a change token, one level of a listing, ranged reads), writes (whole objects,
+multipart uploads whose parts any process may send, copies, deletes) and `limits()`.
 
-`s3://bucket/prefix/` (S3 and S3-compatible stores through boto3, `s3_under_store.py`, whose
-awaited ranged GETs go through obstore, `s3_range_reader.py`) and
-`file:///dir/` (a local or network file system, `local_under_store.py`). Keys passed to a
-store are relative to the mount's root. Both pass tests/contract. `mounted_stores.py`
-opens them per mount.
+Backends register their URI schemes in `store_schemes.py` (the one place a scheme is
+spelled); `mounted_stores.py` opens them per mount. Keys passed to a store are relative to
+the mount's root. Every backend passes the one contract suite (tests/contract). A store
+that cannot write keeps the defaults here, which refuse.
 """
 
 from __future__ import annotations
@@ -15,7 +16,11 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from reservoir.common.errors import InvalidArgument
+from reservoir.common.errors import InvalidArgument, ReadOnly
+from reservoir.common.object_metadata import ObjectMetadata
+
+NO_METADATA = ObjectMetadata()
+MiB = 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,9 +39,33 @@ class Listing:
     complete: bool = True
 
 
+@dataclass(frozen=True, slots=True)
+class Part:
+    """One uploaded part of a multipart upload, as its completion names it."""
+
+    number: int  # 1-based
+    etag: str
+
+
+@dataclass(frozen=True, slots=True)
+class StoreLimits:
+    """What a store's writes may be: S3's multipart rules by default (the strictest of
+    the stores), no writes at all unless the store says so."""
+
+    writes: bool = False
+    min_part_size: int = 5 * MiB  # every part of an upload but the last
+    max_part_size: int = 5 * 1024 * MiB
+    max_parts: int = 10_000
+    # The store moves an object in place, atomically (a file system): a rename is one
+    # call, not a copy of every byte and a delete.
+    renames: bool = False
+
+
 # A page of a flat listing (`UnderStore.walk`); named here because inside the store
 # classes `list` is their own method.
 ObjectPage = list[ObjectInfo]
+Parts = list[Part]
+Keys = list[str]
 _Items = list[tuple[bytes, ObjectInfo | str]]
 
 
@@ -117,11 +146,65 @@ class UnderStore(abc.ABC):
         return await asyncio.to_thread(self.get_range, key, offset, length, etag)
 
     @abc.abstractmethod
-    def put(self, key: str, data: bytes) -> ObjectInfo: ...
-
-    @abc.abstractmethod
     def check(self) -> None:
         """Raises a clear error when the store cannot be reached or read."""
+
+    # ---- writes: refused unless the store takes them (`limits().writes`) -------------
+
+    def limits(self) -> StoreLimits:
+        return StoreLimits()
+
+    def _read_only(self) -> ReadOnly:
+        scheme = self.uri.split(":", 1)[0]
+        return ReadOnly(f"{self.uri}: read-only: a {scheme}:// mount cannot be written")
+
+    def put(self, key: str, data: bytes, metadata: ObjectMetadata = NO_METADATA) -> ObjectInfo:
+        """The whole object in one request; it replaces any object of that key at once."""
+        raise self._read_only()
+
+    def create_upload(self, key: str, metadata: ObjectMetadata = NO_METADATA) -> str:
+        """A multipart upload to `key`, its id. Its state lives in the store: any process
+        may upload its parts, another complete or abort it."""
+        raise self._read_only()
+
+    def upload_part(self, key: str, upload_id: str, number: int, data: bytes) -> Part:
+        raise self._read_only()
+
+    def complete_upload(
+        self, key: str, upload_id: str, parts: Parts, metadata: ObjectMetadata = NO_METADATA
+    ) -> ObjectInfo:
+        """Publishes the parts as the object, atomically (a reader sees the old object or
+        the whole new one); the object as the store has it now. `parts` empty: an empty
+        object. `metadata`: what the upload was created with."""
+        raise self._read_only()
+
+    def abort_upload(self, key: str, upload_id: str) -> None:
+        """Drops the upload and its parts; one already gone is not an error."""
+        raise self._read_only()
+
+    def open_uploads(self, key: str) -> Keys:
+        """The ids of the uploads to `key` neither completed nor aborted."""
+        raise self._read_only()
+
+    def copy(self, source: str, destination: str, if_match: str = "") -> ObjectInfo:
+        """A copy inside the store; with `if_match`, only of the source with that change
+        token (Conflict when it has another)."""
+        raise self._read_only()
+
+    def rename(self, source: str, destination: str) -> ObjectInfo:
+        """Moves the object in place, replacing any at `destination` (`limits().renames`;
+        a store without it is copied and deleted by the caller, who knows what to check)."""
+        if self.limits().writes:
+            raise InvalidArgument(f"{self.uri}: the store cannot rename an object in place")
+        raise self._read_only()
+
+    def delete(self, keys: Keys) -> None:
+        """Deletes the objects; a missing one is not an error."""
+        raise self._read_only()
+
+    def keys_below(self, prefix: str) -> Keys:
+        """Every object key below `prefix` ('' is the root, else it ends with '/')."""
+        return [o.key for page in self.walk(prefix) for o in page]
 
     def uri_of(self, key: str) -> str:
         return self.uri + key
@@ -130,3 +213,74 @@ class UnderStore(abc.ABC):
         if not uri.startswith(self.uri):
             raise InvalidArgument(f"{uri!r} is not under {self.uri!r}")
         return uri[len(self.uri) :]
+
+
+class ForwardingUnderStore(UnderStore):
+    """A decorator's base: every call goes to `inner`; a decorator overrides the calls it
+    changes (times, bounds, admits) and nothing else, so a method added to the interface
+    can never be missed by one of them."""
+
+    def __init__(self, inner: UnderStore) -> None:
+        self.inner = inner
+        self.uri = inner.uri
+
+    def head(self, key: str) -> ObjectInfo:
+        return self.inner.head(key)
+
+    def list(self, prefix: str, limit: int | None = None) -> Listing:
+        return self.inner.list(prefix, limit)
+
+    def walk(self, prefix: str) -> Iterator[ObjectPage]:
+        return self.inner.walk(prefix)
+
+    def get_range(self, key: str, offset: int, length: int, etag: str = "") -> bytes:
+        return self.inner.get_range(key, offset, length, etag)
+
+    async def get_range_async(
+        self, key: str, offset: int, length: int, etag: str = ""
+    ) -> bytes | memoryview:
+        return await self.inner.get_range_async(key, offset, length, etag)
+
+    def check(self) -> None:
+        self.inner.check()
+
+    def limits(self) -> StoreLimits:
+        return self.inner.limits()
+
+    def put(self, key: str, data: bytes, metadata: ObjectMetadata = NO_METADATA) -> ObjectInfo:
+        return self.inner.put(key, data, metadata)
+
+    def create_upload(self, key: str, metadata: ObjectMetadata = NO_METADATA) -> str:
+        return self.inner.create_upload(key, metadata)
+
+    def upload_part(self, key: str, upload_id: str, number: int, data: bytes) -> Part:
+        return self.inner.upload_part(key, upload_id, number, data)
+
+    def complete_upload(
+        self, key: str, upload_id: str, parts: Parts, metadata: ObjectMetadata = NO_METADATA
+    ) -> ObjectInfo:
+        return self.inner.complete_upload(key, upload_id, parts, metadata)
+
+    def abort_upload(self, key: str, upload_id: str) -> None:
+        self.inner.abort_upload(key, upload_id)
+
+    def open_uploads(self, key: str) -> Keys:
+        return self.inner.open_uploads(key)
+
+    def copy(self, source: str, destination: str, if_match: str = "") -> ObjectInfo:
+        return self.inner.copy(source, destination, if_match)
+
+    def rename(self, source: str, destination: str) -> ObjectInfo:
+        return self.inner.rename(source, destination)
+
+    def delete(self, keys: Keys) -> None:
+        self.inner.delete(keys)
+
+    def keys_below(self, prefix: str) -> Keys:
+        return self.inner.keys_below(prefix)
+
+    def uri_of(self, key: str) -> str:
+        return self.inner.uri_of(key)
+
+    def key_of(self, uri: str) -> str:
+        return self.inner.key_of(uri)

@@ -19,8 +19,19 @@ from urllib.parse import urlsplit
 from prometheus_client import CollectorRegistry, Histogram
 
 from reservoir.common.errors import ReservoirError
+from reservoir.common.object_metadata import ObjectMetadata
 from reservoir.common.serving.rpc_metrics import LATENCY_BUCKETS_S
-from reservoir.common.understore.under_store import Listing, ObjectInfo, ObjectPage, UnderStore
+from reservoir.common.understore.under_store import (
+    NO_METADATA,
+    ForwardingUnderStore,
+    Keys,
+    Listing,
+    ObjectInfo,
+    ObjectPage,
+    Part,
+    Parts,
+    UnderStore,
+)
 
 OK = "ok"
 
@@ -43,8 +54,8 @@ class UnderStoreMetrics:
     def __init__(self, registry: CollectorRegistry, prefix: str) -> None:
         self.seconds = Histogram(
             prefix + "ufs_request_seconds",
-            "Under-store (S3) requests by operation (get, head, list, put, check), the store's "
-            "scheme (s3, file) and outcome (ok, or the error's kind), and how long each took.",
+            "Under-store requests by operation (get, head, list, put, check, the upload, copy, "
+            "rename and delete calls), the store's scheme (s3, file, ...) and outcome (ok, or the error's kind), and how long each took.",
             ["operation", "scheme", "outcome"],
             buckets=LATENCY_BUCKETS_S,
             registry=registry,
@@ -68,12 +79,11 @@ class UnderStoreMetrics:
             self.seconds.labels(operation, scheme, outcome).observe(elapsed)
 
 
-class MeasuredUnderStore(UnderStore):
+class MeasuredUnderStore(ForwardingUnderStore):
     """An under-store whose every request is timed; answers and errors pass unchanged."""
 
     def __init__(self, inner: UnderStore, metrics: UnderStoreMetrics) -> None:
-        self.inner = inner
-        self.uri = inner.uri
+        super().__init__(inner)
         self._scheme = urlsplit(inner.uri).scheme
         self._metrics = metrics
 
@@ -104,16 +114,40 @@ class MeasuredUnderStore(UnderStore):
         with self._metrics.timing("get", self._scheme):
             return await self.inner.get_range_async(key, offset, length, etag)
 
-    def put(self, key: str, data: bytes) -> ObjectInfo:
-        with self._metrics.timing("put", self._scheme):
-            return self.inner.put(key, data)
-
     def check(self) -> None:
         with self._metrics.timing("check", self._scheme):
             self.inner.check()
 
-    def uri_of(self, key: str) -> str:
-        return self.inner.uri_of(key)
+    def put(self, key: str, data: bytes, metadata: ObjectMetadata = NO_METADATA) -> ObjectInfo:
+        with self._metrics.timing("put", self._scheme):
+            return self.inner.put(key, data, metadata)
 
-    def key_of(self, uri: str) -> str:
-        return self.inner.key_of(uri)
+    def create_upload(self, key: str, metadata: ObjectMetadata = NO_METADATA) -> str:
+        with self._metrics.timing("create_upload", self._scheme):
+            return self.inner.create_upload(key, metadata)
+
+    def upload_part(self, key: str, upload_id: str, number: int, data: bytes) -> Part:
+        with self._metrics.timing("upload_part", self._scheme):
+            return self.inner.upload_part(key, upload_id, number, data)
+
+    def complete_upload(
+        self, key: str, upload_id: str, parts: Parts, metadata: ObjectMetadata = NO_METADATA
+    ) -> ObjectInfo:
+        with self._metrics.timing("complete_upload", self._scheme):
+            return self.inner.complete_upload(key, upload_id, parts, metadata)
+
+    def abort_upload(self, key: str, upload_id: str) -> None:
+        with self._metrics.timing("abort_upload", self._scheme):
+            self.inner.abort_upload(key, upload_id)
+
+    def copy(self, source: str, destination: str, if_match: str = "") -> ObjectInfo:
+        with self._metrics.timing("copy", self._scheme):
+            return self.inner.copy(source, destination, if_match)
+
+    def rename(self, source: str, destination: str) -> ObjectInfo:
+        with self._metrics.timing("rename", self._scheme):
+            return self.inner.rename(source, destination)
+
+    def delete(self, keys: Keys) -> None:
+        with self._metrics.timing("delete", self._scheme):
+            self.inner.delete(keys)

@@ -1,55 +1,36 @@
-"""Writing objects to an S3 under-store: multipart uploads, copies, deletes.
+"""The write half of `S3UnderStore`: whole objects, multipart uploads, copies, deletes.
 
-The read-side store (`s3_under_store.py`) only reads; writes to writable mounts go
-through this, on the same boto3 client, so they sign with the same credentials and name
-the same endpoint in their errors. An upload is created and completed (or aborted) by the
-master, which records it in etcd; its parts are uploaded by the workers the writer sends
-them to (or, on a cluster with no worker, by the writer). All calls block: callers run
-them on a pool.
+Apart from the reads only for size: the store answers every call of the interface and
+hands its writes to this, on the same boto3 client, so they sign with the same credentials
+and name the same endpoint in their errors. An upload is created and completed (or
+aborted) by the master, which records it in etcd; its parts are uploaded by the workers
+the writer sends them to (or, on a cluster with no worker, by the writer). All calls
+block: callers run them on a pool.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+import datetime
+import email.utils
+import time
+from typing import TYPE_CHECKING, Any
 
-from reservoir.common.errors import InvalidArgument
 from reservoir.common.object_metadata import ObjectMetadata
-from reservoir.common.understore.s3_under_store import S3UnderStore
-from reservoir.common.understore.under_store import ObjectInfo, UnderStore
+from reservoir.common.understore.under_store import NO_METADATA, Keys, ObjectInfo, Part, Parts
 
-# S3's floor for every part but the last, and its most parts per upload.
-MIN_PART_SIZE = 5 * 1024 * 1024
-MAX_PARTS = 10_000
-NO_METADATA = ObjectMetadata()
+if TYPE_CHECKING:
+    from reservoir.common.understore.s3_under_store import S3UnderStore
 
 
-@dataclass(frozen=True, slots=True)
-class Part:
-    number: int  # 1-based
-    etag: str
+class S3Writes:
+    """Writes of one S3 under-store's objects (keys relative to the store's root, as for
+    reads)."""
 
-
-class ObjectWrites:
-    """Multipart uploads, copies and deletes of one S3 under-store's objects (keys are
-    relative to the store's root, as for reads)."""
-
-    def __init__(self, store: S3UnderStore) -> None:
+    def __init__(self, store: S3UnderStore, client: Any) -> None:
         self._store = store
-        self._s3: Any = store._s3
+        self._s3 = client
         self._bucket = store.bucket
         self._prefix = store.prefix
-
-    @classmethod
-    def of(cls, store: UnderStore) -> ObjectWrites:
-        """The writes of `store`; InvalidArgument for a store that cannot take them."""
-        # (A store timed by UnderStoreMetrics, or budgeted, wraps the real one.)
-        inner = store
-        while not isinstance(inner, S3UnderStore) and hasattr(inner, "inner"):
-            inner = inner.inner
-        if not isinstance(inner, S3UnderStore):
-            raise InvalidArgument(f"{store.uri}: only s3:// mounts can be written")
-        return cls(inner)
 
     def _key(self, key: str) -> str:
         return self._prefix + key
@@ -78,18 +59,19 @@ class ObjectWrites:
             ) from exc
         return Part(number, str(reply["ETag"]))
 
-    def put(self, key: str, data: bytes, metadata: ObjectMetadata = NO_METADATA) -> str:
-        """The whole object in one PUT (its ETag is its MD5); the ETag, unquoted."""
+    def put(self, key: str, data: bytes, metadata: ObjectMetadata = NO_METADATA) -> ObjectInfo:
+        """The whole object in one PUT (its ETag is its MD5), described from the answer:
+        no HEAD after it."""
         try:
             reply = self._s3.put_object(
                 Bucket=self._bucket, Key=self._key(key), Body=data, **metadata.store_args()
             )
         except Exception as exc:
             raise self._store._error(exc, f"put {self._store.uri_of(key)}") from exc
-        return str(reply["ETag"]).strip('"')
+        return ObjectInfo(key, len(data), _answered_ms(reply), str(reply["ETag"]).strip('"'))
 
     def complete_upload(
-        self, key: str, upload_id: str, parts: list[Part], metadata: ObjectMetadata = NO_METADATA
+        self, key: str, upload_id: str, parts: Parts, metadata: ObjectMetadata = NO_METADATA
     ) -> ObjectInfo:
         """Makes the object visible in the store; its metadata as the store has it now.
         `metadata`: what the upload was created with (an empty file is one PUT)."""
@@ -132,7 +114,7 @@ class ObjectWrites:
         except Exception as exc:
             raise self._store._error(exc, f"abort upload of {self._store.uri_of(key)}") from exc
 
-    def open_uploads(self, key: str) -> list[str]:
+    def open_uploads(self, key: str) -> Keys:
         """The ids of the uploads to `key` not yet completed or aborted."""
         try:
             reply = self._s3.list_multipart_uploads(Bucket=self._bucket, Prefix=self._key(key))
@@ -159,7 +141,7 @@ class ObjectWrites:
             ) from exc
         return self._store.head(destination)
 
-    def delete(self, keys: list[str]) -> None:
+    def delete(self, keys: Keys) -> None:
         """Deletes the objects (1000 per request); a missing one is not an error."""
         for start in range(0, len(keys), 1000):
             batch = keys[start : start + 1000]
@@ -176,18 +158,16 @@ class ObjectWrites:
                     _client_error(failed[0]), f"delete {self._store.uri_of(failed[0]['Key'])}"
                 )
 
-    def keys_below(self, prefix: str) -> list[str]:
-        """Every object key below `prefix` (relative; '' is the root), at any depth."""
-        keys: list[str] = []
-        try:
-            pages = self._s3.get_paginator("list_objects_v2").paginate(
-                Bucket=self._bucket, Prefix=self._key(prefix)
-            )
-            for page in pages:
-                keys.extend(item["Key"][len(self._prefix) :] for item in page.get("Contents", ()))
-        except Exception as exc:
-            raise self._store._error(exc, f"list {self._store.uri_of(prefix)}") from exc
-        return keys
+
+def _answered_ms(reply: dict[str, Any]) -> int:
+    """When the store answered (its Date header, to the second; now without one): the
+    object's modification time within the second."""
+    date = reply.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date", "")
+    try:
+        when: datetime.datetime = email.utils.parsedate_to_datetime(date)
+    except (TypeError, ValueError):
+        return int(time.time() * 1000)
+    return int(when.timestamp() * 1000)
 
 
 def _client_error(error: dict[str, Any]) -> Exception:
