@@ -38,10 +38,14 @@ from reservoir.common.errors import (
     ReservoirError,
 )
 from reservoir.common.object_metadata import ObjectMetadata
-from reservoir.common.understore.object_writes import Part
 from reservoir.common.understore.under_store import (
+    NO_METADATA,
+    Keys,
     Listing,
     ObjectInfo,
+    Part,
+    Parts,
+    StoreLimits,
     UnderStore,
     UnderStoreSettings,
 )
@@ -50,12 +54,10 @@ from reservoir.common.understore.webhdfs_requests import JsonObject, WebHdfsRequ
 log = logs.get_logger(__name__)
 
 HIDDEN = ".reservoir-uploads"
-NO_METADATA = ObjectMetadata()
 _MANIFEST = "upload.json"
-_MAX_PARTS = 10_000
-# Named here because inside the store class `list` is its own method.
-Keys = list[str]
-Parts = list[Part]
+# HDFS has no floor on a part (CONCAT joins files of any length) and no ceiling on a
+# file: only the count is bounded, as S3 bounds it.
+_LIMITS = StoreLimits(writes=True, min_part_size=1, max_part_size=1 << 62, renames=True)
 
 
 def user_of(credentials: str, uri: str) -> str | None:
@@ -122,7 +124,12 @@ class WebHdfsUnderStore(UnderStore):
     def _path(self, key: str) -> str:
         """The absolute HDFS path of `key` ('' and keys ending in '/' are directories)."""
         names = key.split("/")
-        if key.startswith("/") or any(n in (".", "..") for n in names) or "" in names[:-1]:
+        if (
+            key.startswith("/")
+            or any(n in (".", "..") for n in names)
+            or "" in names[:-1]
+            or names[0] == HIDDEN
+        ):
             raise InvalidArgument(f"bad key {key!r}")
         return (self.root + key).rstrip("/") or "/"
 
@@ -230,33 +237,48 @@ class WebHdfsUnderStore(UnderStore):
 
     # ---- writes --------------------------------------------------------------------------
 
+    def limits(self) -> StoreLimits:
+        return _LIMITS
+
     def put(self, key: str, data: bytes, metadata: ObjectMetadata = NO_METADATA) -> ObjectInfo:
         what = self._what("put", key)
+        path = self._path(key)  # a bad key is refused before anything is written
+        if key.endswith("/"):  # a directory marker: here, the directory itself
+            if data:
+                raise InvalidArgument(f"{what}: a directory holds no bytes")
+            self._http.call("PUT", path, "MKDIRS", what)
+            return ObjectInfo(key, 0, int(self._status(path, what)["modificationTime"]), "")
         temporary = self._temporary()
         try:
             self._http.create(temporary, data, what)
         except ReservoirError:
             self._forget(temporary, what)
             raise
-        self._publish(temporary, self._path(key), what)
+        self._publish(temporary, path, what)
         return self.head(key)
 
-    def _publish(self, source: str, destination: str, what: str) -> None:
-        """Renames `source` over `destination` in one step, making its parents; the source
-        is deleted when that fails."""
+    def _publish(self, written: str, destination: str, what: str) -> None:
+        """Moves a file this store wrote aside over `destination`; deletes it when that
+        fails."""
         try:
-            self._http.call("PUT", str(PurePosixPath(destination).parent), "MKDIRS", what)
-            self._http.call(
-                "PUT",
-                source,
-                "RENAME",
-                what,
-                {"destination": destination, "renameoptions": "OVERWRITE"},
-                idempotent=False,
-            )
+            self._move(written, destination, what)
         except ReservoirError:
-            self._forget(source, what)
+            self._forget(written, what)
             raise
+
+    def _move(self, source: str, destination: str, what: str) -> None:
+        """RENAME with OVERWRITE: one step, replacing any file at `destination`, whose
+        parents are made first."""
+        parent = str(PurePosixPath(destination).parent)
+        params = {"destination": destination, "renameoptions": "OVERWRITE"}
+        self._http.call("PUT", parent, "MKDIRS", what)
+        try:
+            self._http.call("PUT", source, "RENAME", what, params, idempotent=False)
+        except NotFound:
+            # The parent just made may have been pruned by a delete of its last file
+            # meanwhile: made again once. A missing source is NotFound again.
+            self._http.call("PUT", parent, "MKDIRS", what)
+            self._http.call("PUT", source, "RENAME", what, params, idempotent=False)
 
     def _forget(self, path: str, what: str) -> None:
         """Deletes what a failed write left behind, if it can."""
@@ -264,6 +286,25 @@ class WebHdfsUnderStore(UnderStore):
             self._http.call("DELETE", path, "DELETE", what, {"recursive": "true"})
         except ReservoirError as exc:
             log.info("webhdfs_leftover_not_deleted", store=self.uri, error=str(exc))
+
+    def _prune(self, directories: set[str], what: str) -> None:
+        """Deletes the directories left empty above deleted or moved files (deepest
+        first), as an object store's "directories" go with their last object. HDFS
+        refuses to delete a directory that is not empty without `recursive`: a file
+        written meanwhile keeps its directory."""
+        root = self._path("")
+        below = root.rstrip("/") + "/"
+        done: set[str] = set()
+        for directory in sorted(directories, key=lambda d: d.count("/"), reverse=True):
+            while directory not in done and directory != root and directory.startswith(below):
+                done.add(directory)
+                try:
+                    reply = self._http.call("DELETE", directory, "DELETE", what)
+                except ReservoirError:
+                    break  # not empty (or gone, or refused): the ones above are not empty
+                if not reply.get("boolean"):
+                    break
+                directory = str(PurePosixPath(directory).parent)
 
     def create_upload(self, key: str, metadata: ObjectMetadata = NO_METADATA) -> str:
         upload_id = uuid.uuid4().hex
@@ -274,8 +315,8 @@ class WebHdfsUnderStore(UnderStore):
 
     def upload_part(self, key: str, upload_id: str, number: int, data: bytes) -> Part:
         what = self._what(f"upload part {number} of", key)
-        if not 1 <= number <= _MAX_PARTS:
-            raise InvalidArgument(f"{what}: part numbers are 1 to {_MAX_PARTS}")
+        if not 1 <= number <= _LIMITS.max_parts:
+            raise InvalidArgument(f"{what}: part numbers are 1 to {_LIMITS.max_parts}")
         directory = self._upload_dir(upload_id)
         # CREATE makes missing parents: without this check a part sent after an abort
         # would bring the upload's directory back.
@@ -341,7 +382,7 @@ class WebHdfsUnderStore(UnderStore):
     def open_uploads(self, key: str) -> Keys:
         what = self._what("list uploads of", key)
         try:
-            listed = self._http.call("GET", self._path(HIDDEN), "LISTSTATUS", what)
+            listed = self._http.call("GET", self.root + HIDDEN, "LISTSTATUS", what)
         except NotFound:
             return []
         ids: Keys = []
@@ -381,22 +422,23 @@ class WebHdfsUnderStore(UnderStore):
 
     def rename(self, source: str, destination: str) -> ObjectInfo:
         what = f"rename {self.uri_of(source)} to {self.uri_of(destination)} (credentials {self.credentials})"
-        destination_path = self._path(destination)
-        self._http.call("PUT", str(PurePosixPath(destination_path).parent), "MKDIRS", what)
-        self._http.call(
-            "PUT",
-            self._path(source),
-            "RENAME",
-            what,
-            {"destination": destination_path, "renameoptions": "OVERWRITE"},
-            idempotent=False,
-        )
+        path = self._path(source)
+        self._move(path, self._path(destination), what)
+        self._prune({str(PurePosixPath(path).parent)}, what)
         return self.head(destination)
 
     def delete(self, keys: Keys) -> None:
-        """DELETE of each file ({"boolean": false} for one already gone)."""
+        """DELETE of each file ({"boolean": false} for one already gone) and directory
+        marker (only when empty), then of the directories they leave empty."""
+        what = self._what("delete from", "")
+        emptied: set[str] = set()
         for key in keys:
-            self._http.call("DELETE", self._path(key), "DELETE", self._what("delete", key))
-
-    def keys_below(self, prefix: str) -> Keys:
-        return [o.key for page in self.walk(prefix) for o in page]
+            path = self._path(key)
+            try:
+                self._http.call("DELETE", path, "DELETE", self._what("delete", key))
+            except InvalidArgument:
+                if key.endswith("/"):
+                    continue  # a directory marker over a directory that is not empty
+                raise
+            emptied.add(str(PurePosixPath(path).parent))
+        self._prune(emptied, what)
