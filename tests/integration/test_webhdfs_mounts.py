@@ -1,10 +1,12 @@
 """A webhdfs:// mount on a real cluster: a directory served by a WebHDFS server process (a
 namenode redirecting to a datanode, as HDFS does), listed, loaded and read byte-exact
 through the CLI and the SDK, cached by the workers, seen afresh when files change; and a
-writable mount whose saved file appears in HDFS whole."""
+writable mount: a file saved in parts by the workers appears in HDFS whole on close,
+renamed in place, removed with its directories."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import uuid
@@ -13,12 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from reservoir.client import Client
+from reservoir.client import Client, discovery
 from reservoir.local.cluster import LocalCluster
 from tests.cli_runs import run_cli
 from tests.conftest import LEASE_TTL_S, new_mount_path
 
 from ..webhdfs_server import WebHdfsServer
+
+BLOCK = 1 << 20
+PART = 5 << 20  # the client's floor: three parts make an 11 MiB file
 
 
 @pytest.fixture(scope="module")
@@ -136,19 +141,47 @@ def test_a_mount_of_a_namenode_not_allowed_by_scheme_is_refused(
     assert done.returncode != 0 and "RESERVOIR_ALLOWED_SCHEMES" in done.stderr
 
 
-@pytest.mark.xfail(
-    reason="main's write path (object_writes.py) writes s3:// mounts only", strict=True
-)
-def test_a_file_saved_on_a_writable_mount_appears_in_hdfs_whole(
-    hdfs_cluster: LocalCluster, hdfs: WebHdfsServer, data: Path
+@pytest.fixture
+def writer(hdfs_cluster: LocalCluster) -> Iterator[Client]:
+    """A client whose writes go in 5 MiB parts (the client's floor)."""
+    config = discovery.client_config(hdfs_cluster.master_address)
+    with Client(config=dataclasses.replace(config, write_part_size=PART)) as c:
+        yield c
+
+
+def _writable(writer: Client, hdfs: WebHdfsServer, data: Path) -> str:
+    root = new_mount_path()
+    uri = hdfs.uri(f"{data.name}/")
+    writer.mount(root, uri, credentials="anonymous", block_size=BLOCK, writable=True)
+    return root
+
+
+def test_a_file_saved_in_parts_by_the_workers_appears_in_hdfs_whole_on_close(
+    writer: Client, hdfs: WebHdfsServer, data: Path
 ) -> None:
-    root = _mount(hdfs_cluster, hdfs, data, "--writable")
-    saved = os.urandom(3 * 65536 + 17)
-    with Client(hdfs_cluster.master_address) as client:
-        with client.open(f"{root}/ckpt/step-1.pt", "wb") as f:
-            f.write(saved[:100_000])
-            assert not (data / "ckpt" / "step-1.pt").exists()  # nothing before close
-            f.write(saved[100_000:])
-        assert (data / "ckpt" / "step-1.pt").read_bytes() == saved
-        assert client.read(f"{root}/ckpt/step-1.pt") == saved
-    assert not any((data / ".reservoir-uploads").iterdir())
+    root = _writable(writer, hdfs, data)
+    saved = os.urandom(11 * BLOCK + 7)  # three parts, each uploaded by a worker
+    with writer.open(f"{root}/ckpt/step-1.pt", "wb") as f:
+        f.write(saved)
+        assert not (data / "ckpt" / "step-1.pt").exists()  # published on close only
+    assert (data / "ckpt" / "step-1.pt").read_bytes() == saved
+    assert writer.read(f"{root}/ckpt/step-1.pt") == saved
+    assert list((data / ".reservoir-uploads").iterdir()) == []  # nothing left behind
+    assert [e.path for e in writer.ls(root)] == [f"{root}/ckpt"]  # nor shown
+    below = [r for r in hdfs.requests() if r["path"].startswith(f"/{data.name}/")]
+    assert sum(r["op"] == "CONCAT" for r in below) == 1
+    assert sum(r["op"] == "CREATE" and r["node"] == "datanode" for r in below) >= 4
+
+
+def test_a_rename_moves_the_file_in_place_and_rm_takes_its_directories(
+    writer: Client, hdfs: WebHdfsServer, data: Path, hdfs_cluster: LocalCluster
+) -> None:
+    root = _writable(writer, hdfs, data)
+    writer.write(f"{root}/step-2/.metadata.tmp", b"commit")
+    moved = run_cli(hdfs_cluster, "mv", f"{root}/step-2/.metadata.tmp", f"{root}/step-2/.metadata")
+    assert moved.returncode == 0, moved.stderr
+    assert sorted(p.name for p in (data / "step-2").iterdir()) == [".metadata"]
+    with Client(hdfs_cluster.master_address) as reader:
+        assert reader.read(f"{root}/step-2/.metadata") == b"commit"
+    writer.rm(f"{root}/step-2", recursive=True)
+    assert not (data / "step-2").exists()
