@@ -1,30 +1,24 @@
-"""The WebHDFS REST protocol as the webhdfs:// under-store speaks it (`webhdfs_under_store.py`):
-requests to the namenode, the redirects it answers OPEN and CREATE with (to a datanode, which
-serves or takes the bytes), and its JSON errors as domain errors.
-
-Redirects: a namenode sends reads and writes to its datanodes, hosts the operator's mount
-policy never saw. Following them blindly would let whoever answers as the namenode send the
-cluster's requests anywhere (a cloud metadata service). So a redirect is followed only to
-plain `http://` (the scheme spoken to the namenode), one hop, and never to a link-local or
-metadata address, nor to loopback or an unspecified address unless the namenode itself is on
-loopback (a single-host test cluster); the name is resolved once, checked, and the checked
-address is the one connected to.
+"""The WebHDFS REST protocol as the webhdfs:// under-store speaks it (`webhdfs_files.py`):
+requests to the namenode on kept-alive connections (`http.client`, as `http_under_store.py`),
+the redirects it answers OPEN and CREATE with (to a datanode, which serves or takes the
+bytes; which are followed is `webhdfs_redirects.py`'s), its JSON errors as domain errors, and
+bounded attempts: every request has the settings' deadlines, and a failure worth another
+attempt (a connection refused, a 5xx, a namenode in standby or safe mode, a body cut short)
+gets at most `retries` attempts with backoff.
 """
 
 from __future__ import annotations
 
 import http.client
-import ipaddress
 import json
 import re
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
-from urllib.parse import quote, urlencode, urlsplit
+from urllib.parse import quote, urlencode
 
 from reservoir.common.errors import (
     AlreadyExists,
@@ -39,6 +33,7 @@ from reservoir.common.errors import (
 )
 from reservoir.common.understore.http_under_store import _Connections
 from reservoir.common.understore.under_store import UnderStoreSettings
+from reservoir.common.understore.webhdfs_redirects import Endpoint, checked, on_loopback
 
 T = TypeVar("T")
 JsonObject = dict[str, Any]
@@ -69,47 +64,16 @@ _REMOTE_ERRORS: dict[str, type[ReservoirError]] = {
 # A namenode failing over, starting up or briefly busy: worth another attempt.
 _TRANSIENT_REMOTE = frozenset({"StandbyException", "RetriableException", "SafeModeException"})
 
-# As the master's mount policy refuses them (mount_policy.py).
-_METADATA_HOSTS = frozenset(
-    {"metadata", "metadata.google.internal", "instance-data", "instance-data.ec2.internal"}
-)
-_METADATA_ADDRESSES = frozenset(
-    {ipaddress.ip_address("100.100.100.200"), ipaddress.ip_address("fd00:ec2::254")}
-)
-
 
 class Transient(Exception):
     """A failure worth another attempt: a connection error, a 5xx, a body cut short."""
 
 
 @dataclass(frozen=True, slots=True)
-class _Endpoint:
-    name: str  # as the namenode or a redirect named it (error messages)
-    address: str  # what is connected to
-    port: int
-
-
-@dataclass(frozen=True, slots=True)
 class _Exchange:
-    endpoint: _Endpoint
+    endpoint: Endpoint
     conn: http.client.HTTPConnection
     response: http.client.HTTPResponse
-
-
-def _is_loopback(host: str) -> bool:
-    addresses = _addresses(host, 0)
-    try:
-        return bool(addresses) and all(ipaddress.ip_address(a).is_loopback for a in addresses)
-    except ValueError:
-        return False
-
-
-def _addresses(host: str, port: int) -> list[str]:
-    try:
-        infos = socket.getaddrinfo(host, port, proto=socket.IPPROTO_TCP)
-    except OSError:
-        return []
-    return [str(info[4][0]).split("%", 1)[0] for info in infos]
 
 
 class WebHdfsRequests:
@@ -119,11 +83,11 @@ class WebHdfsRequests:
     def __init__(
         self, host: str, port: int, user: str | None, settings: UnderStoreSettings
     ) -> None:
-        self._namenode = _Endpoint(host, host, port)
+        self._namenode = Endpoint(f"{host}:{port}", host, port)
         self._user = user
         self._settings = settings
-        self._loopback_ok = _is_loopback(host)
-        self._pools: dict[_Endpoint, _Connections] = {}
+        self._loopback_ok = on_loopback(host)
+        self._pools: dict[Endpoint, _Connections] = {}
         self._lock = threading.Lock()
 
     # ---- the operations --------------------------------------------------------------
@@ -227,8 +191,8 @@ class WebHdfsRequests:
         finally:
             self._give(exchange)
 
-    def _redirected(self, exchange: _Exchange, what: str) -> tuple[_Endpoint, str]:
-        """The datanode a 307 names, checked (see the module's docstring), and the request
+    def _redirected(self, exchange: _Exchange, what: str) -> tuple[Endpoint, str]:
+        """The datanode a 307 names, checked (`webhdfs_redirects.py`), and the request
         target to send it."""
         response = exchange.response
         status = response.status
@@ -238,35 +202,14 @@ class WebHdfsRequests:
         location = response.getheader("Location", "")
         response.read()
         self._give(exchange)
-        parts = urlsplit(location)
-        if parts.scheme.lower() != "http" or not parts.hostname:
-            raise PermissionDenied(
-                f"{what}: the namenode redirected to a {parts.scheme or 'relative'} URL; "
-                "only http:// datanodes are followed"
-            )
-        host, port = parts.hostname.lower().rstrip("."), parts.port or 80
-        shown = f"{host}:{port}"
-        if host in _METADATA_HOSTS:
-            raise PermissionDenied(f"{what}: redirected to {shown}, a metadata service: refused")
-        addresses = _addresses(host, port)
-        if not addresses:
-            raise Transient(f"the datanode {shown} the namenode named does not resolve")
-        for address in addresses:
-            ip = ipaddress.ip_address(address)
-            if ip.is_link_local or ip in _METADATA_ADDRESSES or ip.is_multicast:
-                raise PermissionDenied(
-                    f"{what}: redirected to {shown}, a link-local or metadata address: refused"
-                )
-            if (ip.is_loopback or ip.is_unspecified) and not self._loopback_ok:
-                raise PermissionDenied(
-                    f"{what}: redirected to {shown}, a loopback address, by a namenode "
-                    "that is not on loopback: refused"
-                )
-        return _Endpoint(shown, addresses[0], port), f"{parts.path or '/'}?{parts.query}"
+        redirect = checked(location, self._loopback_ok, what)
+        if redirect is None:
+            raise Transient("the datanode the namenode named does not resolve")
+        return redirect.endpoint, redirect.target
 
     def _send(
         self,
-        endpoint: _Endpoint,
+        endpoint: Endpoint,
         method: str,
         target: str,
         what: str,
@@ -352,12 +295,12 @@ class WebHdfsRequests:
 
     # ---- connections -------------------------------------------------------------------
 
-    def _connection(self, endpoint: _Endpoint) -> http.client.HTTPConnection:
+    def _connection(self, endpoint: Endpoint) -> http.client.HTTPConnection:
         return http.client.HTTPConnection(
             endpoint.address, endpoint.port, timeout=self._settings.timeout_s, blocksize=_CHUNK
         )
 
-    def _pool(self, endpoint: _Endpoint) -> _Connections:
+    def _pool(self, endpoint: Endpoint) -> _Connections:
         with self._lock:
             pool = self._pools.get(endpoint)
             if pool is None:
