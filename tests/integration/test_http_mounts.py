@@ -95,7 +95,7 @@ def test_a_writable_http_mount_is_refused(web_cluster: LocalCluster, served: Htt
         web_cluster, "mount", new_mount_path(), served.url, "--credentials", "anonymous",
         "--writable",
     )  # fmt: skip
-    assert done.returncode != 0 and "only s3:// mounts can be writable" in done.stderr
+    assert done.returncode != 0 and "a http:// mount cannot be writable" in done.stderr
 
 
 def test_load_with_a_list_of_files_caches_them_all(

@@ -1,17 +1,15 @@
-"""S3UnderStore.get_range re-reads a body that breaks off, within a bound, on an in-process
-fake of the boto3 client (no sockets)."""
+"""S3UnderStore's ranged reads (one GET stack, obstore's) re-read a body that breaks off,
+within a bound, against an in-process HTTP server that cuts its bodies short."""
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+import socket
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from botocore.exceptions import (
-    EndpointConnectionError,
-    IncompleteReadError,
-    NoCredentialsError,
-    ResponseStreamingError,
-)
 
 from reservoir.common.errors import PermissionDenied, Unavailable
 from reservoir.common.understore.s3_under_store import S3UnderStore
@@ -20,79 +18,105 @@ from reservoir.common.understore.under_store import BodyRetry, UnderStoreSetting
 DATA = bytes(range(256)) * 40  # 10240 bytes
 
 
-class _Body:
-    def __init__(self, data: bytes, failure: BaseException | None) -> None:
-        self._data = data
-        self._failure = failure
-        self.closed = False
-
-    def read(self) -> bytes:
-        if self._failure is not None:
-            raise self._failure
-        return self._data
-
-    def close(self) -> None:
-        self.closed = True
-
-
 class _BreakingS3:
-    """Answers ranged GETs of DATA; the first `faults` bodies break off as `fault` says."""
+    """Answers ranged GETs of DATA; the first `faults` bodies stop halfway and the
+    connection closes (a reset, as a dropped stream looks to the client)."""
 
-    def __init__(self, faults: int, fault: str) -> None:
+    def __init__(self, faults: int) -> None:
         self.faults = faults
-        self.fault = fault
         self.gets = 0
-        self.bodies: list[_Body] = []
+        self.ranges: list[str] = []
+        owner = self
 
-    def get_object(self, **args: Any) -> dict[str, Any]:
-        self.gets += 1
-        first, last = (int(x) for x in args["Range"][len("bytes=") :].split("-"))
-        last = min(last, len(DATA) - 1)
-        data = DATA[first : last + 1]
-        failure: BaseException | None = None
-        if self.gets <= self.faults:
-            if self.fault == "short":
-                data = data[: len(data) // 2]  # the headers promise more than arrives
-            elif self.fault == "incomplete":
-                failure = IncompleteReadError(actual_bytes=10, expected_bytes=len(data))
-            elif self.fault == "streaming":
-                failure = ResponseStreamingError(error="Connection broken: IncompleteRead")
-            elif self.fault == "reset":
-                failure = ConnectionResetError(104, "Connection reset by peer")
-        body = _Body(data, failure)
-        self.bodies.append(body)
-        return {
-            "Body": body,
-            "ContentLength": last - first + 1,
-            "ContentRange": f"bytes {first}-{last}/{len(DATA)}",
-        }
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self) -> None:
+                owner.gets += 1
+                spec = self.headers.get("Range", "")
+                owner.ranges.append(spec)
+                first, _, last = spec[len("bytes=") :].partition("-")
+                start, end = int(first), min(int(last), len(DATA) - 1)
+                body = DATA[start : end + 1]
+                self.send_response(206)
+                self.send_header("Content-Length", str(len(body)))
+                self.send_header("Content-Range", f"bytes {start}-{end}/{len(DATA)}")
+                self.send_header("ETag", '"e"')
+                self.send_header("Last-Modified", "Sun, 06 Dec 2026 08:00:00 GMT")
+                self.end_headers()
+                if owner.gets <= owner.faults:
+                    self.wfile.write(body[: len(body) // 2])
+                    self.wfile.flush()
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    self.close_connection = True
+                    return
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, args=(0.02,), daemon=True).start()
+        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
 
 
-def _store(s3: object, attempts: int = 3) -> S3UnderStore:
+@pytest.fixture
+def breaking(request: pytest.FixtureRequest) -> Iterator[_BreakingS3]:
+    s3 = _BreakingS3(getattr(request, "param", 0))
+    try:
+        yield s3
+    finally:
+        s3.server.shutdown()
+        s3.server.server_close()
+
+
+def _store(
+    endpoint: str,
+    attempts: int = 3,
+    retries: int = 1,
+    monkeypatch: pytest.MonkeyPatch | None = None,
+) -> S3UnderStore:
     retry = BodyRetry(attempts=attempts, backoff_s=0.001, max_backoff_s=0.002)
-    settings = UnderStoreSettings(endpoint_url="http://s3.test:9000", body_retry=retry)
-    return S3UnderStore("s3://bucket/root/", settings, client=s3)
+    settings = UnderStoreSettings(
+        endpoint_url=endpoint, body_retry=retry, retries=retries, timeout_s=2
+    )
+    return S3UnderStore("s3://bucket/root/", settings)
 
 
-@pytest.mark.parametrize("fault", ["short", "incomplete", "streaming", "reset"])
-def test_a_body_that_breaks_off_is_read_again_and_the_bytes_are_exact(fault: str) -> None:
-    s3 = _BreakingS3(faults=3, fault=fault)
-    assert _store(s3, attempts=3).get_range("k", 1000, 4096) == DATA[1000:5096]
-    assert s3.gets == 4
-    assert all(body.closed for body in s3.bodies)
+@pytest.fixture(autouse=True)
+def _credentials(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s")
 
 
-def test_a_body_that_keeps_breaking_off_fails_after_the_bound_naming_the_endpoint() -> None:
-    s3 = _BreakingS3(faults=100, fault="reset")
-    with pytest.raises(Unavailable, match=r"s3\.test:9000 broke off 3 times"):
-        _store(s3, attempts=2).get_range("k", 0, 100)
-    assert s3.gets == 3
+@pytest.mark.parametrize("breaking", [2], indirect=True)
+def test_a_body_that_breaks_off_is_read_again_and_the_bytes_are_exact(
+    breaking: _BreakingS3,
+) -> None:
+    assert _store(breaking.endpoint).get_range("k", 1000, 4096) == DATA[1000:5096]
+    assert breaking.gets >= 3
 
 
-def test_a_range_clipped_at_the_end_of_the_object_is_not_a_short_read() -> None:
-    s3 = _BreakingS3(faults=0, fault="")
-    assert _store(s3).get_range("k", len(DATA) - 10, 4096) == DATA[-10:]
-    assert s3.gets == 1
+@pytest.mark.parametrize("breaking", [2], indirect=True)
+def test_an_awaited_read_takes_the_same_retries(breaking: _BreakingS3) -> None:
+    store = _store(breaking.endpoint)
+    assert bytes(asyncio.run(store.get_range_async("k", 0, 4096))) == DATA[:4096]
+
+
+@pytest.mark.parametrize("breaking", [100], indirect=True)
+def test_a_body_that_keeps_breaking_off_fails_after_the_bound_naming_the_endpoint(
+    breaking: _BreakingS3,
+) -> None:
+    with pytest.raises(Unavailable, match=f"{breaking.endpoint} broke off 3 times"):
+        _store(breaking.endpoint, attempts=2).get_range("k", 0, 100)
+    assert breaking.gets == 3  # one GET a try, however the body broke
+
+
+def test_a_range_clipped_at_the_end_of_the_object_is_not_a_short_read(
+    breaking: _BreakingS3,
+) -> None:
+    assert _store(breaking.endpoint).get_range("k", len(DATA) - 10, 4096) == DATA[-10:]
+    assert breaking.gets == 1
 
 
 def test_backoff_grows_and_stays_under_its_cap() -> None:
@@ -103,38 +127,23 @@ def test_backoff_grows_and_stays_under_its_cap() -> None:
     assert delays[4] >= 0.15
 
 
-class _Refusing:
-    def __init__(self, error: Exception) -> None:
-        self.error = error
-
-    def get_object(self, **args: Any) -> dict[str, Any]:
-        raise self.error
-
-    def head_object(self, **args: Any) -> dict[str, Any]:
-        raise self.error
-
-
 def test_a_refused_connection_names_the_endpoint_not_credentials() -> None:
-    store = _store(_Refusing(EndpointConnectionError(endpoint_url="http://s3.test:9000/bucket")))
-    with pytest.raises(
-        Unavailable, match=r"cannot connect to the under-store endpoint http://s3\.test:9000"
-    ):
-        store.get_range("k", 0, 10)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        endpoint = f"http://127.0.0.1:{s.getsockname()[1]}"
+    with pytest.raises(Unavailable, match=f"cannot connect to the under-store endpoint {endpoint}"):
+        _store(endpoint).get_range("k", 0, 10)
 
 
-def test_missing_credentials_name_the_credential_source() -> None:
-    store = _store(_Refusing(NoCredentialsError()))
+def test_missing_credentials_name_the_credential_source(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    store = _store("http://s3.test:9000")
     with pytest.raises(
         PermissionDenied,
         match=r"credential source 'env'.*s3\.test:9000|s3\.test:9000.*credential source 'env'",
     ):
         store.head("k")
-
-
-class _IgnoresRanges:
-    def get_object(self, **args: Any) -> dict[str, Any]:
-        return {"Body": _Body(DATA, None), "ContentLength": len(DATA)}
-
-
-def test_a_store_that_ignores_the_range_still_yields_just_the_range() -> None:
-    assert _store(_IgnoresRanges()).get_range("k", 100, 50) == DATA[100:150]

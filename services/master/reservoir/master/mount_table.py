@@ -54,7 +54,10 @@ class MountTable:
         self._policy.check(uri, options)
         if options.writable and not scheme_of(uri).writes:
             writable = ", ".join(f"{s.name}://" for s in registered() if s.writes)
-            raise InvalidArgument(f"{uri}: only {writable} mounts can be writable")
+            raise InvalidArgument(
+                f"{uri}: a {scheme_of(uri).name}:// mount cannot be writable "
+                f"(the stores that write: {writable})"
+            )
         return path, dataclasses.replace(options, block_size=self.block_size_of(options))
 
     def already(self, path: str, uri: str, options: MountOptions) -> Mount | None:

@@ -1,23 +1,19 @@
-"""S3 and S3-compatible stores through boto3.
-
-A ranged GET whose body breaks off (a short read, an incomplete or reset stream) is read
-again a bounded number of times with backoff (`BodyRetry`): boto3's own retries cover the
-request, not the body that follows it. Errors name what was refused and where: the
-endpoint, the credential source.
+"""S3 and S3-compatible stores: ranged GETs through obstore (`s3_range_reader.py`, the
+one GET stack, with its one body-retry loop), listings, HEADs and writes (`s3_writes.py`)
+through boto3. Errors name what was refused and where: the endpoint, the credential
+source (`store_errors.py`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime
-import http.client
 import os
 import re
-import time
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
-from reservoir.common import logs
 from reservoir.common.errors import (
     InvalidArgument,
     PermissionDenied,
@@ -32,7 +28,6 @@ from reservoir.common.understore.s3_writes import S3Writes
 from reservoir.common.understore.store_errors import StorePlace, error_for_status
 from reservoir.common.understore.under_store import (
     NO_METADATA,
-    BodyRetry,
     Keys,
     Listing,
     ObjectInfo,
@@ -44,39 +39,8 @@ from reservoir.common.understore.under_store import (
     UnderStoreSettings,
 )
 
-log = logs.get_logger(__name__)
-
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.\-_]{1,61}[a-z0-9]$")
 _CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
-
-
-class TruncatedBody(Exception):
-    """A response body ended before the bytes its headers promised."""
-
-
-def _body_failures() -> tuple[type[BaseException], ...]:
-    """What a body read raises when the stream breaks off: truncated, reset, stalled."""
-    import botocore.exceptions as bce
-    import urllib3.exceptions as u3e
-
-    return (
-        TruncatedBody,
-        bce.IncompleteReadError,
-        bce.ResponseStreamingError,
-        bce.ReadTimeoutError,
-        u3e.ProtocolError,
-        u3e.ReadTimeoutError,
-        http.client.IncompleteRead,
-        ConnectionError,  # reset, aborted, broken pipe
-    )
-
-
-def _expected_length(response: dict[str, Any], offset: int, length: int) -> int:
-    """How many bytes a ranged GET must deliver: the range, clipped at the object's end."""
-    match = _CONTENT_RANGE.match(str(response.get("ContentRange", "")))
-    if match and match.group(3) != "*":
-        return max(0, min(length, int(match.group(3)) - offset))
-    return int(response.get("ContentLength", length))
 
 
 def _timestamp(value: str | int | float) -> datetime.datetime:
@@ -96,8 +60,7 @@ def _timestamp(value: str | int | float) -> datetime.datetime:
 
 
 class S3UnderStore(UnderStore):
-    def __init__(self, uri: str, settings: UnderStoreSettings, client: Any = None) -> None:
-        """`client`: a ready boto3 S3 client (tests); by default one is built from settings."""
+    def __init__(self, uri: str, settings: UnderStoreSettings) -> None:
         parts = urlsplit(uri)
         bucket = parts.netloc
         if not _BUCKET.match(bucket):
@@ -111,16 +74,11 @@ class S3UnderStore(UnderStore):
         self.endpoint = settings.endpoint_url or "the default AWS endpoint"
         self.credentials = settings.credentials or "env"
         self._place = StorePlace(self.endpoint, self.credentials)
-        self._body_retry: BodyRetry = settings.body_retry
-        if client is not None:
-            self._s3 = client
-            self._ranges: S3RangeReader | None = None
-        else:
-            session, anonymous = self._session(settings)
-            self._s3 = self._client(settings, session, anonymous)
-            self._ranges = S3RangeReader(
-                bucket, prefix, settings, None if anonymous else session, self._place
-            )
+        session, anonymous = self._session(settings)
+        self._s3 = self._client(settings, session, anonymous)
+        self._ranges = S3RangeReader(
+            bucket, prefix, settings, None if anonymous else session, self._place
+        )
         self._writes = S3Writes(self, self._s3)
 
     @staticmethod
@@ -251,68 +209,17 @@ class S3UnderStore(UnderStore):
             raise self._error(exc, f"list {self.uri_of(prefix)}") from exc
 
     def get_range(self, key: str, offset: int, length: int, etag: str = "") -> bytes:
-        if length <= 0:
-            return b""
-        what = f"get {self.uri_of(key)}"
-        args: dict[str, Any] = {
-            "Bucket": self.bucket,
-            "Key": self.prefix + key,
-            "Range": f"bytes={offset}-{offset + length - 1}",
-        }
-        if etag:
-            args["IfMatch"] = etag
-        failures = _body_failures()
-        retry = self._body_retry
-        for attempt in range(retry.attempts + 1):
-            try:
-                response = self._s3.get_object(**args)
-            except Exception as exc:
-                raise self._error(exc, what) from exc
-            try:
-                return self._read_body(response, offset, length)
-            except failures as exc:
-                if attempt == retry.attempts:
-                    raise Unavailable(
-                        f"{what}: the body from {self.endpoint} broke off "
-                        f"{attempt + 1} times ({type(exc).__name__}: {exc})"
-                    ) from exc
-                delay = retry.delay_s(attempt)
-                log.info(
-                    "under_store_body_retry",
-                    uri=self.uri_of(key),
-                    offset=offset,
-                    length=length,
-                    attempt=attempt + 1,
-                    delay_s=round(delay, 3),
-                    error=f"{type(exc).__name__}: {exc}",
-                )
-                time.sleep(delay)
-        raise AssertionError("unreachable")
+        """Blocking callers (tools, tests) take the awaited reads' GET stack, on a loop of
+        their own: one GET stack and one body-retry loop for the store."""
+        return bytes(asyncio.run(self.get_range_async(key, offset, length, etag)))
 
     async def get_range_async(
         self, key: str, offset: int, length: int, etag: str = ""
     ) -> bytes | memoryview:
-        """Through obstore, on the event loop (`s3_range_reader.py`); a store built on a
-        given boto3 client (tests) reads through it on a thread."""
-        if self._ranges is None:
-            return await super().get_range_async(key, offset, length, etag)
+        """Through obstore, on the event loop (`s3_range_reader.py`)."""
         return await self._ranges.get_range(
             key, offset, length, etag, what=f"get {self.uri_of(key)}"
         )
-
-    @staticmethod
-    def _read_body(response: dict[str, Any], offset: int, length: int) -> bytes:
-        body = response["Body"]
-        try:
-            data = bytes(body.read())
-        finally:
-            body.close()
-        if not response.get("ContentRange") and len(data) > length:
-            return data[offset : offset + length]  # the store ignored the range: whole object
-        expected = _expected_length(response, offset, length)
-        if len(data) < expected:
-            raise TruncatedBody(f"{len(data)} of {expected} bytes")
-        return data
 
     # ---- writes (`s3_writes.py`) --------------------------------------------------------
 
