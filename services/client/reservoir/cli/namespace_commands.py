@@ -240,7 +240,7 @@ def register(commands: Subcommands) -> None:
         "--writable",
         action="store_true",
         help="files may be written, moved and removed through Reservoir (checkpoints); "
-        "s3:// only. Default: read-only",
+        "s3://, file:// and webhdfs:// (hdfs://) mounts. Default: read-only",
     )
     p.add_argument(
         "--events-queue",
