@@ -9,7 +9,8 @@ dfs.ls.limit), OPEN (offset, length), CREATE (overwrite), APPEND, MKDIRS, RENAME
 renameoptions=OVERWRITE: rename2), DELETE (recursive), CONCAT. Every request is recorded
 (method, op, path, user.name), served at `/requests`, and the connections they came on
 counted at `/connections`. `--require-user` refuses requests
-without user.name (403); `--datanode-host` is the host the redirects name.
+without user.name (403); `--datanode-host` is the host the redirects name;
+`--standby-answers N` answers the first N namenode requests as a standby (StandbyException).
 
 Run: `python -m tests.webhdfs_server --root DIR` prints the namenode's port, then the
 datanode's, one a line.
@@ -113,6 +114,7 @@ class Options:
     batch: int
     require_user: bool
     datanode_host: str
+    standby_answers: int = 0
     datanode_port: int = 0
     namenode_port: int = 0
 
@@ -189,6 +191,11 @@ def _app(options: Options, served: list[dict[str, str]]) -> tuple[web.Applicatio
                 "user": request.query.get("user.name", ""),
             }
         )
+        if node == "namenode" and options.standby_answers > 0:
+            options.standby_answers -= 1
+            raise RemoteError(
+                403, "StandbyException", "Operation category READ is not supported in state standby"
+            )
         if options.require_user and not request.query.get("user.name"):
             raise RemoteError(
                 403, "AccessControlException", "user.name is required (anonymous not allowed)"
@@ -490,6 +497,12 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1000, help="LISTSTATUS_BATCH size")
     parser.add_argument("--require-user", action="store_true")
     parser.add_argument("--datanode-host", default="127.0.0.1")
+    parser.add_argument(
+        "--standby-answers",
+        type=int,
+        default=0,
+        help="answer the first N namenode requests as a standby namenode does",
+    )
     args = parser.parse_args()
     sockets = []
     for _ in range(2):
@@ -502,6 +515,7 @@ def main() -> None:
         args.batch,
         args.require_user,
         args.datanode_host,
+        args.standby_answers,
         datanode_port=sockets[1].getsockname()[1],
         namenode_port=sockets[0].getsockname()[1],
     )

@@ -304,6 +304,21 @@ def test_a_redirect_to_a_link_local_datanode_is_refused(tmp_path: Path) -> None:
         server.stop()
 
 
+def test_a_standby_namenode_is_asked_again_a_bounded_number_of_times(tmp_path: Path) -> None:
+    server = WebHdfsServer(tmp_path, "--standby-answers", "3")
+    try:
+        (tmp_path / "s.bin").write_bytes(b"served")
+        settings = UnderStoreSettings(credentials="anonymous", timeout_s=5, retries=2)
+        store = open_under_store(server.uri(), settings)
+        with pytest.raises(Unavailable, match="StandbyException.*after 2 attempts"):
+            store.head("s.bin")
+        assert len(server.requests()) == 2
+        assert store.head("s.bin").size == 6  # one more standby answer, then the active one
+        assert len(server.requests()) == 4
+    finally:
+        server.stop()
+
+
 def test_an_unreachable_namenode_is_unavailable_after_bounded_attempts() -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
