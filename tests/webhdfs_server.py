@@ -10,7 +10,8 @@ renameoptions=OVERWRITE: rename2), DELETE (recursive), CONCAT. Every request is 
 (method, op, path, user.name), served at `/requests`, and the connections they came on
 counted at `/connections`. `--require-user` refuses requests
 without user.name (403); `--datanode-host` is the host the redirects name;
-`--standby-answers N` answers the first N namenode requests as a standby (StandbyException).
+`--standby-answers N` answers the first N namenode requests as a standby (StandbyException);
+`--read-only-user NAME` refuses that user's writes (AccessControlException).
 
 Run: `python -m tests.webhdfs_server --root DIR` prints the namenode's port, then the
 datanode's, one a line.
@@ -115,6 +116,7 @@ class Options:
     require_user: bool
     datanode_host: str
     standby_answers: int = 0
+    read_only_user: str = ""
     datanode_port: int = 0
     namenode_port: int = 0
 
@@ -195,6 +197,13 @@ def _app(options: Options, served: list[dict[str, str]]) -> tuple[web.Applicatio
             options.standby_answers -= 1
             raise RemoteError(
                 403, "StandbyException", "Operation category READ is not supported in state standby"
+            )
+        user = request.query.get("user.name", "")
+        if user and user == options.read_only_user and request.method != "GET":
+            raise RemoteError(
+                403,
+                "AccessControlException",
+                f'Permission denied: user={user}, access=WRITE, inode="{path}":hdfs:supergroup',
             )
         if options.require_user and not request.query.get("user.name"):
             raise RemoteError(
@@ -497,6 +506,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1000, help="LISTSTATUS_BATCH size")
     parser.add_argument("--require-user", action="store_true")
     parser.add_argument("--datanode-host", default="127.0.0.1")
+    parser.add_argument("--read-only-user", default="", help="a user refused every write")
     parser.add_argument(
         "--standby-answers",
         type=int,
@@ -516,6 +526,7 @@ def main() -> None:
         args.require_user,
         args.datanode_host,
         args.standby_answers,
+        args.read_only_user,
         datanode_port=sockets[1].getsockname()[1],
         namenode_port=sockets[0].getsockname()[1],
     )

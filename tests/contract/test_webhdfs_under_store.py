@@ -266,10 +266,10 @@ def test_an_unreadable_or_empty_user_file_is_refused_at_open(tmp_path: Path) -> 
         )
 
 
-def test_a_server_that_requires_a_user_refuses_anonymous_and_never_sees_the_name_echoed(
+def test_a_server_that_requires_a_user_refuses_anonymous_and_the_name_is_never_echoed(
     tmp_path: Path,
 ) -> None:
-    server = WebHdfsServer(tmp_path, "--require-user")
+    server = WebHdfsServer(tmp_path, "--require-user", "--read-only-user", "alice")
     try:
         (tmp_path / "d").mkdir()
         with pytest.raises(PermissionDenied, match="AccessControlException"):
@@ -279,10 +279,10 @@ def test_a_server_that_requires_a_user_refuses_anonymous_and_never_sees_the_name
         settings = UnderStoreSettings(credentials=f"file:{user_file}", timeout_s=5)
         store = open_under_store(server.uri("d/"), settings)
         store.check()
-        store.put("ok.bin", b"ok")
-        with pytest.raises(NotFound) as missing:
-            store.head("missing.bin")
-        assert "alice" not in str(missing.value) and "file:" in str(missing.value)
+        with pytest.raises(PermissionDenied, match="AccessControlException") as refused:
+            store.put("no.bin", b"no")
+        assert "alice" not in str(refused.value) and "user=<user>" in str(refused.value)
+        assert f"file:{user_file}" in str(refused.value)  # the source, never the user
     finally:
         server.stop()
 

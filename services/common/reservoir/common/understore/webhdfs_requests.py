@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -277,7 +276,7 @@ class WebHdfsRequests:
         name, message = _remote_exception(body)
         if self._user:
             # Never the user name in a message: HDFS quotes it ("user=alice").
-            message = re.sub(rf"\b{re.escape(self._user)}\b", "<user>", message)
+            message = message.replace(self._user, "<user>")
         said = f"{name}: {message}" if name else f"{status} {reason}"
         if name in _TRANSIENT_REMOTE or status >= 500 or status == 429:
             return Transient(f"the server answered {status} ({said})")
