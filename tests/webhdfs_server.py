@@ -1,17 +1,20 @@
 """A WebHDFS server as a process of its own, for webhdfs:// under-store tests, written from
-the protocol (Hadoop's WebHDFS REST API): a local directory served as HDFS, a "namenode" that
-answers metadata operations and redirects OPEN and CREATE (307) to a "datanode" on a port of
-its own, which serves and takes the bytes, as HDFS does. Errors are RemoteException JSON with
-HDFS's statuses (IOExceptions it has no better status for are 403).
+the protocol (Hadoop's WebHDFS REST API): a local directory served as HDFS
+(`webhdfs_namespace.py`), a "namenode" that answers metadata operations and redirects OPEN,
+CREATE and APPEND (307) to a "datanode" on a port of its own, which serves and takes the
+bytes, as HDFS does. Errors are RemoteException JSON with HDFS's statuses (IOExceptions it
+has no better status for are 403).
 
 Operations: GETFILESTATUS, LISTSTATUS, LISTSTATUS_BATCH (`--batch` entries a batch, as
 dfs.ls.limit), OPEN (offset, length), CREATE (overwrite), APPEND, MKDIRS, RENAME (with
 renameoptions=OVERWRITE: rename2), DELETE (recursive), CONCAT. Every request is recorded
 (method, op, path, user.name), served at `/requests`, and the connections they came on
-counted at `/connections`. `--require-user` refuses requests
-without user.name (403); `--datanode-host` is the host the redirects name;
-`--standby-answers N` answers the first N namenode requests as a standby (StandbyException);
-`--read-only-user NAME` refuses that user's writes (AccessControlException).
+counted at `/connections`.
+
+Options: `--require-user` refuses requests without user.name (403); `--datanode-host` is
+the host the redirects name; `--standby-answers N` answers the first N namenode requests
+as a standby does (StandbyException); `--read-only-user NAME` refuses that user's writes
+(AccessControlException).
 
 Run: `python -m tests.webhdfs_server --root DIR` prints the namenode's port, then the
 datanode's, one a line.
@@ -23,7 +26,6 @@ import argparse
 import asyncio
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -35,6 +37,8 @@ from typing import Any
 from urllib.parse import urlencode
 
 from aiohttp import web
+
+from .webhdfs_namespace import Namespace, RemoteError
 
 _OCTET = "application/octet-stream"
 
@@ -77,36 +81,16 @@ class WebHdfsServer:
         self._process.wait(timeout=10)
 
 
-class RemoteError(Exception):
-    """Answered as a RemoteException: HDFS's `exception` name, and its status."""
-
-    def __init__(self, status: int, exception: str, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.exception = exception
-
-    def response(self) -> web.Response:
-        java = {
-            "FileNotFoundException": "java.io.FileNotFoundException",
-            "IllegalArgumentException": "java.lang.IllegalArgumentException",
-            "SecurityException": "java.lang.SecurityException",
-        }.get(self.exception, f"org.apache.hadoop.fs.{self.exception}")
-        body = {
-            "RemoteException": {
-                "exception": self.exception,
-                "javaClassName": java,
-                "message": str(self),
-            }
-        }
-        return web.json_response(body, status=self.status)
-
-
-def _not_found(path: str) -> RemoteError:
-    return RemoteError(404, "FileNotFoundException", f"File does not exist: {path}")
-
-
 def _truth(value: str | None) -> bool:
     return (value or "false").lower() == "true"
+
+
+def _bad_op(op: str) -> RemoteError:
+    return RemoteError(
+        400,
+        "IllegalArgumentException",
+        f'Invalid value for webhdfs parameter "op": No enum constant for {op}',
+    )
 
 
 @dataclass
@@ -121,297 +105,142 @@ class Options:
     namenode_port: int = 0
 
 
-class Namespace:
-    """HDFS paths ("/a/b") as files below the served root."""
+class Nodes:
+    """The namenode's and the datanode's handlers over one namespace, and the record of
+    every request they served."""
 
-    def __init__(self, root: Path) -> None:
-        self.root = root
+    def __init__(self, options: Options) -> None:
+        self.options = options
+        self.space = Namespace(options.root)
+        self.served: list[dict[str, str]] = []
+        self.peers: set[tuple[str, object]] = set()
 
-    def local(self, path: str) -> Path:
-        names = [n for n in path.split("/") if n]
-        if any(n in (".", "..") for n in names):
-            raise RemoteError(400, "IllegalArgumentException", f"Invalid path name {path}")
-        return self.root.joinpath(*names)
+    def apps(self) -> tuple[web.Application, web.Application]:
+        route = "/webhdfs/v1/{path:.*}"
+        namenode = web.Application(middlewares=[_remote_errors])
+        namenode.router.add_get("/requests", self.requests)
+        namenode.router.add_get("/connections", self.connections)
+        namenode.router.add_get(route, self.namenode_get)
+        namenode.router.add_put(route, self.namenode_put)
+        namenode.router.add_post(route, self.namenode_post)
+        namenode.router.add_delete(route, self.namenode_delete)
+        datanode = web.Application(middlewares=[_remote_errors], client_max_size=1 << 40)
+        datanode.router.add_get(route, self.datanode_open)
+        datanode.router.add_put(route, self.datanode_write)
+        datanode.router.add_post(route, self.datanode_write)
+        return namenode, datanode
 
-    def parents_are_directories(self, path: str) -> None:
-        local = self.local(path)
-        for parent in reversed(local.parents):
-            if parent == self.root or self.root not in parent.parents:
-                continue
-            if parent.exists() and not parent.is_dir():
-                raise RemoteError(
-                    403, "ParentNotDirectoryException", f"{parent} (is not a directory)"
-                )
-
-    def status(self, local: Path, suffix: str) -> dict[str, Any]:
-        st = local.stat()
-        directory = local.is_dir()
-        return {
-            "accessTime": 0 if directory else st.st_atime_ns // 1_000_000,
-            "blockSize": 0 if directory else 134217728,
-            "childrenNum": len(os.listdir(local)) if directory else 0,
-            "fileId": st.st_ino,
-            "group": "supergroup",
-            "length": 0 if directory else st.st_size,
-            "modificationTime": st.st_mtime_ns // 1_000_000,
-            "owner": "webuser",
-            "pathSuffix": suffix,
-            "permission": "755" if directory else "644",
-            "replication": 0 if directory else 1,
-            "storagePolicy": 0,
-            "type": "DIRECTORY" if directory else "FILE",
-        }
-
-    def entries(self, path: str) -> list[dict[str, Any]]:
-        local = self.local(path)
-        if not local.exists():
-            raise _not_found(path)
-        if not local.is_dir():
-            return [self.status(local, "")]
-        names = sorted(os.listdir(local), key=lambda n: n.encode())
-        return [self.status(local / n, n) for n in names]
-
-
-def _app(options: Options, served: list[dict[str, str]]) -> tuple[web.Application, web.Application]:
-    space = Namespace(options.root)
-    peers: set[tuple[str, object]] = set()
-
-    def query_of(request: web.Request) -> dict[str, str]:
-        return {k: v for k, v in request.query.items() if k != "op"}
-
-    def record(request: web.Request, node: str) -> str:
+    def _record(self, request: web.Request, node: str) -> tuple[str, str]:
+        """The request's op and HDFS path, once recorded and let through: as a standby
+        namenode, or a namenode that refuses the user, would not."""
         op = request.query.get("op", "").upper()
         path = "/" + request.match_info["path"]
+        user = request.query.get("user.name", "")
         transport = request.transport
-        peers.add((node, None if transport is None else transport.get_extra_info("peername")))
-        served.append(
-            {
-                "node": node,
-                "method": request.method,
-                "op": op,
-                "path": path,
-                "user": request.query.get("user.name", ""),
-            }
+        self.peers.add((node, None if transport is None else transport.get_extra_info("peername")))
+        self.served.append(
+            {"node": node, "method": request.method, "op": op, "path": path, "user": user}
         )
+        options = self.options
         if node == "namenode" and options.standby_answers > 0:
             options.standby_answers -= 1
             raise RemoteError(
                 403, "StandbyException", "Operation category READ is not supported in state standby"
             )
-        user = request.query.get("user.name", "")
         if user and user == options.read_only_user and request.method != "GET":
             raise RemoteError(
                 403,
                 "AccessControlException",
                 f'Permission denied: user={user}, access=WRITE, inode="{path}":hdfs:supergroup',
             )
-        if options.require_user and not request.query.get("user.name"):
+        if options.require_user and not user:
             raise RemoteError(
                 403, "AccessControlException", "user.name is required (anonymous not allowed)"
             )
-        return op
+        return op, path
 
-    def redirect(request: web.Request, op: str, path: str) -> web.Response:
-        query = {"op": op, **query_of(request), "namenoderpcaddress": "127.0.0.1:8020"}
+    def _redirect(self, request: web.Request, op: str, path: str) -> web.Response:
+        """To the datanode, the query as given (user.name included), as a namenode does."""
+        query = {**request.query, "op": op, "namenoderpcaddress": "127.0.0.1:8020"}
         location = (
-            f"http://{options.datanode_host}:{options.datanode_port}/webhdfs/v1{path}"
+            f"http://{self.options.datanode_host}:{self.options.datanode_port}/webhdfs/v1{path}"
             f"?{urlencode(query)}"
         )
         return web.Response(status=307, headers={"Location": location, "Content-Length": "0"})
 
-    @web.middleware
-    async def remote_errors(request: web.Request, handler: Any) -> web.StreamResponse:
-        try:
-            response: web.StreamResponse = await handler(request)
-            return response
-        except RemoteError as exc:
-            return exc.response()
-
     # ---- namenode ------------------------------------------------------------------------
 
-    async def namenode_get(request: web.Request) -> web.StreamResponse:
-        op = record(request, "namenode")
-        path = "/" + request.match_info["path"]
-        local = space.local(path)
+    async def namenode_get(self, request: web.Request) -> web.StreamResponse:
+        op, path = self._record(request, "namenode")
         if op == "GETFILESTATUS":
-            if not local.exists():
-                raise _not_found(path)
-            return web.json_response({"FileStatus": space.status(local, "")})
+            return web.json_response({"FileStatus": self.space.status(path)})
         if op == "LISTSTATUS":
-            return web.json_response({"FileStatuses": {"FileStatus": space.entries(path)}})
+            return web.json_response({"FileStatuses": {"FileStatus": self.space.entries(path)}})
         if op == "LISTSTATUS_BATCH":
-            entries = space.entries(path)
-            after = request.query.get("startAfter", "").encode()
-            if after:
-                entries = [e for e in entries if e["pathSuffix"].encode() > after]
-            batch = entries[: options.batch]
+            after = request.query.get("startAfter", "")
+            batch, remaining = self.space.batch(path, after, self.options.batch)
             listing = {
                 "partialListing": {"FileStatuses": {"FileStatus": batch}},
-                "remainingEntries": len(entries) - len(batch),
+                "remainingEntries": remaining,
             }
             return web.json_response({"DirectoryListing": listing})
         if op == "OPEN":
-            if not local.exists():
-                raise _not_found(path)
-            if not local.is_file():
-                raise RemoteError(404, "FileNotFoundException", f"Path is not a file: {path}")
+            self.space.file(path)
             if int(request.query.get("offset", "0")) < 0:
                 raise RemoteError(400, "IllegalArgumentException", "Invalid offset")
-            return redirect(request, "OPEN", path)
+            return self._redirect(request, "OPEN", path)
         raise _bad_op(op)
 
-    async def namenode_put(request: web.Request) -> web.StreamResponse:
-        op = record(request, "namenode")
-        path = "/" + request.match_info["path"]
-        local = space.local(path)
+    async def namenode_put(self, request: web.Request) -> web.StreamResponse:
+        op, path = self._record(request, "namenode")
         if op == "CREATE":
-            space.parents_are_directories(path)
-            if local.is_dir():
-                raise RemoteError(
-                    403, "FileAlreadyExistsException", f"{path} already exists as a directory"
-                )
-            if local.exists() and not _truth(request.query.get("overwrite")):
-                raise RemoteError(403, "FileAlreadyExistsException", f"{path} already exists")
-            return redirect(request, "CREATE", path)
+            self.space.creatable(path, _truth(request.query.get("overwrite")))
+            return self._redirect(request, "CREATE", path)
         if op == "MKDIRS":
-            space.parents_are_directories(path)
-            if local.exists() and not local.is_dir():
-                raise RemoteError(
-                    403, "FileAlreadyExistsException", f"Path is not a directory: {path}"
-                )
-            local.mkdir(parents=True, exist_ok=True)
+            self.space.mkdirs(path)
             return web.json_response({"boolean": True})
         if op == "RENAME":
-            return rename(request, path, local)
+            destination = request.query.get("destination", "")
+            options = request.query.get("renameoptions", "")
+            if not options:
+                return web.json_response({"boolean": self.space.rename(path, destination)})
+            overwrite = "OVERWRITE" in options.upper().split(",")
+            self.space.rename2(path, destination, overwrite)
+            return web.Response(status=200, content_type=_OCTET)
         raise _bad_op(op)
 
-    def rename(request: web.Request, path: str, local: Path) -> web.Response:
-        destination = request.query.get("destination", "")
-        if not destination.startswith("/"):
-            raise RemoteError(400, "IllegalArgumentException", "Invalid destination")
-        target = space.local(destination)
-        options_given = request.query.get("renameoptions", "")
-        if not options_given:
-            # rename(): false rather than an exception, and into an existing directory.
-            if target.is_dir():
-                target = target / local.name
-            if not local.exists() or target.exists() or not target.parent.is_dir():
-                return web.json_response({"boolean": False})
-            os.rename(local, target)
-            return web.json_response({"boolean": True})
-        overwrite = "OVERWRITE" in options_given.upper().split(",")
-        if not local.exists():
-            raise RemoteError(404, "FileNotFoundException", f"rename source {path} is not found.")
-        if not target.parent.is_dir():
-            raise RemoteError(
-                404, "FileNotFoundException", f"rename destination parent {destination} not found."
-            )
-        if target.exists():
-            if not overwrite:
-                raise RemoteError(
-                    403,
-                    "FileAlreadyExistsException",
-                    f"rename destination {destination} already exists.",
-                )
-            if target.is_dir() != local.is_dir():
-                raise RemoteError(
-                    403,
-                    "IOException",
-                    f"Source {path} and destination {destination} must both be directories or files",
-                )
-            if target.is_dir() and os.listdir(target):
-                raise RemoteError(
-                    403, "IOException", f"rename destination directory is not empty: {destination}"
-                )
-        os.replace(local, target)
-        return web.Response(status=200, content_type=_OCTET)
-
-    async def namenode_post(request: web.Request) -> web.StreamResponse:
-        op = record(request, "namenode")
-        path = "/" + request.match_info["path"]
-        local = space.local(path)
+    async def namenode_post(self, request: web.Request) -> web.StreamResponse:
+        op, path = self._record(request, "namenode")
         if op == "APPEND":
-            if not local.is_file():
-                raise _not_found(path)
-            return redirect(request, "APPEND", path)
+            self.space.file(path)
+            return self._redirect(request, "APPEND", path)
         if op == "CONCAT":
-            return concat(request, path, local)
+            sources = [s for s in request.query.get("sources", "").split(",") if s]
+            self.space.concat(path, sources)
+            return web.Response(status=200, content_type=_OCTET)
         raise _bad_op(op)
 
-    def concat(request: web.Request, path: str, local: Path) -> web.Response:
-        sources = [s for s in request.query.get("sources", "").split(",") if s]
-        if not sources:
-            raise RemoteError(400, "HadoopIllegalArgumentException", "No sources given")
-        if not local.is_file():
-            raise _not_found(path)
-        seen: set[Path] = set()
-        for source in sources:
-            src = space.local(source)
-            if not src.is_file():
-                raise _not_found(source)
-            if src == local or src in seen:
-                raise RemoteError(
-                    400,
-                    "HadoopIllegalArgumentException",
-                    f"concat: the source file {source} is the target or repeated",
-                )
-            if src.parent != local.parent:
-                raise RemoteError(
-                    400,
-                    "HadoopIllegalArgumentException",
-                    f"concat: source file {source} and target file {path} should be in the same directory",
-                )
-            if src.stat().st_size == 0:
-                raise RemoteError(
-                    400,
-                    "HadoopIllegalArgumentException",
-                    f"concat: source file {source} is invalid or empty or underConstruction",
-                )
-            seen.add(src)
-        with local.open("ab") as out:
-            for source in sources:
-                with space.local(source).open("rb") as f:
-                    shutil.copyfileobj(f, out)
-        for source in sources:
-            space.local(source).unlink()
-        return web.Response(status=200, content_type=_OCTET)
-
-    async def namenode_delete(request: web.Request) -> web.StreamResponse:
-        op = record(request, "namenode")
-        path = "/" + request.match_info["path"]
-        local = space.local(path)
+    async def namenode_delete(self, request: web.Request) -> web.StreamResponse:
+        op, path = self._record(request, "namenode")
         if op != "DELETE":
             raise _bad_op(op)
-        if local == space.root:
-            return web.json_response({"boolean": False})
-        if not local.exists():
-            return web.json_response({"boolean": False})
-        if local.is_dir():
-            if os.listdir(local) and not _truth(request.query.get("recursive")):
-                raise RemoteError(403, "PathIsNotEmptyDirectoryException", f"{path} is non empty")
-            shutil.rmtree(local)
-        else:
-            local.unlink()
-        return web.json_response({"boolean": True})
+        deleted = self.space.delete(path, _truth(request.query.get("recursive")))
+        return web.json_response({"boolean": deleted})
 
-    async def requests(_: web.Request) -> web.Response:
-        return web.json_response(served)
+    async def requests(self, _: web.Request) -> web.Response:
+        return web.json_response(self.served)
 
-    async def connections(_: web.Request) -> web.Response:
-        nodes = [node for node, _ in peers]
+    async def connections(self, _: web.Request) -> web.Response:
+        nodes = [node for node, _ in self.peers]
         return web.json_response({node: nodes.count(node) for node in ("namenode", "datanode")})
 
     # ---- datanode ------------------------------------------------------------------------
 
-    async def datanode_open(request: web.Request) -> web.StreamResponse:
-        op = record(request, "datanode")
-        path = "/" + request.match_info["path"]
+    async def datanode_open(self, request: web.Request) -> web.StreamResponse:
+        op, path = self._record(request, "datanode")
         if op != "OPEN":
             raise _bad_op(op)
-        local = space.local(path)
-        if not local.is_file():
-            raise _not_found(path)
-        with local.open("rb") as f:
+        with self.space.file(path).open("rb") as f:
             size = os.fstat(f.fileno()).st_size
             offset = int(request.query.get("offset", "0"))
             if offset > size:
@@ -433,20 +262,14 @@ def _app(options: Options, served: list[dict[str, str]]) -> tuple[web.Applicatio
             await response.write_eof()
             return response
 
-    async def datanode_write(request: web.Request) -> web.StreamResponse:
-        op = record(request, "datanode")
-        path = "/" + request.match_info["path"]
-        local = space.local(path)
+    async def datanode_write(self, request: web.Request) -> web.StreamResponse:
+        op, path = self._record(request, "datanode")
         if op == "CREATE" and request.method == "PUT":
-            space.parents_are_directories(path)
-            if local.exists() and not _truth(request.query.get("overwrite")):
-                raise RemoteError(403, "FileAlreadyExistsException", f"{path} already exists")
+            local = self.space.creatable(path, _truth(request.query.get("overwrite")))
             local.parent.mkdir(parents=True, exist_ok=True)
             mode = "wb"
         elif op == "APPEND" and request.method == "POST":
-            if not local.is_file():
-                raise _not_found(path)
-            mode = "ab"
+            local, mode = self.space.file(path), "ab"
         else:
             raise _bad_op(op)
         # As HDFS: the file is there (growing) while it is written.
@@ -455,37 +278,22 @@ def _app(options: Options, served: list[dict[str, str]]) -> tuple[web.Applicatio
                 out.write(chunk)
         if op == "APPEND":
             return web.Response(status=200)
-        location = f"webhdfs://127.0.0.1:{options.namenode_port}{path}"
+        location = f"webhdfs://127.0.0.1:{self.options.namenode_port}{path}"
         return web.Response(status=201, headers={"Location": location})
 
-    route = "/webhdfs/v1/{path:.*}"
-    namenode = web.Application(middlewares=[remote_errors])
-    namenode.router.add_get("/requests", requests)
-    namenode.router.add_get("/connections", connections)
-    namenode.router.add_get(route, namenode_get)
-    namenode.router.add_put(route, namenode_put)
-    namenode.router.add_post(route, namenode_post)
-    namenode.router.add_delete(route, namenode_delete)
-    datanode = web.Application(middlewares=[remote_errors], client_max_size=1 << 40)
-    datanode.router.add_get(route, datanode_open)
-    datanode.router.add_put(route, datanode_write)
-    datanode.router.add_post(route, datanode_write)
-    return namenode, datanode
 
-
-def _bad_op(op: str) -> RemoteError:
-    return RemoteError(
-        400,
-        "IllegalArgumentException",
-        f'Invalid value for webhdfs parameter "op": No enum constant for {op}',
-    )
+@web.middleware
+async def _remote_errors(request: web.Request, handler: Any) -> web.StreamResponse:
+    try:
+        response: web.StreamResponse = await handler(request)
+        return response
+    except RemoteError as exc:
+        return web.json_response(exc.body(), status=exc.status)
 
 
 async def _serve(options: Options, sockets: tuple[socket.socket, socket.socket]) -> None:
-    served: list[dict[str, str]] = []
-    apps = _app(options, served)
     runners = []
-    for app, sock in zip(apps, sockets, strict=True):
+    for app, sock in zip(Nodes(options).apps(), sockets, strict=True):
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         await web.SockSite(runner, sock).start()
