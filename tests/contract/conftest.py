@@ -1,6 +1,6 @@
 """Real servers for the contracts: etcd for the metadata store (plaintext, and TLS with
 client certificate authentication, the way `reservoir local up --secure` runs it); the
-S3-compatible server and a file server for the under-stores."""
+S3-compatible server, a file server and a WebHDFS server for the under-stores."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from reservoir.local import pki
 from reservoir.local.cluster import LocalCluster
 
 from ..http_files import HttpFiles
+from ..webhdfs_server import WebHdfsServer
 from .etcd_servers import EtcdServer, start_etcd
 
 
@@ -29,6 +30,16 @@ def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def http_files(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpFiles]:
     server = HttpFiles(tmp_path_factory.mktemp("served"))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def webhdfs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebHdfsServer]:
+    """A WebHDFS server listing in batches of two, so every listing pages."""
+    server = WebHdfsServer(tmp_path_factory.mktemp("hdfs"), "--batch", "2")
     try:
         yield server
     finally:

@@ -1,5 +1,5 @@
 """How the contract suites open each backend: the kinds of store, and for each a fresh
-store (a new bucket, directory or URL prefix) and how a test puts an object there. A kind
+store (a new bucket, directory, URL prefix or HDFS directory) and how a test puts an object there. A kind
 `X-measured` is X as a server opens it, every request timed (the timing must change no
 answer and no error)."""
 
@@ -19,13 +19,17 @@ from reservoir.common.understore.under_store_metrics import MeasuredUnderStore, 
 from reservoir.local.cluster import DEV_CREDENTIALS
 
 from ..http_files import HttpFiles
+from ..webhdfs_server import WebHdfsServer
 
 Put = Callable[[str, bytes], ObjectInfo]
 
 # Every store; those that list; those that write. A new backend adds its kind here.
-READABLE = ["file", "s3", "http", "file-measured", "s3-measured", "http-measured"]
-LISTABLE = ["file", "s3", "file-measured", "s3-measured"]
-WRITABLE = ["file", "s3", "file-measured", "s3-measured"]
+READABLE = [
+    "file", "s3", "http", "webhdfs",
+    "file-measured", "s3-measured", "http-measured", "webhdfs-measured",
+]  # fmt: skip
+LISTABLE = ["file", "s3", "webhdfs", "file-measured", "s3-measured", "webhdfs-measured"]
+WRITABLE = ["file", "s3", "webhdfs", "file-measured", "s3-measured", "webhdfs-measured"]
 
 
 def opened(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[UnderStore, Put]:
@@ -64,6 +68,14 @@ def opened_with_opener(
             return ufs.head(key)
 
         return ufs, served, again(uri, settings)
+    if kind == "webhdfs":
+        hdfs: WebHdfsServer = request.getfixturevalue("webhdfs_server")
+        directory = uuid.uuid4().hex[:10]
+        (hdfs.root / directory).mkdir()
+        uri = hdfs.uri(f"{directory}/")
+        settings = UnderStoreSettings(credentials="anonymous", timeout_s=5)
+        ufs = open_under_store(uri, settings, metrics)
+        return ufs, ufs.put, again(uri, settings)
     assert kind == "s3", kind
     endpoint = request.getfixturevalue("s3_endpoint")
     os.environ.update(DEV_CREDENTIALS)

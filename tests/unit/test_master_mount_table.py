@@ -108,7 +108,7 @@ def test_only_a_scheme_registered_as_writable_can_be_mounted_writable() -> None:
     table.admit("/f", "file:///tmp/x/", MountOptions(writable=True))
     with pytest.raises(
         InvalidArgument,
-        match=r"a http:// mount cannot be writable \(the stores that write: file://, s3://",
+        match=r"a http:// mount cannot be writable \(the stores that write: file://, hdfs://, s3://, webhdfs://",
     ):
         table.admit("/w", "http://mirror/data/", MountOptions(writable=True))
     table.admit("/r", "http://mirror/data/", MountOptions())
