@@ -18,6 +18,8 @@ def test_every_backend_scheme_is_registered_with_its_capabilities() -> None:
         "file": (True, True),
         "http": (False, False),
         "https": (False, False),
+        "hdfs": (True, True),
+        "webhdfs": (True, True),
     }
 
 
