@@ -1,18 +1,22 @@
-"""Warm reads with TLS and tokens against the same without: issue #20's secure rows.
+"""Warm reads on a secure cluster at each data protection level against the same reads on
+a default cluster, beside the machine's ceilings: issue #35's secure rows.
 
     python bench/secure_read_bench.py            # 2,000 files of 8-40 KB, 8 x 32 MiB, 3 runs
     python bench/secure_read_bench.py --quick    # smoke run: tiny data sets, one run
 
-Starts two local clusters of the same shape side by side (moto S3, --workers workers with
-/dev/shm block files): a default one and a `--secure` one (TLS on every hop, tokens, the
-credentials made by `reservoir.local.pki`). Uploads the same data sets to both, reads
+Starts local clusters of the same shape side by side (moto S3, --workers workers with
+/dev/shm block files): a default one and `--secure` ones (TLS on every hop, tokens, the
+credentials made by `reservoir.local.pki`) whose data ports run at `privacy` (TLS),
+`integrity` (clear, every response sealed with a keyed GMAC) and `authentication` (clear,
+a token proof only): RESERVOIR_DATA_PROTECTION. Uploads the same data sets to each, reads
 them once through the workers (untimed), then measures warm `Client.read` per file on
---concurrency threads, alternating default and secure run by run so a noisy moment hits
-both. Clients read as a remote host would (no short-circuit): block bytes come over the
-workers' data ports, plain on one cluster and TLS on the other. Prints a table of
-medians (files/s, MB/s) and the secure ÷ default ratios against the issue's targets, with
-the secure cluster read over gRPC only (as before its data port had TLS) for reference;
-writes --json and --png. See bench/README.md.
+--concurrency threads, mode after mode in an order that turns each run so a noisy moment
+hits all. Clients read as a remote host would (no short-circuit): block bytes come over
+the workers' data ports. Beside them, the ceilings of this machine, measured in the same
+run: AES-128-GCM on one core (`openssl speed`), one Python `ssl` stream over loopback
+with large `recv_into` (what a TLS data port could reach), and one plain loopback stream.
+Prints a table of medians (files/s, MB/s) and each level ÷ default against the issue's
+targets; writes --json and --png. See bench/README.md.
 """
 
 from __future__ import annotations
@@ -37,11 +41,16 @@ from speed.datasets import BUCKET, MOUNT, Dataset, large_dataset, small_dataset,
 from speed.results import MiB, log, machine_info  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
-MODES = ("default", "secure")
-# Read from the secure cluster as before its data port had TLS: every block over gRPC.
-GRPC = "secure, gRPC only"
-# Issue #20's targets: secure ÷ default, warm, `read` per file.
-TARGETS = {"small": ("files_s", 0.8), "large": ("mb_s", 0.7)}
+MODES = ("default", "privacy", "integrity", "authentication")
+# Issue #35's targets: level ÷ default, warm, `read` per file.
+TARGETS = {
+    ("privacy", "small"): ("files_s", 0.8),
+    ("privacy", "large"): ("mb_s", 0.5),
+    ("integrity", "small"): ("files_s", 0.9),
+    ("integrity", "large"): ("mb_s", 0.9),
+    ("authentication", "small"): ("files_s", 0.9),
+    ("authentication", "large"): ("mb_s", 0.9),
+}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -67,7 +76,7 @@ def start(mode: str, root: Path, args: argparse.Namespace) -> Any:
     from reservoir.local import pki
     from reservoir.local.cluster import LocalCluster
 
-    secure = mode == "secure"
+    secure = mode != "default"
     credentials = None
     if secure:
         names = [f"worker{n}" for n in range(1, args.workers + 1)]
@@ -80,6 +89,7 @@ def start(mode: str, root: Path, args: argparse.Namespace) -> Any:
         shm=True,
         secure=secure,
         credentials=credentials,
+        env={"RESERVOIR_DATA_PROTECTION": mode} if secure else None,
     )
 
 
@@ -130,37 +140,112 @@ def measure(
 
 
 def table(
-    medians: dict[str, dict[str, dict[str, float]]], paired: dict[str, float]
+    medians: dict[str, dict[str, dict[str, float]]],
+    paired: dict[tuple[str, str], float],
+    ceilings: dict[str, float],
 ) -> tuple[str, list[dict[str, Any]]]:
     lines = [
-        "| data set | default | `--secure` (TLS + tokens) | secure ÷ default | target "
-        "| paired runs' ratios (median) | `--secure`, gRPC only (before) |",
+        "| level | data set | default | this level | level ÷ default | target "
+        "| paired runs' ratios (median) |",
         "|---|---|---|---|---|---|---|",
     ]
     verdicts = []
-    for name, (metric, target) in TARGETS.items():
-        default, secure = medians["default"][name], medians["secure"][name]
-        grpc = medians[GRPC][name][metric]
-        ratio = secure[metric] / default[metric]
+    for (mode, name), (metric, target) in TARGETS.items():
+        default, level = medians["default"][name], medians[mode][name]
+        ratio = level[metric] / default[metric]
         unit = "files/s" if metric == "files_s" else "MB/s"
         met = "met" if ratio >= target else "not met"
         lines.append(
-            f"| {name}, `read` per file | {default[metric]:,.0f} {unit} "
-            f"| {secure[metric]:,.0f} {unit} | {ratio:.2f} | ≥ {target} ({met}) "
-            f"| {paired[name]:.2f} "
-            f"| {grpc:,.0f} {unit} ({grpc / default[metric]:.2f}) |"
+            f"| {mode} | {name}, `read` per file | {default[metric]:,.0f} {unit} "
+            f"| {level[metric]:,.0f} {unit} | {ratio:.2f} | ≥ {target} ({met}) "
+            f"| {paired[(mode, name)]:.2f} |"
         )
         verdicts.append(
             {
+                "level": mode,
                 "dataset": name,
                 "metric": metric,
                 "ratio": ratio,
-                "paired_ratio": paired[name],
+                "paired_ratio": paired[(mode, name)],
                 "target": target,
                 "met": met,
             }
         )
+    lines.append("")
+    lines.append("| ceiling of this machine (one core, one stream) | MB/s |")
+    lines.append("|---|---|")
+    for what, mb_s in ceilings.items():
+        lines.append(f"| {what} | {mb_s:,.0f} |")
     return "\n".join(lines), verdicts
+
+
+def _openssl_gcm_mb_s() -> float:
+    """`openssl speed` of AES-128-GCM on 16 KiB blocks, one core."""
+    import subprocess
+
+    done = subprocess.run(
+        ["openssl", "speed", "-elapsed", "-seconds", "2", "-evp", "aes-128-gcm"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    row = [line for line in done.stdout.splitlines() if line.startswith("AES-128-GCM")][-1]
+    return float(row.split()[-1].rstrip("k")) * 1000 / MiB
+
+
+def _loopback_mb_s(context_pair: tuple[Any, Any] | None, total: int = 512 * MiB) -> float:
+    """One stream over loopback TCP, sent in 4 MiB writes and taken with `recv_into` of
+    4 MiB: plain, or TLS with the contexts given (server, client)."""
+    import socket
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    chunk = os.urandom(4 * MiB)
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        if context_pair is not None:
+            conn = context_pair[0].wrap_socket(conn, server_side=True)
+        for _ in range(total // len(chunk)):
+            conn.sendall(chunk)
+        conn.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    sock = socket.create_connection(("127.0.0.1", port))
+    if context_pair is not None:
+        sock = context_pair[1].wrap_socket(sock, server_hostname="localhost")
+    buffer = memoryview(bytearray(4 * MiB))
+    got, started = 0, time.perf_counter()
+    while got < total:
+        n = sock.recv_into(buffer)
+        if n == 0:
+            break
+        got += n
+    seconds = time.perf_counter() - started
+    sock.close()
+    thread.join()
+    listener.close()
+    return got / MiB / seconds
+
+
+def measure_ceilings(root: Path) -> dict[str, float]:
+    import ssl
+
+    from reservoir.local import pki
+
+    creds = pki.create(root / "ceiling-pki", ["localhost"])
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server.load_cert_chain(str(creds.cert), str(creds.key))
+    client_context = ssl.create_default_context(cafile=str(creds.ca))
+    client_context.check_hostname = False
+    log("measuring the machine's ceilings")
+    return {
+        "AES-128-GCM, openssl speed, 16 KiB blocks": _openssl_gcm_mb_s(),
+        "Python ssl over loopback, recv_into 4 MiB": _loopback_mb_s((server, client_context)),
+        "plain TCP over loopback, recv_into 4 MiB": _loopback_mb_s(None),
+    }
 
 
 def draw(verdicts: list[dict[str, Any]], path: Path, title: str) -> None:
@@ -170,14 +255,17 @@ def draw(verdicts: list[dict[str, Any]], path: Path, title: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 2.6))
+    fig.set_size_inches(8, 0.5 * len(verdicts) + 1.2)
     for y, v in enumerate(reversed(verdicts)):
         ax.barh(y, v["ratio"], color="#2e7d32" if v["met"] == "met" else "#c62828", height=0.6)
         ax.plot([v["target"]] * 2, [y - 0.4, y + 0.4], color="black", linewidth=2)
         ax.text(v["ratio"] + 0.01, y, f"{v['ratio']:.2f}", va="center", fontsize=9)
     ax.set_yticks(range(len(verdicts)))
-    ax.set_yticklabels([f"{v['dataset']} ({v['metric']})" for v in reversed(verdicts)])
+    ax.set_yticklabels(
+        [f"{v['level']}, {v['dataset']} ({v['metric']})" for v in reversed(verdicts)]
+    )
     ax.set_xlim(0, 1.3)
-    ax.set_xlabel("secure ÷ default (bar) against the target (black line)")
+    ax.set_xlabel("level ÷ default (bar) against the target (black line)")
     ax.set_title(title, fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -201,25 +289,24 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="reservoir-secure-bench-"))
     clusters: dict[str, Any] = {}
     runs: dict[str, dict[str, list[dict[str, float]]]] = {
-        mode: {ds.name: [] for ds in datasets} for mode in (*MODES, GRPC)
+        mode: {ds.name: [] for ds in datasets} for mode in MODES
     }
     try:
+        ceilings = measure_ceilings(work)
         for mode in MODES:
             clusters[mode] = start(mode, work / mode, args)
             prepare(clusters[mode], datasets, args)
         for run in range(args.runs):
             for ds in datasets:
-                # Alternating, and which mode goes first too: neither has the quiet moment.
-                for mode in MODES if run % 2 == 0 else MODES[::-1]:
+                # The order turns each run: no mode always has the quiet moment.
+                turn = run % len(MODES)
+                for mode in MODES[turn:] + MODES[:turn]:
                     got = measure(clusters[mode], ds, args)
                     runs[mode][ds.name].append(got)
                     log(
-                        f"  run {run + 1} {mode:<7} {ds.name:<5} {got['files_s']:8.0f} files/s "
+                        f"  run {run + 1} {mode:<14} {ds.name:<5} {got['files_s']:8.0f} files/s "
                         f"{got['mb_s']:8.1f} MB/s  over data ports: {got['data_port_bytes']:,} B"
                     )
-                got = measure(clusters["secure"], ds, args, data_port=False)
-                runs[GRPC][ds.name].append(got)
-                log(f"  run {run + 1} {GRPC} {ds.name:<5} {got['files_s']:8.0f} files/s")
     finally:
         for cluster in clusters.values():
             cluster.down()
@@ -237,17 +324,17 @@ def main(argv: list[str] | None = None) -> int:
     # Each run's secure ÷ default (the two measured back to back), then their median: a
     # noisy minute moves both halves of a pair alike.
     paired = {
-        name: statistics.median(
+        (mode, name): statistics.median(
             s[metric] / d[metric]
-            for s, d in zip(runs["secure"][name], runs["default"][name], strict=True)
+            for s, d in zip(runs[mode][name], runs["default"][name], strict=True)
         )
-        for name, (metric, _) in TARGETS.items()
+        for (mode, name), (metric, _) in TARGETS.items()
     }
-    text, verdicts = table(medians, paired)
+    text, verdicts = table(medians, paired, ceilings)
     wall = time.perf_counter() - started
     print(
-        f"secure ÷ default, warm `read` per file, {args.concurrency} threads, "
-        f"{args.workers} workers, medians of {args.runs} alternating runs ({wall / 60:.1f} min)"
+        f"each data protection level ÷ default, warm `read` per file, {args.concurrency} "
+        f"threads, {args.workers} workers, medians of {args.runs} runs ({wall / 60:.1f} min)"
     )
     print(text)
     info["loadavg_end"] = os.getloadavg()
@@ -257,6 +344,7 @@ def main(argv: list[str] | None = None) -> int:
         "wall_seconds": wall,
         "datasets": {ds.name: {"files": len(ds.sizes), "bytes": ds.nbytes} for ds in datasets},
         "medians": medians,
+        "ceilings_mb_s": ceilings,
         "targets": verdicts,
         "runs": runs,
         "table": text,
@@ -266,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     draw(
         verdicts,
         args.png,
-        f"secure ÷ default warm reads, medians of {args.runs} runs, {info['nproc']} cores, "
+        f"level ÷ default warm reads, medians of {args.runs} runs, {info['nproc']} cores, "
         f"{time.strftime('%Y-%m-%d')}",
     )
     log(f"wrote {args.json} and {args.png}")

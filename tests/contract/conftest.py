@@ -1,6 +1,7 @@
 """Real servers for the contracts: etcd for the metadata store (plaintext, and TLS with
 client certificate authentication, the way `reservoir local up --secure` runs it); the
-S3-compatible server, a file server and the cloud emulators for the under-stores."""
+S3-compatible server, a file server, a WebHDFS server and the cloud emulators for the
+under-stores."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from reservoir.local.cluster import LocalCluster
 
 from .. import emulators
 from ..http_files import HttpFiles
+from ..webhdfs_server import WebHdfsServer
 from .etcd_servers import EtcdServer, start_etcd
 
 
@@ -35,6 +37,16 @@ fake_gcs = emulators.fake_gcs
 @pytest.fixture(scope="session")
 def http_files(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpFiles]:
     server = HttpFiles(tmp_path_factory.mktemp("served"))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def webhdfs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebHdfsServer]:
+    """A WebHDFS server listing in batches of two, so every listing pages."""
+    server = WebHdfsServer(tmp_path_factory.mktemp("hdfs"), "--batch", "2")
     try:
         yield server
     finally:

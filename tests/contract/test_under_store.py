@@ -1,6 +1,7 @@
 """One contract for every UnderStore backend: file:// on a temp dir, s3:// against the
 local S3-compatible server process, http:// against a file server process (read part
-only: it cannot list or write, so its objects are written into the directory it serves)."""
+only: it cannot list or write, so its objects are written into the directory it serves),
+webhdfs:// against a WebHDFS server process."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """How the contract suites open each backend: the kinds of store, and for each a fresh
-store (a new bucket, directory or URL prefix) and how a test puts an object there. A kind
+store (a new bucket, directory, URL prefix or HDFS directory) and how a test puts an object there. A kind
 `X-measured` is X as a server opens it, every request timed (the timing must change no
 answer and no error)."""
 
@@ -20,13 +20,23 @@ from reservoir.local.cluster import DEV_CREDENTIALS
 
 from ..emulators import AZURE_ENV, Azurite, FakeGcs
 from ..http_files import HttpFiles
+from ..webhdfs_server import WebHdfsServer
 
 Put = Callable[[str, bytes], ObjectInfo]
 
 # Every store; those that list; those that write. A new backend adds its kind here.
-READABLE = ["file", "s3", "http", "gs", "az", "file-measured", "s3-measured", "http-measured"]
-LISTABLE = ["file", "s3", "gs", "az", "file-measured", "s3-measured", "az-measured"]
-WRITABLE = ["file", "s3", "gs", "az", "file-measured", "s3-measured", "gs-measured"]
+READABLE = [
+    "file", "s3", "http", "webhdfs", "gs", "az",
+    "file-measured", "s3-measured", "http-measured", "webhdfs-measured",
+]  # fmt: skip
+LISTABLE = [
+    "file", "s3", "webhdfs", "gs", "az",
+    "file-measured", "s3-measured", "webhdfs-measured", "az-measured",
+]  # fmt: skip
+WRITABLE = [
+    "file", "s3", "webhdfs", "gs", "az",
+    "file-measured", "s3-measured", "webhdfs-measured", "gs-measured",
+]  # fmt: skip
 
 
 def opened(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[UnderStore, Put]:
@@ -78,6 +88,14 @@ def opened_with_opener(
         os.environ.update(AZURE_ENV)
         settings = UnderStoreSettings(endpoint_url=azurite.endpoint, credentials="env", timeout_s=5)
         uri = f"az://{azurite.create_container()}/root"
+        ufs = open_under_store(uri, settings, metrics)
+        return ufs, ufs.put, again(uri, settings)
+    if kind == "webhdfs":
+        hdfs: WebHdfsServer = request.getfixturevalue("webhdfs_server")
+        directory = uuid.uuid4().hex[:10]
+        (hdfs.root / directory).mkdir()
+        uri = hdfs.uri(f"{directory}/")
+        settings = UnderStoreSettings(credentials="anonymous", timeout_s=5)
         ufs = open_under_store(uri, settings, metrics)
         return ufs, ufs.put, again(uri, settings)
     assert kind == "s3", kind

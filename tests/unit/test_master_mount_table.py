@@ -109,7 +109,7 @@ def test_only_a_scheme_registered_as_writable_can_be_mounted_writable() -> None:
     with pytest.raises(
         InvalidArgument,
         match=r"a http:// mount cannot be writable \(the stores that write: abfs://, abfss://, "
-        r"az://, file://, gs://, s3://",
+        r"az://, file://, gs://, hdfs://, s3://, webhdfs://",
     ):
         table.admit("/w", "http://mirror/data/", MountOptions(writable=True))
     table.admit("/r", "http://mirror/data/", MountOptions())

@@ -51,3 +51,15 @@ def test_with_an_allow_list_the_public_aws_endpoint_must_be_listed_too() -> None
     with pytest.raises(PermissionDenied, match="public endpoint"):
         _policy(endpoints="http://minio:9000").check("s3://b/", MountOptions())
     _policy(endpoints="https://s3.amazonaws.com").check("s3://b/", MountOptions())
+
+
+def test_a_webhdfs_namenode_is_checked_as_the_mount_endpoint() -> None:
+    policy = _policy("webhdfs,hdfs", endpoints="http://namenode:9870")
+    policy.check("webhdfs://namenode:9870/data/", MountOptions())
+    policy.check("hdfs://namenode:9870/data/", MountOptions())
+    with pytest.raises(PermissionDenied, match="RESERVOIR_ALLOWED_ENDPOINTS"):
+        policy.check("webhdfs://other:9870/data/", MountOptions())
+    with pytest.raises(PermissionDenied, match="link-local"):
+        _policy("webhdfs").check("webhdfs://169.254.169.254:9870/", MountOptions())
+    with pytest.raises(InvalidArgument, match="drop endpoint_url"):
+        policy.check("webhdfs://namenode:9870/", MountOptions(endpoint_url="http://namenode:9870"))

@@ -22,6 +22,8 @@ def test_every_backend_scheme_is_registered_with_its_capabilities() -> None:
         "abfss": (True, True),
         "http": (False, False),
         "https": (False, False),
+        "hdfs": (True, True),
+        "webhdfs": (True, True),
     }
 
 
@@ -32,8 +34,8 @@ def test_a_scheme_is_found_whatever_its_case() -> None:
 def test_an_unknown_scheme_is_invalid_and_the_error_names_the_supported_shapes() -> None:
     with pytest.raises(
         InvalidArgument,
-        match=r"ftp://b/x.*abfs://container@.*abfss://container@.*az://container.*file:///dir.*gs://bucket.*"
-        r"https://host/prefix/.*s3://bucket/prefix",
+        match=r"ftp://b/x.*abfs://container@.*abfss://container@.*az://container.*"
+        r"file:///dir.*gs://bucket.*https://host/prefix/.*s3://bucket/prefix",
     ):
         scheme_of("ftp://b/x")
 

@@ -206,8 +206,9 @@ def register(commands: Subcommands) -> None:
     p.add_argument("path", help="the Reservoir path, e.g. /datasets/imagenet")
     p.add_argument(
         "uri",
-        help="s3://bucket/prefix, file:///dir, or http(s)://host/prefix/ (read-only, "
-        "anonymous, cannot be listed); the cluster accepts the schemes in "
+        help="s3://bucket/prefix, file:///dir, webhdfs://namenode:port/dir/ (HDFS over "
+        "WebHDFS, to the namenode's HTTP port; hdfs:// alike), or http(s)://host/prefix/ "
+        "(read-only, anonymous, cannot be listed); the cluster accepts the schemes in "
         "RESERVOIR_ALLOWED_SCHEMES",
     )
     p.add_argument("--endpoint-url", metavar="URL", help="the S3 endpoint (default: AWS)")
@@ -221,7 +222,8 @@ def register(commands: Subcommands) -> None:
     p.add_argument(
         "--credentials",
         metavar="SOURCE",
-        help="env (default: the servers' environment), anonymous, or file:/path",
+        help="env (default: the servers' environment), anonymous, or file:/path "
+        "(webhdfs: the HDFS user, HADOOP_USER_NAME for env, the file's first line)",
     )
     p.add_argument(
         "--metadata-sync",
@@ -238,7 +240,7 @@ def register(commands: Subcommands) -> None:
         "--writable",
         action="store_true",
         help="files may be written, moved and removed through Reservoir (checkpoints); "
-        "s3:// only. Default: read-only",
+        "s3://, file:// and webhdfs:// (hdfs://) mounts. Default: read-only",
     )
     p.add_argument(
         "--events-queue",

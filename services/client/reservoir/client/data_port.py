@@ -17,8 +17,12 @@ caller penalises the worker. Its idle pooled connections are dropped with it.
 A client that speaks TLS dials data ports in TLS (its CA, its certificate if any, the
 server-name override of gRPC; the TLS session kept per worker to resume the next
 handshake), and a client with a token presents it in an AUTH frame as each connection
-opens. A worker that refuses the handshake or the token answers nothing: the read takes
-the full path, which reports the error.
+opens. A worker whose record says its data port is in clear with token proofs (data
+protection `integrity` or `authentication`) is dialled in plain TCP and the token proven,
+never sent (`data_port_proof.py`); at `integrity` each response's tag is checked, and a
+block whose tag fails is refused, its connection closed, and read the full path instead. A
+worker that refuses the handshake or the token answers nothing: the read takes the full
+path, which reports the error.
 
 Sockets are not shared across a fork: a child drops the pool it inherited (closing only
 its own copies of the descriptors) and connects afresh.
@@ -40,11 +44,13 @@ from opentelemetry import propagate, trace
 from reservoir.common import config as cfg
 from reservoir.common import logs
 from reservoir.common.blocks import block_transfer as wire
+from reservoir.common.blocks.data_protection import TAG_BYTES, Level
 from reservoir.common.errors import DataLoss
 from reservoir.common.models import Inode, WorkerRecord, block_request
 from reservoir.common.security import data_port_client_context, tls_server_name
 
 from .block_source import Outcome
+from .data_port_proof import ProofRefused, ProvenConnection
 from .data_port_tls import TlsConnection
 from .hedges import Hedges
 from .integrity import check_block
@@ -63,8 +69,12 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-# A data port connection: plain TCP, or TLS over one.
-Connection = socket.socket | TlsConnection
+# A data port connection: plain TCP, TLS over one, or one in clear with a token proven.
+Connection = socket.socket | TlsConnection | ProvenConnection
+_PROVEN_LEVELS = {
+    Level.INTEGRITY.value: Level.INTEGRITY,
+    Level.AUTHENTICATION.value: Level.AUTHENTICATION,
+}
 
 
 @dataclass(slots=True)
@@ -123,6 +133,7 @@ class DataPortReader:
         self.bytes_read = 0  # bytes received from data ports, checksum checked
         self._tls = data_port_client_context(config.security)
         self._token = config.security.presented_token() if self._tls is not None else ""
+        self.tampered = 0  # responses whose seal failed (integrity level)
         self._sessions: dict[str, ssl.SSLSession] = {}
         self._refusals: set[str] = set()  # data ports whose refusal was logged
 
@@ -173,6 +184,8 @@ class DataPortReader:
             while sock is not None and queue and in_flight[address] < depth:
                 read = queue.popleft()
                 body = _request(read.inode, read.index, read.offset, len(read.out))
+                if isinstance(sock, ProvenConnection):
+                    sock.sent(body)
                 batch.append(wire.encode_request(body))
                 in_flight[address] += 1
             if sock is not None and batch:
@@ -282,6 +295,9 @@ class DataPortReader:
             log.debug("data_port_connect_failed", worker=worker.id, error=str(exc))
             return None, False
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        level = _PROVEN_LEVELS.get(worker.data_protection)
+        if level is not None:
+            return self._proven(sock, worker, level, deadline), False
         if self._tls is None:
             return sock, False
         try:
@@ -294,6 +310,21 @@ class DataPortReader:
         except BaseException:
             sock.close()
             raise
+
+    def _proven(
+        self, sock: socket.socket, worker: WorkerRecord, level: Level, deadline: float
+    ) -> ProvenConnection | None:
+        """`sock` with this client's token proven to the worker; _Refused when it is not
+        taken, None (unreachable) when the connection fails meanwhile."""
+        try:
+            return ProvenConnection.open(sock, self._token, level, deadline)
+        except ProofRefused as exc:
+            sock.close()
+            raise _Refused(f"data port {worker.data_address}: {exc}") from exc
+        except OSError as exc:  # also a timeout: the full path tries elsewhere
+            sock.close()
+            log.debug("data_port_proof_failed", worker=worker.id, error=str(exc))
+            return None
 
     def _refused(self, worker: WorkerRecord, error: _Refused) -> None:
         # Once per port at warning: a misconfigured client (wrong CA or token) reads
@@ -378,14 +409,20 @@ class DataPortReader:
         header_buffer = bytearray(wire.RESPONSE_HEADER.size)
         _receive_into(sock, memoryview(header_buffer), deadline, first)
         header = wire.ResponseHeader.decode(header_buffer)
+        sealed = isinstance(sock, ProvenConnection) and sock.seal is not None
         if header.status != 0:
             if header.length > wire.MAX_ERROR_MESSAGE:
                 raise _Failed(f"error message of {header.length} bytes")
-            _receive_into(sock, memoryview(bytearray(header.length)), deadline)
+            message = memoryview(bytearray(header.length))
+            _receive_into(sock, message, deadline)
+            if sealed:
+                self._check_seal(sock, header_buffer, message, deadline)
             return Outcome.DECLINED  # the full path asks again and reports the error properly
         if header.length != len(out):
             raise _Failed(f"{header.length} bytes announced, {len(out)} asked for")
         _receive_into(sock, out, deadline)
+        if sealed:
+            self._check_seal(sock, header_buffer, out, deadline)
         try:
             check_block(
                 "data port block", out, len(out), header.crc32c, self._config.verify_checksums
@@ -396,6 +433,20 @@ class DataPortReader:
         with self._lock:
             self.bytes_read += len(out)
         return Outcome.READ
+
+    def _check_seal(
+        self, sock: Connection, header: bytearray, body: memoryview, deadline: float
+    ) -> None:
+        """The response's tag, checked; _Failed (the connection closed, the read taken the
+        full path) when the response was tampered with on the way."""
+        assert isinstance(sock, ProvenConnection)
+        tag = bytearray(TAG_BYTES)
+        _receive_into(sock, memoryview(tag), deadline)
+        if not sock.check(bytes(header), body, bytes(tag)):
+            with self._lock:
+                self.tampered += 1
+            log.warning("data_port_response_tampered", bytes=len(body))
+            raise _Failed("the response's seal does not match: tampered with on the way")
 
 
 def _request(inode: Inode, index: int, offset: int, length: int) -> bytes:

@@ -306,6 +306,8 @@ class WorkerRecord:
     # worker writes: see WorkerRegistry). Only a serving worker is any block's home.
     state: str = "serving"
     region: str = ""  # a group of zones (topology.kubernetes.io/region)
+    # The data port's protection level on a secure cluster (blocks/data_protection.py).
+    data_protection: str = ""
 
     @property
     def serving(self) -> bool:
@@ -330,6 +332,7 @@ class WorkerRecord:
             data_address=self.data_address,
             state=self.state,
             region=self.region,
+            data_protection=self.data_protection,
         )
 
     @classmethod
@@ -345,6 +348,7 @@ class WorkerRecord:
             data_address=msg.data_address,
             state=msg.state or SERVING,
             region=msg.region,
+            data_protection=msg.data_protection,
         )
 
 

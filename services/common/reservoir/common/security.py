@@ -21,6 +21,7 @@ from typing import Any
 import grpc
 import grpc.aio
 
+from reservoir.common.blocks.data_protection import Level
 from reservoir.common.config import SecuritySettings
 from reservoir.common.errors import InvalidArgument
 
@@ -115,8 +116,9 @@ def _ssl_context(purpose: ssl.Purpose, settings: SecuritySettings) -> ssl.SSLCon
 
 def data_port_server_context(settings: SecuritySettings) -> ssl.SSLContext | None:
     """The data port's TLS as a server: this worker's certificate, and a client certificate
-    signed by the CA required when gRPC requires one. None: the port is plain TCP."""
-    if not settings.tls_cert:
+    signed by the CA required when gRPC requires one. None: the port is plain TCP (no TLS,
+    or a data protection level below privacy)."""
+    if not settings.tls_cert or settings.data_level is not Level.PRIVACY:
         return None
     if settings.tls_client_auth and not settings.tls_ca:
         raise InvalidArgument("RESERVOIR_TLS_CLIENT_AUTH needs RESERVOIR_TLS_CA")

@@ -314,6 +314,7 @@ class WorkerInfo(_message.Message):
     DATA_ADDRESS_FIELD_NUMBER: _builtins.int
     STATE_FIELD_NUMBER: _builtins.int
     REGION_FIELD_NUMBER: _builtins.int
+    DATA_PROTECTION_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     address: _builtins.str
     """host:port clients dial"""
@@ -337,6 +338,11 @@ class WorkerInfo(_message.Message):
     """
     region: _builtins.str
     """Region label (a group of zones), for the admission webhook's region affinity."""
+    data_protection: _builtins.str
+    """How the data port protects block bytes on a secure cluster: "privacy" (TLS),
+    "integrity" (clear, each response sealed) or "authentication" (clear; a token
+    proof only). Empty: no protection level (TLS when the reader speaks TLS).
+    """
     def __init__(
         self,
         *,
@@ -350,10 +356,11 @@ class WorkerInfo(_message.Message):
         data_address: _builtins.str = ...,
         state: _builtins.str = ...,
         region: _builtins.str = ...,
+        data_protection: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "capacity_bytes", b"capacity_bytes", "data_address", b"data_address", "host", b"host", "id", b"id", "region", b"region", "shm_dir", b"shm_dir", "started_ms", b"started_ms", "state", b"state", "zone", b"zone"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "capacity_bytes", b"capacity_bytes", "data_address", b"data_address", "data_protection", b"data_protection", "host", b"host", "id", b"id", "region", b"region", "shm_dir", b"shm_dir", "started_ms", b"started_ms", "state", b"state", "zone", b"zone"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

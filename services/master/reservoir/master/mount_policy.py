@@ -71,7 +71,7 @@ class MountPolicy:
                 raise InvalidArgument(
                     f"a {scheme.name}:// mount's URI is its endpoint: drop endpoint_url"
                 )
-            self._check_endpoint(uri)
+            self._check_endpoint(uri, scheme.name)
         elif options.endpoint_url:
             self._check_endpoint(options.endpoint_url)
         elif (
@@ -85,9 +85,11 @@ class MountPolicy:
                 "this cluster's allowed endpoints (RESERVOIR_ALLOWED_ENDPOINTS)"
             )
 
-    def _check_endpoint(self, url: str) -> None:
+    def _check_endpoint(self, url: str, uri_scheme: str = "http") -> None:
+        """`url`: an endpoint_url, or the URI of a store whose URI names its endpoint
+        (`uri_scheme`: webhdfs://namenode:port/ is checked as http://namenode:port/)."""
         parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
+        if parts.scheme not in ("http", "https", uri_scheme) or not parts.hostname:
             raise InvalidArgument("endpoint_url must be http(s)://host[:port]")
         host = parts.hostname.lower().rstrip(".")
         if host in _METADATA_HOSTS:

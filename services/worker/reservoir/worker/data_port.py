@@ -8,6 +8,9 @@ is sent from where it lies (a view, or `sendfile` of its block file), or TLS wit
 worker's certificate on a cluster that runs TLS; this module does not know which. A worker that checks tokens
 (RESERVOIR_AUTH_TOKENS_FILE) serves a connection nothing before an AUTH frame whose token
 may call ReadBlock (`reservoir.common.serving.auth`: the gRPC interceptor's check, not a copy).
+On a secure cluster whose data protection level is `integrity` or `authentication`
+(`reservoir.common.blocks.data_protection`), the port is plain TCP, the reader proves its
+token without sending it (HELLO, PROOF), and with `integrity` each response is sealed.
 A reader may pipeline requests: they are read as they come (up to `data_pipeline` ahead
 of the response being sent), the blocks they ask for are looked up or fetched at once
 (misses from the under-store in parallel), and the responses go out in request order. A
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import os
 import socket
 import ssl
@@ -34,6 +38,8 @@ from opentelemetry import propagate, trace
 from reservoir.common import config as cfg
 from reservoir.common import logs
 from reservoir.common.blocks import block_transfer as wire
+from reservoir.common.blocks import data_protection as protection
+from reservoir.common.blocks.data_protection import Level, ResponseSeal
 from reservoir.common.errors import (
     InvalidArgument,
     ReservoirError,
@@ -41,7 +47,7 @@ from reservoir.common.errors import (
     code_value,
     status_for,
 )
-from reservoir.common.serving.auth import TokenTable, authorize_token
+from reservoir.common.serving.auth import TokenTable, authorize_principal, authorize_token
 from reservoir.common.worker_methods import READ_BLOCK
 from reservoir.v1 import worker_pb2
 
@@ -71,8 +77,10 @@ class _Pending:
     work: Coroutine[Any, Any, BlockRead] | asyncio.Future[BlockRead] | None = None
     error: ReservoirError | None = None
     close_after: bool = False
-    # An AUTH frame accepted: an empty OK answers it.
+    # An AUTH, HELLO or PROOF frame accepted: an OK answers it, with `reply` as its body.
     accepted: bool = False
+    reply: bytes = b""
+    request: bytes = b""  # the READ's body: a sealed response's tag covers it
     # The whole block as a file of the shared-memory tier: sent by the channel's
     # send_file (sendfile in plain TCP).
     file: FileRead | None = None
@@ -94,14 +102,22 @@ class DataPort:
         metrics: DataPortMetrics,
         tls: ssl.SSLContext | None = None,
         tokens: TokenTable | None = None,
+        level: Level | None = None,
     ) -> None:
         """`tls`: the port speaks TLS with this context; `tokens`: every connection must
-        present one of them (AUTH) before it is served."""
+        present one of them (AUTH, or a proof) before it is served; `level`: the data
+        protection level of a secure cluster (below privacy: plain TCP and proofs)."""
+        if level in (Level.INTEGRITY, Level.AUTHENTICATION) and (tls is not None or not tokens):
+            raise InvalidArgument(
+                f"RESERVOIR_DATA_PROTECTION={level}: a data port in clear with token proofs "
+                "needs RESERVOIR_AUTH_TOKENS_FILE (and serves no TLS)"
+            )
         self._service = service
         self._config = config
         self._metrics = metrics
         self._tls = tls
         self._tokens = tokens
+        self._level = level
         self._listener: socket.socket | None = None
         self._accepting: asyncio.Task[None] | None = None
         self._connections: set[asyncio.Task[None]] = set()
@@ -163,7 +179,9 @@ class DataPort:
                 log.debug("data_port_handshake_failed", error=str(exc))
                 sock.close()
                 return
-        await _Connection(channel, self._service, self._config, self._metrics, self._tokens).serve()
+        await _Connection(
+            channel, self._service, self._config, self._metrics, self._tokens, self._level
+        ).serve()
 
 
 class _Connection:
@@ -174,6 +192,7 @@ class _Connection:
         config: cfg.WorkerConfig,
         metrics: DataPortMetrics,
         tokens: TokenTable | None,
+        level: Level | None = None,
     ) -> None:
         self._channel = channel
         self._service = service
@@ -181,6 +200,10 @@ class _Connection:
         self._metrics = metrics
         self._tokens = tokens
         self._authenticated = tokens is None
+        # Proofs instead of tokens, on a port in clear; sealed responses once proven.
+        self._proofs: Level | None = level if level is not Level.PRIVACY else None
+        self._nonces: tuple[bytes, bytes] | None = None
+        self._seal: ResponseSeal | None = None
         self._queue: asyncio.Queue[_Pending | None] = asyncio.Queue(max(1, config.data_pipeline))
         self._outstanding = 0  # requests read whose response is not sent yet
         # Spans are recorded only with an SDK tracer provider (traces exported).
@@ -224,10 +247,20 @@ class _Connection:
         except InvalidArgument as exc:
             return _Pending(error=exc, close_after=True)
         if header.kind == wire.AUTH:
-            return self._authenticate(await self._receive(header.length, between_requests=False))
+            token = await self._receive(header.length, between_requests=False)
+            if self._proofs is not None:
+                in_clear = InvalidArgument(
+                    "this data port is in clear: prove a token (HELLO, PROOF), never send it"
+                )
+                return _Pending(error=in_clear, close_after=True)
+            return self._authenticate(token)
+        if header.kind == wire.HELLO:
+            return self._hello(await self._receive(header.length, between_requests=False))
+        if header.kind == wire.PROOF:
+            return self._prove(await self._receive(header.length, between_requests=False))
         if not self._authenticated:
             # Not even its body is read: nothing of this connection is served.
-            refusal = Unauthenticated("a valid token is required first (an AUTH frame)")
+            refusal = Unauthenticated("a valid token is required first (AUTH, or a proof)")
             return _Pending(error=refusal, close_after=True)
         body = await self._receive(header.length, between_requests=False)
         try:
@@ -236,9 +269,10 @@ class _Connection:
             except DecodeError as exc:
                 raise InvalidArgument("malformed ReadBlockRequest") from exc
             block = domain_request(request).validated()
-            file = self._service.read_file(block)
+            # A sealed response's bytes pass through the seal: not sent by sendfile.
+            file = self._service.read_file(block) if self._seal is None else None
         except ReservoirError as exc:
-            return _Pending(error=exc)
+            return _Pending(error=exc, request=body)
         context = dict(request.trace_context)
         self._outstanding += 1
         if file is not None:
@@ -247,7 +281,39 @@ class _Connection:
         if self._outstanding > 1:
             # Behind other responses: look it up (or fetch it) now, not when its turn comes.
             work = asyncio.ensure_future(work)
-        return _Pending(block=block, work=work, trace_context=context)
+        return _Pending(block=block, work=work, trace_context=context, request=body)
+
+    def _hello(self, client_nonce: bytes) -> _Pending:
+        if self._proofs is None:
+            refusal = InvalidArgument("this data port takes no HELLO (TLS, or no tokens)")
+            return _Pending(error=refusal, close_after=True)
+        if len(client_nonce) != protection.NONCE_BYTES or self._nonces is not None:
+            return _Pending(error=InvalidArgument("a malformed or second HELLO"), close_after=True)
+        server_nonce = os.urandom(protection.NONCE_BYTES)
+        self._nonces = (client_nonce, server_nonce)
+        return _Pending(accepted=True, reply=bytes([self._proofs.code]) + server_nonce)
+
+    def _prove(self, body: bytes) -> _Pending:
+        if self._proofs is None or self._nonces is None or self._tokens is None:
+            return _Pending(error=InvalidArgument("a PROOF before its HELLO"), close_after=True)
+        if len(body) != protection.TOKEN_ID_BYTES + protection.PROOF_BYTES:
+            return _Pending(error=InvalidArgument("a malformed PROOF"), close_after=True)
+        entry = self._tokens.entry(body[: protection.TOKEN_ID_BYTES])
+        expected = protection.proof(entry[0], *self._nonces) if entry is not None else b""
+        if entry is None or not hmac.compare_digest(expected, body[protection.TOKEN_ID_BYTES :]):
+            refusal = Unauthenticated(
+                "the token proof was refused: this cluster's tokens file does not list the "
+                "token (a token of another cluster, mistyped, or revoked?)"
+            )
+            return _Pending(error=refusal, close_after=True)
+        try:
+            authorize_principal(entry[1], READ_BLOCK)
+        except ReservoirError as exc:
+            return _Pending(error=exc, close_after=True)
+        self._authenticated = True
+        if self._proofs is Level.INTEGRITY:
+            self._seal = ResponseSeal(protection.session_key(entry[0], *self._nonces))
+        return _Pending(accepted=True)
 
     def _authenticate(self, token: bytes) -> _Pending:
         if self._tokens is None:
@@ -271,7 +337,7 @@ class _Connection:
 
     async def _respond(self, item: _Pending) -> None:
         if item.accepted:
-            await self._send(wire.ResponseHeader(0, 0, 0).encode())
+            await self._send(wire.ResponseHeader(0, 0, len(item.reply)).encode() + item.reply)
             return
         with self._span(item.trace_context):
             code = await self._answer(item)
@@ -300,18 +366,22 @@ class _Connection:
             # or fetched again).
             item.work = self._service.read(item.block)
         if item.error is not None or item.work is None:
-            return await self._send_error(item.error or InvalidArgument("no request"))
+            return await self._send_error(item.error or InvalidArgument("no request"), item)
         try:
             read = await item.work
         except ReservoirError as exc:
-            return await self._send_error(exc)
+            return await self._send_error(exc, item)
         # Counted by the read; put on the span here, as a pipelined read ran before the
         # span of its response began.
         span_reads.add(read.source, read.length)
-        await self._send(
-            wire.ResponseHeader(0, read.crc, read.length).encode(), more=read.length > 0
-        )
-        await self._send(read.view())
+        header = wire.ResponseHeader(0, read.crc, read.length).encode()
+        view = read.view()
+        await self._send(header, more=read.length > 0 or self._seal is not None)
+        if self._seal is None:
+            await self._send(view)
+        else:
+            await self._send(view, more=True)
+            await self._send(self._seal.tag(item.request, header, view))
         return "OK"
 
     async def _send_file(self, file: FileRead) -> bool:
@@ -345,8 +415,9 @@ class _Connection:
         """All of `data`; `more`: bytes follow at once (a header before its body)."""
         await self._channel.send(data, more=more)
 
-    async def _send_error(self, error: ReservoirError) -> str:
+    async def _send_error(self, error: ReservoirError, item: _Pending) -> str:
         message = (str(error) or type(error).__name__).encode()[: wire.MAX_ERROR_MESSAGE]
         header = wire.ResponseHeader(code_value(error), 0, len(message)).encode()
-        await self._send(header + message)
+        tag = self._seal.tag(item.request, header, message) if self._seal is not None else b""
+        await self._send(header + message + tag)
         return str(status_for(error).name)

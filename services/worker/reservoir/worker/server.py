@@ -145,7 +145,8 @@ async def serve(config: cfg.WorkerConfig, transport: Transport) -> None:
     peer_calls = WorkerCalls(transport, WorkerDeadlines(rpc_s=config.rpc_timeout_s))
     peers = PeerCopy(service, peer_calls)
     server.add_generic_rpc_handlers([WorkerServicer(service, written, uploads, peers).handler()])
-    # With TLS the data port speaks it too, and checks the tokens gRPC checks.
+    # With TLS the data port speaks it too (or, below the privacy level, takes token
+    # proofs in clear), and checks the tokens gRPC checks.
     security = transport.settings
     data_port = (
         DataPort(
@@ -156,6 +157,7 @@ async def serve(config: cfg.WorkerConfig, transport: Transport) -> None:
             tokens=TokenTable.load(security.auth_tokens_file)
             if security.auth_tokens_file
             else None,
+            level=security.data_level,
         )
         if config.data_port
         else None
@@ -178,7 +180,12 @@ async def serve(config: cfg.WorkerConfig, transport: Transport) -> None:
     if data_port is not None:
         data_host, data_port_number = _data_listen(config)
         bound = await data_port.start(data_host, data_port_number)
-        record = dataclasses.replace(record, data_address=f"{address.rsplit(':', 1)[0]}:{bound}")
+        level = security.data_level
+        record = dataclasses.replace(
+            record,
+            data_address=f"{address.rsplit(':', 1)[0]}:{bound}",
+            data_protection=level.value if level is not None else "",
+        )
     membership = Membership(store, record, config, reporter)
     # Before the first (full) report: the blocks kept on disk are held again.
     await service.store.start()

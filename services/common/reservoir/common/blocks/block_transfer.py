@@ -29,6 +29,12 @@ or with UNAUTHENTICATED / PERMISSION_DENIED and closes the connection; a READ be
 valid AUTH gets UNAUTHENTICATED and the connection is closed, before any byte of a block.
 A reader may send its first READ right behind its AUTH (no round trip between). A worker
 that checks no tokens answers an AUTH with OK and ignores the token.
+
+On a secure cluster whose data protection level is `integrity` or `authentication`
+(`data_protection.py`) the port is plain TCP and a reader proves its token without
+sending it: HELLO (kind 2, a client nonce) answered by OK with the level and a server
+nonce, then PROOF (kind 3, token id and HMAC) answered by OK or a refusal. With
+`integrity` every READ response is then followed by a 16-byte tag.
 """
 
 from __future__ import annotations
@@ -42,7 +48,9 @@ MAGIC = b"RSVB"
 VERSION = 1
 READ = 0
 AUTH = 1
-KINDS = (READ, AUTH)
+HELLO = 2
+PROOF = 3
+KINDS = (READ, AUTH, HELLO, PROOF)
 REQUEST_HEADER = struct.Struct("<4sBB2xI")
 RESPONSE_HEADER = struct.Struct("<B3xIQ")
 # A ReadBlockRequest is a few hundred bytes (ids, the under-store URI, the mount path).
@@ -60,6 +68,10 @@ def encode_auth(token: str) -> bytes:
     """An AUTH frame presenting `token`."""
     body = token.encode()
     return REQUEST_HEADER.pack(MAGIC, VERSION, AUTH, len(body)) + body
+
+
+def encode_frame(kind: int, body: bytes) -> bytes:
+    return REQUEST_HEADER.pack(MAGIC, VERSION, kind, len(body)) + body
 
 
 @dataclass(frozen=True, slots=True)

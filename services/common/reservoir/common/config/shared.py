@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from reservoir.common.blocks.data_protection import Level
 from reservoir.common.errors import InvalidArgument
 
 from .loading import env, load, read_secret_file
@@ -28,6 +29,12 @@ class SecuritySettings:
     token_file: str = field(default="", metadata=env("RESERVOIR_TOKEN_FILE"))
     # Servers: hashes and roles of the tokens they accept; empty = no authentication.
     auth_tokens_file: str = field(default="", metadata=env("RESERVOIR_AUTH_TOKENS_FILE"))
+    # Workers, with TLS: how the data port protects block bytes (privacy: TLS; integrity:
+    # clear and sealed; authentication: clear; blocks/data_protection.py).
+    data_protection: str = field(default="privacy", metadata=env("RESERVOIR_DATA_PROTECTION"))
+
+    def __post_init__(self) -> None:
+        Level.parse(self.data_protection)
 
     @classmethod
     def from_env(cls, **overrides: Any) -> SecuritySettings:
@@ -36,6 +43,12 @@ class SecuritySettings:
     @property
     def tls(self) -> bool:
         return bool(self.tls_ca or self.tls_cert)
+
+    @property
+    def data_level(self) -> Level | None:
+        """A worker's data port protection: None without TLS (a cluster that is not
+        secure protects nothing)."""
+        return Level.parse(self.data_protection) if self.tls else None
 
     def presented_token(self) -> str:
         if self.token_file:

@@ -30,6 +30,7 @@ import grpc
 import grpc.aio
 
 from reservoir.common import worker_methods as worker
+from reservoir.common.blocks.data_protection import token_id
 from reservoir.common.errors import (
     InvalidArgument,
     PermissionDenied,
@@ -135,6 +136,11 @@ class TokenTable:
 
     def __init__(self, entries: dict[str, Principal]) -> None:
         self._by_hash = entries
+        # The data port's token proofs name an entry by an id derived from its hash.
+        self._by_id = {
+            token_id(bytes.fromhex(digest)): (bytes.fromhex(digest), principal)
+            for digest, principal in entries.items()
+        }
 
     @classmethod
     def parse(cls, lines: Iterable[str], source: str = "tokens") -> TokenTable:
@@ -162,6 +168,10 @@ class TokenTable:
 
     def principal(self, token: str) -> Principal | None:
         return self._by_hash.get(token_hash(token))
+
+    def entry(self, token_id: bytes) -> tuple[bytes, Principal] | None:
+        """The SHA-256 and principal of the token a proof names (`data_protection`)."""
+        return self._by_id.get(token_id)
 
     def __len__(self) -> int:
         return len(self._by_hash)
@@ -200,6 +210,11 @@ def authorize_token(table: TokenTable, method: str, token: str) -> Principal:
             "the token was refused: this cluster's tokens file does not list it (a token "
             "of another cluster, mistyped, or revoked?)"
         )
+    return authorize_principal(principal, method)
+
+
+def authorize_principal(principal: Principal, method: str) -> Principal:
+    """`principal` when its role may call `method`; PermissionDenied otherwise."""
     rule = RULES.get(method)
     if rule is None or principal.role not in rule.roles:
         raise PermissionDenied(f"{_needs(rule)} (this token's role is {principal.role})")

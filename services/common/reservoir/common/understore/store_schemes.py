@@ -85,6 +85,12 @@ def _open_http(uri: str, settings: UnderStoreSettings) -> UnderStore:
     return HttpUnderStore(uri, settings)
 
 
+def _open_webhdfs(uri: str, settings: UnderStoreSettings) -> UnderStore:
+    from reservoir.common.understore.webhdfs_under_store import WebHdfsUnderStore
+
+    return WebHdfsUnderStore(uri, settings)
+
+
 register(
     StoreScheme(
         "s3", "s3://bucket/prefix", _open_s3, writes=True, default_endpoint="s3.amazonaws.com:443"
@@ -133,4 +139,15 @@ for _name, _example in (
 register(StoreScheme("http", "http://host/prefix/", _open_http, lists=False, endpoint_in_uri=True))
 register(
     StoreScheme("https", "https://host/prefix/", _open_http, lists=False, endpoint_in_uri=True)
+)
+# hdfs:// is WebHDFS too (to the namenode's HTTP port): HDFS's RPC protocol is not spoken.
+register(
+    StoreScheme(
+        "webhdfs", "webhdfs://namenode:port/path/", _open_webhdfs, writes=True, endpoint_in_uri=True
+    )
+)
+register(
+    StoreScheme(
+        "hdfs", "hdfs://namenode:port/path/", _open_webhdfs, writes=True, endpoint_in_uri=True
+    )
 )
