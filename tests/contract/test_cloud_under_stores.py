@@ -20,6 +20,7 @@ from reservoir.common.errors import (
     PermissionDenied,
     Unavailable,
 )
+from reservoir.common.object_metadata import ObjectMetadata
 from reservoir.common.understore.mounted_stores import open_under_store
 from reservoir.common.understore.under_store import UnderStore, UnderStoreSettings
 
@@ -222,3 +223,20 @@ def test_more_parts_than_one_compose_call_takes_are_published_whole_and_leave_no
     assert cloud.get_range("big.bin", 0, len(whole) + 10, info.etag) == whole
     assert cloud.open_uploads("big.bin") == []  # type: ignore[attr-defined]
     assert cloud.keys_below("") == ["big.bin"]  # type: ignore[attr-defined]
+
+
+def test_an_objects_metadata_is_kept_by_a_put_and_by_a_completed_upload(
+    cloud: UnderStore,
+) -> None:
+    import obstore
+
+    metadata = ObjectMetadata.of({"run": "7"}, content_type="text/plain", cache_control="no-cache")
+    cloud.put("whole.txt", b"one request", metadata)
+    upload = cloud.create_upload("parts.txt", metadata)
+    part = _twin(cloud).upload_part("parts.txt", upload, 1, b"in parts")
+    cloud.complete_upload("parts.txt", upload, [part], metadata)
+    for key in ("whole.txt", "parts.txt"):
+        attributes = obstore.get(cloud.store, key).attributes  # type: ignore[attr-defined]
+        assert attributes.get("Content-Type") == "text/plain", (key, attributes)
+        assert attributes.get("Cache-Control") == "no-cache", (key, attributes)
+        assert attributes.get("run") == "7", (key, attributes)
