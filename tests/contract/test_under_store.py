@@ -223,3 +223,14 @@ def test_an_unreachable_http_server_is_unavailable_after_bounded_attempts() -> N
         )
         with pytest.raises(Unavailable, match="after 2 attempts"):
             store.head("a.bin")
+
+
+def test_a_directory_is_no_object_yet_is_told_from_nothing(
+    readable: tuple[UnderStore, Put],
+) -> None:
+    store, put = readable
+    put("d/e/f.bin", b"x")
+    assert store.is_directory("d/") and store.is_directory("d/e/")
+    assert not store.is_directory("nothing/")
+    with pytest.raises(NotFound):
+        store.head("d")  # a directory's name is not a file, whatever the store answers

@@ -285,9 +285,7 @@ class NamespaceSync:
             obj = await self.ufs(ufs.head, key)
             inode = carried(stored, self.file_inode(mount, ufs, path, obj))
         except NotFound:
-            # A store that cannot list (http) has no directories to find below a path.
-            listing = await self.ufs(ufs.list, key + "/", 1) if scheme_of(mount.uri).lists else None
-            if listing is None or (not listing.objects and not listing.prefixes):
+            if not await self.ufs(ufs.is_directory, key + "/"):
                 await self._namespace.delete(path)
                 if stored is not None:
                     self.found.saw_removed(mount.path)

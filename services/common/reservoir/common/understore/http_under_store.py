@@ -190,6 +190,31 @@ class HttpUnderStore(UnderStore):
             finally:
                 self._connections.give(conn, response)
 
+        try:
+            return self._attempts(what, once)
+        except (PermissionDenied, InvalidArgument) as exc:
+            # A directory answers a HEAD of its name with a refusal (403: no index) or a
+            # redirect (to name/): not a file, and for a path in a tree, not an error.
+            if key and self.is_directory(key + "/"):
+                raise NotFound(f"{what}: a directory, not a file") from exc
+            raise
+
+    def is_directory(self, prefix: str) -> bool:
+        """HTTP cannot list: a HEAD of `prefix` that is answered at all, even refused or
+        redirected (an index page, or none allowed), says something lies below it."""
+        what = f"head {self.uri_of(prefix)}"
+
+        def once() -> bool:
+            try:
+                conn, response = self._request("HEAD", prefix, {}, what)
+            except NotFound:
+                return False
+            except (PermissionDenied, InvalidArgument):
+                return True
+            response.read()
+            self._connections.give(conn, response)
+            return True
+
         return self._attempts(what, once)
 
     def list(self, prefix: str, limit: int | None = None) -> Listing:

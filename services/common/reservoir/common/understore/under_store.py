@@ -133,6 +133,13 @@ class UnderStore(abc.ABC):
         if page:
             yield page
 
+    def is_directory(self, prefix: str) -> bool:
+        """Whether anything lies below `prefix` (ending with '/'): how a path that is no
+        object is told from nothing. By a listing of one entry; a store that cannot list
+        (http) answers otherwise."""
+        listing = self.list(prefix, 1)
+        return bool(listing.objects or listing.prefixes)
+
     @abc.abstractmethod
     def get_range(self, key: str, offset: int, length: int, etag: str = "") -> bytes:
         """`length` bytes from `offset` (fewer only at the object's end); Conflict when the
@@ -232,6 +239,9 @@ class ForwardingUnderStore(UnderStore):
 
     def walk(self, prefix: str) -> Iterator[ObjectPage]:
         return self.inner.walk(prefix)
+
+    def is_directory(self, prefix: str) -> bool:
+        return self.inner.is_directory(prefix)
 
     def get_range(self, key: str, offset: int, length: int, etag: str = "") -> bytes:
         return self.inner.get_range(key, offset, length, etag)
