@@ -1,5 +1,5 @@
 """Every under-store through every reader: a mount of each store (beside S3, which every
-other test reads) read byte-exactly through fsspec, the PyTorch dataset and the FUSE
+other test reads; gs:// and az:// on their emulators) read byte-exactly through fsspec, the PyTorch dataset and the FUSE
 mount, the adapters a training job uses. They share one client read path; this proves the
 stores reach it whole (change tokens, sizes, ranged reads) whatever the adapter asks."""
 
@@ -18,15 +18,21 @@ import pytest
 
 from reservoir.client import Client
 from reservoir.client.filesystem import ReservoirFileSystem
+from reservoir.common.understore.mounted_stores import open_under_store
+from reservoir.common.understore.under_store import UnderStoreSettings
 from reservoir.local.cluster import LocalCluster
 from tests.cli_runs import run_cli
 from tests.conftest import LEASE_TTL_S, new_mount_path
 
+from .. import emulators
+from ..emulators import AZURE_ENV, Azurite, FakeGcs
 from ..http_files import HttpFiles
 from ..webhdfs_server import WebHdfsServer
 from .test_fuse import _force_unmount, _fuse_unusable
 
 BLOCK = 64 * 1024
+azurite = emulators.azurite
+fake_gcs = emulators.fake_gcs
 
 
 @dataclass
@@ -45,7 +51,7 @@ def stores_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCl
         tmp_path_factory.mktemp("stores-cluster"),
         workers=2,
         lease_ttl=LEASE_TTL_S,
-        env={"RESERVOIR_ALLOWED_SCHEMES": "s3,http,webhdfs"},
+        env={"RESERVOIR_ALLOWED_SCHEMES": "s3,http,webhdfs,gs,az", **AZURE_ENV},
     )
     try:
         yield c
@@ -62,12 +68,33 @@ def _in(directory: Path) -> Callable[[str, bytes], None]:
     return put
 
 
-@pytest.fixture(scope="module", params=["webhdfs", "http"])
+def _cloud(uri: str, endpoint: str, credentials: str) -> Store:
+    """A bucket of a cloud store's emulator, written through the store itself."""
+    ufs = open_under_store(uri, UnderStoreSettings(endpoint_url=endpoint, credentials=credentials))
+
+    def put(name: str, data: bytes) -> None:
+        ufs.put(name, data)
+
+    options = ("--endpoint-url", endpoint, "--credentials", credentials)
+    return Store(uri.split(":", 1)[0], uri, put, options)
+
+
+@pytest.fixture(scope="module", params=["webhdfs", "http", "gs", "az"])
 def store(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Store]:
     directory = tmp_path_factory.mktemp(request.param)
     prefix = uuid.uuid4().hex[:8]
+    if request.param == "gs":
+        gcs: FakeGcs = request.getfixturevalue("fake_gcs")
+        yield _cloud(f"gs://{gcs.create_bucket()}/{prefix}/", gcs.endpoint, "anonymous")
+        return
+    if request.param == "az":
+        # The SDK reads a block itself when no worker serves it: this process signs too.
+        os.environ.update(AZURE_ENV)
+        az: Azurite = request.getfixturevalue("azurite")
+        yield _cloud(f"az://{az.create_container()}/{prefix}/", az.endpoint, "env")
+        return
     if request.param == "webhdfs":
         hdfs = WebHdfsServer(directory)
         try:
