@@ -26,6 +26,7 @@ from reservoir.common.errors import (
     PermissionDenied,
     Unavailable,
 )
+from reservoir.common.understore.store_errors import StorePlace, error_for_status
 from reservoir.common.understore.under_store import (
     Listing,
     ObjectInfo,
@@ -89,6 +90,7 @@ class HttpUnderStore(UnderStore):
         self._port = parts.port
         self._root = parts.path.rstrip("/") + "/"
         self._settings = settings
+        self._place = StorePlace(parts.netloc, "anonymous")
         self._connections = _Connections(self._connection, max(1, settings.max_connections))
         self.uri = f"{parts.scheme.lower()}://{parts.netloc}{self._root}"
 
@@ -143,15 +145,16 @@ class HttpUnderStore(UnderStore):
         if status < 300:
             return conn, response
         conn.close()
-        if status == 404 or status == 410:
-            raise NotFound(f"{what}: not found in the under-store")
-        if status in (401, 403):
-            raise PermissionDenied(f"{what}: the server refused access ({status})")
         if status == 416:
             return conn, response  # a range at or past the end: the caller answers b""
         if status >= 500 or status == 429:
             raise _Transient(f"the server answered {status}")
-        raise InvalidArgument(f"{what}: the server answered {status} {response.reason}")
+        if status < 400:
+            raise InvalidArgument(
+                f"{what}: the server redirects ({status} {response.reason}); redirects are "
+                "not followed"
+            )
+        raise error_for_status(self._place, what, status)
 
     def _send(
         self, conn: http.client.HTTPConnection, method: str, path: str, headers: dict[str, str]

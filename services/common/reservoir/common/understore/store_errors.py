@@ -3,7 +3,7 @@
 Every backend reduces its SDK's failure to an HTTP status and the store's error code (S3's
 `NoSuchKey`, Azure's `BlobNotFound`, WebHDFS's exception name, ...) or, for obstore, to its
 exception class; this table chooses the domain error (and so the gRPC status) and words
-the message: what was refused, by which endpoint, under which credential source. Never a
+the message (a backend decides only which failures are worth another attempt): what was refused, by which endpoint, under which credential source. Never a
 credential itself, and never the SDK's whole message, which may quote request headers.
 """
 
@@ -20,14 +20,49 @@ from reservoir.common.errors import (
     OutOfRange,
     PermissionDenied,
     ReservoirError,
+    ResourceExhausted,
     SlowDown,
     Unavailable,
 )
 
-_NOT_FOUND = {"NoSuchKey", "NoSuchBucket", "NotFound", "BlobNotFound", "ContainerNotFound"}
-_DENIED = {"AccessDenied", "Forbidden", "InvalidAccessKeyId", "AuthorizationFailure"}
-_CHANGED = {"PreconditionFailed", "ConditionNotMet"}
-_SLOW = {"SlowDown", "Throttling", "ServerBusy", "TooManyRequests"}
+# A store's own name for a failure (S3's and Azure's error codes, the Java exception a
+# WebHDFS RemoteException names) says more than its HTTP status: it decides when known.
+_BY_CODE: dict[str, type[ReservoirError]] = {
+    **dict.fromkeys(
+        ("NoSuchKey", "NoSuchBucket", "NotFound", "BlobNotFound", "ContainerNotFound"), NotFound
+    ),
+    **dict.fromkeys(
+        ("AccessDenied", "Forbidden", "InvalidAccessKeyId", "AuthorizationFailure"),
+        PermissionDenied,
+    ),
+    **dict.fromkeys(("PreconditionFailed", "ConditionNotMet"), Conflict),
+    **dict.fromkeys(("SlowDown", "Throttling", "ServerBusy", "TooManyRequests"), SlowDown),
+    "InvalidRange": OutOfRange,
+    "BlobAlreadyExists": AlreadyExists,
+    # WebHDFS (HDFS answers any IOException it has no better status for with 403).
+    "FileNotFoundException": NotFound,
+    **dict.fromkeys(
+        ("AccessControlException", "SecurityException", "AuthorizationException"),
+        PermissionDenied,
+    ),
+    "FileAlreadyExistsException": AlreadyExists,
+    "EOFException": OutOfRange,
+    **dict.fromkeys(
+        (
+            "IllegalArgumentException",
+            "HadoopIllegalArgumentException",
+            "UnsupportedOperationException",
+            "InvalidPathException",
+            "ParentNotDirectoryException",
+            "PathIsNotEmptyDirectoryException",
+        ),
+        InvalidArgument,
+    ),
+    **dict.fromkeys(
+        ("QuotaExceededException", "DSQuotaExceededException", "NSQuotaExceededException"),
+        ResourceExhausted,
+    ),
+}
 _STATUS = re.compile(r"\bstatus(?: code)?: (\d{3})\b")
 
 
@@ -43,27 +78,40 @@ class StorePlace:
         return f"the under-store at {self.endpoint}"
 
 
-def error_for_status(place: StorePlace, what: str, status: int, code: str = "") -> ReservoirError:
-    """The domain error for a store's answer `status` (0 when unknown) with error `code`."""
+def known_code(code: str) -> bool:
+    return code in _BY_CODE
+
+
+def error_for_status(
+    place: StorePlace, what: str, status: int, code: str = "", detail: str = ""
+) -> ReservoirError:
+    """The domain error for a store's answer `status` (0 when unknown) with error `code`
+    (the store's own name for the failure, which decides when this table knows it);
+    `detail`, the store's words, is added to the message (never a credential)."""
     where = place.where
     shown = code or str(status)
-    if code in _NOT_FOUND or status in (404, 410):
-        return NotFound(f"{what}: not found in {where}")
-    if code in _DENIED or status in (401, 403):
+    said = f" ({detail})" if detail else ""
+    kind = _BY_CODE.get(code)
+    if kind is NotFound or (kind is None and status in (404, 410)):
+        return NotFound(f"{what}: not found in {where}{said}")
+    if kind is PermissionDenied or (kind is None and status in (401, 403)):
         return PermissionDenied(
-            f"{what}: access denied by {where} ({shown}; credential source {place.credentials!r})"
+            f"{what}: access denied by {where} ({shown}; credential source "
+            f"{place.credentials!r}){said}"
         )
-    if code in _CHANGED or status == 412:
-        return Conflict(f"{what}: the object changed (its change token differs)")
-    if code == "InvalidRange" or status == 416:
-        return OutOfRange(f"{what}: range not satisfiable")
-    if code in _SLOW or status in (429, 503):
-        return SlowDown(f"{what}: {where} answered {shown} (slow down)")
-    if code in ("FileAlreadyExistsException", "BlobAlreadyExists"):
-        return AlreadyExists(f"{what}: already exists in {where}")
-    if status == 400:
-        return InvalidArgument(f"{what}: {where} refused the request ({shown})")
-    return Unavailable(f"{what}: {where} answered {shown}")
+    if kind is Conflict or (kind is None and status == 412):
+        return Conflict(f"{what}: the object changed (its change token differs){said}")
+    if kind is OutOfRange or (kind is None and status == 416):
+        return OutOfRange(f"{what}: range not satisfiable{said}")
+    if kind is SlowDown or (kind is None and status in (429, 503)):
+        return SlowDown(f"{what}: {where} answered {shown} (slow down){said}")
+    if kind is AlreadyExists:
+        return AlreadyExists(f"{what}: already exists in {where}{said}")
+    if kind is ResourceExhausted:
+        return ResourceExhausted(f"{what}: {where} is over a quota ({shown}){said}")
+    if kind is InvalidArgument or (kind is None and status == 400):
+        return InvalidArgument(f"{what}: {where} refused the request ({shown}){said}")
+    return Unavailable(f"{what}: {where} answered {shown}{said}")
 
 
 def error_for_obstore(place: StorePlace, what: str, exc: BaseException) -> ReservoirError:

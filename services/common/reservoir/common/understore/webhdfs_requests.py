@@ -20,17 +20,12 @@ from typing import Any, TypeVar
 from urllib.parse import quote, urlencode
 
 from reservoir.common.errors import (
-    AlreadyExists,
     DeadlineExceeded,
     InvalidArgument,
-    NotFound,
-    OutOfRange,
-    PermissionDenied,
-    ReservoirError,
-    ResourceExhausted,
     Unavailable,
 )
 from reservoir.common.understore.http_under_store import _Connections
+from reservoir.common.understore.store_errors import StorePlace, error_for_status, known_code
 from reservoir.common.understore.under_store import UnderStoreSettings
 from reservoir.common.understore.webhdfs_redirects import Endpoint, checked, on_loopback
 
@@ -40,26 +35,6 @@ _PREFIX = "/webhdfs/v1"
 _CHUNK = 1 << 20
 _ERROR_BODY = 64 << 10
 
-# A RemoteException's `exception` (its Java class's simple name) as a domain error. HDFS
-# answers every IOException it has no better status for with 403, so the status alone
-# would call a file that exists "permission denied": the name decides.
-_REMOTE_ERRORS: dict[str, type[ReservoirError]] = {
-    "FileNotFoundException": NotFound,
-    "AccessControlException": PermissionDenied,
-    "SecurityException": PermissionDenied,
-    "AuthorizationException": PermissionDenied,
-    "FileAlreadyExistsException": AlreadyExists,
-    "EOFException": OutOfRange,
-    "IllegalArgumentException": InvalidArgument,
-    "HadoopIllegalArgumentException": InvalidArgument,
-    "UnsupportedOperationException": InvalidArgument,
-    "InvalidPathException": InvalidArgument,
-    "ParentNotDirectoryException": InvalidArgument,
-    "PathIsNotEmptyDirectoryException": InvalidArgument,
-    "QuotaExceededException": ResourceExhausted,
-    "DSQuotaExceededException": ResourceExhausted,
-    "NSQuotaExceededException": ResourceExhausted,
-}
 # A namenode failing over, starting up or briefly busy: worth another attempt.
 _TRANSIENT_REMOTE = frozenset({"StandbyException", "RetriableException", "SafeModeException"})
 
@@ -80,9 +55,16 @@ class WebHdfsRequests:
     connections to it and to each datanode it redirects to."""
 
     def __init__(
-        self, host: str, port: int, user: str | None, settings: UnderStoreSettings
+        self,
+        host: str,
+        port: int,
+        user: str | None,
+        settings: UnderStoreSettings,
+        credentials: str = "env",
     ) -> None:
+        """`credentials`: the source `user` came from, as errors name it."""
         self._namenode = Endpoint(f"{host}:{port}", host, port)
+        self._place = StorePlace(f"{host}:{port}", credentials)
         self._user = user
         self._settings = settings
         self._loopback_ok = on_loopback(host)
@@ -280,17 +262,9 @@ class WebHdfsRequests:
         said = f"{name}: {message}" if name else f"{status} {reason}"
         if name in _TRANSIENT_REMOTE or status >= 500 or status == 429:
             return Transient(f"the server answered {status} ({said})")
-        kind = _REMOTE_ERRORS.get(name)
-        if kind is None:
-            if status == 404:
-                kind = NotFound
-            elif status in (401, 403) and not name:
-                kind = PermissionDenied
-            elif status == 400:
-                kind = InvalidArgument
-            else:
-                kind = Unavailable  # an IOException of the store's own
-        return kind(f"{what}: {said}")
+        if name and not known_code(name) and status in (401, 403):
+            status = 0  # HDFS's 403 for any IOException of its own: not a refusal
+        return error_for_status(self._place, what, status, name, said)
 
     # ---- connections -------------------------------------------------------------------
 

@@ -108,7 +108,11 @@ class WebHdfsUnderStore(UnderStore):
         self.uri = f"{scheme}://{parts.netloc}{root}"
         self.credentials = settings.credentials or "env"
         requests = WebHdfsRequests(
-            parts.hostname, port, user_of(settings.credentials, self.uri), settings
+            parts.hostname,
+            port,
+            user_of(settings.credentials, self.uri),
+            settings,
+            self.credentials,
         )
         self._files = HdfsFiles(requests)
         self._root = root.rstrip("/") or "/"
