@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import http.client
 import re
-import threading
 import time
 from collections.abc import Callable
 from email.utils import parsedate_to_datetime
@@ -24,8 +23,8 @@ from reservoir.common.errors import (
     InvalidArgument,
     NotFound,
     PermissionDenied,
-    Unavailable,
 )
+from reservoir.common.understore.request_attempts import KeptConnections, Transient, with_attempts
 from reservoir.common.understore.store_errors import StorePlace, error_for_status
 from reservoir.common.understore.under_store import (
     Listing,
@@ -37,38 +36,6 @@ from reservoir.common.understore.under_store import (
 T = TypeVar("T")
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 _CHUNK = 1 << 20
-
-
-class _Transient(Exception):
-    """A failure worth another attempt: a connection error, a 5xx, a body cut short."""
-
-
-class _Connections:
-    """Idle keep-alive connections to the server, at most `limit` kept: a new connection
-    per block read would cost a TCP (and TLS) handshake each, more than a small block."""
-
-    def __init__(self, make: Callable[[], http.client.HTTPConnection], limit: int) -> None:
-        self._make = make
-        self._limit = limit
-        self._idle: list[http.client.HTTPConnection] = []
-        self._lock = threading.Lock()
-
-    def take(self) -> tuple[http.client.HTTPConnection, bool]:
-        """A connection, and whether it was used before (the server may have closed it)."""
-        with self._lock:
-            if self._idle:
-                return self._idle.pop(), True
-        return self._make(), False
-
-    def give(self, conn: http.client.HTTPConnection, response: http.client.HTTPResponse) -> None:
-        """Kept for the next request when `response` was read to its end and the server
-        keeps the connection open; closed otherwise."""
-        if response.isclosed() and not response.will_close:
-            with self._lock:
-                if len(self._idle) < self._limit:
-                    self._idle.append(conn)
-                    return
-        conn.close()
 
 
 class HttpUnderStore(UnderStore):
@@ -91,7 +58,7 @@ class HttpUnderStore(UnderStore):
         self._root = parts.path.rstrip("/") + "/"
         self._settings = settings
         self._place = StorePlace(parts.netloc, "anonymous")
-        self._connections = _Connections(self._connection, max(1, settings.max_connections))
+        self._connections = KeptConnections(self._connection, max(1, settings.max_connections))
         self.uri = f"{parts.scheme.lower()}://{parts.netloc}{self._root}"
 
     # ---- requests --------------------------------------------------------------------
@@ -109,16 +76,7 @@ class HttpUnderStore(UnderStore):
         return quote(self._root + key, safe="/")
 
     def _attempts(self, what: str, call: Callable[[], T]) -> T:
-        """`call` at most `retries` times (at least once), backing off between."""
-        attempts = max(1, self._settings.retries)
-        for attempt in range(attempts):
-            try:
-                return call()
-            except _Transient as exc:
-                if attempt + 1 >= attempts:
-                    raise Unavailable(f"{what}: {exc} (after {attempts} attempts)") from exc
-                time.sleep(self._settings.body_retry.delay_s(attempt))
-        raise AssertionError("unreachable")
+        return with_attempts(what, self._settings, call)
 
     def _request(
         self, method: str, key: str, headers: dict[str, str], what: str
@@ -132,7 +90,7 @@ class HttpUnderStore(UnderStore):
         except (OSError, http.client.HTTPException) as exc:
             conn.close()
             if not reused:
-                raise _Transient(f"{type(exc).__name__}: {exc}") from exc
+                raise Transient(f"{type(exc).__name__}: {exc}") from exc
             # An idle connection the server closed meanwhile: not a failure of the server,
             # so a fresh connection is tried without spending one of the attempts.
             conn = self._connection()
@@ -140,7 +98,7 @@ class HttpUnderStore(UnderStore):
                 response = self._send(conn, method, path, headers)
             except (OSError, http.client.HTTPException) as again:
                 conn.close()
-                raise _Transient(f"{type(again).__name__}: {again}") from again
+                raise Transient(f"{type(again).__name__}: {again}") from again
         status = response.status
         if status < 300:
             return conn, response
@@ -148,7 +106,7 @@ class HttpUnderStore(UnderStore):
         if status == 416:
             return conn, response  # a range at or past the end: the caller answers b""
         if status >= 500 or status == 429:
-            raise _Transient(f"the server answered {status}")
+            raise Transient(f"the server answered {status}")
         if status < 400:
             raise InvalidArgument(
                 f"{what}: the server redirects ({status} {response.reason}); redirects are "
@@ -266,7 +224,7 @@ class HttpUnderStore(UnderStore):
                 conn.request("HEAD", quote(self._root, safe="/"))
                 conn.getresponse()
             except (OSError, http.client.HTTPException) as exc:
-                raise _Transient(f"{type(exc).__name__}: {exc}") from exc
+                raise Transient(f"{type(exc).__name__}: {exc}") from exc
             finally:
                 conn.close()
 
@@ -291,10 +249,10 @@ def _body(response: http.client.HTTPResponse, size: int, deadline: float, what: 
                 raise DeadlineExceeded(f"{what}: the response took longer than its deadline")
             n = response.readinto(view[got : got + _CHUNK])
             if n == 0:
-                raise _Transient(f"the body ended after {got} of {size} bytes")
+                raise Transient(f"the body ended after {got} of {size} bytes")
             got += n
     except (OSError, http.client.HTTPException) as exc:
-        raise _Transient(f"the body broke off: {type(exc).__name__}: {exc}") from exc
+        raise Transient(f"the body broke off: {type(exc).__name__}: {exc}") from exc
     return bytes(body)
 
 

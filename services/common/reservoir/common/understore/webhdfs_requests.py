@@ -24,7 +24,7 @@ from reservoir.common.errors import (
     InvalidArgument,
     Unavailable,
 )
-from reservoir.common.understore.http_under_store import _Connections
+from reservoir.common.understore.request_attempts import KeptConnections, Transient, with_attempts
 from reservoir.common.understore.store_errors import StorePlace, error_for_status, known_code
 from reservoir.common.understore.under_store import UnderStoreSettings
 from reservoir.common.understore.webhdfs_redirects import Endpoint, checked, on_loopback
@@ -37,10 +37,6 @@ _ERROR_BODY = 64 << 10
 
 # A namenode failing over, starting up or briefly busy: worth another attempt.
 _TRANSIENT_REMOTE = frozenset({"StandbyException", "RetriableException", "SafeModeException"})
-
-
-class Transient(Exception):
-    """A failure worth another attempt: a connection error, a 5xx, a body cut short."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +64,7 @@ class WebHdfsRequests:
         self._user = user
         self._settings = settings
         self._loopback_ok = on_loopback(host)
-        self._pools: dict[Endpoint, _Connections] = {}
+        self._pools: dict[Endpoint, KeptConnections] = {}
         self._lock = threading.Lock()
 
     # ---- the operations --------------------------------------------------------------
@@ -132,16 +128,7 @@ class WebHdfsRequests:
         self.attempts(what, once)
 
     def attempts(self, what: str, call: Callable[[], T]) -> T:
-        """`call` at most `retries` times (at least once), backing off between."""
-        attempts = max(1, self._settings.retries)
-        for attempt in range(attempts):
-            try:
-                return call()
-            except Transient as exc:
-                if attempt + 1 >= attempts:
-                    raise Unavailable(f"{what}: {exc} (after {attempts} attempts)") from exc
-                time.sleep(self._settings.body_retry.delay_s(attempt))
-        raise AssertionError("unreachable")
+        return with_attempts(what, self._settings, call)
 
     # ---- one exchange --------------------------------------------------------------------
 
@@ -273,12 +260,12 @@ class WebHdfsRequests:
             endpoint.address, endpoint.port, timeout=self._settings.timeout_s, blocksize=_CHUNK
         )
 
-    def _pool(self, endpoint: Endpoint) -> _Connections:
+    def _pool(self, endpoint: Endpoint) -> KeptConnections:
         with self._lock:
             pool = self._pools.get(endpoint)
             if pool is None:
                 limit = max(1, self._settings.max_connections)
-                pool = _Connections(lambda: self._connection(endpoint), limit)
+                pool = KeptConnections(lambda: self._connection(endpoint), limit)
                 self._pools[endpoint] = pool
             return pool
 
