@@ -15,7 +15,6 @@ its headers is read again at most `body_retry.attempts` times, as the S3 reader 
 from __future__ import annotations
 
 import asyncio
-import time
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -159,23 +158,9 @@ class ObstoreUnderStore(UnderStore):
         return options
 
     def get_range(self, key: str, offset: int, length: int, etag: str = "") -> bytes:
-        if length <= 0:
-            return b""
-        import obstore
-
-        what = f"get {self.uri_of(key)}"
-        options = self._get_options(offset, length, etag)
-        retry = self.settings.body_retry
-        for attempt in range(retry.attempts + 1):
-            try:
-                result = obstore.get(self.store, key, options=options)  # type: ignore[arg-type]
-            except Exception as exc:
-                raise self._read_error(exc, key, etag, what) from exc
-            try:
-                return bytes(self._body(memoryview(result.bytes()), result.meta, offset, length))
-            except Exception as exc:  # everything after the headers is the body breaking off
-                time.sleep(self._broken_body(exc, attempt, key, offset, length, what))
-        raise AssertionError("unreachable")
+        """Blocking callers take the awaited read on a loop of their own: one GET stack
+        and one body-retry loop."""
+        return bytes(asyncio.run(self.get_range_async(key, offset, length, etag)))
 
     async def get_range_async(
         self, key: str, offset: int, length: int, etag: str = ""
