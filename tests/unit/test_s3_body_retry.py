@@ -147,3 +147,33 @@ def test_missing_credentials_name_the_credential_source(monkeypatch: pytest.Monk
         match=r"credential source 'env'.*s3\.test:9000|s3\.test:9000.*credential source 'env'",
     ):
         store.head("k")
+
+
+@pytest.mark.parametrize("breaking", [2], indirect=True)
+def test_a_body_into_a_buffer_that_breaks_off_is_resumed_into_the_same_buffer(
+    breaking: _BreakingS3,
+) -> None:
+    buffer = bytearray(4096)
+    got = asyncio.run(_store(breaking.endpoint).get_range_into("k", 1000, memoryview(buffer)))
+    assert (got, bytes(buffer)) == (4096, DATA[1000:5096])
+    # Each GET after a break asks only for the bytes still missing: half of what was left.
+    assert breaking.ranges == ["bytes=1000-5095", "bytes=3048-5095", "bytes=4072-5095"]
+
+
+@pytest.mark.parametrize("breaking", [100], indirect=True)
+def test_a_body_into_a_buffer_that_keeps_breaking_off_fails_after_the_bound(
+    breaking: _BreakingS3,
+) -> None:
+    store = _store(breaking.endpoint, attempts=2)
+    with pytest.raises(Unavailable, match=f"{breaking.endpoint} broke off 3 times"):
+        asyncio.run(store.get_range_into("k", 0, memoryview(bytearray(100))))
+    assert breaking.gets == 3
+
+
+def test_a_read_into_a_buffer_from_a_refused_connection_is_unavailable_after_its_attempts() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        endpoint = f"http://127.0.0.1:{s.getsockname()[1]}"
+    store = _store(endpoint, retries=2)
+    with pytest.raises(Unavailable, match=f"cannot connect to the under-store endpoint {endpoint}"):
+        asyncio.run(store.get_range_into("k", 0, memoryview(bytearray(10))))

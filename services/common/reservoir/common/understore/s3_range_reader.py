@@ -15,21 +15,19 @@ read again whole a bounded number of times (`BodyRetry`), as with boto3: at most
 
 from __future__ import annotations
 
-import asyncio
 import os
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reservoir.common import logs
-from reservoir.common.errors import PermissionDenied, Unavailable
-from reservoir.common.understore.store_errors import StorePlace, error_for_obstore, first_line
+from reservoir.common.errors import PermissionDenied
+from reservoir.common.understore.body_retries import BodyBrokeOff, read_retrying
+from reservoir.common.understore.signed_gets import SignedGets
+from reservoir.common.understore.store_errors import StorePlace, error_for_obstore
 from reservoir.common.understore.under_store import UnderStoreSettings
 
 if TYPE_CHECKING:
     from obstore.store import S3Credential, S3Store
-
-log = logs.get_logger(__name__)
 
 # How long obstore keeps a credential it was handed before asking the session again;
 # boto3's refreshable credentials renew themselves well before they expire.
@@ -75,6 +73,7 @@ class S3RangeReader:
         self._session = session
         self._place = place
         self._store: S3Store | None = None
+        self._signed: SignedGets | None = None
 
     def _open(self) -> S3Store:
         """The obstore client, built on first use: a store without credentials fails its
@@ -150,8 +149,8 @@ class S3RangeReader:
         options: dict[str, Any] = {"range": (offset, offset + length)}
         if etag:
             options["if_match"] = etag
-        retry = self._settings.body_retry
-        for attempt in range(retry.attempts + 1):
+
+        async def attempt() -> bytes | memoryview:
             try:
                 result = await obstore.get_async(store, key, options=options)  # type: ignore[arg-type]
             except Exception as exc:
@@ -163,20 +162,37 @@ class S3RangeReader:
                     raise _TruncatedBody(f"{len(data)} of {expected} bytes")
                 return data[:expected]
             except Exception as exc:  # everything after the headers is the body breaking off
-                if attempt == retry.attempts:
-                    raise Unavailable(
-                        f"{what}: the body from {self._place.endpoint} broke off "
-                        f"{attempt + 1} times ({type(exc).__name__}: {first_line(exc)})"
-                    ) from exc
-                delay = retry.delay_s(attempt)
-                log.info(
-                    "under_store_body_retry",
-                    uri=what.removeprefix("get "),
-                    offset=offset,
-                    length=length,
-                    attempt=attempt + 1,
-                    delay_s=round(delay, 3),
-                    error=f"{type(exc).__name__}: {first_line(exc)}",
-                )
-                await asyncio.sleep(delay)
-        raise AssertionError("unreachable")
+                raise BodyBrokeOff() from exc
+
+        # obstore retries failed requests itself: only broken bodies are read again here.
+        return await read_retrying(
+            attempt,
+            self._settings.body_retry,
+            requests=1,
+            what=what,
+            endpoint=self._place.endpoint,
+            offset=offset,
+            length=length,
+        )
+
+    async def get_range_into(
+        self, key: str, offset: int, out: memoryview, etag: str, *, what: str
+    ) -> int:
+        """`len(out)` bytes from `offset` received straight into `out` (fewer only at the
+        object's end), by a GET presigned by obstore (`signed_gets.py`)."""
+        if not len(out):
+            return 0
+        return await self._signed_gets().get_into(key, offset, out, etag, what=what)
+
+    def _signed_gets(self) -> SignedGets:
+        if self._signed is None:
+            self._signed = SignedGets(
+                self._open(),
+                self._bucket,
+                self._prefix,
+                self._settings,
+                self._place,
+                signs=self._session is not None,
+                region=self._session_region(),
+            )
+        return self._signed

@@ -221,6 +221,12 @@ class S3UnderStore(UnderStore):
             key, offset, length, etag, what=f"get {self.uri_of(key)}"
         )
 
+    async def get_range_into(self, key: str, offset: int, out: memoryview, etag: str = "") -> int:
+        """Received straight into `out`, by a GET obstore presigned (`signed_gets.py`)."""
+        return await self._ranges.get_range_into(
+            key, offset, out, etag, what=f"get {self.uri_of(key)}"
+        )
+
     # ---- writes (`s3_writes.py`) --------------------------------------------------------
 
     def limits(self) -> StoreLimits:
