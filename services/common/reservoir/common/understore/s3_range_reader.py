@@ -5,12 +5,17 @@ small GET, obstore well under 1 ms, and its calls are awaited, not run on thread
 LIST, PUT and checks stay with boto3 (`s3_under_store.py`), and so do the credentials:
 they come from the same boto3 session, so both paths read the same sources.
 
+A worker's block GETs (`get_range_into`) go further: obstore signs them (a presigned URL)
+and the body is received straight into the block's own memory (`signed_gets.py`),
+without the two copies obstore's client makes of a body.
+
 A request obstore could not complete (after its own retries, as many attempts in all as
 boto3 is given: 5xx answers, refused or dropped connections, timeouts) maps through the
 same error table as boto3's. A body that breaks off once the headers have arrived is first
 resumed by obstore (a GET of the bytes still missing, within the same retry budget), then
-read again whole a bounded number of times (`BodyRetry`), as with boto3: at most
-(body retries + 1) x retries GETs per range, each broken body costing one GET.
+read again whole a bounded number of times (`BodyRetry`, the one loop of
+`body_retries.py`), as with boto3: at most (body retries + 1) x retries GETs per range,
+each broken body costing one GET.
 """
 
 from __future__ import annotations
