@@ -108,6 +108,53 @@ def test_an_awaited_get_range_of_a_missing_key_is_not_found(
         asyncio.run(readable[0].get_range_async("nope", 0, 10))
 
 
+def test_a_get_range_into_a_buffer_fills_it_byte_exactly_and_clips_at_the_end(
+    readable: tuple[UnderStore, Put],
+) -> None:
+    store, put = readable
+    data = os.urandom(300_000)
+    info = put("into.bin", data)
+
+    async def reads() -> list[tuple[int, bytes]]:
+        answers = []
+        for offset, length, etag in [
+            (0, 300_000, info.etag),
+            (1000, 200_000, ""),
+            (299_990, 100, info.etag),
+            (5, 0, ""),
+        ]:
+            buffer = bytearray(b"\xee" * (length + 7))
+            view = memoryview(buffer)[:length]
+            got = await store.get_range_into("into.bin", offset, view, etag)
+            assert buffer[length:] == b"\xee" * 7  # nothing past the buffer given
+            answers.append((got, bytes(buffer[:got])))
+        return answers
+
+    assert asyncio.run(reads()) == [
+        (300_000, data),
+        (200_000, data[1000:201_000]),
+        (10, data[299_990:]),
+        (0, b""),
+    ]
+
+
+def test_a_get_range_into_a_buffer_with_a_stale_etag_is_a_conflict(
+    readable: tuple[UnderStore, Put],
+) -> None:
+    store, put = readable
+    old = put("v.bin", b"old")
+    put("v.bin", b"newer content")
+    with pytest.raises(Conflict):
+        asyncio.run(store.get_range_into("v.bin", 0, memoryview(bytearray(3)), old.etag))
+
+
+def test_a_get_range_into_a_buffer_of_a_missing_key_is_not_found(
+    readable: tuple[UnderStore, Put],
+) -> None:
+    with pytest.raises(NotFound):
+        asyncio.run(readable[0].get_range_into("nope", 0, memoryview(bytearray(10))))
+
+
 def test_list_shows_one_level_of_objects_and_prefixes(store: UnderStore) -> None:
     store.put("d/x.txt", b"1")
     store.put("d/y.txt", b"22")

@@ -1,10 +1,11 @@
 from __future__ import annotations
 
+import gc
 import os
 
 import pytest
 
-from reservoir.common.blocks.fresh_bytes import filled_bytes
+from reservoir.common.blocks.fresh_bytes import bytes_to_fill, filled_bytes, finished_bytes
 
 
 def test_filled_bytes_holds_what_the_fill_wrote() -> None:
@@ -48,3 +49,20 @@ def test_an_error_in_the_fill_propagates() -> None:
 
     with pytest.raises(OSError, match="disk gone"):
         filled_bytes(10, fail)
+
+
+def test_bytes_to_fill_are_what_was_written_through_their_view() -> None:
+    result, view = bytes_to_fill(3 * 1024 * 1024)
+    source = os.urandom(len(view))
+    view[: len(source) // 2] = source[: len(source) // 2]
+    view[len(source) // 2 :] = source[len(source) // 2 :]
+    data = finished_bytes(result, view)
+    assert type(data) is bytes and data == source
+
+
+def test_bytes_to_fill_stay_alive_while_their_view_is_filled() -> None:
+    result, view = bytes_to_fill(6)
+    del result  # the caller let go (a cancelled fetch) while a thread still fills it
+    gc.collect()
+    view[:] = b"abcdef"
+    assert bytes(view) == b"abcdef"

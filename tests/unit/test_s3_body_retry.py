@@ -1,19 +1,23 @@
-"""S3UnderStore's ranged reads (one GET stack, obstore's) re-read a body that breaks off,
-within a bound, against an in-process HTTP server that cuts its bodies short."""
+"""S3UnderStore's ranged reads (obstore's, and those received into a caller's buffer) read
+again a body that breaks off, within a bound (the one loop), against an in-process HTTP(S)
+server that cuts its bodies short."""
 
 from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
 from reservoir.common.errors import PermissionDenied, Unavailable
 from reservoir.common.understore.s3_under_store import S3UnderStore
 from reservoir.common.understore.under_store import BodyRetry, UnderStoreSettings
+from reservoir.local import pki
 
 DATA = bytes(range(256)) * 40  # 10240 bytes
 
@@ -22,7 +26,7 @@ class _BreakingS3:
     """Answers ranged GETs of DATA; the first `faults` bodies stop halfway and the
     connection closes (a reset, as a dropped stream looks to the client)."""
 
-    def __init__(self, faults: int) -> None:
+    def __init__(self, faults: int, tls: ssl.SSLContext | None = None) -> None:
         self.faults = faults
         self.gets = 0
         self.ranges: list[str] = []
@@ -56,8 +60,11 @@ class _BreakingS3:
                 pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        if tls is not None:
+            self.server.socket = tls.wrap_socket(self.server.socket, server_side=True)
         threading.Thread(target=self.server.serve_forever, args=(0.02,), daemon=True).start()
-        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
+        scheme = "https" if tls is not None else "http"
+        self.endpoint = f"{scheme}://127.0.0.1:{self.server.server_address[1]}"
 
 
 @pytest.fixture
@@ -147,3 +154,52 @@ def test_missing_credentials_name_the_credential_source(monkeypatch: pytest.Monk
         match=r"credential source 'env'.*s3\.test:9000|s3\.test:9000.*credential source 'env'",
     ):
         store.head("k")
+
+
+@pytest.mark.parametrize("breaking", [2], indirect=True)
+def test_a_body_into_a_buffer_that_breaks_off_is_resumed_into_the_same_buffer(
+    breaking: _BreakingS3,
+) -> None:
+    buffer = bytearray(4096)
+    got = asyncio.run(_store(breaking.endpoint).get_range_into("k", 1000, memoryview(buffer)))
+    assert (got, bytes(buffer)) == (4096, DATA[1000:5096])
+    # Each GET after a break asks only for the bytes still missing: half of what was left.
+    assert breaking.ranges == ["bytes=1000-5095", "bytes=3048-5095", "bytes=4072-5095"]
+
+
+@pytest.mark.parametrize("breaking", [100], indirect=True)
+def test_a_body_into_a_buffer_that_keeps_breaking_off_fails_after_the_bound(
+    breaking: _BreakingS3,
+) -> None:
+    store = _store(breaking.endpoint, attempts=2)
+    with pytest.raises(Unavailable, match=f"{breaking.endpoint} broke off 3 times"):
+        asyncio.run(store.get_range_into("k", 0, memoryview(bytearray(100))))
+    assert breaking.gets == 3
+
+
+def test_a_read_into_a_buffer_from_a_refused_connection_is_unavailable_after_its_attempts() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        endpoint = f"http://127.0.0.1:{s.getsockname()[1]}"
+    store = _store(endpoint, retries=2)
+    with pytest.raises(Unavailable, match=f"cannot connect to the under-store endpoint {endpoint}"):
+        asyncio.run(store.get_range_into("k", 0, memoryview(bytearray(10))))
+
+
+def test_a_body_into_a_buffer_over_https_is_exact_and_resumed_when_it_breaks_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    creds = pki.create(tmp_path / "pki", [])
+    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    tls.load_cert_chain(creds.cert, creds.key)
+    monkeypatch.setenv("AWS_CA_BUNDLE", str(creds.ca))  # boto3's and this path's CAs
+    s3 = _BreakingS3(1, tls)
+    try:
+        buffer = bytearray(len(DATA))
+        store = _store(s3.endpoint)
+        assert asyncio.run(store.get_range_into("k", 0, memoryview(buffer))) == len(DATA)
+        assert bytes(buffer) == DATA
+        assert s3.ranges == [f"bytes=0-{len(DATA) - 1}", f"bytes={len(DATA) // 2}-{len(DATA) - 1}"]
+    finally:
+        s3.server.shutdown()
+        s3.server.server_close()

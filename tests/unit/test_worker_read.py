@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from reservoir.common.blocks.block_file import checksum
-from reservoir.common.errors import InvalidArgument, OutOfRange
+from reservoir.common.blocks.block_file import checksum, read_block_file
+from reservoir.common.errors import Conflict, InvalidArgument, OutOfRange
 from reservoir.worker.counters import UFS
 from tests.unit.worker_fixture import BLOCK, request, worker
 
@@ -112,3 +112,40 @@ def test_a_whole_block_in_shared_memory_is_handed_out_as_its_file(
         os.close(fd)
     assert body == DATA[:BLOCK] and held.ref.crc == checksum(body)
     assert held.open() is None  # and a sender that comes later reads it the usual way
+
+
+def test_a_fetched_block_is_kept_as_the_bytes_it_was_received_into(root: Path) -> None:
+    service = worker(root)
+    block = request(root, "f", len(DATA), index=1)
+
+    async def reads() -> tuple[object, object]:
+        first = await service.read(block)
+        return first.block, (await service.read(block)).block
+
+    fetched, held = asyncio.run(reads())
+    assert isinstance(fetched, bytes) and fetched == DATA[BLOCK : 2 * BLOCK]
+    assert held is fetched  # the memory tier kept the very object, not a copy
+
+
+def test_a_block_fetched_into_shared_memory_is_its_published_block_file(
+    root: Path, tmp_path: Path
+) -> None:
+    shm = tmp_path / "shm"
+    service = worker(root, shm_dir=shm)
+    read = asyncio.run(service.read(request(root, "f", len(DATA), index=2)))
+    assert bytes(read.view()) == DATA[2 * BLOCK :] and read.crc == checksum(DATA[2 * BLOCK :])
+    held = service.read_file(request(root, "f", len(DATA), index=2))
+    assert held is not None
+    data, crc = read_block_file(held.ref.path, held.ref.length, 2 * BLOCK)
+    assert (data, crc) == (DATA[2 * BLOCK :], read.crc)
+    assert not [p.name for p in shm.rglob(".*")]  # no landing file left behind
+
+
+def test_a_fetch_that_fails_leaves_no_landing_file(root: Path, tmp_path: Path) -> None:
+    shm = tmp_path / "shm"
+    service = worker(root, shm_dir=shm)
+    block = request(root, "f", len(DATA), index=1)
+    (root / "f").write_bytes(DATA[:BLOCK])  # changed since the request's ETag
+    with pytest.raises(Conflict):
+        asyncio.run(service.read(block))
+    assert not [p for p in shm.rglob("*") if p.is_file()]

@@ -3,6 +3,7 @@ eviction.py) decides which are kept, pins (see cache_rules.py) which may never g
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -10,6 +11,7 @@ from typing import Any, Protocol
 
 from reservoir.common.errors import DataLoss
 
+from .block_landing import BlockLanding, BytesLanding
 from .eviction import EvictionPolicy, LruPolicy
 
 BlockId = tuple[str, int]  # (file_id, index); the file_id pins the block size too
@@ -113,6 +115,8 @@ class MemoryTier:
         self.below: LowerTier | None = None
         self.pins: Pins = NO_PINS
         self.order: VictimOrder = POLICY_ORDER
+        # Blocks being received into this tier's own memory (`landing`).
+        self._landings: dict[BlockId, BlockLanding] = {}
 
     def __len__(self) -> int:
         return len(self._blocks)
@@ -142,6 +146,23 @@ class MemoryTier:
         loading them (counted as a `get`); None when this tier keeps no files or does not
         hold the block."""
         return None
+
+    @contextlib.contextmanager
+    def landing(self, block: BlockId, length: int) -> Iterator[BlockLanding]:
+        """Memory for a block about to be fetched, `length` bytes, to receive it into:
+        what this tier keeps for it when `put` is then given the landing's `data()` (no
+        copy). Whatever was not kept is let go when the block leaves the context."""
+        landing = self._new_landing(block, length)
+        self._landings[block] = landing
+        try:
+            yield landing
+        finally:
+            if self._landings.get(block) is landing:
+                del self._landings[block]
+            landing.close()
+
+    def _new_landing(self, block: BlockId, length: int) -> BlockLanding:
+        return BytesLanding(length)
 
     def read_directly(self, block: BlockId) -> bool:
         """Whether a process read the block's file since the last time this was asked

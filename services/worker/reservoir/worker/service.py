@@ -117,13 +117,13 @@ class WorkerService:
         return mount, await self._under_stores.open(mount)
 
     async def _get_range(
-        self, mount: Mount, ufs: UnderStore, key: str, start: int, length: int, etag: str
-    ) -> bytes | memoryview:
-        """Bytes from the mount's store. A read that fails there runs once more on the new
-        mount when the master says the mount was changed meanwhile (a remount the watch
-        has not brought yet)."""
+        self, mount: Mount, ufs: UnderStore, key: str, start: int, out: memoryview, etag: str
+    ) -> int:
+        """Bytes from the mount's store, received into `out`; how many. A read that fails
+        there runs once more on the new mount when the master says the mount was changed
+        meanwhile (a remount the watch has not brought yet)."""
         try:
-            return await self._ufs_get(ufs, key, start, length, etag)
+            return await self._ufs_get(ufs, key, start, out, etag)
         except ReservoirError as exc:
             remounted = await self.mounts.recheck(mount)
             if remounted is None or remounted.uri != mount.uri:
@@ -135,12 +135,12 @@ class WorkerService:
                 error=str(exc),
             )
             ufs = await self._under_stores.open(remounted)
-            return await self._ufs_get(ufs, key, start, length, etag)
+            return await self._ufs_get(ufs, key, start, out, etag)
 
     async def _ufs_get(
-        self, ufs: UnderStore, key: str, start: int, length: int, etag: str
-    ) -> bytes | memoryview:
-        """One ranged GET, counted (and its failure), in a span of its own."""
+        self, ufs: UnderStore, key: str, start: int, out: memoryview, etag: str
+    ) -> int:
+        """One ranged GET into `out`, counted (and its failure), in a span of its own."""
         attributes: dict[str, str | int] = {
             "reservoir.ufs_uri": ufs.uri_of(key),
             "reservoir.offset": start,
@@ -148,7 +148,7 @@ class WorkerService:
         with _tracer.start_as_current_span("ufs_get", attributes=attributes):
             self.counters.ufs_gets += 1
             try:
-                return await ufs.get_range_async(key, start, length, etag)
+                return await ufs.get_range_into(key, start, out, etag)
             except Exception:  # (not a cancellation: the worker is stopping)
                 self.counters.ufs_errors += 1
                 raise
@@ -284,18 +284,22 @@ class WorkerService:
         length = request.block_length
         self.counters.misses += 1
         start = request.index * request.block_size
-        data = await self._get_range(mount, ufs, key, start, length, request.etag)
-        if len(data) != length:
-            raise OutOfRange(
-                f"under-store returned {len(data)} bytes for block {request.index}, "
-                f"expected {length}: the object changed"
-            )
-        crc = checksum(data)
-        self.counters.bytes_from_ufs += length
-        if self.shares.keep(self.store, request.mount_path, request.block, data, crc, start):
-            self.removed.discard(request.block)
-            self.added.add(request.block)
-            self._expire_if_stale(request)  # starts its TTL's clock, if it has one
+        # Received where the block will live (the memory tier's bytes, or its block file
+        # mapped), checksummed there once, and kept without another copy.
+        with self.store.memory.landing(request.block, length) as landing:
+            got = await self._get_range(mount, ufs, key, start, landing.buffer, request.etag)
+            if got != length:
+                raise OutOfRange(
+                    f"under-store returned {got} bytes for block {request.index}, "
+                    f"expected {length}: the object changed"
+                )
+            data = landing.data()
+            crc = checksum(data)
+            self.counters.bytes_from_ufs += length
+            if self.shares.keep(self.store, request.mount_path, request.block, data, crc, start):
+                self.removed.discard(request.block)
+                self.added.add(request.block)
+                self._expire_if_stale(request)  # starts its TTL's clock, if it has one
         log.debug("block_fetched", file_id=request.file_id, index=request.index, bytes=length)
         return data, crc
 

@@ -32,6 +32,7 @@ from reservoir.common.blocks.block_file import (
 from reservoir.common.errors import DataLoss
 from reservoir.common.models import shm_block_name
 
+from .block_landing import BlockLanding, FileLanding
 from .eviction import EvictionPolicy
 from .memory_tier import BlockData, BlockFileRef, BlockId, HeldBlock, MemoryTier
 
@@ -63,8 +64,15 @@ class ShmTier(MemoryTier):
         return str(self.directory / shm_block_name(*block))
 
     def _keep(self, block: BlockId, data: bytes | memoryview, crc: int, offset: int) -> Any:
-        write_block_file(self._path(block), data, crc, offset)
+        landing = self._landings.get(block)
+        if isinstance(landing, FileLanding) and landing.holds(data):
+            landing.publish(self._path(block), crc, offset)  # received in place: named
+        else:
+            write_block_file(self._path(block), data, crc, offset)
         return None
+
+    def _new_landing(self, block: BlockId, length: int) -> BlockLanding:
+        return FileLanding(str(self.directory), shm_block_name(*block), length)
 
     def _rekey(self, old: BlockId, new: BlockId, entry: HeldBlock, offset: int) -> Any:
         # The file gets the new offset in its header, then the new name: a reader finds

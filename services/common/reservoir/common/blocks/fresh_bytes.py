@@ -46,3 +46,28 @@ def filled_bytes(length: int, fill: Callable[[memoryview], bool]) -> bytes | Non
     finally:
         view.release()
     return result if filled else None
+
+
+def bytes_to_fill(length: int) -> tuple[bytes, memoryview]:
+    """A new `bytes` object of `length` bytes and a writable view of its memory, for a
+    fill that outlasts one call (a block received on another thread): the view keeps the
+    object alive, however the caller lets go of it. The same contract as `filled_bytes`:
+    fill the view, release it, only then hand out the object. Elsewhere than CPython, the
+    bytes come out of a filled bytearray once `finished_bytes` asks for them."""
+    if not _IN_PLACE or length <= 0:
+        buffer = bytearray(length)
+        return b"", memoryview(buffer)
+    result: bytes = _new_bytes(None, length)
+    memory = (ctypes.c_char * length).from_address(_bytes_buffer(result))
+    memory.owner = result  # type: ignore[attr-defined]
+    return result, memoryview(memory).cast("B")
+
+
+def finished_bytes(result: bytes, view: memoryview) -> bytes:
+    """The object `bytes_to_fill` gave, once `view` is filled (and then released)."""
+    if not _IN_PLACE or not len(view):
+        data = bytes(view)
+        view.release()
+        return data
+    view.release()
+    return result

@@ -176,6 +176,9 @@ class UnderStoreCalls:
     body_retries: int = field(default=3, metadata=env("RESERVOIR_UFS_BODY_RETRIES"))
     retry_backoff_s: float = field(default=0.05, metadata=env("RESERVOIR_UFS_RETRY_BACKOFF"))
     retry_backoff_max_s: float = field(default=1.0, metadata=env("RESERVOIR_UFS_RETRY_BACKOFF_MAX"))
+    # A worker's block GETs from S3 are presigned (obstore.sign); a key's URL is reused
+    # for this long, so signing is not per GET.
+    presign_ttl_s: float = field(default=60.0, metadata=env("RESERVOIR_UFS_PRESIGN_TTL"))
     # Budgeted mounts (max_requests_per_s ...): a burst of at most this many seconds of a
     # share is admitted at once (at least 2 GETs). Preloads take only from a full bucket,
     # so this is also what foreground reads find when they come in a burst; a window of

@@ -36,6 +36,7 @@ class MountedStores:
         body_retry: BodyRetry | None = None,
         metrics: UnderStoreMetrics | None = None,
         budgets: StoreBudgets | None = None,
+        presign_ttl_s: float = 60.0,
     ) -> None:
         """`metrics`: where a server times its stores' requests (a client has none).
         `budgets`: the gates a budgeted mount's GETs pass (a worker's)."""
@@ -43,6 +44,7 @@ class MountedStores:
         self._retries = retries
         self._max_connections = max_connections
         self._body_retry = body_retry or BodyRetry()
+        self._presign_ttl_s = presign_ttl_s
         self._metrics = metrics
         self._budgets = budgets
         self._open: dict[str, tuple[Mount, UnderStore]] = {}
@@ -63,6 +65,7 @@ class MountedStores:
             BodyRetry(calls.body_retries, calls.retry_backoff_s, calls.retry_backoff_max_s),
             metrics,
             budgets,
+            calls.presign_ttl_s,
         )
 
     def settings(self, options: MountOptions, retries: int | None = None) -> UnderStoreSettings:
@@ -74,6 +77,7 @@ class MountedStores:
             retries=self._retries if retries is None else retries,
             max_connections=self._max_connections,
             body_retry=self._body_retry,
+            presign_ttl_s=self._presign_ttl_s,
         )
 
     async def open(self, mount: Mount) -> UnderStore:

@@ -5,31 +5,34 @@ small GET, obstore well under 1 ms, and its calls are awaited, not run on thread
 LIST, PUT and checks stay with boto3 (`s3_under_store.py`), and so do the credentials:
 they come from the same boto3 session, so both paths read the same sources.
 
+A worker's block GETs (`get_range_into`) go further: obstore signs them (a presigned URL)
+and the body is received straight into the block's own memory (`signed_gets.py`),
+without the two copies obstore's client makes of a body.
+
 A request obstore could not complete (after its own retries, as many attempts in all as
 boto3 is given: 5xx answers, refused or dropped connections, timeouts) maps through the
 same error table as boto3's. A body that breaks off once the headers have arrived is first
 resumed by obstore (a GET of the bytes still missing, within the same retry budget), then
-read again whole a bounded number of times (`BodyRetry`), as with boto3: at most
-(body retries + 1) x retries GETs per range, each broken body costing one GET.
+read again whole a bounded number of times (`BodyRetry`, the one loop of
+`body_retries.py`), as with boto3: at most (body retries + 1) x retries GETs per range,
+each broken body costing one GET.
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from reservoir.common import logs
-from reservoir.common.errors import PermissionDenied, Unavailable
-from reservoir.common.understore.store_errors import StorePlace, error_for_obstore, first_line
+from reservoir.common.errors import PermissionDenied
+from reservoir.common.understore.body_retries import BodyBrokeOff, read_retrying
+from reservoir.common.understore.signed_gets import SignedGets
+from reservoir.common.understore.store_errors import StorePlace, error_for_obstore
 from reservoir.common.understore.under_store import UnderStoreSettings
 
 if TYPE_CHECKING:
     from obstore.store import S3Credential, S3Store
-
-log = logs.get_logger(__name__)
 
 # How long obstore keeps a credential it was handed before asking the session again;
 # boto3's refreshable credentials renew themselves well before they expire.
@@ -75,6 +78,7 @@ class S3RangeReader:
         self._session = session
         self._place = place
         self._store: S3Store | None = None
+        self._signed: SignedGets | None = None
 
     def _open(self) -> S3Store:
         """The obstore client, built on first use: a store without credentials fails its
@@ -150,8 +154,8 @@ class S3RangeReader:
         options: dict[str, Any] = {"range": (offset, offset + length)}
         if etag:
             options["if_match"] = etag
-        retry = self._settings.body_retry
-        for attempt in range(retry.attempts + 1):
+
+        async def attempt() -> bytes | memoryview:
             try:
                 result = await obstore.get_async(store, key, options=options)  # type: ignore[arg-type]
             except Exception as exc:
@@ -163,20 +167,37 @@ class S3RangeReader:
                     raise _TruncatedBody(f"{len(data)} of {expected} bytes")
                 return data[:expected]
             except Exception as exc:  # everything after the headers is the body breaking off
-                if attempt == retry.attempts:
-                    raise Unavailable(
-                        f"{what}: the body from {self._place.endpoint} broke off "
-                        f"{attempt + 1} times ({type(exc).__name__}: {first_line(exc)})"
-                    ) from exc
-                delay = retry.delay_s(attempt)
-                log.info(
-                    "under_store_body_retry",
-                    uri=what.removeprefix("get "),
-                    offset=offset,
-                    length=length,
-                    attempt=attempt + 1,
-                    delay_s=round(delay, 3),
-                    error=f"{type(exc).__name__}: {first_line(exc)}",
-                )
-                await asyncio.sleep(delay)
-        raise AssertionError("unreachable")
+                raise BodyBrokeOff() from exc
+
+        # obstore retries failed requests itself: only broken bodies are read again here.
+        return await read_retrying(
+            attempt,
+            self._settings.body_retry,
+            requests=1,
+            what=what,
+            endpoint=self._place.endpoint,
+            offset=offset,
+            length=length,
+        )
+
+    async def get_range_into(
+        self, key: str, offset: int, out: memoryview, etag: str, *, what: str
+    ) -> int:
+        """`len(out)` bytes from `offset` received straight into `out` (fewer only at the
+        object's end), by a GET presigned by obstore (`signed_gets.py`)."""
+        if not len(out):
+            return 0
+        return await self._signed_gets().get_into(key, offset, out, etag, what=what)
+
+    def _signed_gets(self) -> SignedGets:
+        if self._signed is None:
+            self._signed = SignedGets(
+                self._open(),
+                self._bucket,
+                self._prefix,
+                self._settings,
+                self._place,
+                signs=self._session is not None,
+                region=self._session_region(),
+            )
+        return self._signed

@@ -1,5 +1,6 @@
-"""S3 and S3-compatible stores: ranged GETs through obstore (`s3_range_reader.py`, the
-one GET stack, with its one body-retry loop), listings, HEADs and writes (`s3_writes.py`)
+"""S3 and S3-compatible stores: ranged GETs through obstore (`s3_range_reader.py`; a
+worker's block GETs signed by obstore and received into the block, `signed_gets.py`; one
+body-retry loop for both, `body_retries.py`), listings, HEADs and writes (`s3_writes.py`)
 through boto3. Errors name what was refused and where: the endpoint, the credential
 source (`store_errors.py`).
 """
@@ -219,6 +220,12 @@ class S3UnderStore(UnderStore):
         """Through obstore, on the event loop (`s3_range_reader.py`)."""
         return await self._ranges.get_range(
             key, offset, length, etag, what=f"get {self.uri_of(key)}"
+        )
+
+    async def get_range_into(self, key: str, offset: int, out: memoryview, etag: str = "") -> int:
+        """Received straight into `out`, by a GET obstore presigned (`signed_gets.py`)."""
+        return await self._ranges.get_range_into(
+            key, offset, out, etag, what=f"get {self.uri_of(key)}"
         )
 
     # ---- writes (`s3_writes.py`) --------------------------------------------------------

@@ -10,7 +10,8 @@ one attempt per request (`MountedStores`): the SDK's own retries would bypass th
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from typing import TypeVar
 
 from reservoir.common import logs
 from reservoir.common.config import UnderStoreCalls
@@ -20,6 +21,7 @@ from reservoir.common.understore.budget_gate import BudgetGate, BudgetShare
 from reservoir.common.understore.under_store import BodyRetry, ForwardingUnderStore, UnderStore
 
 log = logs.get_logger(__name__)
+_T = TypeVar("_T")
 
 
 class StoreBudgets:
@@ -79,6 +81,10 @@ class BoundedUnderStore(ForwardingUnderStore):
         async with self._slots:
             return await self.inner.get_range_async(key, offset, length, etag)
 
+    async def get_range_into(self, key: str, offset: int, out: memoryview, etag: str = "") -> int:
+        async with self._slots:
+            return await self.inner.get_range_into(key, offset, out, etag)
+
 
 class BudgetedUnderStore(ForwardingUnderStore):
     """An under-store whose awaited GETs are admitted by a budget gate; everything else
@@ -96,10 +102,23 @@ class BudgetedUnderStore(ForwardingUnderStore):
     async def get_range_async(
         self, key: str, offset: int, length: int, etag: str = ""
     ) -> bytes | memoryview:
+        return await self._admitted(
+            key, length, lambda: self.inner.get_range_async(key, offset, length, etag)
+        )
+
+    async def get_range_into(self, key: str, offset: int, out: memoryview, etag: str = "") -> int:
+        # A GET asked again fills the same buffer from its start.
+        return await self._admitted(
+            key, len(out), lambda: self.inner.get_range_into(key, offset, out, etag)
+        )
+
+    async def _admitted(self, key: str, length: int, get: Callable[[], Awaitable[_T]]) -> _T:
+        """`get()` once the gate admits a GET of `length` bytes, asked again through the
+        gate (a bounded number of times) when it fails Unavailable or SlowDown."""
         for attempt in range(self._retries + 1):
             try:
                 async with self.gate.admitted_get(length):
-                    return await self.inner.get_range_async(key, offset, length, etag)
+                    return await get()
             except Unavailable as exc:
                 if attempt == self._retries:
                     raise

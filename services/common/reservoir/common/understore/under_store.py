@@ -95,6 +95,9 @@ class UnderStoreSettings:
     retries: int = 3
     max_connections: int = 16
     body_retry: BodyRetry = BodyRetry()
+    # How long a store that signs its GETs in advance (S3's presigned URLs, see
+    # `get_range_into`) reuses the signature of a key: signing is per GET otherwise.
+    presign_ttl_s: float = 60.0
 
 
 class UnderStore(abc.ABC):
@@ -151,6 +154,16 @@ class UnderStore(abc.ABC):
         """`get_range` awaited: on a thread unless the store has a native async read (which
         may hand out a read-only view of the body it received instead of a copy)."""
         return await asyncio.to_thread(self.get_range, key, offset, length, etag)
+
+    async def get_range_into(self, key: str, offset: int, out: memoryview, etag: str = "") -> int:
+        """`get_range_async` of `len(out)` bytes, received into `out` (the caller's buffer:
+        where the bytes will live): returns how many (fewer only at the object's end). This
+        default copies what `get_range_async` returns; a store with a native version
+        receives the body straight into `out` (no intermediate buffer). `out` may hold
+        part of a body when this raises."""
+        data = await self.get_range_async(key, offset, len(out), etag)
+        out[: len(data)] = data
+        return len(data)
 
     @abc.abstractmethod
     def check(self) -> None:
@@ -250,6 +263,9 @@ class ForwardingUnderStore(UnderStore):
         self, key: str, offset: int, length: int, etag: str = ""
     ) -> bytes | memoryview:
         return await self.inner.get_range_async(key, offset, length, etag)
+
+    async def get_range_into(self, key: str, offset: int, out: memoryview, etag: str = "") -> int:
+        return await self.inner.get_range_into(key, offset, out, etag)
 
     def check(self) -> None:
         self.inner.check()

@@ -114,6 +114,10 @@ class MeasuredUnderStore(ForwardingUnderStore):
         with self._metrics.timing("get", self._scheme):
             return await self.inner.get_range_async(key, offset, length, etag)
 
+    async def get_range_into(self, key: str, offset: int, out: memoryview, etag: str = "") -> int:
+        with self._metrics.timing("get", self._scheme):
+            return await self.inner.get_range_into(key, offset, out, etag)
+
     def check(self) -> None:
         with self._metrics.timing("check", self._scheme):
             self.inner.check()
