@@ -18,10 +18,10 @@ import asyncio
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from reservoir.common import logs
-from reservoir.common.errors import ReservoirError, Unavailable
+from reservoir.common.errors import ReservoirError
 from reservoir.common.object_metadata import ObjectMetadata
-from reservoir.common.understore.store_errors import StorePlace, error_for_obstore, first_line
+from reservoir.common.understore.body_retries import BodyBrokeOff, read_retrying
+from reservoir.common.understore.store_errors import StorePlace, error_for_obstore
 from reservoir.common.understore.under_store import (
     NO_METADATA,
     ObjectInfo,
@@ -32,7 +32,6 @@ from reservoir.common.understore.under_store import (
 if TYPE_CHECKING:
     from obstore import ObjectMeta
 
-log = logs.get_logger(__name__)
 
 # Where upload bookkeeping lives below a mount's root; never listed, walked or counted.
 UPLOADS = ".reservoir-uploads/"
@@ -172,8 +171,8 @@ class ObstoreUnderStore(UnderStore):
 
         what = f"get {self.uri_of(key)}"
         options = self._get_options(offset, length, etag)
-        retry = self.settings.body_retry
-        for attempt in range(retry.attempts + 1):
+
+        async def attempt() -> memoryview:
             try:
                 result = await obstore.get_async(self.store, key, options=options)  # type: ignore[arg-type]
             except Exception as exc:
@@ -181,9 +180,19 @@ class ObstoreUnderStore(UnderStore):
             try:
                 body = memoryview(await result.bytes_async())
                 return self._body(body, result.meta, offset, length)
-            except Exception as exc:
-                await asyncio.sleep(self._broken_body(exc, attempt, key, offset, length, what))
-        raise AssertionError("unreachable")
+            except Exception as exc:  # everything after the headers is the body breaking off
+                raise BodyBrokeOff() from exc
+
+        # obstore retries failed requests itself: only broken bodies are read again here.
+        return await read_retrying(
+            attempt,
+            self.settings.body_retry,
+            requests=1,
+            what=what,
+            endpoint=self.endpoint,
+            offset=offset,
+            length=length,
+        )
 
     def _read_error(self, exc: BaseException, key: str, token: str, what: str) -> ReservoirError:
         error = self._error(exc, what)
@@ -195,29 +204,6 @@ class ObstoreUnderStore(UnderStore):
         if len(data) < expected:
             raise _TruncatedBody(f"{len(data)} of {expected} bytes")
         return data[:expected]
-
-    def _broken_body(
-        self, exc: Exception, attempt: int, key: str, offset: int, length: int, what: str
-    ) -> float:
-        """How long to wait before reading a broken body again; Unavailable once the
-        re-reads are spent."""
-        retry = self.settings.body_retry
-        if attempt == retry.attempts:
-            raise Unavailable(
-                f"{what}: the body from {self.endpoint} broke off {attempt + 1} times "
-                f"({type(exc).__name__}: {first_line(exc)})"
-            ) from exc
-        delay = retry.delay_s(attempt)
-        log.info(
-            "under_store_body_retry",
-            uri=self.uri_of(key),
-            offset=offset,
-            length=length,
-            attempt=attempt + 1,
-            delay_s=round(delay, 3),
-            error=f"{type(exc).__name__}: {first_line(exc)}",
-        )
-        return delay
 
     def check(self) -> None:
         import obstore
