@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import shutil
 import signal
 import socket
@@ -34,6 +35,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
+
+from reservoir.common.redaction import SecretRedactingFilter
 
 ADMIN = "/_reservoir/"
 
@@ -226,6 +229,9 @@ def main(argv: list[str] | None = None) -> None:
     snapshot = ObjectSnapshot(Path(args.data_dir)) if args.data_dir else None
     if snapshot is not None:
         print(f"s3server restored {snapshot.restore()} objects from {args.data_dir}", flush=True)
+    # Its request log holds each request line: a pre-signed GET's query string carries
+    # the access key id and the signature, which no log line may show.
+    logging.getLogger("werkzeug").addFilter(SecretRedactingFilter())
     app = S3Observer(DomainDispatcherApplication(create_backend_app), args.latency_ms)
     server = make_server(
         args.host, args.port, app, threaded=True, request_handler=MotoRequestHandler
