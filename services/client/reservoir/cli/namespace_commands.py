@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from reservoir.common.config import parse_duration, parse_size
 from reservoir.common.models import NORMAL, PRIORITIES, Inode, Mount
+from reservoir.common.understore.store_schemes import registered
 
 from .connection import open_client
 from .output import Table, emit, fields, human, iso_time, print_json_array, time_fields
@@ -206,12 +207,17 @@ def register(commands: Subcommands) -> None:
     p.add_argument("path", help="the Reservoir path, e.g. /datasets/imagenet")
     p.add_argument(
         "uri",
-        help="s3://bucket/prefix, file:///dir, webhdfs://namenode:port/dir/ (HDFS over "
-        "WebHDFS, to the namenode's HTTP port; hdfs:// alike), or http(s)://host/prefix/ "
-        "(read-only, anonymous, cannot be listed); the cluster accepts the schemes in "
-        "RESERVOIR_ALLOWED_SCHEMES",
+        help="the store: "
+        + ", ".join(s.example for s in registered())
+        + " (http(s): read-only, anonymous, cannot be listed; webhdfs/hdfs: the namenode's "
+        "HTTP port); the cluster accepts the schemes in RESERVOIR_ALLOWED_SCHEMES",
     )
-    p.add_argument("--endpoint-url", metavar="URL", help="the S3 endpoint (default: AWS)")
+    p.add_argument(
+        "--endpoint-url",
+        metavar="URL",
+        help="the store's endpoint: an emulator or a private endpoint (Azure: "
+        "http://HOST:PORT/ACCOUNT; default: the cloud's own)",
+    )
     p.add_argument("--region", help="the S3 region (default: the credentials' region)")
     p.add_argument(
         "--block-size",
@@ -222,8 +228,10 @@ def register(commands: Subcommands) -> None:
     p.add_argument(
         "--credentials",
         metavar="SOURCE",
-        help="env (default: the servers' environment), anonymous, or file:/path "
-        "(webhdfs: the HDFS user, HADOOP_USER_NAME for env, the file's first line)",
+        help="env (default: the servers' environment: the AWS chain for s3, "
+        "GOOGLE_APPLICATION_CREDENTIALS for gs, AZURE_STORAGE_ACCOUNT_NAME and "
+        "AZURE_STORAGE_ACCOUNT_KEY for az, HADOOP_USER_NAME for webhdfs), anonymous, or "
+        "file:/path (a credentials file; webhdfs: the HDFS user on its first line)",
     )
     p.add_argument(
         "--metadata-sync",
