@@ -6,7 +6,7 @@ a default cluster, beside the machine's ceilings: issue #35's secure rows.
 
 Starts local clusters of the same shape side by side (moto S3, --workers workers with
 /dev/shm block files): a default one and `--secure` ones (TLS on every hop, tokens, the
-credentials made by `reservoir.local.pki`) whose data ports run at `privacy` (TLS),
+credentials made by `reservoir.local.pki`) whose data ports run at `privacy` (a TLS handshake, then AES-GCM records),
 `integrity` (clear, every response sealed with a keyed GMAC) and `authentication` (clear,
 a token proof only): RESERVOIR_DATA_PROTECTION. Uploads the same data sets to each, reads
 them once through the workers (untimed), then measures warm `Client.read` per file on

@@ -4,8 +4,10 @@ block reports refused, and no secret in any log line even at debug level."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,7 +15,11 @@ import grpc
 import pytest
 
 from reservoir.client import Client
+from reservoir.client.data_port import DataPortReader
+from reservoir.client.hedges import Hedges
+from reservoir.client.penalty_box import PenaltyBox
 from reservoir.common.config import SecuritySettings
+from reservoir.common.models import WorkerRecord
 from reservoir.common.rpc import CHANNEL_OPTIONS
 from reservoir.common.security import Transport
 from reservoir.local.cluster import LocalCluster
@@ -163,6 +169,79 @@ def test_workers_of_a_tls_cluster_serve_reads_over_their_tls_data_ports(
         data = c.read("/sec/a.bin")
         assert len(data) == 3 * BLOCK + 5
         assert c.aio.data_port_bytes == len(data)
+
+
+class _FlippingRelay:
+    """A relay in front of a data port that keeps what the worker sends and flips one
+    byte of it, far past the handshake, on its first connection only."""
+
+    def __init__(self, target: str, flip_at: int) -> None:
+        host, _, port = target.rpartition(":")
+        self._target = (host, int(port))
+        self._flip_at = flip_at
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.address = f"127.0.0.1:{self._listener.getsockname()[1]}"
+        self.seen = bytearray()  # all the workers sent, as it left them
+        self.flipped = 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                reader, _ = self._listener.accept()
+            except OSError:
+                return
+            worker = socket.create_connection(self._target, timeout=10)
+            threading.Thread(target=self._pipe, args=(reader, worker, False), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(worker, reader, True), daemon=True).start()
+
+    def _pipe(self, source: socket.socket, sink: socket.socket, answers: bool) -> None:
+        carried, flip = 0, answers and not self.flipped
+        if flip:
+            self.flipped += 1
+        try:
+            while chunk := source.recv(65536):
+                if answers:
+                    self.seen += chunk
+                data = bytearray(chunk)
+                if flip and carried <= self._flip_at < carried + len(data):
+                    data[self._flip_at - carried] ^= 0x01
+                carried += len(data)
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            sink.close()
+
+    def close(self) -> None:
+        self._listener.close()
+
+
+def test_at_privacy_a_changed_byte_is_refused_and_no_block_byte_goes_in_clear(
+    secure: LocalCluster,
+) -> None:
+    with _client(secure, "admin") as admin:
+        worker = admin.workers()[0]
+        inode = admin.stat("/sec/a.bin")
+        data = admin.read("/sec/a.bin")
+    assert worker.data_protection == "privacy"
+    config = secure.client_config("reader")
+    reader = DataPortReader(config, Hedges(config, PenaltyBox(config.worker_penalty_s)))
+    relay = _FlippingRelay(worker.data_address, flip_at=BLOCK // 2)  # inside the first block
+    via_relay = WorkerRecord(
+        worker.id, worker.address, data_address=relay.address, data_protection="privacy"
+    )
+    try:
+        first = memoryview(bytearray(BLOCK))
+        assert reader.read_into(via_relay, inode, 0, 0, first).name != "READ"
+        assert relay.flipped == 1
+        second = memoryview(bytearray(BLOCK))  # a new connection, untouched: read
+        assert reader.read_into(via_relay, inode, 1, 0, second).name == "READ"
+        assert bytes(second) == data[BLOCK : 2 * BLOCK]
+        assert data[BLOCK + 4096 : BLOCK + 4160] not in relay.seen
+    finally:
+        reader.close()
+        relay.close()
 
 
 def test_no_log_line_carries_a_token_key_or_signature_even_at_debug(

@@ -51,6 +51,7 @@ from reservoir.common.security import data_port_client_context, tls_server_name
 
 from .block_source import Outcome
 from .data_port_proof import ProofRefused, ProvenConnection
+from .data_port_sealed import SealedConnection
 from .data_port_tls import TlsConnection
 from .hedges import Hedges
 from .integrity import check_block
@@ -69,8 +70,9 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-# A data port connection: plain TCP, TLS over one, or one in clear with a token proven.
-Connection = socket.socket | TlsConnection | ProvenConnection
+# A data port connection: plain TCP, TLS over one (sealed records after its handshake, or
+# TLS records with a worker that offers none), or one in clear with a token proven.
+Connection = socket.socket | TlsConnection | SealedConnection | ProvenConnection
 _PROVEN_LEVELS = {
     Level.INTEGRITY.value: Level.INTEGRITY,
     Level.AUTHENTICATION.value: Level.AUTHENTICATION,
@@ -131,7 +133,7 @@ class DataPortReader:
         self._idle: dict[str, list[Connection]] = {}
         self._generation = _generation
         self.bytes_read = 0  # bytes received from data ports, checksum checked
-        self._tls = data_port_client_context(config.security)
+        self._tls = data_port_client_context(config.security, sealed_records=True)
         self._token = config.security.presented_token() if self._tls is not None else ""
         self.tampered = 0  # responses whose seal failed (integrity level)
         self._sessions: dict[str, ssl.SSLSession] = {}
@@ -344,8 +346,9 @@ class DataPortReader:
         address: str,
         deadline: float,
         first: _FirstByte | None,
-    ) -> TlsConnection:
-        """`sock` after the TLS handshake and, with a token, the worker's yes to it;
+    ) -> TlsConnection | SealedConnection:
+        """`sock` after the TLS handshake (and the keys of sealed records, when the worker
+        takes them) and, with a token, the worker's yes to it;
         _Refused when either fails (the worker is there, but will not serve us); _Hedged
         when the handshake does not finish within the hedge budget (a handshake cannot be
         resumed, so past the budget it is given up even without a token: the full path,
@@ -356,7 +359,10 @@ class DataPortReader:
             with self._lock:
                 session = self._sessions.get(address)
             name = tls_server_name(self._config.security, host)
-            tls = TlsConnection(sock, context, name, session)
+            handshake = TlsConnection(sock, context, name, session)
+            tls = (
+                SealedConnection.agree(handshake) if handshake.offers_sealed_records else handshake
+            )
         except TimeoutError as exc:
             if first is None:
                 raise _Refused(f"TLS handshake with data port {address}: {exc}") from exc
@@ -382,7 +388,7 @@ class DataPortReader:
         self._keep_session(address, tls)
         return tls
 
-    def _keep_session(self, address: str, tls: TlsConnection) -> None:
+    def _keep_session(self, address: str, tls: TlsConnection | SealedConnection) -> None:
         """The next connection to `address` resumes this one's session (no certificate
         sent or checked again) when the worker allows it."""
         if not tls.session_reused and (session := tls.session) is not None:

@@ -15,6 +15,8 @@ import socket
 import ssl
 from typing import cast
 
+from reservoir.common.blocks.data_protection import SEALED_ALPN
+
 # What one recv may take: many TLS records, so one system call feeds many decryptions.
 _RECEIVE_BYTES = 256 * 1024
 
@@ -48,6 +50,19 @@ class TlsConnection:
         except ssl.SSLWantReadError:
             return False
         return True
+
+    @property
+    def offers_sealed_records(self) -> bool:
+        """The handshake chose sealed records for what follows it (`data_port_sealed.py`)."""
+        return self._tls.selected_alpn_protocol() == SEALED_ALPN
+
+    @property
+    def sock(self) -> socket.socket:
+        return self._sock
+
+    def leftover(self) -> bytes:
+        """What the worker sent after TLS's last record: the start of what follows TLS."""
+        return self._incoming.read()
 
     @property
     def session(self) -> ssl.SSLSession | None:

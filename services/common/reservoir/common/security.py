@@ -21,7 +21,7 @@ from typing import Any
 import grpc
 import grpc.aio
 
-from reservoir.common.blocks.data_protection import Level
+from reservoir.common.blocks.data_protection import SEALED_ALPN, Level
 from reservoir.common.config import SecuritySettings
 from reservoir.common.errors import InvalidArgument
 
@@ -124,16 +124,25 @@ def data_port_server_context(settings: SecuritySettings) -> ssl.SSLContext | Non
         raise InvalidArgument("RESERVOIR_TLS_CLIENT_AUTH needs RESERVOIR_TLS_CA")
     context = _ssl_context(ssl.Purpose.CLIENT_AUTH, settings)
     context.verify_mode = ssl.CERT_REQUIRED if settings.tls_client_auth else ssl.CERT_NONE
+    # Chosen when the reader offers it: the bytes go in sealed records after the handshake.
+    context.set_alpn_protocols([SEALED_ALPN])
     return context
 
 
-def data_port_client_context(settings: SecuritySettings) -> ssl.SSLContext | None:
+def data_port_client_context(
+    settings: SecuritySettings, *, sealed_records: bool = False
+) -> ssl.SSLContext | None:
     """A reader's TLS to data ports: the server checked against RESERVOIR_TLS_CA (the
     system's CAs without one, as gRPC), this process's certificate shown when it has one.
-    None: this process speaks no TLS, so it dials data ports in plain TCP."""
+    With `sealed_records` the handshake offers them (the reader then speaks
+    `sealed_records.py` after it); without, the bytes stay in TLS records. None: this
+    process speaks no TLS, so it dials data ports in plain TCP."""
     if not settings.tls:
         return None
-    return _ssl_context(ssl.Purpose.SERVER_AUTH, settings)
+    context = _ssl_context(ssl.Purpose.SERVER_AUTH, settings)
+    if sealed_records:
+        context.set_alpn_protocols([SEALED_ALPN])
+    return context
 
 
 def tls_server_name(settings: SecuritySettings, host: str) -> str:

@@ -4,8 +4,9 @@
 Like the servicer it only translates: a framed `ReadBlockRequest` in, `WorkerService.read`
 asked (or `read_file`, for a whole block held as a file), the range and its CRC32C out. The
 bytes go over a `ByteChannel` (`data_port_transport.py`): plain TCP, where the held block
-is sent from where it lies (a view, or `sendfile` of its block file), or TLS with this
-worker's certificate on a cluster that runs TLS; this module does not know which. A worker that checks tokens
+is sent from where it lies (a view, or `sendfile` of its block file), or, on a cluster that
+runs TLS, TLS with this worker's certificate, which agrees the keys of the records that
+carry the bytes after it (`sealed_channel.py`); this module does not know which. A worker that checks tokens
 (RESERVOIR_AUTH_TOKENS_FILE) serves a connection nothing before an AUTH frame whose token
 may call ReadBlock (`reservoir.common.serving.auth`: the gRPC interceptor's check, not a copy).
 On a secure cluster whose data protection level is `integrity` or `authentication`
@@ -56,6 +57,7 @@ from .data_port_metrics import DataPortMetrics
 from .data_port_transport import ByteChannel, PlainChannel, TlsChannel
 from .read_request import BlockRequest, domain_request
 from .read_trace import ReadTrace
+from .sealed_channel import SealedChannel
 from .service import WorkerService
 
 log = logs.get_logger(__name__)
@@ -173,7 +175,11 @@ class DataPort:
             channel = PlainChannel(sock, idle, write)
         else:
             try:
-                channel = await TlsChannel.open(sock, self._tls, idle, write)
+                tls = await TlsChannel.open(sock, self._tls, idle, write)
+                channel = tls
+                if tls.offers_sealed_records:
+                    async with asyncio.timeout(idle):
+                        channel = await SealedChannel.agree(tls)
             except (ssl.SSLError, OSError, TimeoutError) as exc:
                 # Not TLS, or not with our CA: the reader gets a TLS alert at most.
                 log.debug("data_port_handshake_failed", error=str(exc))

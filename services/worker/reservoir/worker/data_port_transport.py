@@ -17,6 +17,8 @@ import socket
 import ssl
 from typing import Protocol, cast
 
+from reservoir.common.blocks.data_protection import SEALED_ALPN
+
 # A TLS write of this much is encrypted and handed to the kernel in one go: big enough that
 # the per-call cost vanishes, small enough that a slow reader holds little in flight.
 _TLS_CHUNK = 1 << 20
@@ -144,6 +146,19 @@ class TlsChannel:
                     raise ConnectionError("closed during the TLS handshake")
             await channel._flush()
         return channel
+
+    @property
+    def offers_sealed_records(self) -> bool:
+        """The reader asked for sealed records after the handshake (`sealed_channel.py`)."""
+        return self._tls.selected_alpn_protocol() == SEALED_ALPN
+
+    @property
+    def raw(self) -> PlainChannel:
+        return self._raw
+
+    def leftover(self) -> bytes:
+        """What the peer sent after TLS's last record: the start of what follows TLS."""
+        return self._incoming.read()
 
     def _handshake_done(self) -> bool:
         try:

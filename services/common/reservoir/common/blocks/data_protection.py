@@ -2,8 +2,10 @@
 its data transfer protocol. The operator chooses one per cluster
 (`RESERVOIR_DATA_PROTECTION`):
 
-- `privacy` (the default): the port speaks TLS, as gRPC does. An eavesdropper on the
-  network sees nothing of the blocks; a reader proves itself with its token inside TLS.
+- `privacy` (the default): the port speaks TLS, as gRPC does: TLS authenticates the
+  worker (and the reader, if the cluster asks) and agrees the keys of the AES-GCM records
+  that then carry the bytes (`sealed_records.py`). An eavesdropper on the network sees
+  nothing of the blocks; a reader proves itself with its token inside them.
 - `integrity`: bytes in clear, each response sealed. A reader proves it holds a token of
   the cluster without sending it (below); both sides then derive a session key, and every
   response carries a 16-byte GMAC tag (AES-GCM with no plaintext, keyed per connection)
@@ -37,6 +39,9 @@ from typing import Any
 
 from reservoir.common.errors import InvalidArgument
 
+# The ALPN protocol a `privacy` reader offers: records sealed outside TLS once TLS has
+# agreed their keys (`sealed_records.py`).
+SEALED_ALPN = "reservoir-sealed/1"
 NONCE_BYTES = 16
 TOKEN_ID_BYTES = 16
 PROOF_BYTES = 32
