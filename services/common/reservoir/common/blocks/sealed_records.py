@@ -51,6 +51,12 @@ def new_key() -> bytes:
     return os.urandom(KEY_BYTES)
 
 
+def _aead(key: bytes) -> AESGCM:
+    if len(key) != KEY_BYTES:
+        raise ValueError(f"a record key has {KEY_BYTES} bytes, not {len(key)}")
+    return AESGCM(key)
+
+
 def _nonce(sequence: int) -> bytes:
     return sequence.to_bytes(12, "little")
 
@@ -59,9 +65,7 @@ class RecordSealer:
     """One direction's records, sealed in order."""
 
     def __init__(self, key: bytes) -> None:
-        if len(key) != KEY_BYTES:
-            raise ValueError(f"a record key has {KEY_BYTES} bytes, not {len(key)}")
-        self._aead = AESGCM(key)
+        self._aead = _aead(key)
         self._sequence = 0
 
     @staticmethod
@@ -94,9 +98,7 @@ class RecordOpener:
     """The other direction's records, opened in order."""
 
     def __init__(self, key: bytes) -> None:
-        if len(key) != KEY_BYTES:
-            raise ValueError(f"a record key has {KEY_BYTES} bytes, not {len(key)}")
-        self._aead = AESGCM(key)
+        self._aead = _aead(key)
         self._sequence = 0
 
     @staticmethod
