@@ -21,6 +21,7 @@ from typing import Any
 import grpc
 import grpc.aio
 
+from reservoir.common.blocks import sealed_records as records
 from reservoir.common.blocks.data_protection import SEALED_ALPN, Level
 from reservoir.common.config import SecuritySettings
 from reservoir.common.errors import InvalidArgument
@@ -125,7 +126,8 @@ def data_port_server_context(settings: SecuritySettings) -> ssl.SSLContext | Non
     context = _ssl_context(ssl.Purpose.CLIENT_AUTH, settings)
     context.verify_mode = ssl.CERT_REQUIRED if settings.tls_client_auth else ssl.CERT_NONE
     # Chosen when the reader offers it: the bytes go in sealed records after the handshake.
-    context.set_alpn_protocols([SEALED_ALPN])
+    if records.AVAILABLE:
+        context.set_alpn_protocols([SEALED_ALPN])
     return context
 
 
@@ -140,7 +142,7 @@ def data_port_client_context(
     if not settings.tls:
         return None
     context = _ssl_context(ssl.Purpose.SERVER_AUTH, settings)
-    if sealed_records:
+    if sealed_records and records.AVAILABLE:
         context.set_alpn_protocols([SEALED_ALPN])
     return context
 

@@ -27,12 +27,19 @@ from __future__ import annotations
 import os
 import struct
 
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+try:
+    from cryptography.exceptions import InvalidTag
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+except ImportError:  # a client installed without the server extras
+    AVAILABLE = False
+else:
+    # Sealing in place needs AEAD's encrypt_into / decrypt_into (newer cryptography);
+    # without them this process neither offers nor takes records: TLS records stay.
+    AVAILABLE = hasattr(AESGCM, "encrypt_into") and hasattr(AESGCM, "decrypt_into")
 
 from reservoir.common.blocks.data_protection import SEALED_ALPN
 
-__all__ = ["SEALED_ALPN", "RecordOpener", "RecordSealer", "RecordRefused", "new_key"]
+__all__ = ["AVAILABLE", "SEALED_ALPN", "RecordOpener", "RecordSealer", "RecordRefused", "new_key"]
 KEY_BYTES = 32
 TAG_BYTES = 16
 LENGTH = struct.Struct("<I")
