@@ -92,7 +92,7 @@ class SealedConnection:
             self._record = bytearray(size)
         body = memoryview(self._record)[:size]
         self._fill(body, at_boundary=False)
-        if len(view) >= size - TAG_BYTES:  # room for all of it: opened in place
+        if len(view) >= size - TAG_BYTES:  # room for all of it: opened into the reader's buffer
             return self._opener.open_into(bytes(header), body, view)
         plain = memoryview(bytearray(size))
         self._plain = plain[: self._opener.open_into(bytes(header), body, plain)]

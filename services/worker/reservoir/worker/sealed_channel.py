@@ -3,9 +3,10 @@ records sealed with AES-GCM on the bare TCP connection
 (`reservoir.common.blocks.sealed_records`, where the format and the reasons are).
 
 A block is sealed from where it lies (a view of a held block, or read from its block file
-into the record buffer and sealed in place), one record per MiB, each handed to the
-kernel in one `send`. Record buffers are shared by the port's connections (one in use
-per connection sending, a few kept), not held per connection.
+into a plaintext buffer), one record per MiB, each handed to the kernel in one `send`.
+AES-GCM writes the record beside its input, never over it: `cryptography` refuses
+overlapping buffers (from 51 on). Buffers are shared by the port's connections (those in
+use by a send, a few kept), not held per connection.
 """
 
 from __future__ import annotations
@@ -113,22 +114,22 @@ class SealedChannel:
             _buffers.give(record)
 
     async def send_file(self, fd: int, offset: int, count: int) -> None:
-        # Read into the record buffer (after a held header) and sealed there, in place.
+        # Read into a plaintext buffer (after a held header), sealed into the record's.
         head, self._held = self._held, b""
-        record = _buffers.take()
+        plain, record = _buffers.take(), _buffers.take()
         try:
             while count > 0 or head:
-                start = LENGTH.size + len(head)
-                record[LENGTH.size : start] = head
-                room = record[start : start + min(count, MAX_PLAINTEXT - len(head))]
+                plain[: len(head)] = head
+                room = plain[len(head) : len(head) + min(count, MAX_PLAINTEXT - len(head))]
                 n = os.preadv(fd, [room], offset) if len(room) else 0
                 if len(room) and n == 0:
                     raise ConnectionError("block file shorter than its entry")
-                sealed = self._sealer.seal_into(record[LENGTH.size : start + n], record)
+                sealed = self._sealer.seal_into(plain[: len(head) + n], record)
                 head, offset, count = b"", offset + n, count - n
                 await self._raw.send(sealed, more=count > 0)
         finally:
             _buffers.give(record)
+            _buffers.give(plain)
 
     def close(self) -> None:
         self._raw.close()

@@ -33,7 +33,7 @@ try:
 except ImportError:  # a client installed without the server extras
     AVAILABLE = False
 else:
-    # Sealing in place needs AEAD's encrypt_into / decrypt_into (newer cryptography);
+    # Sealing into a given buffer needs AEAD's encrypt_into / decrypt_into (newer cryptography);
     # without them this process neither offers nor takes records: TLS records stay.
     AVAILABLE = hasattr(AESGCM, "encrypt_into") and hasattr(AESGCM, "decrypt_into")
 
@@ -82,7 +82,7 @@ class RecordSealer:
     def seal_into(self, plaintext: bytes | memoryview, record: memoryview) -> memoryview:
         """`plaintext` (<= MAX_PLAINTEXT bytes) sealed into `record` (the length, then the
         ciphertext and tag); returns the record, `record_size(len(plaintext))` bytes of
-        `record`. `plaintext` may lie in `record[4:]` already: it is sealed in place."""
+        `record`. The two must not overlap (`cryptography` refuses it)."""
         if len(plaintext) > MAX_PLAINTEXT:
             raise ValueError(f"a record holds at most {MAX_PLAINTEXT} bytes")
         size = self.record_size(len(plaintext))
