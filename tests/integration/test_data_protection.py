@@ -35,12 +35,15 @@ PATH = "/prot/x.bin"
 def protected(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[LocalCluster, Level]]:
-    """A secure cluster whose data ports run at the level, DATA in a mount, read once."""
+    """A secure cluster whose data ports run at the level, DATA in a mount, read once.
+    Blocks in shared-memory files: a fetched block goes out from its landing buffer, a
+    held one from its block file, each its own way through the seal."""
     level: Level = request.param
     cluster = LocalCluster.up(
         tmp_path_factory.mktemp(f"protection-{level}"),
         workers=2,
         secure=True,
+        shm=True,
         env={"RESERVOIR_DATA_PROTECTION": level.value},
     )
     try:
@@ -59,11 +62,36 @@ def test_workers_advertise_the_level_and_readers_get_their_blocks_over_the_data_
     protected: tuple[LocalCluster, Level],
 ) -> None:
     cluster, level = protected
-    with Client(config=cluster.client_config("reader")) as c:
+    with Client(config=_remote_reader(cluster)) as c:
         assert {w.data_protection for w in c.workers()} == {level.value}
         assert c.read(PATH) == DATA
         assert c.read(PATH, BLOCK - 7, BLOCK + 20) == DATA[BLOCK - 7 : 2 * BLOCK + 13]
         assert c.aio.data_port_bytes == len(DATA) + BLOCK + 20
+
+
+def test_blocks_of_many_sealing_pieces_are_read_byte_exact(
+    protected: tuple[LocalCluster, Level],
+) -> None:
+    # 1 MiB + 1 blocks: each goes through the seal in several pieces on both sides, the
+    # last one short; the file's last block is shorter than one piece.
+    cluster, _ = protected
+    big_block = (1 << 20) + 1
+    data = os.urandom(2 * big_block + 5000)
+    cluster.s3_client().put_object(Bucket="prot", Key="big/y.bin", Body=data)
+    with Client(config=cluster.client_config("admin")) as c:
+        c.mount(
+            "/prot-big", "s3://prot/big/", endpoint_url=cluster.s3_endpoint, block_size=big_block
+        )
+    with Client(config=_remote_reader(cluster)) as c:
+        assert c.read("/prot-big/y.bin") == data  # fetched by the workers, then sent
+        assert c.read("/prot-big/y.bin") == data  # held: from their block files
+        assert c.read("/prot-big/y.bin", 300_000, big_block) == data[300_000 : 300_000 + big_block]
+        assert c.aio.data_port_bytes >= 2 * len(data)
+
+
+def _remote_reader(cluster: LocalCluster) -> ClientConfig:
+    # As on another host: no short-circuit reads of the workers' block files.
+    return cluster.client_config("reader", short_circuit=False)
 
 
 def _response(sock: socket.socket) -> tuple[wire.ResponseHeader, bytes]:
@@ -200,7 +228,7 @@ def test_a_block_changed_on_the_way_with_a_matching_checksum_is_refused_at_integ
     worker = _worker(cluster)
     relay = _Tamperer(worker.data_address)
     try:
-        config = cluster.client_config("reader")
+        config = _remote_reader(cluster)
         with Client(config=config) as c:
             inode = c.stat(PATH)
         reader = DataPortReader(config, Hedges(config, PenaltyBox(config.worker_penalty_s)))

@@ -60,3 +60,18 @@ def test_a_response_replayed_in_another_place_of_the_stream_does_not_check() -> 
     first = worker.tag(b"req", b"h", b"block")
     assert reader.check(b"req", b"h", b"block", first)
     assert not reader.check(b"req", b"h", b"block", first)  # the second response's place
+
+
+@pytest.mark.parametrize("size", [0, 100, 65_000, 65_536, 300_000])
+@pytest.mark.parametrize("piece", [7, 4096, 256 * 1024])
+def test_a_tag_fed_piece_by_piece_equals_the_tag_of_the_whole_body(size: int, piece: int) -> None:
+    body = os.urandom(size)
+    worker, reader = _pair()
+    whole = worker.tag(b"req", b"header", body)
+    running = reader.begin(b"req", b"header")
+    buffer = bytearray(piece)  # reused between pieces, as a worker's read buffer is
+    for start in range(0, size, piece):
+        chunk = body[start : start + piece]
+        buffer[: len(chunk)] = chunk
+        running.update(memoryview(buffer)[: len(chunk)])
+    assert running.matches(whole)

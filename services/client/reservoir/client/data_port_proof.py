@@ -19,7 +19,7 @@ from collections import deque
 
 from reservoir.common.blocks import block_transfer as wire
 from reservoir.common.blocks import data_protection as protection
-from reservoir.common.blocks.data_protection import Level, ResponseSeal
+from reservoir.common.blocks.data_protection import Level, ResponseSeal, ResponseTag
 
 
 class ProofRefused(Exception):
@@ -62,11 +62,12 @@ class ProvenConnection:
         if self.seal is not None:
             self._requests.append(request)
 
-    def check(self, header: bytes, body: bytes | memoryview, tag: bytes) -> bool:
-        """Whether `tag` seals this response to the oldest request not answered yet."""
+    def begin(self, header: bytes) -> ResponseTag:
+        """The tag of the response (its `header` received) to the oldest request not
+        answered yet, to feed its body as it arrives."""
         assert self.seal is not None
         request = self._requests.popleft() if self._requests else b""
-        return self.seal.check(request, header, body, tag)
+        return self.seal.begin(request, header)
 
     def settimeout(self, seconds: float | None) -> None:
         self._sock.settimeout(seconds)

@@ -12,11 +12,18 @@ from reservoir.common.errors import DataLoss
 
 
 def check_block(
-    what: str, data: Buffer | Sequence[Buffer], expected: int, crc: int | None, verify: bool
+    what: str,
+    data: Buffer | Sequence[Buffer],
+    expected: int,
+    crc: int | None,
+    verify: bool,
+    *,
+    computed: int | None = None,
 ) -> None:
     """DataLoss naming `what` unless `data` (one buffer or the pieces of one) is `expected`
     bytes long and, with `verify`, matches `crc` (None: the sender sent none; the
-    under-store, which has no CRC32C of ours, is checked for length only)."""
+    under-store, which has no CRC32C of ours, is checked for length only). `computed`:
+    the CRC32C of `data`, taken as its pieces arrived (not taken again)."""
     pieces = [data] if isinstance(data, Buffer) else data
     received = sum(len(p) for p in pieces)
     if received != expected:
@@ -25,5 +32,5 @@ def check_block(
         return
     if crc is None:
         raise DataLoss(f"{what}: no checksum")
-    if checksum_of_pieces(pieces) != crc:
+    if (checksum_of_pieces(pieces) if computed is None else computed) != crc:
         raise DataLoss(f"{what}: checksum mismatch")

@@ -58,6 +58,7 @@ from .data_port_transport import ByteChannel, PlainChannel, TlsChannel
 from .read_request import BlockRequest, domain_request
 from .read_trace import ReadTrace
 from .sealed_channel import SealedChannel
+from .sealed_responses import SealedResponses
 from .service import WorkerService
 
 log = logs.get_logger(__name__)
@@ -209,7 +210,7 @@ class _Connection:
         # Proofs instead of tokens, on a port in clear; sealed responses once proven.
         self._proofs: Level | None = level if level is not Level.PRIVACY else None
         self._nonces: tuple[bytes, bytes] | None = None
-        self._seal: ResponseSeal | None = None
+        self._sealed: SealedResponses | None = None
         self._queue: asyncio.Queue[_Pending | None] = asyncio.Queue(max(1, config.data_pipeline))
         self._outstanding = 0  # requests read whose response is not sent yet
         # Spans are recorded only with an SDK tracer provider (traces exported).
@@ -275,14 +276,13 @@ class _Connection:
             except DecodeError as exc:
                 raise InvalidArgument("malformed ReadBlockRequest") from exc
             block = domain_request(request).validated()
-            # A sealed response's bytes pass through the seal: not sent by sendfile.
-            file = self._service.read_file(block) if self._seal is None else None
+            file = self._service.read_file(block)
         except ReservoirError as exc:
             return _Pending(error=exc, request=body)
         context = dict(request.trace_context)
         self._outstanding += 1
         if file is not None:
-            return _Pending(block=block, file=file, trace_context=context)
+            return _Pending(block=block, file=file, trace_context=context, request=body)
         work: Coroutine[Any, Any, BlockRead] | asyncio.Future[BlockRead] = self._service.read(block)
         if self._outstanding > 1:
             # Behind other responses: look it up (or fetch it) now, not when its turn comes.
@@ -318,7 +318,8 @@ class _Connection:
             return _Pending(error=exc, close_after=True)
         self._authenticated = True
         if self._proofs is Level.INTEGRITY:
-            self._seal = ResponseSeal(protection.session_key(entry[0], *self._nonces))
+            seal = ResponseSeal(protection.session_key(entry[0], *self._nonces))
+            self._sealed = SealedResponses(self._channel, seal)
         return _Pending(accepted=True)
 
     def _authenticate(self, token: bytes) -> _Pending:
@@ -365,7 +366,7 @@ class _Connection:
         """Sends the response; returns its status code's name."""
         span_reads = ReadTrace(self._service.worker_id)  # this request's span
         if item.file is not None and item.block is not None:
-            if await self._send_file(item.file):
+            if await self._send_file(item.file, item.request):
                 self._service.served(item.file.source, item.file.ref.length, span_reads)
                 return "OK"
             # Evicted between the lookup and now: read the usual way (from a lower tier,
@@ -382,24 +383,27 @@ class _Connection:
         span_reads.add(read.source, read.length)
         header = wire.ResponseHeader(0, read.crc, read.length).encode()
         view = read.view()
-        await self._send(header, more=read.length > 0 or self._seal is not None)
-        if self._seal is None:
-            await self._send(view)
-        else:
-            await self._send(view, more=True)
-            await self._send(self._seal.tag(item.request, header, view))
+        if self._sealed is not None:
+            await self._sealed.send_view(item.request, header, view)
+            return "OK"
+        await self._send(header, more=read.length > 0)
+        await self._send(view)
         return "OK"
 
-    async def _send_file(self, file: FileRead) -> bool:
+    async def _send_file(self, file: FileRead, request: bytes) -> bool:
         """The block file's bytes, by sendfile (no copy through this process); False when
         the file is gone (evicted) before it could be opened."""
         fd = file.open()
         if fd is None:
             return False
         try:
-            header = wire.ResponseHeader(0, file.ref.crc, file.ref.length).encode()
-            await self._send(header, more=file.ref.length > 0)
-            await self._channel.send_file(fd, file.ref.offset, file.ref.length)
+            ref = file.ref
+            header = wire.ResponseHeader(0, ref.crc, ref.length).encode()
+            if self._sealed is not None:
+                await self._sealed.send_file(request, header, fd, ref.offset, ref.length)
+                return True
+            await self._send(header, more=ref.length > 0)
+            await self._channel.send_file(fd, ref.offset, ref.length)
         finally:
             os.close(fd)
         return True
@@ -424,6 +428,6 @@ class _Connection:
     async def _send_error(self, error: ReservoirError, item: _Pending) -> str:
         message = (str(error) or type(error).__name__).encode()[: wire.MAX_ERROR_MESSAGE]
         header = wire.ResponseHeader(code_value(error), 0, len(message)).encode()
-        tag = self._seal.tag(item.request, header, message) if self._seal is not None else b""
+        tag = self._sealed.tag(item.request, header, message) if self._sealed else b""
         await self._send(header + message + tag)
         return str(status_for(error).name)

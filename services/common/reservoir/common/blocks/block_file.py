@@ -36,9 +36,9 @@ HEADER_SIZE = HEADER.size
 Buffer = bytes | bytearray | memoryview | mmap.mmap
 
 
-def checksum(data: Buffer) -> int:
-    """The CRC32C of `data`."""
-    return int(crc32c.crc32c(data))
+def checksum(data: Buffer, crc: int = 0) -> int:
+    """The CRC32C of `data`; of the bytes before it and `data`, given `crc`, theirs."""
+    return int(crc32c.crc32c(data, crc))
 
 
 def checksum_of_pieces(pieces: Iterable[Buffer]) -> int:

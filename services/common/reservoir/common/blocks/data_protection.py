@@ -90,29 +90,73 @@ def session_key(token_sha256: bytes, client_nonce: bytes, server_nonce: bytes) -
     return hmac.digest(token_sha256, _SESSION + client_nonce + server_nonce, "sha256")[:16]
 
 
+# Below this many bytes a response's tag is one AEAD call over the joined pieces (~3 us);
+# past it, a GMAC fed piece by piece as the bytes pass (a Cipher object costs ~8 us, a
+# copy of a large body more). Both give the same tag: GCM's associated data is one stream.
+_JOIN_BELOW = 64 * 1024
+
+
 class ResponseSeal:
     """The tags of one connection's responses, in order (the worker seals, the reader
     checks, each counting responses the same way)."""
 
     def __init__(self, key: bytes) -> None:
         # Imported here: settings name the levels, and every process reads settings.
-        from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+        from cryptography.hazmat.primitives.ciphers import algorithms
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-        self._cipher = Cipher
-        self._gcm = modes.GCM
+        self._aead = AESGCM(key)
         self._key: Any = algorithms.AES(key)
         self._sequence = 0
 
-    def tag(self, request: bytes, header: bytes, body: bytes | memoryview) -> bytes:
-        """The next response's tag, over the request it answers, its header and body."""
+    def begin(self, request: bytes, header: bytes) -> ResponseTag:
+        """The next response's tag, over the request it answers and its header so far;
+        its body is fed with `ResponseTag.update` as it passes."""
         nonce = self._sequence.to_bytes(12, "little")
         self._sequence += 1
-        gmac = self._cipher(self._key, self._gcm(nonce)).encryptor()
-        gmac.authenticate_additional_data(len(request).to_bytes(4, "little") + request)
-        gmac.authenticate_additional_data(header)
-        gmac.authenticate_additional_data(body)
-        gmac.finalize()
-        return gmac.tag
+        return ResponseTag(self, nonce, len(request).to_bytes(4, "little") + request + header)
+
+    def tag(self, request: bytes, header: bytes, body: bytes | memoryview) -> bytes:
+        """The next response's tag, over the request it answers, its header and body."""
+        running = self.begin(request, header)
+        running.update(body)
+        return running.finish()
 
     def check(self, request: bytes, header: bytes, body: bytes | memoryview, tag: bytes) -> bool:
-        return hmac.compare_digest(self.tag(request, header, body), tag)
+        return self.begin(request, header).update(body).matches(tag)
+
+
+class ResponseTag:
+    """One response's GMAC, fed its body piece by piece (each piece while it is still in
+    the CPU's cache after the copy that brought it: the pass then costs a third)."""
+
+    def __init__(self, seal: ResponseSeal, nonce: bytes, start: bytes) -> None:
+        self._seal = seal
+        self._nonce = nonce
+        self._joined: list[bytes] | None = [start]
+        self._size = len(start)
+        self._gmac: Any = None
+
+    def update(self, piece: bytes | memoryview) -> ResponseTag:
+        if self._joined is not None and self._size + len(piece) < _JOIN_BELOW:
+            self._joined.append(bytes(piece))  # the caller may reuse its buffer
+            self._size += len(piece)
+            return self
+        if self._gmac is None:
+            from cryptography.hazmat.primitives.ciphers import Cipher, modes
+
+            self._gmac = Cipher(self._seal._key, modes.GCM(self._nonce)).encryptor()
+            for joined in self._joined or ():
+                self._gmac.authenticate_additional_data(joined)
+            self._joined = None
+        self._gmac.authenticate_additional_data(piece)
+        return self
+
+    def finish(self) -> bytes:
+        if self._joined is not None:
+            return self._seal._aead.encrypt(self._nonce, b"", b"".join(self._joined))
+        self._gmac.finalize()
+        return bytes(self._gmac.tag)
+
+    def matches(self, tag: bytes | bytearray) -> bool:
+        return hmac.compare_digest(self.finish(), bytes(tag))
