@@ -61,6 +61,10 @@ class SealedChannel:
         self._pending = memoryview(pending)  # bytes that came with TLS's last record
         self._plain = memoryview(b"")  # opened, not taken yet
         self._held = b""
+        # One record received and opened at a time (a new one only once `_plain` is all
+        # taken): two buffers, grown to the largest record seen, serve every request.
+        self._body = bytearray()
+        self._opened = bytearray()
 
     @classmethod
     async def agree(cls, tls: TlsChannel) -> SealedChannel:
@@ -82,9 +86,12 @@ class SealedChannel:
             header = bytearray(LENGTH.size)
             if not await self._fill(memoryview(header), at_boundary=True):
                 return 0
-            body = memoryview(bytearray(self._opener.body_size(header)))
+            size = self._opener.body_size(header)
+            if len(self._body) < size:
+                self._body, self._opened = bytearray(size), bytearray(size)
+            body = memoryview(self._body)[:size]
             await self._fill(body, at_boundary=False)
-            plain = memoryview(bytearray(len(body)))
+            plain = memoryview(self._opened)
             self._plain = plain[: self._opener.open_into(bytes(header), body, plain)]
         n = min(len(view), len(self._plain))
         view[:n] = self._plain[:n]
