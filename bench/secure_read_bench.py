@@ -3,6 +3,8 @@ a default cluster, beside the machine's ceilings: issue #35's secure rows.
 
     python bench/secure_read_bench.py            # 2,000 files of 8-40 KB, 8 x 32 MiB, 3 runs
     python bench/secure_read_bench.py --quick    # smoke run: tiny data sets, one run
+    python bench/secure_read_bench.py --levels integrity --pin   # one level; reader on
+                                  # core 0, the clusters on core 1: hosts of their own
 
 Starts local clusters of the same shape side by side (moto S3, --workers workers with
 /dev/shm block files): a default one and `--secure` ones (TLS on every hop, tokens, the
@@ -16,7 +18,11 @@ the workers' data ports. Beside them, the ceilings of this machine, measured in 
 run: AES-128-GCM on one core (`openssl speed`), one Python `ssl` stream over loopback
 with large `recv_into` (what a TLS data port could reach), and one plain loopback stream.
 Prints a table of medians (files/s, MB/s) and each level ÷ default against the issue's
-targets; writes --json and --png. See bench/README.md.
+targets, with the CPU the reader and the workers spent per MiB (large) or per file
+(small), from /proc/<pid>/stat and the reader's process time; writes --json and --png.
+With --pin, the reader runs on one core and every cluster process on another, as on a
+machine of its own: a level's cost on the reader and on the workers then shows apart,
+instead of as one share of two cores. See bench/README.md.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from speed import readers  # noqa: E402 - bench/ is not a package
 from speed.datasets import BUCKET, MOUNT, Dataset, large_dataset, small_dataset, upload  # noqa: E402
 from speed.results import MiB, log, machine_info  # noqa: E402
+from speed.s3_servers import cpu_seconds  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 MODES = ("default", "privacy", "integrity", "authentication")
@@ -66,7 +73,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--png", type=Path, default=HERE / "results" / "secure_read_bench.png")
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--quick", action="store_true", help="tiny sizes, one run: a smoke test")
+    p.add_argument(
+        "--pin",
+        action="store_true",
+        help="the reader on core 0, every cluster process on core 1 (hosts of their own)",
+    )
+    p.add_argument(
+        "--levels",
+        default=",".join(MODES[1:]),
+        help="levels measured beside default, comma-separated (an A/B of one: --levels integrity)",
+    )
     args = p.parse_args(argv)
+    levels = [level.strip() for level in args.levels.split(",") if level.strip()]
+    if not levels or set(levels) - set(MODES[1:]):
+        p.error(f"--levels: some of {', '.join(MODES[1:])}")
+    args.modes = ("default", *(mode for mode in MODES[1:] if mode in levels))
     if args.quick:
         args.small_files, args.large_files, args.large_file_mb, args.runs = 100, 2, 4, 1
     return args
@@ -121,10 +142,14 @@ def prepare(cluster: Any, datasets: list[Dataset], args: argparse.Namespace) -> 
 def measure(
     cluster: Any, ds: Dataset, args: argparse.Namespace, data_port: bool = True
 ) -> dict[str, float]:
+    workers = [cluster.processes[name].pid for name in cluster.worker_names()]
     with client(cluster, data_port) as c, cf.ThreadPoolExecutor(args.concurrency) as pool:
         read = readers.reservoir_read(c, ds, pool)
         read()  # this client's connections opened (as a training job's would be)
+        workers_before, reader_before = sum(map(cpu_seconds, workers)), time.process_time()
         got = read()
+        reader_cpu = time.process_time() - reader_before
+        workers_cpu = sum(map(cpu_seconds, workers)) - workers_before
         if got.wrong or got.files != len(ds.sizes):
             raise RuntimeError(f"{ds.name}: {got.files} files, wrong: {got.wrong[:3]}")
         over_data_ports = c.aio.data_port_bytes
@@ -136,7 +161,52 @@ def measure(
         "files_s": got.files / got.seconds,
         "mb_s": got.nbytes / MiB / got.seconds,
         "data_port_bytes": over_data_ports,
+        # CPU per MiB (ms) and per file (us): the reader (this process) and all workers.
+        "reader_ms_mib": reader_cpu * 1e3 / (got.nbytes / MiB),
+        "workers_ms_mib": workers_cpu * 1e3 / (got.nbytes / MiB),
+        "reader_us_file": reader_cpu * 1e6 / got.files,
+        "workers_us_file": workers_cpu * 1e6 / got.files,
     }
+
+
+def pin(clusters: dict[str, Any]) -> None:
+    """The reader (this process) on core 0; every cluster process, its threads and its
+    children on core 1."""
+    if len(os.sched_getaffinity(0)) < 2:
+        raise SystemExit("--pin needs two cores")
+    for cluster in clusters.values():
+        for proc in cluster.processes.values():
+            _pin_tree(proc.pid, {1})
+    os.sched_setaffinity(0, {0})
+
+
+def _pin_tree(pid: int, cpus: set[int]) -> None:
+    tasks = Path(f"/proc/{pid}/task")
+    for task in tasks.iterdir() if tasks.exists() else ():
+        try:
+            os.sched_setaffinity(int(task.name), cpus)
+            children = (task / "children").read_text().split()
+        except OSError:
+            continue  # gone meanwhile
+        for child in children:
+            _pin_tree(int(child), cpus)
+
+
+CPU_KEYS = (
+    "files_s",
+    "mb_s",
+    "seconds",
+    "reader_ms_mib",
+    "workers_ms_mib",
+    "reader_us_file",
+    "workers_us_file",
+)
+
+
+def _cpu(default: dict[str, float], level: dict[str, float], metric: str, who: str) -> str:
+    key, unit = (f"{who}_ms_mib", "ms/MiB") if metric == "mb_s" else (f"{who}_us_file", "us/file")
+    digits = 2 if unit == "ms/MiB" else 0
+    return f"{default[key]:.{digits}f} → {level[key]:.{digits}f} {unit}"
 
 
 def table(
@@ -146,11 +216,14 @@ def table(
 ) -> tuple[str, list[dict[str, Any]]]:
     lines = [
         "| level | data set | default | this level | level ÷ default | target "
-        "| paired runs' ratios (median) |",
-        "|---|---|---|---|---|---|---|",
+        "| paired runs' ratios (median) | reader CPU, default → level "
+        "| workers' CPU, default → level |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     verdicts = []
     for (mode, name), (metric, target) in TARGETS.items():
+        if mode not in medians:
+            continue
         default, level = medians["default"][name], medians[mode][name]
         ratio = level[metric] / default[metric]
         unit = "files/s" if metric == "files_s" else "MB/s"
@@ -158,7 +231,8 @@ def table(
         lines.append(
             f"| {mode} | {name}, `read` per file | {default[metric]:,.0f} {unit} "
             f"| {level[metric]:,.0f} {unit} | {ratio:.2f} | ≥ {target} ({met}) "
-            f"| {paired[(mode, name)]:.2f} |"
+            f"| {paired[(mode, name)]:.2f} | {_cpu(default, level, metric, 'reader')} "
+            f"| {_cpu(default, level, metric, 'workers')} |"
         )
         verdicts.append(
             {
@@ -289,18 +363,20 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="reservoir-secure-bench-"))
     clusters: dict[str, Any] = {}
     runs: dict[str, dict[str, list[dict[str, float]]]] = {
-        mode: {ds.name: [] for ds in datasets} for mode in MODES
+        mode: {ds.name: [] for ds in datasets} for mode in args.modes
     }
     try:
         ceilings = measure_ceilings(work)
-        for mode in MODES:
+        for mode in args.modes:
             clusters[mode] = start(mode, work / mode, args)
             prepare(clusters[mode], datasets, args)
+        if args.pin:
+            pin(clusters)
         for run in range(args.runs):
             for ds in datasets:
                 # The order turns each run: no mode always has the quiet moment.
-                turn = run % len(MODES)
-                for mode in MODES[turn:] + MODES[:turn]:
+                turn = run % len(args.modes)
+                for mode in args.modes[turn:] + args.modes[:turn]:
                     got = measure(clusters[mode], ds, args)
                     runs[mode][ds.name].append(got)
                     log(
@@ -313,10 +389,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(work, ignore_errors=True)
     medians = {
         mode: {
-            name: {
-                key: statistics.median(r[key] for r in results)
-                for key in ("files_s", "mb_s", "seconds")
-            }
+            name: {key: statistics.median(r[key] for r in results) for key in CPU_KEYS}
             for name, results in by_set.items()
         }
         for mode, by_set in runs.items()
@@ -329,12 +402,14 @@ def main(argv: list[str] | None = None) -> int:
             for s, d in zip(runs[mode][name], runs["default"][name], strict=True)
         )
         for (mode, name), (metric, _) in TARGETS.items()
+        if mode in args.modes
     }
     text, verdicts = table(medians, paired, ceilings)
     wall = time.perf_counter() - started
     print(
         f"each data protection level ÷ default, warm `read` per file, {args.concurrency} "
         f"threads, {args.workers} workers, medians of {args.runs} runs ({wall / 60:.1f} min)"
+        + (", reader on core 0, clusters on core 1" if args.pin else "")
     )
     print(text)
     info["loadavg_end"] = os.getloadavg()
@@ -354,8 +429,9 @@ def main(argv: list[str] | None = None) -> int:
     draw(
         verdicts,
         args.png,
-        f"level ÷ default warm reads, medians of {args.runs} runs, {info['nproc']} cores, "
-        f"{time.strftime('%Y-%m-%d')}",
+        f"level ÷ default warm reads, medians of {args.runs} runs, {info['nproc']} cores"
+        + (" (reader pinned apart)" if args.pin else "")
+        + f", {time.strftime('%Y-%m-%d')}",
     )
     log(f"wrote {args.json} and {args.png}")
     return 0

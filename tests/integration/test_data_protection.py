@@ -19,11 +19,11 @@ from reservoir.client.data_port import DataPortReader
 from reservoir.client.hedges import Hedges
 from reservoir.client.penalty_box import PenaltyBox
 from reservoir.common.blocks import block_transfer as wire
-from reservoir.common.blocks.block_file import checksum
+from reservoir.common.blocks.block_file import HEADER_SIZE, checksum
 from reservoir.common.blocks.data_protection import NONCE_BYTES, Level
 from reservoir.common.config import ClientConfig, SecuritySettings
 from reservoir.common.errors import Unauthenticated, code_value
-from reservoir.common.models import WorkerRecord, block_request
+from reservoir.common.models import WorkerRecord, block_request, shm_block_name
 from reservoir.local.cluster import LocalCluster
 
 BLOCK = 64 * 1024
@@ -87,6 +87,41 @@ def test_blocks_of_many_sealing_pieces_are_read_byte_exact(
         assert c.read("/prot-big/y.bin") == data  # held: from their block files
         assert c.read("/prot-big/y.bin", 300_000, big_block) == data[300_000 : 300_000 + big_block]
         assert c.aio.data_port_bytes >= 2 * len(data)
+
+
+def test_a_block_changed_in_a_workers_memory_is_dropped_and_fetched_again_at_integrity(
+    protected: tuple[LocalCluster, Level],
+) -> None:
+    # At integrity the reader checks the tag, not a CRC32C of its own: the worker checks
+    # the CRC32C the block landed with as it seals it.
+    cluster, level = protected
+    if level is not Level.INTEGRITY:
+        pytest.skip("only the integrity level seals responses")
+    block = 1 << 20
+    data = os.urandom(2 * block + 777)  # a block sent in pieces, and a short one
+    cluster.s3_client().put_object(Bucket="prot", Key="rot/z.bin", Body=data)
+    with Client(config=cluster.client_config("admin")) as c:
+        c.mount("/prot-rot", "s3://prot/rot/", endpoint_url=cluster.s3_endpoint, block_size=block)
+    with Client(config=_remote_reader(cluster)) as c:
+        assert c.read("/prot-rot/z.bin") == data
+        file_id = c.stat("/prot-rot/z.bin").file_id
+        files = {
+            path: index * block + 100  # a byte of the block, where in the file it is
+            for index in range(3)
+            for path in cluster.shm_root.rglob(shm_block_name(file_id, index))
+        }
+        assert len(files) >= 3
+        for path, at in files.items():  # as a bad DIMM or a stray write would
+            with open(path, "r+b") as f:
+                f.seek(HEADER_SIZE + 100)
+                f.write(bytes([data[at] ^ 0xFF]))
+        assert c.read("/prot-rot/z.bin") == data
+        for path, at in files.items():  # dropped, and landed again with the right bytes
+            body = path.read_bytes()[HEADER_SIZE:] if path.exists() else None
+            assert body is None or body[100] == data[at]
+        before = c.aio.data_port_bytes
+        assert c.read("/prot-rot/z.bin") == data
+        assert c.aio.data_port_bytes - before == len(data)
 
 
 def _remote_reader(cluster: LocalCluster) -> ClientConfig:

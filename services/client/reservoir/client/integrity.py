@@ -12,18 +12,11 @@ from reservoir.common.errors import DataLoss
 
 
 def check_block(
-    what: str,
-    data: Buffer | Sequence[Buffer],
-    expected: int,
-    crc: int | None,
-    verify: bool,
-    *,
-    computed: int | None = None,
+    what: str, data: Buffer | Sequence[Buffer], expected: int, crc: int | None, verify: bool
 ) -> None:
     """DataLoss naming `what` unless `data` (one buffer or the pieces of one) is `expected`
     bytes long and, with `verify`, matches `crc` (None: the sender sent none; the
-    under-store, which has no CRC32C of ours, is checked for length only). `computed`:
-    the CRC32C of `data`, taken as its pieces arrived (not taken again)."""
+    under-store, which has no CRC32C of ours, is checked for length only)."""
     pieces = [data] if isinstance(data, Buffer) else data
     received = sum(len(p) for p in pieces)
     if received != expected:
@@ -32,5 +25,5 @@ def check_block(
         return
     if crc is None:
         raise DataLoss(f"{what}: no checksum")
-    if (checksum_of_pieces(pieces) if computed is None else computed) != crc:
+    if checksum_of_pieces(pieces) != crc:
         raise DataLoss(f"{what}: checksum mismatch")

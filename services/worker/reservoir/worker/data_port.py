@@ -29,7 +29,7 @@ import os
 import socket
 import ssl
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +42,7 @@ from reservoir.common.blocks import block_transfer as wire
 from reservoir.common.blocks import data_protection as protection
 from reservoir.common.blocks.data_protection import Level, ResponseSeal
 from reservoir.common.errors import (
+    DataLoss,
     InvalidArgument,
     ReservoirError,
     Unauthenticated,
@@ -366,7 +367,7 @@ class _Connection:
         """Sends the response; returns its status code's name."""
         span_reads = ReadTrace(self._service.worker_id)  # this request's span
         if item.file is not None and item.block is not None:
-            if await self._send_file(item.file, item.request):
+            if await self._send_file(item.file, item):
                 self._service.served(item.file.source, item.file.ref.length, span_reads)
                 return "OK"
             # Evicted between the lookup and now: read the usual way (from a lower tier,
@@ -384,13 +385,14 @@ class _Connection:
         header = wire.ResponseHeader(0, read.crc, read.length).encode()
         view = read.view()
         if self._sealed is not None:
-            await self._sealed.send_view(item.request, header, view)
+            with self._dropped_if_corrupt(item):
+                await self._sealed.send_view(item.request, header, view, read.crc)
             return "OK"
         await self._send(header, more=read.length > 0)
         await self._send(view)
         return "OK"
 
-    async def _send_file(self, file: FileRead, request: bytes) -> bool:
+    async def _send_file(self, file: FileRead, item: _Pending) -> bool:
         """The block file's bytes, by sendfile (no copy through this process); False when
         the file is gone (evicted) before it could be opened."""
         fd = file.open()
@@ -400,13 +402,27 @@ class _Connection:
             ref = file.ref
             header = wire.ResponseHeader(0, ref.crc, ref.length).encode()
             if self._sealed is not None:
-                await self._sealed.send_file(request, header, fd, ref.offset, ref.length)
+                with self._dropped_if_corrupt(item):
+                    await self._sealed.send_file(
+                        item.request, header, fd, ref.offset, ref.length, ref.crc
+                    )
                 return True
             await self._send(header, more=ref.length > 0)
             await self._channel.send_file(fd, ref.offset, ref.length)
         finally:
             os.close(fd)
         return True
+
+    @contextlib.contextmanager
+    def _dropped_if_corrupt(self, item: _Pending) -> Iterator[None]:
+        """A block found changed while it was sealed is dropped (the next read fetches it
+        again) and the connection closed: its response may be half sent."""
+        try:
+            yield
+        except DataLoss as exc:
+            if item.block is not None:
+                self._service.store.drop_corrupt(item.block.block, str(exc))
+            raise ConnectionError(f"block changed since it landed: {exc}") from exc
 
     async def _receive(self, n: int, *, between_requests: bool) -> bytes:
         buffer = bytearray(n)

@@ -173,10 +173,7 @@ class TieredStore:
         try:
             held = self.memory.get(block)
         except DataLoss as exc:
-            self._events.block_corrupt(block, self.memory.name, str(exc))
-            dropped = self.memory.drop_entry(block)
-            if dropped is not None and self._on_disk(block) is None:
-                self._events.block_gone(block, dropped.length, self.memory.name)
+            self.drop_corrupt(block, str(exc))
             held = None
         if held is not None:
             if self.disks and self.pins.pinned(block) and self._on_disk(block) is None:
@@ -212,6 +209,14 @@ class TieredStore:
         # Moves up if memory's policy admits it.
         self.memory.put(block, data, crc, offset, entry.landed_s)
         return data, crc, disk.name
+
+    def drop_corrupt(self, block: BlockId, error: str) -> None:
+        """The memory tier's copy of `block` failed its checksum when it was read: dropped
+        (the next read takes a lower tier's, or fetches it again), and reported."""
+        self._events.block_corrupt(block, self.memory.name, error)
+        dropped = self.memory.drop_entry(block)
+        if dropped is not None and self._on_disk(block) is None:
+            self._events.block_gone(block, dropped.length, self.memory.name)
 
     def file_of(self, block: BlockId) -> tuple[BlockFileRef, str] | None:
         """The block as a file of the memory tier (shared memory) and the tier's name,

@@ -158,5 +158,5 @@ class ResponseTag:
         self._gmac.finalize()
         return bytes(self._gmac.tag)
 
-    def matches(self, tag: bytes | bytearray) -> bool:
+    def matches(self, tag: bytes | bytearray | memoryview) -> bool:
         return hmac.compare_digest(self.finish(), bytes(tag))
