@@ -17,9 +17,10 @@ landed raise DataLoss; the reader then sees its connection closed, and reads els
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 from reservoir.common.blocks.block_file import checksum
-from reservoir.common.blocks.data_protection import ResponseSeal
+from reservoir.common.blocks.data_protection import ResponseSeal, ResponseTag
 from reservoir.common.errors import DataLoss
 
 from .data_port_transport import ByteChannel
@@ -43,63 +44,58 @@ class SealedResponses:
 
     async def send_view(self, request: bytes, header: bytes, view: memoryview, crc: int) -> None:
         """`view`, whose CRC32C should be `crc`, as a sealed response."""
-        running = self._seal.begin(request, header)
-        if len(view) < _ONE_WRITE_BELOW:
-            _check(view, crc)
-            tag = running.update(view).finish()
-            await self._channel.send(b"".join((header, view, tag)))
-            return
-        await self._channel.send(header, more=True)
-        computed = 0
-        for start in range(0, len(view), _PIECE):
-            piece = view[start : start + _PIECE]
-            running.update(piece)
-            computed = checksum(piece, computed)
-            if start + _PIECE >= len(view):
-                _check_computed(computed, crc)
-            await self._channel.send(piece, more=True)
-        await self._channel.send(running.finish())
+        pieces = (view[start : start + _PIECE] for start in range(0, len(view), _PIECE))
+        await self._send(self._seal.begin(request, header), header, pieces, len(view), crc)
 
     async def send_file(
         self, request: bytes, header: bytes, fd: int, offset: int, count: int, crc: int
     ) -> None:
         """`count` bytes of block file `fd` from `offset`, whose CRC32C should be `crc`, as
         a sealed response."""
-        if self._buffer is None:
-            self._buffer = memoryview(bytearray(_PIECE))
-        running = self._seal.begin(request, header)
-        if count < _ONE_WRITE_BELOW:
-            piece = self._buffer[: self._read(fd, offset, count)]
-            _check(piece, crc)
-            tag = running.update(piece).finish()
-            await self._channel.send(b"".join((header, piece, tag)))
+        pieces = self._file_pieces(fd, offset, count)
+        await self._send(self._seal.begin(request, header), header, pieces, count, crc)
+
+    async def _send(
+        self,
+        running: ResponseTag,
+        header: bytes,
+        pieces: Iterator[memoryview],
+        length: int,
+        crc: int,
+    ) -> None:
+        """Header, the `length` bytes of `pieces` and the tag; DataLoss (the last piece
+        and the tag not sent) when the bytes' CRC32C is not `crc`."""
+        if length < _ONE_WRITE_BELOW:
+            body = b"".join(pieces)
+            _check_computed(checksum(body), crc)
+            await self._channel.send(b"".join((header, body, running.update(body).finish())))
             return
         await self._channel.send(header, more=True)
-        computed = 0
-        while count > 0:
-            piece = self._buffer[: self._read(fd, offset, min(count, _PIECE))]
+        computed = sent = 0
+        for piece in pieces:
             running.update(piece)
             computed = checksum(piece, computed)
-            offset, count = offset + len(piece), count - len(piece)
-            if count == 0:
+            sent += len(piece)
+            if sent == length:
                 _check_computed(computed, crc)
             await self._channel.send(piece, more=True)
         await self._channel.send(running.finish())
 
-    def _read(self, fd: int, offset: int, count: int) -> int:
-        """`count` bytes (at most a piece) of the file into the buffer."""
-        assert self._buffer is not None
-        filled = 0
-        while filled < count:
-            n = os.preadv(fd, [self._buffer[filled:count]], offset + filled)
-            if n == 0:
-                raise ConnectionError("block file shorter than its entry")
-            filled += n
-        return filled
-
-
-def _check(data: memoryview, crc: int) -> None:
-    _check_computed(checksum(data), crc)
+    def _file_pieces(self, fd: int, offset: int, count: int) -> Iterator[memoryview]:
+        """The file's bytes, a piece at a time, each in this connection's one buffer (so
+        each piece is done with before the next is read)."""
+        if self._buffer is None:
+            self._buffer = memoryview(bytearray(_PIECE))
+        while count > 0:
+            n = min(count, _PIECE)
+            filled = 0
+            while filled < n:
+                got = os.preadv(fd, [self._buffer[filled:n]], offset + filled)
+                if got == 0:
+                    raise ConnectionError("block file shorter than its entry")
+                filled += got
+            yield self._buffer[:n]
+            offset, count = offset + n, count - n
 
 
 def _check_computed(computed: int, crc: int) -> None:
