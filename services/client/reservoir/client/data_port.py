@@ -217,24 +217,22 @@ class DataPortReader:
         header_buffer = bytearray(wire.RESPONSE_HEADER.size)
         receive_into(sock, memoryview(header_buffer), deadline, first)
         header = wire.ResponseHeader.decode(header_buffer)
-        sealed = isinstance(sock, ProvenConnection) and sock.seal is not None
+        sealed = sock if isinstance(sock, ProvenConnection) and sock.seal is not None else None
         if header.status != 0:
             if header.length > wire.MAX_ERROR_MESSAGE:
                 raise PortFailed(f"error message of {header.length} bytes")
             message = memoryview(bytearray(header.length))
             receive_into(sock, message, deadline)
-            if sealed:
-                assert isinstance(sock, ProvenConnection)
-                running = sock.begin(bytes(header_buffer)).update(message)
-                self._check_tag(running, _receive_tag(sock, deadline))
+            if sealed is not None:
+                running = sealed.begin(bytes(header_buffer)).update(message)
+                self._check_tag(running, _receive_tag(sealed, deadline))
             return Outcome.DECLINED  # the full path asks again and reports the error properly
         if header.length != len(out):
             raise PortFailed(f"{header.length} bytes announced, {len(out)} asked for")
-        if sealed:
-            assert isinstance(sock, ProvenConnection)
+        if sealed is not None:
             # The tag is the block's checksum here, keyed: the worker checked the CRC32C
             # the block landed with as it sealed it (`sealed_responses.py`).
-            self._receive_sealed(sock, bytes(header_buffer), out, deadline)
+            self._receive_sealed(sealed, bytes(header_buffer), out, deadline)
         else:
             receive_into(sock, out, deadline)
             verify = self._config.verify_checksums

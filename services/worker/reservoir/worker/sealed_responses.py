@@ -67,7 +67,7 @@ class SealedResponses:
         and the tag not sent) when the bytes' CRC32C is not `crc`."""
         if length < _ONE_WRITE_BELOW:
             body = b"".join(pieces)
-            _check_computed(checksum(body), crc)
+            _check_crc(checksum(body), crc)
             await self._channel.send(b"".join((header, body, running.update(body).finish())))
             return
         await self._channel.send(header, more=True)
@@ -77,7 +77,7 @@ class SealedResponses:
             computed = checksum(piece, computed)
             sent += len(piece)
             if sent == length:
-                _check_computed(computed, crc)
+                _check_crc(computed, crc)
             await self._channel.send(piece, more=True)
         await self._channel.send(running.finish())
 
@@ -98,6 +98,6 @@ class SealedResponses:
             offset, count = offset + n, count - n
 
 
-def _check_computed(computed: int, crc: int) -> None:
+def _check_crc(computed: int, crc: int) -> None:
     if computed != crc:
         raise DataLoss("the block's bytes no longer match the checksum they landed with")

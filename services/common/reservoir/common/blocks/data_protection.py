@@ -114,7 +114,8 @@ class ResponseSeal:
         its body is fed with `ResponseTag.update` as it passes."""
         nonce = self._sequence.to_bytes(12, "little")
         self._sequence += 1
-        return ResponseTag(self, nonce, len(request).to_bytes(4, "little") + request + header)
+        start = len(request).to_bytes(4, "little") + request + header
+        return ResponseTag(self._aead, self._key, nonce, start)
 
     def tag(self, request: bytes, header: bytes, body: bytes | memoryview) -> bytes:
         """The next response's tag, over the request it answers, its header and body."""
@@ -130,8 +131,9 @@ class ResponseTag:
     """One response's GMAC, fed its body piece by piece (each piece while it is still in
     the CPU's cache after the copy that brought it: the pass then costs a third)."""
 
-    def __init__(self, seal: ResponseSeal, nonce: bytes, start: bytes) -> None:
-        self._seal = seal
+    def __init__(self, aead: Any, key: Any, nonce: bytes, start: bytes) -> None:
+        self._aead = aead  # the connection's AESGCM, for a small response's one call
+        self._key = key  # its AES key, for a GMAC fed piece by piece
         self._nonce = nonce
         self._joined: list[bytes] | None = [start]
         self._size = len(start)
@@ -145,7 +147,7 @@ class ResponseTag:
         if self._gmac is None:
             from cryptography.hazmat.primitives.ciphers import Cipher, modes
 
-            self._gmac = Cipher(self._seal._key, modes.GCM(self._nonce)).encryptor()
+            self._gmac = Cipher(self._key, modes.GCM(self._nonce)).encryptor()
             for joined in self._joined or ():
                 self._gmac.authenticate_additional_data(joined)
             self._joined = None
@@ -154,7 +156,7 @@ class ResponseTag:
 
     def finish(self) -> bytes:
         if self._joined is not None:
-            return self._seal._aead.encrypt(self._nonce, b"", b"".join(self._joined))
+            return bytes(self._aead.encrypt(self._nonce, b"", b"".join(self._joined)))
         self._gmac.finalize()
         return bytes(self._gmac.tag)
 
