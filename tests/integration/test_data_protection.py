@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from reservoir.common.config import ClientConfig, SecuritySettings
 from reservoir.common.errors import Unauthenticated, code_value
 from reservoir.common.models import WorkerRecord, block_request, shm_block_name
 from reservoir.local.cluster import LocalCluster
+from tests.integration.data_port_relay import DataPortRelay
 
 BLOCK = 64 * 1024
 DATA = os.urandom(3 * BLOCK + 1234)
@@ -207,40 +207,16 @@ def test_a_client_whose_token_is_not_the_clusters_gets_the_error_from_the_full_p
         assert c.aio.data_port_bytes == 0
 
 
-class _Tamperer:
+class _Tamperer(DataPortRelay):
     """A relay in front of a data port that changes one byte of the first block it
     carries to the reader and makes the block's CRC32C match the change, as an attacker
     on the path would: only a keyed seal can tell."""
 
     def __init__(self, target: str) -> None:
-        host, _, port = target.rpartition(":")
-        self._target = (host, int(port))
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.address = f"127.0.0.1:{self._listener.getsockname()[1]}"
         self.changed = 0
-        threading.Thread(target=self._serve, daemon=True).start()
+        super().__init__(target)
 
-    def _serve(self) -> None:
-        while True:
-            try:
-                reader, _ = self._listener.accept()
-            except OSError:
-                return
-            worker = socket.create_connection(self._target, timeout=10)
-            threading.Thread(target=self._pipe, args=(reader, worker), daemon=True).start()
-            threading.Thread(target=self._answers, args=(worker, reader), daemon=True).start()
-
-    @staticmethod
-    def _pipe(source: socket.socket, sink: socket.socket) -> None:
-        try:
-            while chunk := source.recv(65536):
-                sink.sendall(chunk)
-        except OSError:
-            pass
-        finally:
-            sink.close()
-
-    def _answers(self, worker: socket.socket, reader: socket.socket) -> None:
+    def answers(self, worker: socket.socket, reader: socket.socket) -> None:
         try:
             while True:
                 raw = _exactly(worker, wire.RESPONSE_HEADER.size)
@@ -255,9 +231,6 @@ class _Tamperer:
                     reader.sendall(_exactly(worker, 16))  # the seal, passed on as it is
         except (OSError, ConnectionError):
             reader.close()
-
-    def close(self) -> None:
-        self._listener.close()
 
 
 def test_a_block_changed_on_the_way_with_a_matching_checksum_is_refused_at_integrity(

@@ -7,7 +7,6 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from reservoir.common.security import Transport
 from reservoir.local.cluster import LocalCluster
 from reservoir.v1 import common_pb2, master_pb2, master_pb2_grpc
 from tests.eventually import eventually
+from tests.integration.data_port_relay import DataPortRelay
 
 BLOCK = 64 * 1024
 
@@ -171,50 +171,31 @@ def test_workers_of_a_tls_cluster_serve_reads_over_their_tls_data_ports(
         assert c.aio.data_port_bytes == len(data)
 
 
-class _FlippingRelay:
+class _FlippingRelay(DataPortRelay):
     """A relay in front of a data port that keeps what the worker sends and flips one
     byte of it, far past the handshake, on its first connection only."""
 
     def __init__(self, target: str, flip_at: int) -> None:
-        host, _, port = target.rpartition(":")
-        self._target = (host, int(port))
         self._flip_at = flip_at
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.address = f"127.0.0.1:{self._listener.getsockname()[1]}"
         self.seen = bytearray()  # all the workers sent, as it left them
         self.flipped = 0
-        threading.Thread(target=self._serve, daemon=True).start()
+        super().__init__(target)
 
-    def _serve(self) -> None:
-        while True:
-            try:
-                reader, _ = self._listener.accept()
-            except OSError:
-                return
-            worker = socket.create_connection(self._target, timeout=10)
-            threading.Thread(target=self._pipe, args=(reader, worker, False), daemon=True).start()
-            threading.Thread(target=self._pipe, args=(worker, reader, True), daemon=True).start()
-
-    def _pipe(self, source: socket.socket, sink: socket.socket, answers: bool) -> None:
-        carried, flip = 0, answers and not self.flipped
-        if flip:
-            self.flipped += 1
+    def answers(self, worker: socket.socket, reader: socket.socket) -> None:
+        carried, flip = 0, not self.flipped
+        self.flipped += flip
         try:
-            while chunk := source.recv(65536):
-                if answers:
-                    self.seen += chunk
+            while chunk := worker.recv(65536):
+                self.seen += chunk
                 data = bytearray(chunk)
                 if flip and carried <= self._flip_at < carried + len(data):
                     data[self._flip_at - carried] ^= 0x01
                 carried += len(data)
-                sink.sendall(data)
+                reader.sendall(data)
         except OSError:
             pass
         finally:
-            sink.close()
-
-    def close(self) -> None:
-        self._listener.close()
+            reader.close()
 
 
 def test_at_privacy_a_changed_byte_is_refused_and_no_block_byte_goes_in_clear(

@@ -88,11 +88,7 @@ def _exchange(creds: pki.LocalCredentials, server_name: str, body: bytes) -> tup
             return
         # this reader offered no sealed records: its bytes stay in TLS records
         received["sealed"] = b"yes" if channel.offers_sealed_records else b""
-        buffer = memoryview(bytearray(4))
-        got = 0
-        while got < 4:
-            got += await channel.receive_into(buffer[got:])
-        received["worker"] = bytes(buffer)
+        received["worker"] = await _receive_ping(channel)
         await channel.send(b"H" * 16, more=True)
         await channel.send(body)
         channel.close()
@@ -105,11 +101,7 @@ def _exchange(creds: pki.LocalCredentials, server_name: str, body: bytes) -> tup
         client_sock.settimeout(10)
         connection = TlsConnection(client_sock, client_context, server_name, None)
         connection.sendall(b"ping")
-        out = memoryview(bytearray(16 + len(body)))
-        filled = 0
-        while filled < len(out) and (n := connection.recv_into(out[filled:])):
-            filled += n
-        received["client"] = bytes(out[:filled])
+        received["client"] = _receive_up_to(connection, 16 + len(body))
         connection.close()
     finally:
         client_sock.close()
@@ -151,11 +143,7 @@ def _sealed_exchange(
         tls = await TlsChannel.open(worker_sock, context, 10, 10)
         assert tls.offers_sealed_records
         channel = await SealedChannel.agree(tls)
-        buffer = memoryview(bytearray(4))
-        got = 0
-        while got < 4:
-            got += await channel.receive_into(buffer[got:])
-        received["worker"] = bytes(buffer)
+        received["worker"] = await _receive_ping(channel)
         await channel.send(b"H" * 16, more=True)
         if from_file:
             with tempfile.TemporaryFile() as f:
@@ -182,11 +170,7 @@ def _sealed_exchange(
         connection.sendall(b"ping")
         if flip_at >= 0:
             _flip_in_flight(client_sock, flip_at)
-        out = memoryview(bytearray(16 + len(body)))
-        filled = 0
-        while filled < len(out) and (n := connection.recv_into(out[filled:])):
-            filled += n
-        received["client"] = bytes(out[:filled])
+        received["client"] = _receive_up_to(connection, 16 + len(body))
         connection.close()
     finally:
         client_sock.close()
@@ -257,3 +241,21 @@ def test_a_record_replayed_or_from_another_connection_does_not_open() -> None:
     with pytest.raises(RecordRefused):
         RecordOpener.body_size((64 << 20).to_bytes(4, "little"))
     assert len(second) == 4 + 6 + 16
+
+
+def _receive_up_to(connection: TlsConnection | SealedConnection, n: int) -> bytes:
+    """What the connection carries, up to `n` bytes or until the worker closes it."""
+    out = memoryview(bytearray(n))
+    filled = 0
+    while filled < n and (got := connection.recv_into(out[filled:])):
+        filled += got
+    return bytes(out[:filled])
+
+
+async def _receive_ping(channel: TlsChannel | SealedChannel) -> bytes:
+    """The 4 bytes the client sends first, as the worker's channel receives them."""
+    buffer = memoryview(bytearray(4))
+    got = 0
+    while got < 4:
+        got += await channel.receive_into(buffer[got:])
+    return bytes(buffer)
