@@ -16,6 +16,7 @@ import pytest
 from reservoir.common.blocks.block_file import checksum
 from reservoir.common.metadata.memory_store import MemoryMetadataStore
 from reservoir.common.metadata.write_records import WriteRecord, write_key
+from reservoir.worker.block_changes import BlockChanges
 from reservoir.worker.written_blocks import WrittenBlocks
 
 from .worker_fixture import BLOCK, MOUNT, request, worker
@@ -25,11 +26,12 @@ class _Reports:
     def __init__(self) -> None:
         self.sent: list[list[tuple[str, int]]] = []
 
-    def watch(self, pending: set[tuple[str, int]]) -> None:
-        self._pending = pending
+    def watch(self, changes: BlockChanges) -> None:
+        self._changes = changes
 
     async def report(self) -> None:
-        self.sent.append(sorted(self._pending))
+        added, _ = self._changes.take()
+        self.sent.append(added)
 
 
 class _Write:
@@ -44,7 +46,7 @@ class _Write:
         self.store = MemoryMetadataStore()
         self.write_id = uuid.uuid4().hex
         self.reports = _Reports()
-        self.reports.watch(self.service.added)
+        self.reports.watch(self.service.changes)
         self.written = WrittenBlocks(self.service, self.store, self.reports)
 
     async def record(self, published_id: str | None = None) -> None:

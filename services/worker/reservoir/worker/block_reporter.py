@@ -69,25 +69,25 @@ class BlockReporter:
         if self._needs_full:
             await self._send_full()
             return
-        added, removed = self._service.take_report()
+        added, removed = self._service.changes.take()
         if (
             not added
             and not removed
             and now - self._last_call < self._config.master_check_interval_s
-            and not self._service.budgets.wanting  # GETs wait for a first budget lease
+            and not self._service.fetcher.budgets.wanting  # GETs wait for a first budget lease
         ):
             return
         try:
             epoch = await self._call(False, added, removed)
         except Exception:
-            self._service.put_back_report(added, removed)
+            self._service.changes.put_back(added, removed, self._service.store)
             raise
         if epoch != self._epoch:
             self.request_full("new master epoch")
             await self._send_full()
 
     async def _send_full(self) -> None:
-        self._service.take_report()  # the whole content covers the pending changes
+        self._service.changes.take()  # the whole content covers the pending changes
         blocks = self._service.store.blocks()
         epoch = await self._call(True, blocks, [])
         self._needs_full = False
@@ -100,7 +100,7 @@ class BlockReporter:
     async def _call(
         self, full: bool, added: list[tuple[str, int]], removed: list[tuple[str, int]]
     ) -> str:
-        budgets = self._service.budgets
+        budgets = self._service.fetcher.budgets
         try:
             epoch, shares = await self._master.report(
                 self._worker_id, full, added, removed, budgets.take_demands()

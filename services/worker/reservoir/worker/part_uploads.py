@@ -51,7 +51,7 @@ class PartUploads:
         record = await self._open_write(part.write_id)
         if record.whole and part.number != 1:
             raise InvalidArgument(f"write {part.write_id} is one PUT: it has no part {part.number}")
-        ufs = await self._service.write_store(record.mount_path)
+        ufs = await self._service.fetcher.write_store(record.mount_path)
         if part.number > ufs.limits().max_parts:
             raise InvalidArgument(
                 f"part {part.number}: {ufs.uri} takes at most {ufs.limits().max_parts} parts"

@@ -193,7 +193,7 @@ async def serve(config: cfg.WorkerConfig, transport: Transport) -> None:
     await metrics.start()
     follow_mounts = asyncio.create_task(mounts.follow())
     # Clients read from a worker once it has joined: by then its S3 clients are built.
-    await service.open_stores(config.store_open_wait_s)
+    await service.fetcher.open_stores(config.store_open_wait_s)
     await membership.register()
     weight = ShareWeight(
         WorkerRegistry(store), service.shares, service.store, worker_id, config.capacity_bytes

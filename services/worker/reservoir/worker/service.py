@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import time
 
-from opentelemetry import trace
 from prometheus_client import CollectorRegistry
 
 from reservoir.common import logs
@@ -15,17 +14,13 @@ from reservoir.common.errors import (
     InvalidArgument,
     NotFound,
     OutOfRange,
-    ReservoirError,
     ResourceExhausted,
 )
-from reservoir.common.models import Mount
 from reservoir.common.paths import shown
 from reservoir.common.understore.budget_gate import preload_lane
-from reservoir.common.understore.mounted_stores import MountedStores
-from reservoir.common.understore.store_budgets import StoreBudgets
-from reservoir.common.understore.under_store import UnderStore
-from reservoir.common.understore.under_store_metrics import UnderStoreMetrics
 
+from .block_changes import BlockChanges
+from .block_fetcher import BlockFetcher
 from .block_read import BlockRead, Fetched, FileRead, range_read, window
 from .cache_rules import BlockExpiry, CacheRuleTable
 from .counters import UFS, WorkerCounters
@@ -38,7 +33,6 @@ from .read_trace import ReadTrace
 from .tiered_store import TieredStore
 
 log = logs.get_logger(__name__)
-_tracer = trace.get_tracer("reservoir.worker")
 
 
 class WorkerService:
@@ -69,89 +63,16 @@ class WorkerService:
         self.store.memory.order = FairEviction(self.shares, held_bytes)
         self.mounts = mounts
         mounts.subscribe(self.shares)
-        # Every GET of a budgeted mount passes its gate (store_budgets.py): the limits are
-        # a decorator around the store, not a step of each route.
-        # Bounds the GETs this worker has in flight to the under-store at once (taken once
-        # a GET passed its budget, so one waiting for it holds none).
-        self.budgets = StoreBudgets(config.ufs, asyncio.Semaphore(config.ufs.concurrency))
-        self._under_stores = MountedStores.from_settings(
-            config.ufs, UnderStoreMetrics(registry, "reservoir_worker_"), self.budgets
-        )
-        # Each mount's store opens as soon as the mount is known, not at its first miss.
-        mounts.subscribe(self._under_stores)
+        self.fetcher = BlockFetcher(config.ufs, mounts, self.counters, registry)
         self._inflight: dict[BlockId, asyncio.Task[tuple[Fetched, int]]] = {}
-        self.added: set[BlockId] = set()
-        self.removed: set[BlockId] = set()
+        self.changes = BlockChanges()
 
     def block_gone(self, block: BlockId, size: int, tier: str) -> None:
         """No tier holds `block` any more (BlockEvents)."""
         self.counters.evictions += 1
         self.shares.gone(block)
-        self.added.discard(block)
-        self.removed.add(block)
+        self.changes.gone(block)
         log.debug("block_evicted", file_id=block[0], index=block[1], bytes=size, tier=tier)
-
-    async def open_stores(self, wait_s: float) -> None:
-        """Waits (at most `wait_s`) until the mount table is loaded and the store of every
-        mount in it is open. A store that fails to open is left to fail its first read."""
-        try:
-            async with asyncio.timeout(wait_s):
-                await self.mounts.loaded.wait()
-                opening = [self._under_stores.open(m) for m in self.mounts.known()]
-                await asyncio.gather(*opening, return_exceptions=True)
-        except TimeoutError:
-            log.info("under_stores_still_opening", waited_s=wait_s)
-
-    async def write_store(self, mount_path: str) -> UnderStore:
-        """The store of the mount at `mount_path`, for uploading a written file's parts."""
-        mount = next((m for m in self.mounts.known() if m.path == mount_path), None)
-        if mount is None:  # not seen yet (a mount made a moment ago): the master knows it
-            mount = await self.mounts.get(mount_path, "")
-        return await self._under_stores.open(mount)
-
-    async def _under_store(self, mount_path: str, ufs_uri: str) -> tuple[Mount, UnderStore]:
-        # The mount as it is now (remounts arrive by watch), its store reopened if it changed.
-        mount = await self.mounts.get(mount_path, ufs_uri)
-        if not ufs_uri.startswith(mount.uri):
-            raise InvalidArgument(f"ufs_uri is not under the mount {mount_path}: {shown(ufs_uri)}")
-        return mount, await self._under_stores.open(mount)
-
-    async def _get_range(
-        self, mount: Mount, ufs: UnderStore, key: str, start: int, out: memoryview, etag: str
-    ) -> int:
-        """Bytes from the mount's store, received into `out`; how many. A read that fails
-        there runs once more on the new mount when the master says the mount was changed
-        meanwhile (a remount the watch has not brought yet)."""
-        try:
-            return await self._ufs_get(ufs, key, start, out, etag)
-        except ReservoirError as exc:
-            remounted = await self.mounts.recheck(mount)
-            if remounted is None or remounted.uri != mount.uri:
-                raise
-            log.info(
-                "fetch_retried_on_remount",
-                mount=mount.path,
-                endpoint=remounted.options.endpoint_url,
-                error=str(exc),
-            )
-            ufs = await self._under_stores.open(remounted)
-            return await self._ufs_get(ufs, key, start, out, etag)
-
-    async def _ufs_get(
-        self, ufs: UnderStore, key: str, start: int, out: memoryview, etag: str
-    ) -> int:
-        """One ranged GET into `out`, counted (and its failure), in a span of its own."""
-        attributes: dict[str, str | int] = {
-            "reservoir.ufs_uri": ufs.uri_of(key),
-            "reservoir.offset": start,
-        }
-        with _tracer.start_as_current_span("ufs_get", attributes=attributes):
-            self.counters.ufs_gets += 1
-            try:
-                return await ufs.get_range_into(key, start, out, etag)
-            except Exception:  # (not a cancellation: the worker is stopping)
-                self.counters.ufs_errors += 1
-                raise
 
     async def read(
         self,
@@ -272,22 +193,13 @@ class WorkerService:
             task.exception()  # retrieved: the callers that still wait have it
 
     async def _fetch(self, request: BlockRequest) -> tuple[Fetched, int]:
-        mount, ufs = await self._under_store(request.mount_path, request.ufs_uri)
-        if mount.options.block_size and request.block_size != mount.options.block_size:
-            # Another geometry than the mount's would cache bytes no reader of this mount
-            # asks for (and could be sized to make this worker download whole objects).
-            raise InvalidArgument(
-                f"block_size {request.block_size} disagrees with the mount at "
-                f"{mount.path} ({mount.options.block_size})"
-            )
-        key = ufs.key_of(request.ufs_uri)
+        mount, ufs = await self.fetcher.store_of(request)
         length = request.block_length
         self.counters.misses += 1
-        start = request.index * request.block_size
         # Received where the block will live (the memory tier's bytes, or its block file
         # mapped), checksummed there once, and kept without another copy.
         with self.store.memory.landing(request.block, length) as landing:
-            got = await self._get_range(mount, ufs, key, start, landing.buffer, request.etag)
+            got = await self.fetcher.get_into(mount, ufs, request, landing.buffer)
             if got != length:
                 raise OutOfRange(
                     f"under-store returned {got} bytes for block {request.index}, "
@@ -296,9 +208,9 @@ class WorkerService:
             data = landing.data()
             crc = checksum(data)
             self.counters.bytes_from_ufs += length
+            start = request.index * request.block_size
             if self.shares.keep(self.store, request.mount_path, request.block, data, crc, start):
-                self.removed.discard(request.block)
-                self.added.add(request.block)
+                self.changes.held(request.block)
                 self._expire_if_stale(request)  # starts its TTL's clock, if it has one
         log.debug("block_fetched", file_id=request.file_id, index=request.index, bytes=length)
         return data, crc
@@ -307,14 +219,8 @@ class WorkerService:
 
     async def check_mount(self, request: BlockRequest) -> None:
         """Raises unless the file lies under its mount, as the mount is now, with the
-        mount's block size (what `_fetch` checks before a fetch)."""
-        request.validated()
-        mount, _ = await self._under_store(request.mount_path, request.ufs_uri)
-        if mount.options.block_size and request.block_size != mount.options.block_size:
-            raise InvalidArgument(
-                f"block_size {request.block_size} disagrees with the mount at "
-                f"{mount.path} ({mount.options.block_size})"
-            )
+        mount's block size (what a fetch checks first)."""
+        await self.fetcher.store_of(request.validated())
 
     def keep(self, block: BlockId, data: bytes, crc: int, offset: int) -> bool:
         """Holds a block whose bytes came from its writer, as if fetched (reported to
@@ -322,8 +228,7 @@ class WorkerService:
         if not self.store.put(block, data, crc, offset):
             return False
         self.shares.held(block, len(data))  # its mount is learnt at its first read
-        self.removed.discard(block)
-        self.added.add(block)
+        self.changes.held(block)
         return True
 
     async def copy_blocks(
@@ -350,8 +255,7 @@ class WorkerService:
         if held is None or held.length != length or not self.store.rekey(staged, block, offset):
             return False
         self.shares.held(block, length)
-        self.removed.discard(block)
-        self.added.add(block)
+        self.changes.held(block)
         return True
 
     # ---- cache rules: TTL expiry and free (see cache_rules.py) -------------------------
@@ -382,20 +286,6 @@ class WorkerService:
         gone = self.store.evict([b for b in self.store.blocks() if b[0] in file_ids])
         log.info("blocks_freed", files=len(file_ids), blocks=len(gone))
         return gone
-
-    def take_report(self) -> tuple[list[BlockId], list[BlockId]]:
-        added, removed = sorted(self.added), sorted(self.removed)
-        self.added, self.removed = set(), set()
-        return added, removed
-
-    def put_back_report(self, added: list[BlockId], removed: list[BlockId]) -> None:
-        """A report that did not reach the master is merged into the next one."""
-        for block in added:
-            if block not in self.removed and block in self.store:
-                self.added.add(block)
-        for block in removed:
-            if block not in self.added:
-                self.removed.add(block)
 
     def close(self) -> None:
         """Nothing of its own to release: fetches are tasks on the server's loop."""
