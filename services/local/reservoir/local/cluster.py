@@ -12,8 +12,8 @@ the credentials of a secure cluster in cluster_security.py, etcd in etcd_members
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
+import itertools
 import json
 import shutil
 import signal
@@ -55,6 +55,16 @@ from .worker_roster import is_worker, worker_number
 __all__ = ["DEV_CREDENTIALS", "ClusterError", "LocalCluster", "etcd_binary", "free_port"]
 
 S3_STOP_TIMEOUT_S = 120.0
+STOP_TIMEOUT_S = 10.0
+
+
+def _stop_timeout_s(name: str) -> float:
+    # The S3 server writes its objects out when it keeps them.
+    return S3_STOP_TIMEOUT_S if name == "s3" else STOP_TIMEOUT_S
+
+
+def _rank(name: str) -> int:
+    return stop_order(name)[0]
 
 
 @dataclass
@@ -125,10 +135,8 @@ class LocalCluster:
 
     def stop(self, name: str, timeout_s: float | None = None) -> None:
         """SIGTERM, then SIGKILL if it does not exit in time."""
-        if timeout_s is None:
-            # The S3 server writes its objects out when it keeps them.
-            timeout_s = S3_STOP_TIMEOUT_S if name == "s3" else 10.0
-        self._supervisor.stop(self.processes[name], timeout_s)
+        timeout = _stop_timeout_s(name) if timeout_s is None else timeout_s
+        self._supervisor.stop(self.processes[name], timeout)
 
     def restart(self, name: str) -> None:
         """Starts one process of the cluster again as it was recorded (same command, ports,
@@ -321,9 +329,10 @@ class LocalCluster:
 
     def down(self) -> None:
         """Stops every process; the state directory then holds a stopped cluster."""
-        for name in sorted(self.processes, key=stop_order):
-            with contextlib.suppress(ProcessLookupError):
-                self.stop(name)
+        # Each rank of the order (workers, masters, the S3 server, etcd) stops side by side.
+        for _, names in itertools.groupby(sorted(self.processes, key=stop_order), key=_rank):
+            group = [self.processes[n] for n in names]
+            self._supervisor.stop_all(group, max(_stop_timeout_s(p.name) for p in group))
         # Any worker may keep blocks there (`local add-worker --shm`), not only the cluster's.
         shutil.rmtree(self.shm_root, ignore_errors=True)
         StateDir(self.state_dir).mark_stopped()

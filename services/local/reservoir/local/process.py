@@ -156,13 +156,23 @@ class Supervisor:
 
     def stop(self, proc: Process, timeout_s: float) -> None:
         """SIGTERM, then SIGKILL if it does not exit in time."""
-        if not proc.alive():
-            return
-        os.killpg(proc.pid, signal.SIGTERM)
+        self.stop_all([proc], timeout_s)
+
+    def stop_all(self, procs: list[Process], timeout_s: float) -> None:
+        """SIGTERM to each, then SIGKILL to those not gone in `timeout_s`: they stop side
+        by side, so a group takes as long as its slowest member, not their sum."""
+        stopping = [p for p in procs if p.alive()]
+        for proc in stopping:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout_s
-        while proc.alive() and time.monotonic() < deadline:
-            popen = self._popen.get(proc.name)
-            if popen is not None:
-                popen.poll()
+        while time.monotonic() < deadline:
+            for proc in stopping:
+                popen = self._popen.get(proc.name)
+                if popen is not None:
+                    popen.poll()
+            if not any(p.alive() for p in stopping):
+                break
             time.sleep(0.05)
-        self.kill(proc)
+        for proc in stopping:
+            self.kill(proc)
