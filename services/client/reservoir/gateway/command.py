@@ -67,6 +67,8 @@ def run(config: cfg.GatewayConfig) -> None:
         raise ValueError(
             "`reservoir gateway` needs aiohttp: pip install 'reservoir-cache[server]'"
         ) from exc
+    from reservoir.common.serving import servers
+
     from .server import serve
 
     async def main() -> None:
@@ -78,12 +80,7 @@ def run(config: cfg.GatewayConfig) -> None:
         with contextlib.suppress(asyncio.CancelledError):
             await serve(config)
 
-    try:
-        import uvloop
-
-        uvloop.run(main())
-    except ImportError:
-        asyncio.run(main())
+    servers.run(main)
 
 
 def main() -> None:
