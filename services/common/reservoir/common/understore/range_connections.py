@@ -59,6 +59,38 @@ class RangeAnswer:
         return self.broke_off is None and self.received == self.length
 
 
+# One pool per origin and settings for the whole process: every store that GETs from an
+# origin (a worker's mounts of one endpoint, however many) shares its connections and
+# threads, and a store dropped at an unmount or remount leaves none behind.
+_POOLS: dict[tuple[str, int, float, float, str], RangeConnections] = {}
+_POOLS_LOCK = threading.Lock()
+
+
+def connections_to(
+    origin: str, size: int, timeout_s: float, deadline_s: float, cafile: str = ""
+) -> RangeConnections:
+    """The process's kept-alive connections to `origin` (scheme, host, port) with these
+    settings: made at the first GET there, shared by every store after."""
+    parts = urlsplit(origin)
+    key = (f"{parts.scheme}://{parts.netloc}", size, timeout_s, deadline_s, cafile)
+    with _POOLS_LOCK:
+        pool = _POOLS.get(key)
+        if pool is None:
+            pool = _POOLS[key] = RangeConnections(origin, size, timeout_s, deadline_s, cafile)
+        return pool
+
+
+def _forget_pools_in_child() -> None:
+    # A forked child (a DataLoader worker) has none of the pools' threads, and must not
+    # share their kept sockets with its parent: it opens its own.
+    global _POOLS_LOCK
+    _POOLS_LOCK = threading.Lock()
+    _POOLS.clear()
+
+
+os.register_at_fork(after_in_child=_forget_pools_in_child)
+
+
 class RangeConnections:
     """Kept-alive connections to one HTTP(S) origin (scheme, host, port)."""
 
@@ -86,13 +118,6 @@ class RangeConnections:
         """GET `target` (path and query) with `headers`; a 2xx body goes into `out`."""
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._threads, self._get_into, target, headers, out)
-
-    def close(self) -> None:
-        with self._lock:
-            idle, self._idle = self._idle, []
-        for sock in idle:
-            sock.close()
-        self._threads.shutdown(wait=False)
 
     # ---- on a pool thread ----------------------------------------------------------------
 

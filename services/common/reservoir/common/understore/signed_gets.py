@@ -25,6 +25,7 @@ from reservoir.common.understore.range_connections import (
     RangeAnswer,
     RangeConnections,
     cafile,
+    connections_to,
 )
 from reservoir.common.understore.store_errors import StorePlace, error_for_status
 from reservoir.common.understore.under_store import UnderStoreSettings
@@ -62,7 +63,6 @@ class SignedGets:
         self._signs = signs
         self._base = (settings.endpoint_url or f"https://s3.{region}.amazonaws.com").rstrip("/")
         self._urls: dict[str, tuple[str, float]] = {}
-        self._connections: dict[str, RangeConnections] = {}
 
     async def get_into(
         self, key: str, offset: int, out: memoryview, etag: str, *, what: str
@@ -160,14 +160,11 @@ class SignedGets:
         return url
 
     def _connections_to(self, origin: str) -> RangeConnections:
-        connections = self._connections.get(origin)
-        if connections is None:
-            settings = self._settings
-            connections = self._connections[origin] = RangeConnections(
-                origin,
-                settings.max_connections,
-                settings.timeout_s,
-                settings.request_timeout_s,
-                cafile(),
-            )
-        return connections
+        settings = self._settings
+        return connections_to(
+            origin,
+            settings.max_connections,
+            settings.timeout_s,
+            settings.request_timeout_s,
+            cafile(),
+        )
