@@ -22,7 +22,7 @@ ruff format --check services tests bench
 mypy services/common/reservoir/common services/master/reservoir services/worker/reservoir services/client/reservoir services/local/reservoir
 run() {
   set +e
-  pytest -q -p no:cacheprovider "$@"
+  pytest -q -p no:cacheprovider --durations=15 "$@"
   local status=$?
   set -e
   if [ "$status" -eq 5 ]; then
