@@ -22,6 +22,11 @@ from reservoir.common.rpc import CHANNEL_OPTIONS
 from reservoir.common.security import Transport
 from reservoir.local import pki
 from reservoir.local.cluster import DEV_CREDENTIALS, LocalCluster
+from tests.emulators import azurite, fake_gcs
+
+# The cloud stores' emulators, one process each for the whole session (the contract suite
+# and the cloud mount tests share them).
+__all__ = ["azurite", "fake_gcs"]
 
 LEASE_TTL_S = 3
 SECURE = os.environ.get("RESERVOIR_TEST_SECURE", "") not in ("", "0")

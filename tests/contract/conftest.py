@@ -12,7 +12,6 @@ import pytest
 from reservoir.local import pki
 from reservoir.local.cluster import LocalCluster
 
-from .. import emulators
 from ..http_files import HttpFiles
 from ..webhdfs_server import WebHdfsServer
 from .etcd_servers import EtcdServer, start_etcd
@@ -27,11 +26,6 @@ def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield cluster.s3_endpoint
     finally:
         cluster.down()
-
-
-# The cloud stores' emulators (Azurite, fake-gcs-server), one process each per session.
-azurite = emulators.azurite
-fake_gcs = emulators.fake_gcs
 
 
 @pytest.fixture(scope="session")

@@ -21,11 +21,7 @@ from reservoir.local.cluster import LocalCluster
 from tests.cli_runs import run_cli
 from tests.conftest import LEASE_TTL_S, new_mount_path
 
-from .. import emulators
 from ..emulators import AZURE_ENV, Azurite, FakeGcs
-
-azurite = emulators.azurite
-fake_gcs = emulators.fake_gcs
 
 
 @pytest.fixture(scope="module")

@@ -24,15 +24,12 @@ from reservoir.local.cluster import LocalCluster
 from tests.cli_runs import run_cli
 from tests.conftest import LEASE_TTL_S, new_mount_path
 
-from .. import emulators
 from ..emulators import AZURE_ENV, Azurite, FakeGcs
 from ..http_files import HttpFiles
 from ..webhdfs_server import WebHdfsServer
 from .test_fuse import _force_unmount, _fuse_unusable
 
 BLOCK = 64 * 1024
-azurite = emulators.azurite
-fake_gcs = emulators.fake_gcs
 
 
 @dataclass
