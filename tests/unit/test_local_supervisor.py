@@ -19,7 +19,7 @@ marks = Path(sys.argv[1])
 
 def stop(signum, frame):
     marks.write_text(f"term {time.monotonic()}\\n")
-    time.sleep(0.5)
+    time.sleep(1.0)
     with marks.open("a") as f:
         f.write(f"exit {time.monotonic()}\\n")
     sys.exit(0)
