@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-# Exiting with the heap traced takes ~1.2 s here (and ~0.05 s without): a bound between.
+# Exiting with the heap traced takes ~1.2 s here, ~0.05 s with it frozen: a bound between.
 EXITED_WITHIN_S = 0.4
 
 _SERVER = """
