@@ -1,8 +1,11 @@
 """The parts of the under-store budget that are arithmetic: the leader's split of a
 mount's limits among workers, its lease table, and one worker's gate (token buckets,
-lanes, AIMD), all on a fake clock."""
+lanes, AIMD), all on a fake clock; and which mounts a worker's gates report on."""
 
 from __future__ import annotations
+
+import asyncio
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +18,8 @@ from reservoir.common.understore.budget_gate import (
     BudgetGate,
     BudgetShare,
 )
+from reservoir.common.understore.mounted_stores import MountedStores
+from reservoir.common.understore.store_budgets import StoreBudgets
 from reservoir.master.budget_leases import BudgetLeases, split_budget
 
 
@@ -164,3 +169,19 @@ def test_bytes_per_s_lets_a_block_larger_than_the_burst_pass_and_pays_for_it_aft
 def test_mount_budgets_must_be_positive_and_bytes_at_least_a_block(options: MountOptions) -> None:
     with pytest.raises(InvalidArgument):
         options.validated()
+
+
+def test_a_removed_mount_no_longer_reports_a_demand_to_the_master(tmp_path: Path) -> None:
+    budgets = StoreBudgets(UnderStoreCalls())
+    stores = MountedStores(timeout_s=1, budgets=budgets)
+    kept = Mount("/kept", f"file://{tmp_path}/a/", MountOptions(max_requests_per_s=10))
+    gone = Mount("/gone", f"file://{tmp_path}/b/", MountOptions(max_requests_per_s=10))
+
+    async def open_both() -> None:
+        for mount in (kept, gone):
+            await stores.open(mount)
+
+    asyncio.run(open_both())
+    assert sorted(path for path, _ in budgets.take_demands()) == ["/gone", "/kept"]
+    stores.mount_removed("/gone")
+    assert [path for path, _ in budgets.take_demands()] == ["/kept"]

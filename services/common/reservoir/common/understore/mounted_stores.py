@@ -151,6 +151,8 @@ class MountedStores:
 
     def mount_removed(self, mount_path: str) -> None:
         self.forget(mount_path)
+        if self._budgets is not None:
+            self._budgets.forget(mount_path)
 
 
 def open_under_store(

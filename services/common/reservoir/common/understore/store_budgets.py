@@ -49,6 +49,11 @@ class StoreBudgets:
             return store
         return BudgetedUnderStore(store, self.gate(mount.path), self._calls)
 
+    def forget(self, mount_path: str) -> None:
+        """The mount is gone: its gate no longer reports a demand to the master (GETs
+        already behind it keep the gate they hold)."""
+        self._gates.pop(mount_path, None)
+
     def apply(self, shares: Iterable[tuple[str, BudgetShare]]) -> None:
         """A lease from the master: each named mount's share for this process."""
         for mount_path, share in shares:
