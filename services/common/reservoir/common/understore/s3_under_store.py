@@ -1,7 +1,6 @@
-"""S3 and S3-compatible stores: ranged GETs through obstore (`s3_range_reader.py`; a
-worker's block GETs signed by obstore and received into the block, `signed_gets.py`; one
-body-retry loop for both, `body_retries.py`), listings, HEADs and writes (`s3_writes.py`)
-through boto3. Errors name what was refused and where: the endpoint, the credential
+"""S3 and S3-compatible stores: ranged GETs signed by obstore and received into the
+caller's buffer (`s3_range_reader.py`, `signed_gets.py`: one GET stack, one body-retry
+loop, `body_retries.py`), listings, HEADs and writes (`s3_writes.py`) through boto3. Errors name what was refused and where: the endpoint, the credential
 source (`store_errors.py`).
 """
 
@@ -217,7 +216,7 @@ class S3UnderStore(UnderStore):
     async def get_range_async(
         self, key: str, offset: int, length: int, etag: str = ""
     ) -> bytes | memoryview:
-        """Through obstore, on the event loop (`s3_range_reader.py`)."""
+        """On the event loop, into a new buffer (`s3_range_reader.py`)."""
         return await self._ranges.get_range(
             key, offset, length, etag, what=f"get {self.uri_of(key)}"
         )
