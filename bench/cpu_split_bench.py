@@ -3,7 +3,9 @@ cluster (the workers, the master, the S3 server, the reading client) while it re
 the two issue #8 targets that the machine's two cores bound (see bench/README.md):
 
 - cold large: `Client.read` of 8 x 32 MiB fresh files, 16 threads, right after the workers
-  were restarted (read_bench's cold rows), against boto3 `get_object` of the same objects;
+  were restarted (read_bench's cold rows), against boto3 `get_object` of the same objects,
+  straight and through one more TCP hop (`speed/relay_hop.py`: a splice relay, what a hop
+  that keeps no bytes costs at the least);
 - warm small: `read_many` (4 threads x 64 paths) of 2,000 files of 8-40 KB from a client on
   no worker's host (data ports), and the same with 4 client processes.
 
@@ -37,6 +39,7 @@ sys.path.insert(0, str(HERE))
 
 from speed import readers  # noqa: E402
 from speed.datasets import BUCKET, MOUNT, large_dataset, small_dataset, upload  # noqa: E402
+from speed.relay_hop import RelayHop  # noqa: E402
 from speed.s3_servers import S3Choice, cpu_seconds  # noqa: E402
 from speed.session import Session  # noqa: E402
 
@@ -87,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="reservoir-cpu-split-"))
     s3 = S3Choice(args.s3, work)
     cluster = None
+    hop: RelayHop | None = None
     results: dict[str, list[Split]] = {}
     try:
         endpoint = s3.start()
@@ -112,11 +116,21 @@ def main(argv: list[str] | None = None) -> int:
             )
         cluster.s3_config(latency_ms=20)
         boto = readers.boto3_client(cluster.s3_endpoint, 16)
+        hop = RelayHop(cluster.s3_endpoint, work)
+        hopped = readers.boto3_client(hop.start(), 16)
         with cf.ThreadPoolExecutor(16) as pool:
             for run in range(args.runs):
                 print(f"cold large, run {run + 1}/{args.runs}", file=sys.stderr)
                 results.setdefault("large: boto3 direct", []).append(
                     measure(readers.boto3_reader(boto, large, pool), {}, s3, cluster)
+                )
+                results.setdefault("large: boto3 via a relay hop", []).append(
+                    measure(
+                        readers.boto3_reader(hopped, large, pool),
+                        {"relay hop": hop.pid},
+                        s3,
+                        cluster,
+                    )
                 )
                 session.restart_workers()
                 pids = {n: cluster.processes[n].pid for n in [*cluster.worker_names(), "master"]}
@@ -142,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
             split.cpu.pop("client")  # this process only waited: the readers were children
             results.setdefault("small: warm read_many, 4 processes", []).append(split)
     finally:
+        if hop is not None:
+            hop.stop()
         if cluster is not None:
             cluster.down()
         s3.stop()

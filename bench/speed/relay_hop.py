@@ -1,0 +1,67 @@
+"""One more TCP hop in front of an S3 endpoint, as light as a relay gets here: a
+`latency_proxy.py` with no latency, whose response direction moves by `os.splice` through
+a pipe and never enters Python. boto3 through it is the ceiling of any cache that stands
+between the reader and S3 without keeping the bytes: what the hop alone costs."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from .s3_servers import HERE, START_TIMEOUT_S, STOP_TIMEOUT_S, free_port
+
+
+class RelayHop:
+    def __init__(self, upstream: str, directory: Path) -> None:
+        """`upstream`: the S3 endpoint URL (http://host:port) the hop relays to."""
+        self.upstream = urlsplit(upstream).netloc
+        self.directory = directory
+        self.port = free_port()
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        assert self._proc is not None
+        return self._proc.pid
+
+    def start(self) -> str:
+        argv = [
+            sys.executable,
+            str(HERE / "latency_proxy.py"),
+            "--upstream",
+            self.upstream,
+            "--port",
+            str(self.port),
+        ]
+        with open(self.directory / "relay-hop.log", "wb") as log:
+            self._proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            if self._proc.poll() is not None:
+                raise RuntimeError(f"the relay hop exited; see {self.directory}/relay-hop.log")
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return self.endpoint
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+
+    def stop(self) -> None:
+        if self._proc is None:
+            return
+        self._proc.terminate()
+        try:
+            self._proc.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+        self._proc = None
