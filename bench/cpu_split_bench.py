@@ -5,7 +5,8 @@ the two issue #8 targets that the machine's two cores bound (see bench/README.md
 - cold large: `Client.read` of 8 x 32 MiB fresh files, 16 threads, right after the workers
   were restarted (read_bench's cold rows), against boto3 `get_object` of the same objects,
   straight and through one more TCP hop (`speed/relay_hop.py`: a splice relay, what a hop
-  that keeps no bytes costs at the least);
+  costs at the least), once passing the bytes on and once also keeping them in tmpfs as
+  the workers do (the least a caching hop costs);
 - warm small: `read_many` (4 threads x 64 paths) of 2,000 files of 8-40 KB from a client on
   no worker's host (data ports), and the same with 4 client processes.
 
@@ -44,6 +45,7 @@ from speed.s3_servers import S3Choice, cpu_seconds  # noqa: E402
 from speed.session import Session  # noqa: E402
 
 MiB = 1 << 20
+SHM = "/dev/shm"
 
 
 def _cpu(pids: dict[str, int]) -> dict[str, float]:
@@ -90,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="reservoir-cpu-split-"))
     s3 = S3Choice(args.s3, work)
     cluster = None
-    hop: RelayHop | None = None
+    hops: list[RelayHop] = []
+    kept = Path(tempfile.mkdtemp(prefix="reservoir-hop-", dir=SHM if Path(SHM).is_dir() else None))
     results: dict[str, list[Split]] = {}
     try:
         endpoint = s3.start()
@@ -116,8 +119,13 @@ def main(argv: list[str] | None = None) -> int:
             )
         cluster.s3_config(latency_ms=20)
         boto = readers.boto3_client(cluster.s3_endpoint, 16)
-        hop = RelayHop(cluster.s3_endpoint, work)
+        hop, keeping = (
+            RelayHop(cluster.s3_endpoint, work),
+            RelayHop(cluster.s3_endpoint, work, kept),
+        )
+        hops += [hop, keeping]
         hopped = readers.boto3_client(hop.start(), 16)
+        hopped_kept = readers.boto3_client(keeping.start(), 16)
         with cf.ThreadPoolExecutor(16) as pool:
             for run in range(args.runs):
                 print(f"cold large, run {run + 1}/{args.runs}", file=sys.stderr)
@@ -128,6 +136,14 @@ def main(argv: list[str] | None = None) -> int:
                     measure(
                         readers.boto3_reader(hopped, large, pool),
                         {"relay hop": hop.pid},
+                        s3,
+                        cluster,
+                    )
+                )
+                results.setdefault("large: boto3 via a relay hop that keeps", []).append(
+                    measure(
+                        readers.boto3_reader(hopped_kept, large, pool),
+                        {"relay hop": keeping.pid},
                         s3,
                         cluster,
                     )
@@ -156,8 +172,9 @@ def main(argv: list[str] | None = None) -> int:
             split.cpu.pop("client")  # this process only waited: the readers were children
             results.setdefault("small: warm read_many, 4 processes", []).append(split)
     finally:
-        if hop is not None:
-            hop.stop()
+        for relay in hops:
+            relay.stop()
+        shutil.rmtree(kept, ignore_errors=True)
         if cluster is not None:
             cluster.down()
         s3.stop()

@@ -11,7 +11,10 @@ POST /_reservoir/config?latency_ms=N), so `LocalCluster.s3_counts()` and
 Cost: the request direction is read in Python (a request line is parsed to count it and
 hold it back `latency_ms`; the hold is a sleep, no CPU). The response direction, where
 the bytes are, is moved by `os.splice` through a pipe, so payload never enters Python.
-One thread per direction per connection. HTTP/1.1 clients (botocore, aiohttp) do not
+One thread per direction per connection. With `--keep-dir` the relay also keeps every
+byte it passes on, as a cache would: `tee(2)` duplicates the pipe's pages and a second
+splice writes them into one unlinked file per connection there (new tmpfs pages on
+/dev/shm), kept while the connection lasts. HTTP/1.1 clients (botocore, aiohttp) do not
 pipeline, so a chunk that starts with a method and an HTTP version is a new request.
 """
 
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import fcntl
 import json
 import os
@@ -59,9 +63,25 @@ def request_line(chunk: bytes) -> tuple[str, str] | None:
     return fields[0], fields[1]
 
 
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def tee(read_end: int, write_end: int, n: int) -> int:
+    """tee(2), which the os module lacks: up to `n` bytes of one pipe duplicated into
+    another (pages shared, not copied), leaving them in the first."""
+    got = _libc.tee(read_end, write_end, ctypes.c_size_t(n), 0)
+    if got < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    return int(got)
+
+
 class LatencyRelay:
-    def __init__(self, upstream: tuple[str, int], latency_ms: float) -> None:
+    def __init__(
+        self, upstream: tuple[str, int], latency_ms: float, keep_dir: str | None = None
+    ) -> None:
         self.upstream = upstream
+        self.keep_dir = keep_dir
         self.latency_s = latency_ms / 1000
         self.counts: Counter[str] = Counter()
         self._lock = threading.Lock()
@@ -118,23 +138,33 @@ class LatencyRelay:
             except OSError:
                 return
 
-    @staticmethod
-    def _responses(server: socket.socket, client: socket.socket) -> None:
-        read_end, write_end = os.pipe()
-        with contextlib.suppress(OSError):
-            fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+    def _responses(self, server: socket.socket, client: socket.socket) -> None:
+        read_end, write_end = _pipe()
+        kept = None
+        if self.keep_dir is not None:
+            kept = os.open(self.keep_dir, os.O_TMPFILE | os.O_RDWR, 0o600)
+            copy_read, copy_write = _pipe()
         try:
             while True:
                 n = os.splice(server.fileno(), write_end, PIPE_BYTES)
                 if n == 0:
                     break
+                if kept is None:
+                    _drain(read_end, client.fileno(), n)
+                    continue
                 while n:
-                    n -= os.splice(read_end, client.fileno(), n)
+                    teed = tee(read_end, copy_write, n)
+                    _drain(copy_read, client.fileno(), teed)
+                    _drain(read_end, kept, teed)
+                    n -= teed
         except OSError:
             pass
         finally:
             os.close(read_end)
             os.close(write_end)
+            if kept is not None:
+                for fd in (kept, copy_read, copy_write):
+                    os.close(fd)
             with contextlib.suppress(OSError):
                 client.shutdown(socket.SHUT_WR)
 
@@ -161,15 +191,29 @@ class LatencyRelay:
             server.shutdown(socket.SHUT_RDWR)
 
 
+def _pipe() -> tuple[int, int]:
+    read_end, write_end = os.pipe()
+    with contextlib.suppress(OSError):
+        fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+    return read_end, write_end
+
+
+def _drain(read_end: int, out: int, n: int) -> None:
+    """`n` bytes of the pipe spliced into `out` (a socket, or a file at its position)."""
+    while n:
+        n -= os.splice(read_end, out, n)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--upstream", required=True, help="host:port of the S3 server")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--latency-ms", type=float, default=0.0)
+    parser.add_argument("--keep-dir", help="also keep the response bytes in files here")
     args = parser.parse_args(argv)
     host, port = args.upstream.rsplit(":", 1)
-    relay = LatencyRelay((host, int(port)), args.latency_ms)
+    relay = LatencyRelay((host, int(port)), args.latency_ms, args.keep_dir)
     listener = socket.create_server((args.host, args.port), backlog=256)
     signal.signal(signal.SIGTERM, lambda *_: listener.close())
     print(f"latency relay on {args.host}:{args.port} -> {args.upstream}", flush=True)
