@@ -7,64 +7,42 @@ small range read (limit 1) computed from the path, listing a directory reads its
 page by page, and dropping a mount drops one range.
 
 Writes read the chunks they change and write them back, one directory at a time under a
-lock (the master is the only writer). A chunk that grows past `chunk_entries` is split;
-the new chunks are written before anything is deleted, so a reader sees each name either
-before or after a change, never missing.
+lock (the master is the only writer; the rewrite itself is `chunk_writer.py`). A chunk
+that grows past `chunk_entries` is split; the new chunks are written before anything is
+deleted, so a reader sees each name either before or after a change, never missing.
 """
 
 from __future__ import annotations
 
 import asyncio
-import bisect
 import contextlib
-import os
 from collections import defaultdict
 from collections.abc import AsyncIterator, Iterable, Sequence
-from dataclasses import dataclass, field
 
 from reservoir.common import logs, paths
 from reservoir.common.errors import InvalidArgument
 from reservoir.common.metadata import keyspace
 from reservoir.common.metadata.inode_codec import (
     ChunkPlace,
-    RawEntry,
     count_entries,
     decode_chunk,
-    encode_chunk,
     entry,
     file_facts,
     find_in_chunk,
-    is_dir_entry,
-    iter_chunk,
 )
 from reservoir.common.metadata.metadata_store import MetadataStore, prefix_end
 from reservoir.common.models import Inode
 
+from .chunk_writer import CHUNK_BYTES, CHUNK_ENTRIES, ChunkWriter, DirectoryChanges
 from .mount_table import MountTable
 from .namespace_counts import NamespaceCounts
 
 log = logs.get_logger(__name__)
 
-CHUNK_ENTRIES = 128
-# And at most about this many bytes: etcd's bbolt keeps at least two values per node, so a
-# value of a bit under one 4 KiB page packs two pages full, and one a bit over wastes a
-# third of three (measured: 38 against 49 bytes per file).
-CHUNK_BYTES = 3800
 # Chunks per page of a listing: ~5 KB each, so a page stays well under etcd's 4 MiB.
 PAGE_CHUNKS = 200
 # Directories a report reads at a time: etcd round trips overlap the decoding.
 WALK_PARALLEL = 8
-# A chunk's version byte, base time and entry count, at most.
-_CHUNK_HEADER = 16
-
-
-@dataclass
-class _Changes:
-    """What one write does to one directory group."""
-
-    place: ChunkPlace
-    upserts: dict[str, RawEntry] = field(default_factory=dict)
-    deletes: set[str] = field(default_factory=set)
 
 
 class NamespaceStore:
@@ -77,13 +55,13 @@ class NamespaceStore:
     ) -> None:
         self._store = store
         self._mounts = mounts
-        # Entries per chunk at most: a stat reads one chunk, a change rewrites one.
-        self.chunk_entries = chunk_entries
-        self.chunk_bytes = chunk_bytes
         self._page_chunks = min(store.page_keys, PAGE_CHUNKS)
         self._locks: dict[bytes, asyncio.Lock] = {}
         self._lock_users: dict[bytes, int] = defaultdict(int)
         self.counts = NamespaceCounts()
+        self._chunks = ChunkWriter(
+            store, self.counts, chunk_entries, chunk_bytes, self._page_chunks
+        )
 
     def _where(self, path: str) -> tuple[bytes, ChunkPlace, str] | None:
         """A path's group, its chunk's place and its name; None outside every mount."""
@@ -330,13 +308,13 @@ class NamespaceStore:
     async def write(self, upserts: Iterable[Inode], deletes: Iterable[str]) -> None:
         """Stores `upserts` and deletes `deletes` (paths), each directory's changes in one
         read and one write of the chunks they touch."""
-        changes: dict[bytes, _Changes] = {}
+        changes: dict[bytes, DirectoryChanges] = {}
         for inode in upserts:
             where = self._where(inode.path)
             if where is None:
                 raise InvalidArgument(f"{inode.path} lies under no mount: not stored")
             group, place, name = where
-            change = changes.setdefault(group, _Changes(place))
+            change = changes.setdefault(group, DirectoryChanges(place))
             change.upserts[name] = entry(inode, place)
             change.deletes.discard(name)
         for path in deletes:
@@ -344,12 +322,12 @@ class NamespaceStore:
             if where is None:
                 continue
             group, place, name = where
-            change = changes.setdefault(group, _Changes(place))
+            change = changes.setdefault(group, DirectoryChanges(place))
             change.deletes.add(name)
             change.upserts.pop(name, None)
         for group, change in changes.items():
             async with self._locked(group):
-                await self._rewrite(group, change)
+                await self._chunks.rewrite(group, change)
 
     @contextlib.asynccontextmanager
     async def _locked(self, group: bytes) -> AsyncIterator[None]:
@@ -362,105 +340,3 @@ class NamespaceStore:
             self._lock_users[group] -= 1
             if not self._lock_users[group]:
                 del self._lock_users[group], self._locks[group]
-
-    async def _rewrite(self, group: bytes, change: _Changes) -> None:
-        names = sorted(change.upserts.keys() | change.deletes)
-        end = prefix_end(group)
-        loaded: dict[bytes, bytes] = {}
-        if len(names) > self.chunk_entries:
-            # Many names: reading the whole directory costs less than a read each.
-            async for page in self._store.scan_prefix(group, self._page_chunks):
-                loaded.update(page)
-        else:
-            found = await self._store.first_in_ranges([(group + n.encode(), end) for n in names])
-            loaded.update(f for f in found if f is not None)
-        keys = sorted(loaded)
-        chunks: dict[bytes, dict[str, RawEntry]] = {}
-        touched: set[bytes] = set()
-        counted = [0, 0]  # files, directories this write adds (or removes)
-        for name in names:
-            key = _first_at_or_after(keys, group + name.encode())
-            if key is None:
-                key = keyspace.chunk_key(group, None)  # after every chunk: a new last one
-            if key not in chunks:
-                raw = loaded.get(key)
-                chunks[key] = {e.name: e for e in iter_chunk(raw)} if raw else {}
-            entries = chunks[key]
-            old = entries.pop(name, None)
-            if name in change.deletes:
-                if old is None:
-                    continue
-            else:
-                new = entries[name] = change.upserts[name]
-                counted[is_dir_entry(new)] += 1
-            if old is not None:
-                counted[is_dir_entry(old)] -= 1
-            touched.add(key)
-        puts: list[tuple[bytes, bytes]] = []
-        removed: list[bytes] = []
-        for key in sorted(touched):
-            entries = chunks[key]
-            if not entries:
-                removed.append(key)
-                continue
-            ordered = [entries[n] for n in sorted(entries)]
-            pieces = self._pieces(ordered, change.place)
-            for number, (piece, encoded) in enumerate(pieces):
-                # The last piece keeps the chunk's key (its range ends there); the
-                # others end at their own last name.
-                last = number == len(pieces) - 1
-                piece_key = key if last else keyspace.chunk_key(group, piece[-1].name)
-                puts.append((piece_key, encoded))
-        if puts:
-            await self._store.put_many(puts)
-        if removed:
-            await self._store.delete_many(removed)
-        self.counts.add(group, *counted)
-
-    def _pieces(
-        self, ordered: list[RawEntry], place: ChunkPlace
-    ) -> list[tuple[list[RawEntry], bytes]]:
-        """`ordered` cut into runs of about equal encoded size, each within
-        `chunk_entries` and `chunk_bytes`, with their encodings.
-
-        Sizes are estimated first (names are prefix-compressed; ages are stored from the
-        chunk's latest synced_ms, so an older entry can take a few bytes more than its own
-        body), then checked on the real encoding: a run still too large is halved.
-        """
-        base = max(e.synced_ms for e in ordered)
-        weights, previous = [], ""
-        for item in ordered:
-            shared = len(os.path.commonprefix((previous, item.name)))
-            # The body holds an age of 0 (one byte); in the chunk it may need more.
-            age_bytes = -(-(base - item.synced_ms).bit_length() // 7)
-            weights.append(len(item.name) - shared + len(item.body) + 2 + max(1, age_bytes))
-            previous = item.name
-        total = sum(weights)
-        # A run also carries the chunk's header and its first name uncompressed.
-        room = max(1, self.chunk_bytes - _CHUNK_HEADER - max(len(e.name.encode()) for e in ordered))
-        count = max(-(-len(ordered) // self.chunk_entries), -(-total // room))
-        target = -(-total // count)
-        runs: list[list[RawEntry]] = [[]]
-        run_weight = 0
-        for item, weight in zip(ordered, weights, strict=True):
-            run = runs[-1]
-            if run and (run_weight + weight > target or len(run) >= self.chunk_entries):
-                runs.append([])
-                run_weight = 0
-            runs[-1].append(item)
-            run_weight += weight
-        out: list[tuple[list[RawEntry], bytes]] = []
-        while runs:
-            run = runs.pop(0)
-            encoded = encode_chunk(run, place)
-            if len(encoded) > self.chunk_bytes and len(run) > 1:
-                half = len(run) // 2
-                runs[:0] = [run[:half], run[half:]]
-                continue
-            out.append((run, encoded))
-        return out
-
-
-def _first_at_or_after(keys: list[bytes], wanted: bytes) -> bytes | None:
-    index = bisect.bisect_left(keys, wanted)
-    return keys[index] if index < len(keys) else None
