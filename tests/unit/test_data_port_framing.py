@@ -22,7 +22,8 @@ from reservoir.common.errors import (
 )
 from reservoir.common.serving import auth
 from reservoir.v1 import worker_pb2
-from reservoir.worker.data_port import _Connection
+from reservoir.worker.data_port_admission import Admission
+from reservoir.worker.data_port_connection import Connection
 from reservoir.worker.data_port_metrics import DataPortMetrics
 from reservoir.worker.data_port_transport import PlainChannel
 from reservoir.worker.read_request import BlockRequest
@@ -70,7 +71,7 @@ def _exchange(
         channel = PlainChannel(theirs, 10, 10)
         metrics = DataPortMetrics(CollectorRegistry())
         serving = asyncio.create_task(
-            _Connection(channel, service, config, metrics, tokens).serve()
+            Connection(channel, service, config, metrics, Admission(channel, tokens, None)).serve()
         )
         ours.sendall(sent)
         ours.shutdown(socket.SHUT_WR)
