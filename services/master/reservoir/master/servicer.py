@@ -1,30 +1,27 @@
-"""MasterService over gRPC: protobuf in, domain call, protobuf out. Nothing else."""
+"""MasterService over gRPC: protobuf in, domain call, protobuf out. Nothing else. The
+writes and namespace edits are `write_rpcs.py`'s, the datasets `dataset_rpcs.py`'s."""
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import AsyncIterator
 from dataclasses import asdict
 
 import grpc.aio
 
-from reservoir.common.errors import InvalidArgument, ReservoirError, code_value
+from reservoir.common.errors import ReservoirError, code_value
 from reservoir.common.models import Inode, Mount, MountOptions
-from reservoir.common.object_metadata import ObjectMetadata
 from reservoir.common.rpc import translate_errors, translate_stream_errors
-from reservoir.common.understore.under_store import Part
-from reservoir.common.write_terms import WriteTerms
 from reservoir.v1 import common_pb2, master_pb2, master_pb2_grpc
 
-from .datasets import DatasetRecord
+from .dataset_rpcs import DatasetRpcs
 from .job_records import Job
 from .leadership import Leadership
 from .service import MasterService
-from .write_sessions import WriteAsk
+from .write_rpcs import WriteRpcs
 
 
-class MasterServicer(master_pb2_grpc.MasterServiceServicer):
+class MasterServicer(WriteRpcs, DatasetRpcs, master_pb2_grpc.MasterServiceServicer):
     def __init__(self, service: MasterService, leadership: Leadership | None = None) -> None:
         """`leadership`: this master's place among several (ListMasters); without it, a
         master used on its own (tests) answers that it alone leads."""
@@ -216,51 +213,6 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
         return _job(await self._service.jobs.undrain(request.worker_id))
 
     @translate_errors
-    async def ApplyDataset(
-        self, request: master_pb2.ApplyDatasetRequest, context: grpc.aio.ServicerContext
-    ) -> master_pb2.Dataset:
-        try:
-            document = json.loads(request.document_json)
-        except ValueError as exc:
-            raise InvalidArgument(f"the Dataset document is not JSON: {exc}") from exc
-        record = await self._service.apply_dataset(document)
-        return await self._dataset(record)
-
-    @translate_errors
-    async def ListDatasets(
-        self, request: master_pb2.ListDatasetsRequest, context: grpc.aio.ServicerContext
-    ) -> master_pb2.ListDatasetsResponse:
-        records = await self._service.datasets.all()
-        return master_pb2.ListDatasetsResponse(datasets=[await self._dataset(r) for r in records])
-
-    @translate_errors
-    async def GetDataset(
-        self, request: master_pb2.DatasetRef, context: grpc.aio.ServicerContext
-    ) -> master_pb2.Dataset:
-        record = await self._service.datasets.get(request.name)
-        assert record is not None
-        return await self._dataset(record)
-
-    @translate_errors
-    async def DeleteDataset(
-        self, request: master_pb2.DeleteDatasetRequest, context: grpc.aio.ServicerContext
-    ) -> master_pb2.Dataset:
-        record = await self._service.delete_dataset(request.name, request.keep_cache)
-        return await self._dataset(record)
-
-    async def _dataset(self, record: DatasetRecord) -> master_pb2.Dataset:
-        status = await self._service.datasets.status(record.spec.name)
-        return master_pb2.Dataset(
-            name=record.spec.name,
-            document_json=json.dumps(record.spec.to_document()),
-            status_json=json.dumps(status.to_dict()),
-            generation=record.generation,
-            created_ms=record.created_ms,
-            updated_ms=record.updated_ms,
-            deleting=record.deleting,
-        )
-
-    @translate_errors
     async def ListJobs(
         self, request: master_pb2.ListJobsRequest, context: grpc.aio.ServicerContext
     ) -> master_pb2.ListJobsResponse:
@@ -303,73 +255,6 @@ class MasterServicer(master_pb2_grpc.MasterServiceServicer):
         self, request: master_pb2.PathRequest, context: grpc.aio.ServicerContext
     ) -> master_pb2.FreeResponse:
         return master_pb2.FreeResponse(**asdict(await self._service.cache_rules.free(request.path)))
-
-    # ---- writes to writable mounts (write_sessions.py, namespace_edits.py) ---------------
-
-    @translate_errors
-    async def BeginWrite(
-        self, request: master_pb2.BeginWriteRequest, context: grpc.aio.ServicerContext
-    ) -> master_pb2.BeginWriteResponse:
-        terms = WriteTerms(
-            metadata=ObjectMetadata.from_proto(request.metadata),
-            if_absent=request.if_absent,
-            if_match=request.if_match,
-        )
-        ask = WriteAsk(path=request.path, terms=terms, whole=request.whole)
-        record, mount = await self._service.writes.begin(ask)
-        return master_pb2.BeginWriteResponse(
-            write_id=record.id,
-            upload_id=record.upload_id,
-            ufs_uri=mount.uri + record.key,
-            mount_path=mount.path,
-            block_size=self._service.mount_table.block_size(mount),
-            keepalive_ms=self._service.writes.timeout_ms // 3,
-            mount=mount.to_proto(),
-        )
-
-    @translate_errors
-    async def KeepWrite(
-        self, request: master_pb2.WriteRef, context: grpc.aio.ServicerContext
-    ) -> master_pb2.KeepWriteResponse:
-        await self._service.writes.keep(request.write_id)
-        return master_pb2.KeepWriteResponse()
-
-    @translate_errors
-    async def PublishWrite(
-        self, request: master_pb2.PublishWriteRequest, context: grpc.aio.ServicerContext
-    ) -> common_pb2.FileInfo:
-        parts = [Part(p.number, p.etag) for p in request.parts]
-        inode = await self._service.writes.publish(
-            request.write_id, parts, request.size, request.etag
-        )
-        return inode.to_proto()
-
-    @translate_errors
-    async def AbortWrite(
-        self, request: master_pb2.WriteRef, context: grpc.aio.ServicerContext
-    ) -> master_pb2.AbortWriteResponse:
-        await self._service.writes.abort(request.write_id)
-        return master_pb2.AbortWriteResponse()
-
-    @translate_errors
-    async def Remove(
-        self, request: master_pb2.RemoveRequest, context: grpc.aio.ServicerContext
-    ) -> master_pb2.RemoveResponse:
-        removed = await self._service.edits.remove(request.path, request.recursive)
-        return master_pb2.RemoveResponse(removed=removed)
-
-    @translate_errors
-    async def Rename(
-        self, request: master_pb2.RenameRequest, context: grpc.aio.ServicerContext
-    ) -> common_pb2.FileInfo:
-        inode = await self._service.edits.rename(request.source, request.destination)
-        return inode.to_proto()
-
-    @translate_errors
-    async def MakeDirs(
-        self, request: master_pb2.PathRequest, context: grpc.aio.ServicerContext
-    ) -> common_pb2.FileInfo:
-        return (await self._service.edits.make_dirs(request.path)).to_proto()
 
 
 def _job(job: Job) -> master_pb2.Job:
