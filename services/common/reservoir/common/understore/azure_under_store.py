@@ -27,12 +27,12 @@ import uuid
 from collections.abc import Iterator
 from email.utils import parsedate_to_datetime
 from typing import Any
-from urllib.parse import quote, urlencode, urlsplit
+from urllib.parse import urlsplit
 from xml.etree import ElementTree as ET
-from xml.sax.saxutils import escape
 
 from reservoir.common.errors import InvalidArgument, NotFound
 from reservoir.common.object_metadata import ObjectMetadata
+from reservoir.common.understore.azure_blob_api import AzureBlobApi
 from reservoir.common.understore.azure_credentials import account_key_of
 from reservoir.common.understore.obstore_under_store import (
     UPLOADS,
@@ -99,8 +99,6 @@ class AzureUnderStore(ObstoreUnderStore):
         self.account = account
         self.container = container
         self.prefix = prefix
-        self._base_path = urlsplit(base_url).path.rstrip("/")
-        self._base_url = base_url
         endpoint = endpoint_url or f"{account}.blob.core.windows.net"
         super().__init__(
             f"{scheme}://{parts.netloc}/{prefix}",
@@ -109,13 +107,14 @@ class AzureUnderStore(ObstoreUnderStore):
             endpoint=endpoint,
             credential_source=credential_source,
         )
-        self._rest = RestCalls(
+        rest = RestCalls(
             base_url,
             settings,
             endpoint=endpoint,
             credential_source=credential_source,
             sign=self._key.sign if self._key is not None else None,
         )
+        self._api = AzureBlobApi(rest, base_url, container, settings.request_timeout_s)
 
     def _open(self, base_url: str, settings: UnderStoreSettings) -> Any:
         from obstore.store import AzureStore
@@ -139,31 +138,12 @@ class AzureUnderStore(ObstoreUnderStore):
             writes=True, min_part_size=1, max_part_size=MAX_BLOCK_SIZE, max_parts=MAX_BLOCKS
         )
 
-    def _path(self, key: str, query: str = "") -> str:
-        path = f"{self._base_path}/{self.container}/{quote(self.prefix + key, safe='/')}"
-        return f"{path}?{query}" if query else path
-
     # ---- listings: List Blobs, whose names obstore would cut -----------------------
 
     def _pages(self, prefix: str, delimiter: bool, page_size: int = 5000) -> Iterator[ET.Element]:
-        """List Blobs below `prefix` (a full name), a page at a time. Made here, not by
-        obstore, which cuts a directory marker's trailing '/' from the names it lists."""
-        query = {"restype": "container", "comp": "list", "prefix": prefix}
-        query["maxresults"] = str(page_size)
-        if delimiter:
-            query["delimiter"] = "/"
+        """List Blobs below `prefix` (a full name), a page at a time."""
         what = f"list {self.uri_of(prefix[len(self.prefix) :])}"
-        path = f"{self._base_path}/{self.container}"
-        while True:
-            answer = self._rest.call("GET", f"{path}?{urlencode(query)}", what)
-            if not answer.ok:
-                raise self._rest.status_error(answer, what)
-            page = ET.fromstring(answer.body)
-            yield page
-            following = page.findtext("NextMarker") or ""
-            if not following:
-                return
-            query["marker"] = following
+        return self._api.pages(prefix, delimiter, what, page_size)
 
     def _blob(self, blob: ET.Element) -> ObjectInfo:
         properties = blob.find("Properties")
@@ -216,11 +196,7 @@ class AzureUnderStore(ObstoreUnderStore):
         obstore would cut to the directory's: that one is a Put Blob of its own."""
         if not key.endswith("/"):
             return super().put(key, data, metadata)
-        what = f"put {self.uri_of(key)}"
-        headers = {"x-ms-blob-type": "BlockBlob", **_blob_headers(metadata)}
-        answer = self._rest.call("PUT", self._path(key), what, data, headers)
-        if not answer.ok:
-            raise self._rest.status_error(answer, what)
+        answer = self._api.put_blob(self.prefix + key, data, metadata, f"put {self.uri_of(key)}")
         modified = parsedate_to_datetime(answer.headers.get("last-modified", ""))
         return ObjectInfo(
             key=key,
@@ -233,10 +209,7 @@ class AzureUnderStore(ObstoreUnderStore):
         """Delete Blob, one request each (a marker's name kept whole); a missing blob is
         not an error."""
         for key in keys:
-            what = f"delete {self.uri_of(key)}"
-            answer = self._rest.call("DELETE", self._path(key), what)
-            if not answer.ok and answer.status != 404:
-                raise self._rest.status_error(answer, what)
+            self._api.delete_blob(self.prefix + key, f"delete {self.uri_of(key)}")
 
     # ---- copies ------------------------------------------------------------------------
 
@@ -244,30 +217,8 @@ class AzureUnderStore(ObstoreUnderStore):
         """Copy Blob within the account; with `if_match`, only of the source with that
         ETag (Conflict when it has another)."""
         what = f"copy {self.uri_of(source)} to {self.uri_of(destination)}"
-        headers = {"x-ms-copy-source": self._base_url + self._path(source)[len(self._base_path) :]}
-        if if_match:
-            headers["x-ms-source-if-match"] = f'"{if_match.strip(chr(34))}"'
-        answer = self._rest.call("PUT", self._path(destination), what, headers=headers)
-        if not answer.ok:
-            raise self._rest.status_error(answer, what)
-        if answer.headers.get("x-ms-copy-status", "success") != "success":
-            # A copy Azure finishes later: wait for it within the request deadline.
-            self._await_copy(destination, what)
+        self._api.copy_blob(self.prefix + source, self.prefix + destination, if_match, what)
         return self.head(destination)
-
-    def _await_copy(self, key: str, what: str) -> None:
-        import time
-
-        deadline = time.monotonic() + self.settings.request_timeout_s
-        while time.monotonic() < deadline:
-            answer = self._rest.call("HEAD", self._path(key), what)
-            status = answer.headers.get("x-ms-copy-status", "success")
-            if status == "success":
-                return
-            if status != "pending":
-                raise self._rest.status_error(answer, f"{what} ({status})")
-            time.sleep(0.2)
-        raise self._rest.status_error(answer, f"{what}: not finished in time")
 
     # ---- multipart: block blobs ------------------------------------------------------
 
@@ -296,10 +247,7 @@ class AzureUnderStore(ObstoreUnderStore):
         except NotFound:
             raise NotFound(f"{what}: no such upload (completed or aborted)") from None
         block = self._block_id(upload_id, number)
-        query = f"comp=block&blockid={quote(block, safe='')}"
-        answer = self._rest.call("PUT", self._path(key, query), what, body=data)
-        if not answer.ok:
-            raise self._rest.status_error(answer, what)
+        self._api.put_block(self.prefix + key, block, data, what)
         return Part(number, block)
 
     def complete_upload(
@@ -309,18 +257,10 @@ class AzureUnderStore(ObstoreUnderStore):
         if not parts:
             info = self.put(key, b"", metadata)
         else:
-            blocks = "".join(
-                f"<Latest>{escape(self._block_id(upload_id, p.number))}</Latest>"
-                for p in sorted(parts, key=lambda p: p.number)
-            )
-            body = f'<?xml version="1.0" encoding="utf-8"?><BlockList>{blocks}</BlockList>'
-            headers = {"Content-Type": "application/xml"}
-            headers.update(_blob_headers(metadata))
-            answer = self._rest.call(
-                "PUT", self._path(key, "comp=blocklist"), what, body.encode(), headers
-            )
-            if not answer.ok:
-                raise self._rest.status_error(answer, what)
+            blocks = [
+                self._block_id(upload_id, p.number) for p in sorted(parts, key=lambda p: p.number)
+            ]
+            self._api.put_block_list(self.prefix + key, blocks, metadata, what)
             info = self.head(key)
         self.delete([self._marker_dir(key) + upload_id])
         return info
@@ -331,20 +271,3 @@ class AzureUnderStore(ObstoreUnderStore):
     def open_uploads(self, key: str) -> Keys:
         marker_dir = self._marker_dir(key)
         return sorted(name[len(marker_dir) :] for name in self._hidden_below(marker_dir))
-
-
-def _blob_headers(metadata: ObjectMetadata) -> dict[str, str]:
-    """The headers of Put Block List that set the blob's properties and metadata."""
-    headers = {
-        name: value
-        for name, value in (
-            ("x-ms-blob-content-type", metadata.content_type),
-            ("x-ms-blob-content-encoding", metadata.content_encoding),
-            ("x-ms-blob-content-disposition", metadata.content_disposition),
-            ("x-ms-blob-cache-control", metadata.cache_control),
-            ("x-ms-blob-content-language", metadata.content_language),
-        )
-        if value
-    }
-    headers.update({f"x-ms-meta-{name}": value for name, value in metadata.user})
-    return headers
