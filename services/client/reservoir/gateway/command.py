@@ -4,10 +4,7 @@ foreground until SIGTERM or Ctrl-C."""
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
 import dataclasses
-import signal
 
 from reservoir.cli.subcommands import Subcommands
 from reservoir.client import discovery
@@ -71,16 +68,7 @@ def run(config: cfg.GatewayConfig) -> None:
 
     from .server import serve
 
-    async def main() -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, task.cancel)
-        with contextlib.suppress(asyncio.CancelledError):
-            await serve(config)
-
-    servers.run(main)
+    servers.serve_in_foreground(lambda: serve(config))
 
 
 def main() -> None:

@@ -4,11 +4,8 @@ place pods near their datasets' cached bytes, in the foreground until SIGTERM or
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
 import dataclasses
-import signal
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from reservoir.cli.subcommands import Subcommands
@@ -71,7 +68,9 @@ def cmd_webhook(args: argparse.Namespace) -> None:
     _run(config, _serve_webhook)
 
 
-def _run(config: cfg.SchedulingConfig, serve: Callable[[cfg.SchedulingConfig], object]) -> None:
+def _run(
+    config: cfg.SchedulingConfig, serve: Callable[[cfg.SchedulingConfig], Awaitable[None]]
+) -> None:
     try:
         import aiohttp  # noqa: F401
     except ImportError as exc:  # the client-only install
@@ -79,16 +78,9 @@ def _run(config: cfg.SchedulingConfig, serve: Callable[[cfg.SchedulingConfig], o
             "this command needs aiohttp: pip install 'reservoir-cache[server]'"
         ) from exc
 
-    async def main() -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, task.cancel)
-        with contextlib.suppress(asyncio.CancelledError):
-            await serve(config)  # type: ignore[misc]
+    from reservoir.common.serving import servers
 
-    asyncio.run(main())
+    servers.serve_in_foreground(lambda: serve(config))
 
 
 async def _serve_extender(config: cfg.SchedulingConfig) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import signal
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
@@ -37,6 +38,22 @@ def run(main: Callable[[], Coroutine[Any, Any, None]]) -> None:
         # still alive (a store client per mount, tables, caches): seconds for a server that
         # served hundreds of mounts, keeping `stop` waiting. Frozen objects are not traced.
         gc.freeze()
+
+
+def serve_in_foreground(serve: Callable[[], Awaitable[None]]) -> None:
+    """Runs `serve()` (as `run` does) until it returns or SIGTERM or Ctrl-C cancels it: a
+    server in a terminal's foreground, or a container's main process."""
+
+    async def main() -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, task.cancel)
+        with contextlib.suppress(asyncio.CancelledError):
+            await serve()
+
+    run(main)
 
 
 def new_server(
