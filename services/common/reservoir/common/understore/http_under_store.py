@@ -19,12 +19,16 @@ from urllib.parse import quote, urlsplit
 
 from reservoir.common.errors import (
     Conflict,
-    DeadlineExceeded,
     InvalidArgument,
     NotFound,
     PermissionDenied,
 )
-from reservoir.common.understore.request_attempts import KeptConnections, Transient, with_attempts
+from reservoir.common.understore.request_attempts import (
+    KeptConnections,
+    Transient,
+    read_body,
+    with_attempts,
+)
 from reservoir.common.understore.store_errors import StorePlace, error_for_status
 from reservoir.common.understore.under_store import (
     Listing,
@@ -35,7 +39,6 @@ from reservoir.common.understore.under_store import (
 
 T = TypeVar("T")
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
-_CHUNK = 1 << 20
 
 
 class HttpUnderStore(UnderStore):
@@ -207,7 +210,7 @@ class HttpUnderStore(UnderStore):
                     raise InvalidArgument(f"{what}: the server sent another range than asked")
                 if etag and self._token(response, total) != etag:
                     raise Conflict(f"{what}: the object changed")
-                return _body(response, last - first + 1, deadline, what)
+                return read_body(response, last - first + 1, deadline, what)
             finally:
                 self._connections.give(conn, response)
 
@@ -236,24 +239,6 @@ def _content_range(response: http.client.HTTPResponse, what: str) -> tuple[int, 
     if match is None or match.group(3) == "*":
         raise InvalidArgument(f"{what}: a 206 without a usable Content-Range")
     return int(match.group(1)), int(match.group(2)), int(match.group(3))
-
-
-def _body(response: http.client.HTTPResponse, size: int, deadline: float, what: str) -> bytes:
-    """Exactly `size` bytes of the body; a body cut short is worth another attempt."""
-    body = bytearray(size)
-    view = memoryview(body)
-    got = 0
-    try:
-        while got < size:
-            if time.monotonic() > deadline:
-                raise DeadlineExceeded(f"{what}: the response took longer than its deadline")
-            n = response.readinto(view[got : got + _CHUNK])
-            if n == 0:
-                raise Transient(f"the body ended after {got} of {size} bytes")
-            got += n
-    except (OSError, http.client.HTTPException) as exc:
-        raise Transient(f"the body broke off: {type(exc).__name__}: {exc}") from exc
-    return bytes(body)
 
 
 def _mtime_ms(response: http.client.HTTPResponse) -> int:

@@ -9,10 +9,13 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from reservoir.common.errors import Unavailable
+from reservoir.common.errors import DeadlineExceeded, Unavailable
 from reservoir.common.understore.under_store import UnderStoreSettings
 
 T = TypeVar("T")
+
+# A body is received in calls of at most this many bytes, the deadline checked between.
+_CHUNK = 1 << 20
 
 
 class Transient(Exception):
@@ -59,3 +62,38 @@ class KeptConnections:
                     self._idle.append(conn)
                     return
         conn.close()
+
+
+def read_body(
+    response: http.client.HTTPResponse, size: int | None, deadline: float, what: str, limit: int = 0
+) -> bytes:
+    """The body: exactly `size` bytes, or (no Content-Length: `size` None) all of it up to
+    `limit`. A body cut short is worth another attempt (Transient); one still arriving at
+    `deadline` is DeadlineExceeded, not retried (which would multiply the deadline by the
+    attempts)."""
+    cap = limit if size is None else size
+    body = bytearray() if size is None else bytearray(size)
+    got = 0
+    try:
+        while got < cap:
+            if time.monotonic() > deadline:
+                raise DeadlineExceeded(f"{what}: the response took longer than its deadline")
+            # One receive a call (read1, not readinto, which waits for a whole chunk): a
+            # body that trickles in meets the deadline between calls.
+            piece = response.read1(min(_CHUNK, cap - got))
+            if not piece:
+                if size is None:
+                    break
+                raise Transient(f"the body ended after {got} of {size} bytes")
+            if size is None:
+                body += piece
+            else:
+                body[got : got + len(piece)] = piece
+            got += len(piece)
+        if size is not None:
+            response.read()  # nothing left: marks the answer read whole (its connection kept)
+    except DeadlineExceeded:
+        raise
+    except (OSError, http.client.HTTPException) as exc:
+        raise Transient(f"the body broke off: {type(exc).__name__}: {exc}") from exc
+    return bytes(body)

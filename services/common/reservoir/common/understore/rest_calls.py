@@ -16,9 +16,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from reservoir.common.errors import InvalidArgument, ReservoirError, Unavailable
+from reservoir.common.errors import DeadlineExceeded, InvalidArgument, ReservoirError, Unavailable
+from reservoir.common.understore.request_attempts import Transient, read_body
 from reservoir.common.understore.store_errors import StorePlace, error_for_status
 from reservoir.common.understore.under_store import UnderStoreSettings
+
+# The most of an answer without a Content-Length (a chunked JSON page) that is read.
+_MAX_ANSWER = 64 * 1024 * 1024
 
 # Signs a request in place: (method, URL path with query, headers) -> None.
 Signer = Callable[[str, str, dict[str, str]], None]
@@ -76,8 +80,10 @@ class RestCalls:
             if self._sign is not None:
                 self._sign(method, path, sent)
             try:
-                answer = self._once(method, path, body, sent)
-            except (OSError, http.client.HTTPException) as exc:
+                answer = self._once(method, path, body, sent, what)
+            except DeadlineExceeded:
+                raise
+            except (OSError, http.client.HTTPException, Transient) as exc:
                 last = f"{type(exc).__name__}: {exc}"
             else:
                 if answer.status != 429 and answer.status < 500:
@@ -92,13 +98,16 @@ class RestCalls:
             f"after {attempts} attempts)"
         )
 
-    def _once(self, method: str, path: str, body: bytes, headers: dict[str, str]) -> Answer:
+    def _once(
+        self, method: str, path: str, body: bytes, headers: dict[str, str], what: str
+    ) -> Answer:
+        deadline = time.monotonic() + self._settings.request_timeout_s
         connection_type = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
         connection = connection_type(self._host, self._port, timeout=self._settings.timeout_s)
         try:
             connection.request(method, path, body=body, headers=headers)
             response = connection.getresponse()
-            data = response.read()
+            data = read_body(response, response.length, deadline, what, limit=_MAX_ANSWER)
             return Answer(response.status, {k.lower(): v for k, v in response.getheaders()}, data)
         finally:
             connection.close()

@@ -24,7 +24,12 @@ from reservoir.common.errors import (
     InvalidArgument,
     Unavailable,
 )
-from reservoir.common.understore.request_attempts import KeptConnections, Transient, with_attempts
+from reservoir.common.understore.request_attempts import (
+    KeptConnections,
+    Transient,
+    read_body,
+    with_attempts,
+)
 from reservoir.common.understore.store_errors import StorePlace, error_for_status, known_code
 from reservoir.common.understore.under_store import UnderStoreSettings
 from reservoir.common.understore.webhdfs_redirects import Endpoint, checked, on_loopback
@@ -106,7 +111,7 @@ class WebHdfsRequests:
             with self._opened(self._target(path, "OPEN", params), what) as response:
                 if response.length is not None and response.length > length:
                     raise InvalidArgument(f"{what}: the server sent more than asked")
-                return _body(response, response.length, length, deadline, what)
+                return read_body(response, response.length, deadline, what, limit=length)
 
         return self.attempts(what, once)
 
@@ -300,36 +305,10 @@ class _Exact:
         if time.monotonic() > self._deadline:
             raise DeadlineExceeded(f"{self._what}: the copy took longer than its deadline")
         try:
-            data = self._response.read(min(amount, self._left))
+            data = self._response.read1(min(amount, self._left))  # the deadline, as read_body
         except (OSError, http.client.HTTPException) as exc:
             raise Transient(f"the source broke off: {type(exc).__name__}: {exc}") from exc
         if not data:
             raise Transient(f"the source ended {self._left} bytes early")
         self._left -= len(data)
         return data
-
-
-def _body(
-    response: http.client.HTTPResponse, size: int | None, limit: int, deadline: float, what: str
-) -> bytes:
-    """The body: exactly `size` bytes, or (no Content-Length) all of it, at most `limit`;
-    a body cut short is worth another attempt."""
-    want = limit if size is None else size
-    body = bytearray(want)
-    view = memoryview(body)
-    got = 0
-    try:
-        while got < want:
-            if time.monotonic() > deadline:
-                raise DeadlineExceeded(f"{what}: the response took longer than its deadline")
-            n = response.readinto(view[got : got + _CHUNK])
-            if n == 0:
-                if size is None:
-                    return bytes(view[:got])
-                raise Transient(f"the body ended after {got} of {size} bytes")
-            got += n
-    except (OSError, http.client.HTTPException) as exc:
-        if isinstance(exc, DeadlineExceeded):
-            raise
-        raise Transient(f"the body broke off: {type(exc).__name__}: {exc}") from exc
-    return bytes(body)

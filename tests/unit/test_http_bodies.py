@@ -1,0 +1,134 @@
+"""The one body reader of the stores spoken over plain HTTP (http(s)://, WebHDFS, and the
+REST calls of GCS and Azure),
+against an in-process server whose bodies break off or trickle: a body cut short is read
+again within the bound, a body still arriving at the request's deadline fails with
+DeadlineExceeded at once (another attempt would multiply the deadline)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from reservoir.common.errors import DeadlineExceeded, Unavailable
+from reservoir.common.understore.http_under_store import HttpUnderStore
+from reservoir.common.understore.rest_calls import RestCalls
+from reservoir.common.understore.under_store import BodyRetry, UnderStoreSettings
+
+DATA = bytes(range(256)) * 64  # 16 KiB
+
+
+class _Files:
+    """Serves DATA as /files/data with ranges; `mode` says how a GET's body goes: "whole",
+    "cut" (half, then the connection closes), "trickle" (a byte every 50 ms: 100 bytes take 5 s)."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+        self.gets = 0
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _head(self, start: int, end: int) -> None:
+                self.send_response(206 if self.command == "GET" else 200)
+                self.send_header("Content-Length", str(end - start + 1))
+                self.send_header("Content-Range", f"bytes {start}-{end}/{len(DATA)}")
+                self.send_header("ETag", '"e"')
+                self.end_headers()
+
+            def do_HEAD(self) -> None:
+                self._head(0, len(DATA) - 1)
+
+            def do_GET(self) -> None:
+                owner.gets += 1
+                first, _, last = self.headers["Range"][len("bytes=") :].partition("-")
+                start, end = int(first), min(int(last), len(DATA) - 1)
+                body = DATA[start : end + 1]
+                self._head(start, end)
+                mode = owner.mode if owner.gets == 1 or owner.mode == "trickle" else "whole"
+                try:
+                    if mode == "cut":
+                        self.wfile.write(body[: len(body) // 2])
+                        self.wfile.flush()
+                        self.connection.shutdown(socket.SHUT_RDWR)
+                        self.close_connection = True
+                    elif mode == "trickle":
+                        for i in range(len(body)):
+                            self.wfile.write(body[i : i + 1])
+                            self.wfile.flush()
+                            time.sleep(0.05)
+                    else:
+                        self.wfile.write(body)
+                except OSError:
+                    self.close_connection = True  # the reader gave up: nothing to do
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/files/"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def files(request: pytest.FixtureRequest) -> Iterator[_Files]:
+    served = _Files(request.param)
+    yield served
+    served.close()
+
+
+def _settings(request_timeout_s: float) -> UnderStoreSettings:
+    return UnderStoreSettings(
+        timeout_s=5.0,
+        request_timeout_s=request_timeout_s,
+        retries=3,
+        body_retry=BodyRetry(backoff_s=0.01, max_backoff_s=0.01),
+    )
+
+
+def _store(url: str, request_timeout_s: float = 30.0) -> HttpUnderStore:
+    return HttpUnderStore(url, _settings(request_timeout_s))
+
+
+@pytest.mark.parametrize("files", ["cut"], indirect=True)
+def test_a_body_that_breaks_off_is_read_again_and_arrives_whole(files: _Files) -> None:
+    assert _store(files.url).get_range("data", 100, 8000) == DATA[100:8100]
+    assert files.gets == 2
+
+
+@pytest.mark.parametrize("files", ["trickle"], indirect=True)
+def test_a_body_still_arriving_at_the_deadline_fails_at_once_not_after_every_attempt(
+    files: _Files,
+) -> None:
+    with pytest.raises(DeadlineExceeded) as caught:
+        _store(files.url, request_timeout_s=0.5).get_range("data", 0, 100)
+    assert "longer than its deadline" in str(caught.value)
+    assert isinstance(caught.value, Unavailable)  # the reader may try another route
+    assert files.gets == 1
+
+
+@pytest.mark.parametrize("files", ["whole"], indirect=True)
+def test_a_rest_call_reads_its_answer_whole(files: _Files) -> None:
+    calls = RestCalls(files.url, _settings(30.0), endpoint=files.url, credential_source="env")
+    answer = calls.call("GET", "/files/data", "get data", headers={"Range": "bytes=0-999"})
+    assert answer.status == 206 and answer.body == DATA[:1000]
+
+
+@pytest.mark.parametrize("files", ["trickle"], indirect=True)
+def test_a_rest_call_whose_answer_trickles_past_the_deadline_fails_at_once(
+    files: _Files,
+) -> None:
+    calls = RestCalls(files.url, _settings(0.5), endpoint=files.url, credential_source="env")
+    with pytest.raises(DeadlineExceeded):
+        calls.call("GET", "/files/data", "get data", headers={"Range": "bytes=0-99"})
+    assert files.gets == 1
