@@ -98,7 +98,7 @@ def test_a_writable_http_mount_is_refused(web_cluster: LocalCluster, served: Htt
     assert done.returncode != 0 and "a http:// mount cannot be writable" in done.stderr
 
 
-def test_load_with_a_list_of_files_caches_them_all(
+def test_load_with_a_list_of_files_absolute_or_relative_to_the_mount_caches_them_all(
     web_cluster: LocalCluster, served: HttpFiles, tmp_path: Path
 ) -> None:
     names = [f"shard-{i}.bin" for i in range(4)]
@@ -106,7 +106,8 @@ def test_load_with_a_list_of_files_caches_them_all(
     for name, data in payloads.items():
         (served.directory / name).write_bytes(data)
     root = _mount(web_cluster, served)
-    listing = "\n".join(f"{root}/{name}" for name in names) + "\n"
+    # A mirror's manifest names its files from its root; a list may also name them whole.
+    listing = "\n".join([f"{root}/{names[0]}", *names[1:]]) + "\n"
     done = run_cli(
         web_cluster, "--json", "load", root, "--files-from", "-", "--wait", stdin=listing
     )

@@ -219,3 +219,18 @@ def test_a_submission_sent_again_with_its_request_id_gets_the_job_it_started() -
         await first.close()
 
     asyncio.run(scenario())
+
+
+def test_a_job_naming_files_takes_relative_names_below_its_path_and_refuses_escapes() -> None:
+    """A mirror's manifest names its files from its root: `load /d --files-from` of
+    `f` is /d/f; `..` is refused, never resolved out of the job's path."""
+
+    async def scenario() -> None:
+        jobs = _jobs(MemoryMetadataStore(), _GatedLoader())
+        job = await jobs.submit("/d", 1, [], False, ["f", "/d/f", "sub/g"])
+        assert job.files == ["/d/f", "/d/sub/g"]
+        with pytest.raises(ReservoirError, match="path"):
+            await jobs.submit("/d", 1, [], False, ["../e/f"])
+        await jobs.close()
+
+    asyncio.run(scenario())

@@ -219,7 +219,8 @@ def register(commands: Subcommands) -> None:
         "--files-from",
         metavar="FILE",
         help="load only the files listed in FILE (one path a line, '-' for stdin), each "
-        "below PATH, in that order: the way to load from a store that cannot list (http)",
+        "below PATH (a relative one names a file below PATH), in that order: the way to "
+        "load from a store that cannot list (http)",
     )
     p.add_argument(
         "--wait",

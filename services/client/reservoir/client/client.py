@@ -269,8 +269,8 @@ class Client:
     ) -> LoadJob:
         """Starts a load job that caches every file below `path` on `replicas` workers
         each, the files below `priority_paths` first; `metadata_only` syncs the namespace
-        and caches no data; `files` loads only those (each at or below `path`, in that
-        order). Returns the job as submitted: follow it with `watch_job(job.id)`."""
+        and caches no data; `files` loads only those (each at or below `path`, a relative
+        name below it; in that order). Returns the job as submitted: follow it with `watch_job(job.id)`."""
         return self._run(
             self._async.submit_load(
                 path,

@@ -131,13 +131,15 @@ class LoadJobs:
         return job
 
     def _named_files(self, top: str, files: Sequence[str]) -> list[str]:
-        """The files a job was asked for, normalised, each once, in the order given."""
+        """The files a job was asked for, normalised, each once, in the order given; a
+        relative name is below `top` (as `rsync --files-from` reads its list: a mirror's
+        manifest names its files from its root)."""
         limit = self._config.load_max_files
         if len(files) > limit:
             # The list is kept in the job's record: a bounded record, and a client
             # with more to load submits several jobs.
             raise InvalidArgument(f"{len(files)} files named; at most {limit} per load job")
-        named = list(dict.fromkeys(paths.normalize(f) for f in files))
+        named = list(dict.fromkeys(paths.normalize(_below(top, f)) for f in files))
         outside = [f for f in named if not paths.is_within(f, top)]
         if outside:
             raise InvalidArgument(f"{outside[0]} is not below the job's path {top}")
@@ -281,3 +283,8 @@ class LoadJobs:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _below(top: str, name: str) -> str:
+    """`name` as a path: itself when absolute, else below `top`."""
+    return name if name.startswith("/") else f"{top.rstrip('/')}/{name}"
