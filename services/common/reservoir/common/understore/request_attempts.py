@@ -73,23 +73,33 @@ def read_body(
     attempts)."""
     cap = limit if size is None else size
     body = bytearray() if size is None else bytearray(size)
+    # A body of known length is received straight into `body`, one receive a call
+    # (`readinto1` of the response's buffered socket, as `HTTPResponse.readinto` does but
+    # for one receive: `readinto` waits for a whole buffer, so a body that trickles in would
+    # never meet the deadline, checked between calls); any other, a piece at a time.
+    into = size is not None and response.length is not None and not response.chunked
+    view = memoryview(body) if into else None  # (a bytearray with a view cannot grow)
     got = 0
     try:
         while got < cap:
             if time.monotonic() > deadline:
                 raise DeadlineExceeded(f"{what}: the response took longer than its deadline")
-            # One receive a call (read1, not readinto, which waits for a whole chunk): a
-            # body that trickles in meets the deadline between calls.
-            piece = response.read1(min(_CHUNK, cap - got))
-            if not piece:
+            want = min(_CHUNK, cap - got)
+            if view is not None:
+                n = response.fp.readinto1(view[got : got + min(want, response.length or 0)])
+                response.length = (response.length or 0) - n
+            else:
+                piece = response.read1(want)
+                n = len(piece)
+                if size is None:
+                    body += piece
+                else:
+                    body[got : got + n] = piece
+            if not n:
                 if size is None:
                     break
                 raise Transient(f"the body ended after {got} of {size} bytes")
-            if size is None:
-                body += piece
-            else:
-                body[got : got + len(piece)] = piece
-            got += len(piece)
+            got += n
         if size is not None:
             response.read()  # nothing left: marks the answer read whole (its connection kept)
     except DeadlineExceeded:
