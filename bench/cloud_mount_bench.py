@@ -1,9 +1,11 @@
-"""Reading gs:// and az:// mounts: a cold read through the cluster (the workers' ranged
-GETs at the store) and a warm one (from the cache), beside fsspec's own filesystems for
-the same stores (gcsfs, adlfs) reading the same objects straight from the same emulator.
+"""Reading gs://, az:// and webhdfs:// mounts: a cold read through the cluster (the workers'
+ranged GETs at the store) and a warm one (from the cache), beside fsspec's own filesystems
+for the same stores (gcsfs, adlfs, fsspec's WebHDFS) reading the same objects straight from
+the same emulator.
 
-The stores are the tests' emulators (fake-gcs-server, Azurite; tests/emulators.py) in
-processes of their own on loopback, so the numbers are the software's cost, not a
+The stores are the tests' emulators (fake-gcs-server, Azurite; tests/emulators.py; the
+WebHDFS namenode and datanode of tests/webhdfs_server.py) in processes of their own on
+loopback, so the numbers are the software's cost, not a
 network's or a cloud's. Reads are one at a time (one thread), small objects and large
 ones, each read whole. A row whose library is not installed is left out, saying so.
 
@@ -64,6 +66,16 @@ def _adlfs_reader(endpoint: str, account: str, key: str, container: str) -> Read
     return lambda name: bytes(fs.cat_file(f"{container}/{name}"))
 
 
+def _webhdfs_reader(port: int) -> Read | None:
+    try:
+        from fsspec.implementations.webhdfs import WebHDFS
+    except ImportError:  # it needs requests
+        print("fsspec's WebHDFS cannot be imported: its rows are left out", file=sys.stderr)
+        return None
+    fs = WebHDFS("127.0.0.1", port=port, skip_instance_cache=True)
+    return lambda path: bytes(fs.cat_file(f"/data/{path}"))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--small", type=int, default=200, help="32 KiB objects")
@@ -75,6 +87,7 @@ def main() -> None:
     from reservoir.common.understore.under_store import UnderStoreSettings
     from reservoir.local.cluster import LocalCluster
     from tests import emulators
+    from tests.webhdfs_server import WebHdfsServer
 
     sets = {
         "small": [(f"s{i:05d}.bin", 32 << 10) for i in range(args.small)],
@@ -88,12 +101,14 @@ def main() -> None:
             sys.exit("the emulators are not installed (see tests/emulators.py)")
         (Path(tmp) / "gcs").mkdir()
         (Path(tmp) / "az").mkdir()
+        (Path(tmp) / "hdfs" / "data").mkdir(parents=True)
         gcs = emulators.FakeGcs(gcs_binary, Path(tmp) / "gcs")
         azurite = emulators.Azurite(azurite_binary, Path(tmp) / "az")
+        hdfs = WebHdfsServer(Path(tmp) / "hdfs")
         cluster = LocalCluster.up(
             Path(tmp) / "cluster",
             workers=2,
-            env={"RESERVOIR_ALLOWED_SCHEMES": "s3,gs,az", **emulators.AZURE_ENV},
+            env={"RESERVOIR_ALLOWED_SCHEMES": "s3,gs,az,webhdfs", **emulators.AZURE_ENV},
         )
         try:
             bucket, container = gcs.create_bucket(), azurite.create_container()
@@ -111,6 +126,12 @@ def main() -> None:
                         azurite.endpoint, emulators.AZURE_ACCOUNT, emulators.AZURE_KEY, container
                     ),
                     "adlfs",
+                ),
+                "webhdfs": (
+                    hdfs.uri("data/"),
+                    UnderStoreSettings(credentials="anonymous"),
+                    _webhdfs_reader(hdfs.port),
+                    "fsspec-webhdfs",
                 ),
             }
             with Client(cluster.master_address) as client:
@@ -155,11 +176,12 @@ def main() -> None:
             cluster.down()
             gcs.stop()
             azurite.stop()
+            hdfs.stop()
 
-    print(f"{'store':5} {'files':6} {'variant':15} {'count':>5} {'MB/s':>8} {'files/s':>8}")
+    print(f"{'store':7} {'files':6} {'variant':15} {'count':>5} {'MB/s':>8} {'files/s':>8}")
     for r in rows:
         print(
-            f"{r['store']:5} {r['files']:6} {r['variant']:15} {r['count']:5d} "
+            f"{r['store']:7} {r['files']:6} {r['variant']:15} {r['count']:5d} "
             f"{r['MBps']:8.1f} {r['files_per_s']:8.1f}"
         )
     RESULTS.mkdir(exist_ok=True)
@@ -174,8 +196,9 @@ def _plot(rows: list[dict[str, Any]]) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, 2, figsize=(9, 6))
-    for row_axes, store in zip(axes, ("gs", "az"), strict=True):
+    stores = list(dict.fromkeys(r["store"] for r in rows))
+    fig, axes = plt.subplots(len(stores), 2, figsize=(9, 3 * len(stores)), squeeze=False)
+    for row_axes, store in zip(axes, stores, strict=True):
         for ax, kind, metric in zip(
             row_axes, ("small", "large"), ("files_per_s", "MBps"), strict=True
         ):
