@@ -11,6 +11,7 @@ import datetime
 import hashlib
 import os
 import shutil
+import socket
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import boto3
 import pytest
@@ -36,6 +38,7 @@ from tests.gateway_process import running_gateway
 
 MiB = 1 << 20
 PART = 5 * MiB  # S3's smallest part: boto3's and the write path's
+IDLE_S = 3.0  # the gateway's bound on a body that stops arriving (S3's is ~20 s)
 
 
 @dataclass
@@ -77,6 +80,7 @@ def mounted(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> 
     env = {
         "RESERVOIR_WRITE_PART_SIZE": str(PART),
         "RESERVOIR_GATEWAY_PROGRESS_INTERVAL": "0.01",
+        "RESERVOIR_GATEWAY_BODY_IDLE_TIMEOUT": str(IDLE_S),
         "RESERVOIR_METRICS_LISTEN": metrics,
     }
     log = tmp_path_factory.mktemp("gateway-writes") / "gateway.log"
@@ -301,6 +305,30 @@ def test_writes_to_a_read_only_mount_are_access_denied_and_reach_no_s3(
     assert _upstream_keys(upstream, mounted.upstream_bucket, "ro/") == ["ro/existing.txt"]
     uploads = upstream.list_multipart_uploads(Bucket=mounted.upstream_bucket)
     assert uploads.get("Uploads", []) == []
+
+
+def test_a_put_whose_body_stops_arriving_is_request_timeout_and_publishes_nothing(
+    mounted: Mounted, gw: Any, upstream: Any
+) -> None:
+    """A client that sends 10 of 100,000 bytes and then nothing gets S3's RequestTimeout
+    once the gateway's idle bound passed, not a request held open for ever."""
+    url = urlsplit(mounted.url)
+    key = mounted.key("stalled/put.bin")
+    head = f"PUT /t/{key} HTTP/1.1\r\nHost: {url.netloc}\r\nContent-Length: 100000\r\n\r\n"
+    answer = b""
+    with socket.create_connection((url.hostname, url.port), timeout=10 * IDLE_S) as sock:
+        sock.sendall(head.encode() + b"x" * 10)
+        while b"</Error>" not in answer:
+            got = sock.recv(65536)
+            if not got:
+                break
+            answer += got
+    assert answer.startswith(b"HTTP/1.1 400"), answer[:200]
+    assert b"<Code>RequestTimeout</Code>" in answer
+    assert _upstream_keys(upstream, mounted.upstream_bucket, "rw/stalled/") == []
+    with pytest.raises(ClientError) as exc:
+        gw.head_object(Bucket=mounted.bucket, Key=key)
+    assert _code(exc)[1] == 404
 
 
 def test_aws_cli_cp_uploads_a_file_through_the_gateway(

@@ -32,7 +32,7 @@ def _read(raw: bytes, headers: dict[str, str]) -> tuple[bytes, S3Error | None]:
         stream.feed_data(raw)
         stream.feed_eof()
         digests = BodyDigests(headers, signatures_checked=False)
-        body = b"".join([chunk async for chunk in body_chunks(stream, headers, digests)])
+        body = b"".join([chunk async for chunk in body_chunks(stream, headers, digests, 5.0)])
         try:
             digests.check()
         except S3Error as err:
@@ -54,6 +54,30 @@ STREAMING = {
     "x-amz-content-sha256": "STREAMING-UNSIGNED-PAYLOAD-TRAILER",
     "x-amz-trailer": "x-amz-checksum-crc32",
 }
+
+
+@pytest.mark.parametrize("headers", [{}, STREAMING], ids=["plain", "aws-chunked"])
+def test_a_body_that_stops_arriving_is_a_request_timeout_not_a_wait_for_ever(
+    headers: dict[str, str],
+) -> None:
+    """A client that sends part of a body and then nothing (S3 answers RequestTimeout
+    after ~20 s of silence): the gateway stops waiting after its idle bound."""
+
+    async def run() -> tuple[bytes, S3Error]:
+        protocol = BaseProtocol(asyncio.get_running_loop())
+        protocol.connection_made(asyncio.Transport())  # a client still connected
+        stream = StreamReader(protocol, 1 << 16)
+        stream.feed_data(b"7\r\nsome by\r\n" if headers else b"some by")  # and no EOF
+        received = b""
+        with pytest.raises(S3Error) as caught:
+            digests = BodyDigests(headers, signatures_checked=False)
+            async for chunk in body_chunks(stream, headers, digests, 0.2):
+                received += chunk
+        return received, caught.value
+
+    received, error = asyncio.run(run())
+    assert received == b"some by"
+    assert (error.code, error.status) == ("RequestTimeout", 400)
 
 
 def test_an_aws_chunked_body_is_unframed_and_its_crc32_trailer_checked() -> None:

@@ -5,11 +5,12 @@ every digest the client gave checked once the last byte is in: Content-MD5 (BadD
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import hashlib
 import zlib
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 import crc32c
@@ -121,18 +122,49 @@ def _aws_chunked(headers: Mapping[str, str]) -> bool:
 
 
 async def body_chunks(
-    content: StreamReader, headers: Mapping[str, str], digests: BodyDigests
+    content: StreamReader, headers: Mapping[str, str], digests: BodyDigests, idle_s: float
 ) -> AsyncIterator[bytes]:
     """The bytes of a request's body (`content`, framing removed), fed to `digests` as
-    they pass."""
-    source = _framed(content, digests) if _aws_chunked(headers) else _plain(content)
+    they pass; RequestTimeout when the client sends nothing for `idle_s`."""
+    stream = _Idle(content, idle_s)
+    source = _framed(stream, digests) if _aws_chunked(headers) else _plain(stream)
     async for chunk in source:
         digests.update(chunk)
         yield chunk
 
 
-async def _plain(content: StreamReader) -> AsyncIterator[bytes]:
-    async for chunk in content.iter_chunked(_READ_BYTES):
+def request_timeout() -> S3Error:
+    return S3Error(
+        "RequestTimeout",
+        400,
+        "Your socket connection to the server was not read from or written to within the "
+        "timeout period. Idle connections will be closed.",
+    )
+
+
+class _Idle:
+    """`content`'s reads, each bounded by `idle_s` (RequestTimeout past it)."""
+
+    def __init__(self, content: StreamReader, idle_s: float) -> None:
+        self._content = content
+        self._idle_s = idle_s
+
+    async def read(self, n: int) -> bytes:
+        return await self._bounded(self._content.read(n))
+
+    async def readline(self) -> bytes:
+        return await self._bounded(self._content.readline())
+
+    async def _bounded(self, receive: Awaitable[bytes]) -> bytes:
+        try:
+            async with asyncio.timeout(self._idle_s):
+                return await receive
+        except TimeoutError as exc:
+            raise request_timeout() from exc
+
+
+async def _plain(content: _Idle) -> AsyncIterator[bytes]:
+    while chunk := await content.read(_READ_BYTES):
         yield chunk
 
 
@@ -144,7 +176,7 @@ def _incomplete() -> S3Error:
     )
 
 
-async def _framed(content: StreamReader, digests: BodyDigests) -> AsyncIterator[bytes]:
+async def _framed(content: _Idle, digests: BodyDigests) -> AsyncIterator[bytes]:
     """`size[;chunk-signature=...]\\r\\n data \\r\\n` ... `0\\r\\n` trailers `\\r\\n`."""
     while True:
         line = await content.readline()

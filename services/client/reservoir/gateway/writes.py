@@ -115,10 +115,15 @@ class GatewayWrites:
             raise invalid_argument("Reservoir cannot hold an object of this key", "key", target.key)
         return path
 
+    def _body(self, request: web.Request, digests: BodyDigests) -> AsyncIterator[bytes]:
+        return body_chunks(
+            request.content, request.headers, digests, self._config.body_idle_timeout_s
+        )
+
     async def _small_body(self, request: web.Request) -> bytes:
         digests = BodyDigests(request.headers, self._signed)
         body = bytearray()
-        async for chunk in body_chunks(request.content, request.headers, digests):
+        async for chunk in self._body(request, digests):
             body += chunk
             if len(body) > _MAX_XML_BYTES:
                 raise write_xml.malformed()
@@ -136,7 +141,7 @@ class GatewayWrites:
             inode = await write_stream(
                 self._client,
                 session,
-                body_chunks(request.content, request.headers, digests),
+                self._body(request, digests),
                 digests.check,
             )
         return web.Response(headers={"ETag": quoted_etag(inode)})
@@ -270,7 +275,7 @@ class GatewayWrites:
         part = await self._uploads.put_part(
             upload,
             number,
-            body_chunks(request.content, request.headers, digests),
+            self._body(request, digests),
             request.content_length,
             digests.check,
         )

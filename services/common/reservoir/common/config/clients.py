@@ -245,11 +245,18 @@ class GatewayConfig:
     progress_interval_s: float = field(
         default=10.0, metadata=env("RESERVOIR_GATEWAY_PROGRESS_INTERVAL")
     )
+    # A write's body that sends no byte for this long is answered RequestTimeout, as S3
+    # does after ~20 s: a stalled client holds no request (and its write) for ever.
+    body_idle_timeout_s: float = field(
+        default=20.0, metadata=env("RESERVOIR_GATEWAY_BODY_IDLE_TIMEOUT")
+    )
     # Its Prometheus metrics (RESERVOIR_METRICS_LISTEN; empty: none), on a port of their own.
     metrics: MetricsSettings = field(default_factory=lambda: load(MetricsSettings))
     client: ClientConfig = field(default_factory=lambda: load(ClientConfig))
 
     def __post_init__(self) -> None:
+        if self.body_idle_timeout_s <= 0:
+            raise InvalidArgument("RESERVOIR_GATEWAY_BODY_IDLE_TIMEOUT must be > 0")
         if self.read_piece_bytes < 1 or self.read_ahead < 0:
             raise InvalidArgument(
                 "RESERVOIR_GATEWAY_READ_PIECE must be >= 1 and RESERVOIR_GATEWAY_READ_AHEAD >= 0"
