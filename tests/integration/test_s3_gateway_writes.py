@@ -81,6 +81,7 @@ def mounted(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> 
         "RESERVOIR_WRITE_PART_SIZE": str(PART),
         "RESERVOIR_GATEWAY_PROGRESS_INTERVAL": "0.01",
         "RESERVOIR_GATEWAY_BODY_IDLE_TIMEOUT": str(IDLE_S),
+        "RESERVOIR_GATEWAY_KEEPALIVE_TIMEOUT": str(2 * IDLE_S),
         "RESERVOIR_METRICS_LISTEN": metrics,
     }
     log = tmp_path_factory.mktemp("gateway-writes") / "gateway.log"
@@ -329,6 +330,15 @@ def test_a_put_whose_body_stops_arriving_is_request_timeout_and_publishes_nothin
     with pytest.raises(ClientError) as exc:
         gw.head_object(Bucket=mounted.bucket, Key=key)
     assert _code(exc)[1] == 404
+
+
+def test_a_connection_whose_request_head_stops_arriving_is_closed(mounted: Mounted) -> None:
+    """Half a request head, then nothing: the gateway closes the connection once its
+    keep-alive bound passed, so stalled clients cannot hold its sockets for ever."""
+    url = urlsplit(mounted.url)
+    with socket.create_connection((url.hostname, url.port), timeout=10 * IDLE_S) as sock:
+        sock.sendall(f"GET /t/{mounted.key('x')} HTTP/1.1\r\nHost: {url.netloc}\r\n".encode())
+        assert sock.recv(65536) == b""  # closed, with no answer to a request never made
 
 
 def test_aws_cli_cp_uploads_a_file_through_the_gateway(

@@ -275,7 +275,12 @@ async def serve(config: GatewayConfig, started: asyncio.Event | None = None) -> 
     host, _, port = config.listen.rpartition(":")
     async with AsyncClient(config=config.client) as client:
         gateway = Gateway(config, client)
-        runner = web.AppRunner(gateway.app(), access_log=None, handle_signals=False)
+        runner = web.AppRunner(
+            gateway.app(),
+            access_log=None,
+            handle_signals=False,
+            keepalive_timeout=config.keepalive_timeout_s,
+        )
         await runner.setup()
         metrics = MetricsEndpoint(gateway.metrics.registry, config.metrics)
         context = _ssl_context(config)

@@ -250,13 +250,22 @@ class GatewayConfig:
     body_idle_timeout_s: float = field(
         default=20.0, metadata=env("RESERVOIR_GATEWAY_BODY_IDLE_TIMEOUT")
     )
+    # A connection with no request under way (none yet, a request's head still arriving,
+    # or between requests) is closed after this long: one that stalls holds no socket for
+    # ever. S3 clients open a new connection when a kept one was closed.
+    keepalive_timeout_s: float = field(
+        default=75.0, metadata=env("RESERVOIR_GATEWAY_KEEPALIVE_TIMEOUT")
+    )
     # Its Prometheus metrics (RESERVOIR_METRICS_LISTEN; empty: none), on a port of their own.
     metrics: MetricsSettings = field(default_factory=lambda: load(MetricsSettings))
     client: ClientConfig = field(default_factory=lambda: load(ClientConfig))
 
     def __post_init__(self) -> None:
-        if self.body_idle_timeout_s <= 0:
-            raise InvalidArgument("RESERVOIR_GATEWAY_BODY_IDLE_TIMEOUT must be > 0")
+        if self.body_idle_timeout_s <= 0 or self.keepalive_timeout_s <= 0:
+            raise InvalidArgument(
+                "RESERVOIR_GATEWAY_BODY_IDLE_TIMEOUT and RESERVOIR_GATEWAY_KEEPALIVE_TIMEOUT "
+                "must be > 0"
+            )
         if self.read_piece_bytes < 1 or self.read_ahead < 0:
             raise InvalidArgument(
                 "RESERVOIR_GATEWAY_READ_PIECE must be >= 1 and RESERVOIR_GATEWAY_READ_AHEAD >= 0"
