@@ -73,7 +73,7 @@ class _Files:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/files/"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
 
     def close(self) -> None:
         self.server.shutdown()
@@ -111,7 +111,7 @@ def test_a_body_still_arriving_at_the_deadline_fails_at_once_not_after_every_att
     files: _Files,
 ) -> None:
     with pytest.raises(DeadlineExceeded) as caught:
-        _store(files.url, request_timeout_s=0.5).get_range("data", 0, 100)
+        _store(files.url, request_timeout_s=0.3).get_range("data", 0, 100)
     assert "longer than its deadline" in str(caught.value)
     assert isinstance(caught.value, Unavailable)  # the reader may try another route
     assert files.gets == 1
@@ -128,7 +128,7 @@ def test_a_rest_call_reads_its_answer_whole(files: _Files) -> None:
 def test_a_rest_call_whose_answer_trickles_past_the_deadline_fails_at_once(
     files: _Files,
 ) -> None:
-    calls = RestCalls(files.url, _settings(0.5), endpoint=files.url, credential_source="env")
+    calls = RestCalls(files.url, _settings(0.3), endpoint=files.url, credential_source="env")
     with pytest.raises(DeadlineExceeded):
         calls.call("GET", "/files/data", "get data", headers={"Range": "bytes=0-99"})
     assert files.gets == 1
