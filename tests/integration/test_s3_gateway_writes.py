@@ -13,6 +13,7 @@ import os
 import shutil
 import socket
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -82,6 +83,7 @@ def mounted(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> 
         "RESERVOIR_GATEWAY_PROGRESS_INTERVAL": "0.01",
         "RESERVOIR_GATEWAY_BODY_IDLE_TIMEOUT": str(IDLE_S),
         "RESERVOIR_GATEWAY_KEEPALIVE_TIMEOUT": str(2 * IDLE_S),
+        "RESERVOIR_GATEWAY_SEND_TIMEOUT": str(IDLE_S),
         "RESERVOIR_METRICS_LISTEN": metrics,
     }
     log = tmp_path_factory.mktemp("gateway-writes") / "gateway.log"
@@ -339,6 +341,29 @@ def test_a_connection_whose_request_head_stops_arriving_is_closed(mounted: Mount
     with socket.create_connection((url.hostname, url.port), timeout=10 * IDLE_S) as sock:
         sock.sendall(f"GET /t/{mounted.key('x')} HTTP/1.1\r\nHost: {url.netloc}\r\n".encode())
         assert sock.recv(65536) == b""  # closed, with no answer to a request never made
+
+
+def test_a_get_whose_reader_stops_taking_bytes_is_cut_not_held(mounted: Mounted, gw: Any) -> None:
+    """A reader that stops reading a body: once nothing was taken for the send bound,
+    the gateway cuts the connection (the reader never gets the whole object), instead of
+    holding the response and its read-ahead for ever."""
+    size = 16 * MiB
+    key = mounted.key("stalled/get.bin")
+    gw.put_object(Bucket=mounted.bucket, Key=key, Body=os.urandom(size))
+    url = urlsplit(mounted.url)
+    received = 0
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)  # fills at once
+        sock.settimeout(10 * IDLE_S)
+        sock.connect((url.hostname, url.port))
+        sock.sendall(f"GET /t/{key} HTTP/1.1\r\nHost: {url.netloc}\r\n\r\n".encode())
+        time.sleep(2 * IDLE_S)  # reads nothing past the send bound
+        try:
+            while got := sock.recv(1 << 20):
+                received += len(got)
+        except ConnectionResetError:
+            pass  # cut with bytes still unsent: a reset
+    assert 0 < received < size
 
 
 def test_aws_cli_cp_uploads_a_file_through_the_gateway(

@@ -42,6 +42,8 @@ from .writes import GatewayWrites, Operation
 log = logs.get_logger(__name__)
 
 _XML = "application/xml"
+# A body is sent in writes of at most this many bytes, each bounded by `send_timeout_s`.
+_SEND_BYTES = 1 << 20
 
 
 class Gateway:
@@ -205,7 +207,7 @@ class Gateway:
         piece = self.config.read_piece_bytes
         if length <= piece:  # one piece (every small object): no read-ahead to arrange
             pieces = await self.bodies.piece(inode, first, length)
-            _check_sent(inode, await _write(response, pieces), length)
+            _check_sent(inode, await self._write(response, pieces), length)
             return
         offsets = iter(range(first, first + length, piece))
         end = first + length
@@ -222,19 +224,23 @@ class Gateway:
                 following = next(offsets, None)
                 if following is not None:
                     reading.append(read(following))
-                sent += await _write(response, pieces)
+                sent += await self._write(response, pieces)
         finally:
             for pending in reading:
                 pending.cancel()
         _check_sent(inode, sent, length)
 
-
-async def _write(response: web.StreamResponse, pieces: list[memoryview]) -> int:
-    sent = 0
-    for part in pieces:
-        await response.write(part)
-        sent += len(part)
-    return sent
+    async def _write(self, response: web.StreamResponse, pieces: list[memoryview]) -> int:
+        """`pieces` sent, a MiB at a time, each within `send_timeout_s`: a client that
+        takes nothing for that long (TimeoutError, an OSError) has its connection cut
+        instead of holding the response and its read-ahead for ever."""
+        sent = 0
+        for part in pieces:
+            for start in range(0, len(part), _SEND_BYTES):
+                async with asyncio.timeout(self.config.send_timeout_s):
+                    await response.write(part[start : start + _SEND_BYTES])
+            sent += len(part)
+        return sent
 
 
 def _check_sent(inode: Inode, sent: int, length: int) -> None:

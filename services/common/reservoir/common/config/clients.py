@@ -250,6 +250,9 @@ class GatewayConfig:
     body_idle_timeout_s: float = field(
         default=20.0, metadata=env("RESERVOIR_GATEWAY_BODY_IDLE_TIMEOUT")
     )
+    # A GetObject body the client takes no MiB of for this long is cut (the connection
+    # closed): a reader that stopped holds no response and its read-ahead for ever.
+    send_timeout_s: float = field(default=120.0, metadata=env("RESERVOIR_GATEWAY_SEND_TIMEOUT"))
     # A connection with no request under way (none yet, a request's head still arriving,
     # or between requests) is closed after this long: one that stalls holds no socket for
     # ever. S3 clients open a new connection when a kept one was closed.
@@ -261,9 +264,9 @@ class GatewayConfig:
     client: ClientConfig = field(default_factory=lambda: load(ClientConfig))
 
     def __post_init__(self) -> None:
-        if self.body_idle_timeout_s <= 0 or self.keepalive_timeout_s <= 0:
+        if min(self.body_idle_timeout_s, self.send_timeout_s, self.keepalive_timeout_s) <= 0:
             raise InvalidArgument(
-                "RESERVOIR_GATEWAY_BODY_IDLE_TIMEOUT and RESERVOIR_GATEWAY_KEEPALIVE_TIMEOUT "
+                "RESERVOIR_GATEWAY_BODY_IDLE_TIMEOUT, _SEND_TIMEOUT and _KEEPALIVE_TIMEOUT "
                 "must be > 0"
             )
         if self.read_piece_bytes < 1 or self.read_ahead < 0:
