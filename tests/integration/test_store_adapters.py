@@ -5,6 +5,7 @@ stores reach it whole (change tokens, sizes, ranged reads) whatever the adapter 
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import subprocess
@@ -155,8 +156,11 @@ def test_the_torch_dataset_reads_every_file_byte_exact(
         assert dict(dataset.__getitems__(range(len(dataset)))) == expected  # a batch
 
 
-def test_the_fuse_mount_reads_every_file_byte_exact(
-    stores_cluster: LocalCluster, mounted: tuple[str, dict[str, bytes]], tmp_path: Path
+def test_the_fuse_mount_reads_every_file_byte_exact_and_lists_what_its_store_can(
+    stores_cluster: LocalCluster,
+    store: Store,
+    mounted: tuple[str, dict[str, bytes]],
+    tmp_path: Path,
 ) -> None:
     if (reason := _fuse_unusable()) is not None:
         pytest.skip(reason)
@@ -176,6 +180,12 @@ def test_the_fuse_mount_reads_every_file_byte_exact(
     try:
         for name, data in files.items():
             assert (point / name).read_bytes() == data
+        if store.name == "http":  # HTTP has no listing: "Operation not supported"
+            with pytest.raises(OSError) as refused:
+                os.listdir(point / "train")
+            assert refused.value.errno == errno.EOPNOTSUPP
+        else:
+            assert sorted(os.listdir(point / "train")) == sorted(n[6:] for n in files)
     finally:
         subprocess.run([*cli, "fuse", "--unmount", str(point)], timeout=60, env=env, check=False)
         _force_unmount(point)

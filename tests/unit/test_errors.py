@@ -21,6 +21,12 @@ def test_domain_errors_are_the_matching_builtins() -> None:
     assert isinstance(errors.DeadlineExceeded("x"), TimeoutError)
 
 
+def test_a_bare_invalid_argument_from_elsewhere_is_not_taken_for_unsupported() -> None:
+    back = errors.error_for(grpc.StatusCode.INVALID_ARGUMENT, "x")
+    assert type(back) is errors.InvalidArgument
+    assert isinstance(errors.Unsupported("x"), ValueError)  # caught as before
+
+
 def test_unknown_exception_maps_to_internal() -> None:
     assert errors.status_for(RuntimeError("boom")) == grpc.StatusCode.INTERNAL
 

@@ -22,6 +22,7 @@ from reservoir.fuse.errnos import FailureLog, errno_for
         (errors.Unauthenticated("no token"), errno.EACCES),
         (errors.ReadOnly("a write to reservoir://"), errno.EROFS),
         (errors.InvalidArgument("bad path"), errno.EINVAL),
+        (errors.Unsupported("an http(s) mount cannot be listed"), errno.EOPNOTSUPP),
         (errors.Conflict("etag changed"), errno.ESTALE),
         (errors.DeadlineExceeded("slow"), errno.ETIMEDOUT),
         (errors.Unavailable("master away"), errno.EIO),

@@ -16,9 +16,10 @@ import botocore.session
 import pytest
 from botocore import xform_name
 
+from reservoir.common.errors import Unsupported
 from reservoir.gateway.naming import Target
 from reservoir.gateway.routes import Routes
-from reservoir.gateway.s3_errors import S3Error
+from reservoir.gateway.s3_errors import S3Error, from_reservoir
 
 # The operations the gateway serves: each request of these forms reaches its handler.
 SERVED = {
@@ -221,3 +222,9 @@ def test_a_served_operation_missing_what_s3_requires_is_an_invalid_request() -> 
         _route("POST", "k", {}, {})  # a completion without its upload id
     assert (exc.value.code, exc.value.status) == ("InvalidRequest", 400)
     assert "uploadId" in exc.value.message
+
+
+def test_what_a_mounts_store_cannot_do_is_not_implemented_not_a_missing_bucket() -> None:
+    error = from_reservoir(Unsupported("an http(s) mount cannot be listed"), "t", "")
+    assert (error.code, error.status) == ("NotImplemented", 501)
+    assert "cannot be listed" in error.message

@@ -27,6 +27,7 @@ _ERRNO_BY_ERROR: tuple[tuple[type[BaseException], int], ...] = (
     (errors.AlreadyExists, errno.EEXIST),
     (errors.ReadOnly, errno.EROFS),
     (errors.PermissionDenied, errno.EACCES),
+    (errors.Unsupported, errno.EOPNOTSUPP),
     (errors.InvalidArgument, errno.EINVAL),
     (errors.OutOfRange, errno.EINVAL),
     # The object changed under the read: the caller's view of the file is stale.

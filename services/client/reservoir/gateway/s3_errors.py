@@ -11,6 +11,7 @@ from reservoir.common.errors import (
     NotFound,
     PermissionDenied,
     Unavailable,
+    Unsupported,
 )
 
 # Where a request keeps its id (the x-amz-request-id header and every error's RequestId).
@@ -86,6 +87,8 @@ def invalid_range(size: int, requested: str) -> S3Error:
 
 def from_reservoir(error: Exception, bucket: str, key: str) -> S3Error:
     """What an S3 client sees of an error of the cluster while serving `bucket`/`key`."""
+    if isinstance(error, Unsupported):  # e.g. listing an http(s) mount
+        return S3Error("NotImplemented", 501, str(error))
     if isinstance(error, (NotFound, IsADirectory, NotADirectory, InvalidArgument)):
         # A path the namespace cannot hold, a directory, a name below a file: no such key.
         return no_such_key(key) if key else no_such_bucket(bucket)

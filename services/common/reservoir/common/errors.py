@@ -31,6 +31,11 @@ class InvalidArgument(ReservoirError, ValueError):
     """The request itself is malformed: bad path, bad URI, bad option."""
 
 
+class Unsupported(InvalidArgument):
+    """What the path's store cannot do in any form (list an http(s) mount, which HTTP
+    cannot): the FUSE mount answers EOPNOTSUPP, the S3 gateway NotImplemented."""
+
+
 class OutOfRange(ReservoirError, ValueError):
     """An offset or length lies outside what exists."""
 
@@ -100,6 +105,7 @@ STATUS_BY_ERROR: tuple[tuple[type[ReservoirError], grpc.StatusCode], ...] = (
     (NotADirectory, grpc.StatusCode.FAILED_PRECONDITION),
     (OutOfRange, grpc.StatusCode.OUT_OF_RANGE),
     (InvalidArgument, grpc.StatusCode.INVALID_ARGUMENT),
+    (Unsupported, grpc.StatusCode.INVALID_ARGUMENT),  # (after: a bare code is InvalidArgument)
     (AlreadyExists, grpc.StatusCode.ALREADY_EXISTS),
     (Conflict, grpc.StatusCode.ABORTED),
     (Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),

@@ -22,6 +22,7 @@ from reservoir.common.errors import (
     InvalidArgument,
     NotFound,
     PermissionDenied,
+    Unsupported,
 )
 from reservoir.common.understore.request_attempts import (
     KeptConnections,
@@ -182,7 +183,7 @@ class HttpUnderStore(UnderStore):
         return self._attempts(what, once)
 
     def list(self, prefix: str, limit: int | None = None) -> Listing:
-        raise InvalidArgument(
+        raise Unsupported(
             f"list {self.uri_of(prefix)}: an http(s) mount cannot be listed (HTTP has no "
             "listing); open files by path, and give `reservoir load` a list of files"
         )
