@@ -4,10 +4,16 @@ Reservoir path, key = the rest (`s3://datasets/a/b.jpg` is `/datasets/a/b.jpg`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
 from reservoir.common import paths
-from reservoir.common.errors import InvalidArgument
+from reservoir.common.errors import InvalidArgument, NotFound
+
+from .s3_errors import no_such_bucket
+
+if TYPE_CHECKING:
+    from reservoir.client.async_client import AsyncClient
 
 
 @dataclass(frozen=True)
@@ -44,3 +50,13 @@ class Target:
     def valid_bucket(self) -> bool:
         """Whether the bucket can be a top-level directory's name."""
         return bool(self.bucket) and self.bucket not in (".", "..") and "\x00" not in self.bucket
+
+
+async def check_bucket(client: AsyncClient, target: Target) -> None:
+    """NoSuchBucket unless the target's bucket is a directory of the namespace."""
+    try:
+        inode = await client.stat(target.bucket_path)
+    except NotFound:
+        raise no_such_bucket(target.bucket) from None
+    if not inode.is_dir:
+        raise no_such_bucket(target.bucket)

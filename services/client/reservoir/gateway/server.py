@@ -25,7 +25,7 @@ from .body_reads import BodyReads
 from .bucket_listing import list_objects_v1, list_objects_v2
 from .gateway_metrics import OPERATION, UNNAMED, GatewayMetrics
 from .key_walk import KeyWalk
-from .naming import Target
+from .naming import Target, check_bucket
 from .object_headers import byte_range, check_conditions, object_headers, overrides
 from .routes import WRITE_METHODS, Routes
 from .s3_errors import (
@@ -129,25 +129,17 @@ class Gateway:
         body = b"" if request.method == "HEAD" else xml_replies.buckets(names)
         return web.Response(body=body, content_type=_XML)
 
-    async def _check_bucket(self, target: Target) -> None:
-        try:
-            inode = await self._client.stat(target.bucket_path)
-        except NotFound:
-            raise no_such_bucket(target.bucket) from None
-        if not inode.is_dir:
-            raise no_such_bucket(target.bucket)
-
     async def _head_bucket(self, request: web.Request, target: Target) -> web.StreamResponse:
-        await self._check_bucket(target)
+        await check_bucket(self._client, target)
         return web.Response(headers={"x-amz-bucket-region": self.config.region})
 
     async def _bucket_location(self, request: web.Request, target: Target) -> web.StreamResponse:
-        await self._check_bucket(target)
+        await check_bucket(self._client, target)
         return web.Response(body=xml_replies.location(self.config.region), content_type=_XML)
 
     async def _list_objects(self, request: web.Request, target: Target) -> web.StreamResponse:
         """ListObjects and ListObjectsV2."""
-        await self._check_bucket(target)
+        await check_bucket(self._client, target)
         query = request.query
         walk = KeyWalk(self._client, target.bucket, self.config.client.list_page_size)
         if query.get("list-type") == "2":
@@ -161,12 +153,12 @@ class Gateway:
     async def _stat_object(self, target: Target) -> Inode:
         path = target.object_path()
         if path is None:
-            await self._check_bucket(target)
+            await check_bucket(self._client, target)
             raise no_such_key(target.key)
         try:
             inode = await self._client.stat(path)
         except (NotFound, NotADirectory):
-            await self._check_bucket(target)
+            await check_bucket(self._client, target)
             raise no_such_key(target.key) from None
         if inode.is_dir:
             raise no_such_key(target.key)

@@ -32,7 +32,7 @@ from reservoir.common.write_terms import WriteTerms
 
 from . import write_xml
 from .multipart import MultipartUploads, Upload, part_number
-from .naming import Target
+from .naming import Target, check_bucket
 from .object_headers import check_conditions, quoted_etag, write_terms, written_metadata
 from .request_body import BodyDigests, body_chunks
 from .s3_errors import (
@@ -40,7 +40,6 @@ from .s3_errors import (
     access_denied,
     from_reservoir,
     invalid_argument,
-    no_such_bucket,
     no_such_key,
     precondition_failed,
 )
@@ -96,18 +95,10 @@ class GatewayWrites:
 
     def _in_bucket(self, operation: Operation) -> Operation:
         async def checked(request: web.Request, target: Target) -> web.StreamResponse:
-            await self._check_bucket(target)
+            await check_bucket(self._client, target)
             return await operation(request, target)
 
         return checked
-
-    async def _check_bucket(self, target: Target) -> None:
-        try:
-            inode = await self._client.stat(target.bucket_path)
-        except NotFound:
-            raise no_such_bucket(target.bucket) from None
-        if not inode.is_dir:
-            raise no_such_bucket(target.bucket)
 
     def _path(self, target: Target) -> str:
         path = target.object_path()
@@ -223,7 +214,7 @@ class GatewayWrites:
                 raise NotFound(named)
             inode = await self._client.stat(path)
         except (NotFound, NotADirectory):
-            await self._check_bucket(source)
+            await check_bucket(self._client, source)
             raise no_such_key(key) from None
         if inode.is_dir:
             raise no_such_key(key)
