@@ -106,6 +106,10 @@ def test_load_with_a_list_of_files_absolute_or_relative_to_the_mount_caches_them
     for name, data in payloads.items():
         (served.directory / name).write_bytes(data)
     root = _mount(web_cluster, served)
+    # An empty list is refused: no list at all would mean every file below the path.
+    empty = run_cli(web_cluster, "load", root, "--files-from", "-", "--wait", stdin="\n \n")
+    assert empty.returncode == 1 and "lists no files" in empty.stderr
+    assert not any(served.gets(name) for name in names)
     # A mirror's manifest names its files from its root; a list may also name them whole.
     listing = "\n".join([f"{root}/{names[0]}", *names[1:]]) + "\n"
     done = run_cli(

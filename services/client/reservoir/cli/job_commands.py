@@ -131,7 +131,9 @@ def cmd_load(args: argparse.Namespace) -> None:
 
 
 def _named_files(source: str | None) -> list[str]:
-    """The paths listed in `source` (one a line; '-' is stdin), blank lines left out."""
+    """The paths listed in `source` (one a line; '-' is stdin), blank lines left out.
+    A list naming none is refused: to the master no list means every file below the
+    path, the opposite of what an empty list asks for."""
     if source is None:
         return []
     if source == "-":
@@ -139,7 +141,11 @@ def _named_files(source: str | None) -> list[str]:
     else:
         with open(source, encoding="utf-8") as f:
             lines = f.read().splitlines()
-    return [line.strip() for line in lines if line.strip()]
+    named = [line.strip() for line in lines if line.strip()]
+    if not named:
+        where = "stdin" if source == "-" else source
+        raise InvalidArgument(f"--files-from {where} lists no files: nothing to load")
+    return named
 
 
 def cmd_jobs(args: argparse.Namespace) -> None:
