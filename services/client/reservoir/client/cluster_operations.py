@@ -67,8 +67,8 @@ class ClusterOperations:
         """Starts a load job that caches every file below `path` on `replicas` workers
         each, the files below `priority_paths` first; `metadata_only` syncs the namespace
         and caches no data; `files` loads only those (each at or below `path`, a relative
-        name below it; in that order; at most the master's RESERVOIR_LOAD_MAX_FILES). Returns the job as
-        submitted: follow it with `watch_job(job.id)`."""
+        name below it; in that order; at most the master's RESERVOIR_LOAD_MAX_FILES).
+        Returns the job as submitted: follow it with `watch_job(job.id)`."""
         request = master_pb2.SubmitLoadRequest(
             path=path,
             replicas=replicas,
