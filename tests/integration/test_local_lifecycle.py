@@ -18,7 +18,7 @@ import pytest
 from reservoir.client import Client
 from reservoir.local.cluster import LocalCluster, free_port
 from reservoir.local.process import port_is_free
-from tests.conftest import SECURE, block_files, own_cluster_env
+from tests.conftest import SECURE, block_files, new_mount_path, own_cluster_env
 
 
 class Cli:
@@ -271,12 +271,15 @@ def _binds_without_reuse(port: int) -> bool:
         return True
 
 
+_SCHEMES = "RESERVOIR_ALLOWED_SCHEMES=s3,file"  # a setting `local up --env` records
+
+
 @pytest.fixture(scope="module")
 def resumed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Resumed]:
     """One cluster for the resume tests (CI time): started `--secure --shm` with a mount,
     stopped, resumed with contradicting flags (refused), then resumed with none."""
     cli = Cli(tmp_path_factory.mktemp("resume") / "state")
-    up = cli("local", "up", "--workers", "1", "--secure", "--shm")
+    up = cli("local", "up", "--workers", "1", "--secure", "--shm", "--env", _SCHEMES)
     assert up.returncode == 0, up.stderr
     try:
         content = os.urandom(200_000)
@@ -287,7 +290,7 @@ def resumed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Resumed]:
         assert down.returncode == 0, down.stderr
         lingering = not _binds_without_reuse(s3_port)
         refused = {}
-        for flag in ("--no-secure", "--no-shm", "--workers 2"):
+        for flag in ("--no-secure", "--no-shm", "--workers 2", "--env RESERVOIR_LOG_LEVEL=debug"):
             refused[flag] = cli("local", "up", "--resume", *flag.split())
             if refused[flag].returncode == 0:  # not refused: the other tests still need theirs
                 cli("local", "down")
@@ -306,6 +309,7 @@ def test_resume_right_after_down_brings_back_the_secure_shm_cluster_as_it_was(
     recorded: dict[str, Any] = json.loads((resumed.cli.state_dir / "cluster.json").read_text())
     assert recorded["settings"]["secure"] and recorded["settings"]["shm"]
     assert recorded["settings"]["workers"] == 1 and "tls_ca" in recorded
+    assert recorded["settings"]["env"] == dict([_SCHEMES.split("=", 1)])
     cluster = resumed.cluster()
     assert resumed.read() == resumed.content  # with the cluster's CA and admin token
     assert block_files(cluster, "worker1")  # the blocks are in /dev/shm again
@@ -335,7 +339,7 @@ def test_resume_refuses_a_flag_that_contradicts_the_stopped_cluster_in_one_line(
 
 
 def test_status_exits_1_while_a_process_is_dead_and_restart_starts_that_one_alone(
-    resumed: Resumed,
+    resumed: Resumed, tmp_path: Path
 ) -> None:
     cli, before = resumed.cli, resumed.cluster()
     before.kill("worker1")
@@ -355,6 +359,11 @@ def test_status_exits_1_while_a_process_is_dead_and_restart_starts_that_one_alon
         assert (p["pid"] == before.processes[name].pid) == (name not in ("worker1", "master"))
     assert cli("local", "status").returncode == 0
     assert resumed.read() == resumed.content
+    # The restarted master has the setting `local up --env` gave, not the restarting shell's.
+    (tmp_path / "files").mkdir()
+    (tmp_path / "files" / "f.txt").write_bytes(b"from file://")
+    mounted = cli("mount", new_mount_path(), (tmp_path / "files").as_uri() + "/")
+    assert mounted.returncode == 0, mounted.stderr
     unknown = cli("local", "restart", "worker9")
     assert unknown.returncode == 1 and unknown.stderr.count("\n") == 1
     assert "worker1" in unknown.stderr

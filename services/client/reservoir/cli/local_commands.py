@@ -29,12 +29,27 @@ def cmd_local_up(args: argparse.Namespace) -> None:
         secure=args.secure,
         gateway=args.gateway,
         etcd_members=args.etcd_members,
+        env=_environment(args.env),
         keep_s3_data=True,
         resume=args.resume,
     )
     emit(args, cluster.status() | {"s3_env": s3_env(cluster)}, lambda: cluster.master_address)
     if not args.json:
         note(next_steps(cluster))
+
+
+def _environment(given: list[str] | None) -> dict[str, str] | None:
+    """`--env KEY=VALUE` flags as a mapping; None when none was given (on resume: the
+    recorded one)."""
+    if not given:
+        return None
+    env: dict[str, str] = {}
+    for item in given:
+        key, equals, value = item.partition("=")
+        if not equals or not key or any(c.isspace() for c in key):
+            raise ValueError(f"--env takes KEY=VALUE, got {item!r}")
+        env[key] = value
+    return env
 
 
 def cmd_local_down(args: argparse.Namespace) -> None:
@@ -185,6 +200,15 @@ def register(commands: Subcommands) -> None:
         metavar="N",
         help="run etcd as a cluster of N members (3 survives the loss of one), each on its "
         "own ports; the master and workers are given every member (default 1)",
+    )
+    up.add_argument(
+        "--env",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a setting for every server, as an environment variable (repeatable), e.g. "
+        "RESERVOIR_ALLOWED_SCHEMES=s3,gs,az; recorded in cluster.json, so `local restart`, "
+        "`local add-worker` and --resume keep it (secrets belong in files: "
+        "`mount --credentials file:PATH`)",
     )
     up.add_argument(
         "--resume",

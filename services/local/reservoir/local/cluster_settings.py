@@ -29,6 +29,9 @@ class Setting:
         """The value as the user would have typed it."""
         if isinstance(value, bool):
             return self.flag if value else f"--no-{self.flag.removeprefix('--')}"
+        if isinstance(value, dict) and self.flag.startswith("--"):
+            given = [f"{self.flag} {k}={v}" for k, v in sorted(value.items())]
+            return " ".join(given) or f"no {self.flag}"
         if self.flag.startswith("--"):
             return f"{self.flag} {value if value not in ('', None) else '(none)'}"
         return f"{self.flag}={value!r}"
@@ -47,7 +50,8 @@ SETTINGS: tuple[Setting, ...] = (
     # How many etcd members (1: a single etcd; 3: a cluster that survives one loss).
     Setting("etcd_members", "--etcd-members", 1),
     Setting("lease_ttl", "lease_ttl", 10),
-    Setting("env", "env", {}),
+    # More environment for every server (`local up --env KEY=VALUE`), over what they inherit.
+    Setting("env", "--env", {}),
     # More flags for every etcd member (tests: e.g. a small --quota-backend-bytes).
     Setting("etcd_flags", "etcd_flags", []),
     # Where a --secure cluster's CA, certificates and tokens are ("" = <state dir>/tls).
