@@ -22,6 +22,11 @@ class Transient(Exception):
     """A failure worth another attempt: a connection error, a 5xx, a body cut short."""
 
 
+def tried(attempts: int) -> str:
+    """How a failure says how often it was tried: "after 3 attempts", "after 1 attempt"."""
+    return f"after {attempts} attempt{'' if attempts == 1 else 's'}"
+
+
 def with_attempts(what: str, settings: UnderStoreSettings, call: Callable[[], T]) -> T:
     """`call` at most `settings.retries` times (at least once), backing off between as
     `settings.body_retry` says; Unavailable naming the last failure after the last."""
@@ -31,7 +36,7 @@ def with_attempts(what: str, settings: UnderStoreSettings, call: Callable[[], T]
             return call()
         except Transient as exc:
             if attempt + 1 >= attempts:
-                raise Unavailable(f"{what}: {exc} (after {attempts} attempts)") from exc
+                raise Unavailable(f"{what}: {exc} ({tried(attempts)})") from exc
             time.sleep(settings.body_retry.delay_s(attempt))
     raise AssertionError("unreachable")
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from reservoir.common.errors import DeadlineExceeded, InvalidArgument, ReservoirError, Unavailable
-from reservoir.common.understore.request_attempts import Transient, read_body
+from reservoir.common.understore.request_attempts import Transient, read_body, tried
 from reservoir.common.understore.store_errors import StorePlace, error_for_status
 from reservoir.common.understore.under_store import UnderStoreSettings
 
@@ -95,7 +95,7 @@ class RestCalls:
                 time.sleep(self._settings.body_retry.delay_s(attempt))
         raise Unavailable(
             f"{what}: cannot reach the under-store endpoint {self.endpoint} ({last}; "
-            f"after {attempts} attempts)"
+            f"{tried(attempts)})"
         )
 
     def _once(
