@@ -2,18 +2,16 @@
 workers, cached, and kept while the master is away so that reads go on without it.
 
 The file info a read asks for carries the workers holding each block (the master has
-them in memory): the view keeps them beside the inode, not in it, so the read planner can
-go to the nearest replica while `stat` answers what it always did (locations only when
-asked for)."""
+them in memory): the view keeps them beside the inode, not in it (file_infos.py), so the
+read planner can go to the nearest replica while `stat` answers what it always did
+(locations only when asked for). The worker list and its background renewal are
+worker_list.py's."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import dataclasses
 import time
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from reservoir.common import config as cfg
@@ -24,14 +22,15 @@ from reservoir.common.errors import (
     Unavailable,
     error_for_code_value,
 )
-from reservoir.common.master_calls import MasterCalls
 from reservoir.common.models import Inode, Mount, MountOptions, WorkerRecord
-from reservoir.common.observability import inject_metadata
-from reservoir.common.placement import Placement, placement_of
+from reservoir.common.placement import Placement
 from reservoir.common.rpc import ChannelOpener
-from reservoir.v1 import master_pb2, master_pb2_grpc
+from reservoir.v1 import master_pb2
 
+from .file_infos import FileInfos
+from .master_link import MasterLink
 from .penalty_box import PenaltyBox
+from .worker_list import WorkerList
 
 log = logs.get_logger(__name__)
 
@@ -39,58 +38,28 @@ _STAT_BATCH = 1000
 _LISTED_MEMORY = 10_000  # directories remembered as listed, before expired ones are dropped
 
 
-@dataclass
-class _Cached:
-    value: Any
-    expires: float
-    # Inodes: per block index, the workers that held it when the master last answered.
-    replicas: dict[int, list[str]] = dataclasses.field(default_factory=dict)
-
-
 class ClusterView:
     """The client's master calls, and what it remembers of their answers."""
 
     def __init__(self, config: cfg.ClientConfig, opener: ChannelOpener) -> None:
         self.config = config
-        hint = "" if config.security.tls else " (or it serves TLS: set RESERVOIR_TLS_CA)"
-        self._masters = MasterCalls(
-            config.master,
-            opener,
-            master_pb2_grpc.MasterServiceStub,
-            probe_timeout_s=config.master_probe_timeout_s,
-            unreachable_hint=hint,
-        )
-        self._infos: dict[str, _Cached] = {}
-        self._workers: _Cached | None = None
-        self._placement: tuple[list[WorkerRecord], Placement] = ([], placement_of([]))
-        self._workers_refresh: asyncio.Future[None] | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None  # the loop the view lives on
-        self._mounts: _Cached | None = None
+        self._master = MasterLink(config, opener)
+        self._infos = FileInfos(config.file_info_ttl_s)
+        self._workers = WorkerList(config, self._master)
+        self._mounts: list[Mount] | None = None  # the last list fetched, however old
         self.penalties = PenaltyBox(config.worker_penalty_s)  # one for every route
         self._listed: dict[str, float] = {}  # directory -> until when its listing counts
         self._listings: dict[str, asyncio.Future[None]] = {}
 
     async def close(self) -> None:
-        await self._masters.close()
+        await self._master.close()
 
     async def call(self, method: str, request: Any, what: str) -> Any:
-        """A call to the leading master (see master_calls.py)."""
-        return await self._masters.unary(
-            method,
-            request,
-            deadline_s=self.config.rpc_timeout_s,
-            what=what,
-            metadata=inject_metadata(),
-        )
+        """A call to the leading master (see master_link.py)."""
+        return await self._master.call(method, request, what)
 
     async def stream(self, method: str, request: Any, what: str) -> AsyncIterator[Any]:
-        async for item in self._masters.stream(
-            method,
-            request,
-            deadline_s=self.config.job_timeout_s,
-            what=what,
-            metadata=inject_metadata(),
-        ):
+        async for item in self._master.stream(method, request, what):
             yield item
 
     async def mount(
@@ -117,81 +86,35 @@ class ClusterView:
     async def mounts(self) -> list[Mount]:
         response = await self.call("ListMounts", master_pb2.ListMountsRequest(), "list mounts")
         mounts = [Mount.from_proto(m) for m in response.mounts]
-        self._mounts = _Cached(mounts, time.monotonic() + self.config.file_info_ttl_s)
+        self._mounts = mounts
         return mounts
 
     async def workers(self, *, fresh: bool = True) -> list[WorkerRecord]:
         """The live workers. `fresh=False` is the read path's view: the last list known,
         renewed in the background once it is older than `workers_ttl_s`, so neither a
         slow nor a dead master ever holds up a read that has workers to go to."""
-        known = self._workers
-        if fresh or known is None:
-            return await self._fetch_workers()
-        self._start_refresh()
-        return known.value  # type: ignore[no-any-return]  # the read path's, not to change
+        return await (self._workers.fetch() if fresh else self._workers.last())
 
     def known_workers(self) -> list[WorkerRecord] | None:
-        """The last worker list known, without a call, from any thread: None before the
-        first. Once it is older than `workers_ttl_s` a renewal is started on the event
-        loop (like `workers(fresh=False)`), and the old list serves meanwhile."""
-        known = self._workers
-        if known is None:
-            return None
-        loop = self._loop
-        if known.expires <= time.monotonic() and self._workers_refresh is None and loop:
-            with contextlib.suppress(RuntimeError):  # the loop is closing
-                loop.call_soon_threadsafe(self._start_refresh)
-        return known.value  # type: ignore[no-any-return]
-
-    def _start_refresh(self) -> None:
-        known = self._workers
-        if (
-            self._workers_refresh is None
-            and known is not None
-            and known.expires <= time.monotonic()
-        ):
-            self._workers_refresh = asyncio.ensure_future(self._refresh_workers())
-
-    async def _fetch_workers(self) -> list[WorkerRecord]:
-        self._loop = asyncio.get_running_loop()
-        response = await self.call("ListWorkers", master_pb2.ListWorkersRequest(), "list workers")
-        workers = [WorkerRecord.from_proto(w) for w in response.workers]
-        # Built here, once per list (and by `placement` once per membership), so a block
-        # read finds its homes with one hash.
-        self._placement = (workers, placement_of(workers))
-        self._workers = _Cached(workers, time.monotonic() + self.config.workers_ttl_s)
-        return workers
+        """The last worker list known, without a call, from any thread (see WorkerList)."""
+        return self._workers.known()
 
     def placement(self, workers: list[WorkerRecord]) -> Placement:
-        """The placement of `workers`: the one built with the last list fetched when they
-        are that list (what `workers` and `known_workers` return), else built for them."""
-        known, table = self._placement
-        return table if workers is known else placement_of(workers)
-
-    async def _refresh_workers(self) -> None:
-        try:
-            await self._fetch_workers()
-        except ReservoirError as exc:
-            # Keep reading with the list we have; ask again after another interval.
-            if self._workers is not None:
-                self._workers.expires = time.monotonic() + self.config.workers_ttl_s
-            log.debug("workers_refresh_failed", error=str(exc))
-        finally:
-            self._workers_refresh = None
+        """The placement of `workers`, built once per list fetched (see WorkerList)."""
+        return self._workers.placement(workers)
 
     def worker_failed(self, worker: WorkerRecord, error: ReservoirError) -> None:
         """Routes around one worker for a while and asks for news of the membership,
         without forgetting the others."""
         self.penalties.penalise(worker.id)
-        if self._workers is not None:
-            self._workers.expires = 0.0
+        self._workers.expire()
         log.info("worker_failed", worker=worker.id, error=str(error))
 
     async def stat(self, path: str, *, with_locations: bool = False, fresh: bool = False) -> Inode:
         path = paths.normalize(path)
-        hit = self._infos.get(path)
-        if not fresh and not with_locations and hit is not None and hit.expires > time.monotonic():
-            return hit.value  # type: ignore[no-any-return]
+        hit = self._infos.last(path) if path in self._infos else None
+        if not fresh and not with_locations and hit is not None and self._infos.fresh(path):
+            return hit
         if not fresh and not with_locations and await self._list_parent_once(path):
             listed = self.known_inode(path)
             if listed is not None:
@@ -207,27 +130,18 @@ class ClusterView:
                 raise
             # The master is down: what we knew still reads right, because the workers and
             # the under-store check the file's identity (ETag) on every fetch.
-            return hit.value  # type: ignore[no-any-return]
+            return hit
         inode = Inode.from_proto(message)
         plain = self.remember(inode, located=True)
         return inode if with_locations else plain
 
     def replicas(self, inode: Inode) -> dict[int, list[str]]:
-        """The workers known to hold each block of `inode` (as the master last answered
-        for this version of the file); empty when not known. Safe from any thread."""
-        hit = self._infos.get(inode.path)
-        if hit is None or hit.value.file_id != inode.file_id:
-            return {}
-        return hit.replicas
+        """The workers known to hold each block of `inode`; safe from any thread."""
+        return self._infos.replicas(inode)
 
     def known_inode(self, path: str) -> Inode | None:
-        """A cached inode while it is fresh, without a call; None otherwise. Safe from any
-        thread: a dict read under the GIL."""
-        # Keys are normalized paths: most callers pass one, and skip normalizing it.
-        hit = self._infos.get(path) or self._infos.get(paths.normalize(path))
-        if hit is None or hit.expires <= time.monotonic():
-            return None
-        return hit.value  # type: ignore[no-any-return]
+        """A cached inode while it is fresh, without a call; safe from any thread."""
+        return self._infos.known_inode(path)
 
     async def _list_parent_once(self, path: str) -> bool:
         """On the first miss in a directory, its listing (up to `list_on_miss_max_entries`)
@@ -276,10 +190,9 @@ class ClusterView:
         if with_locations:
             return await self._stat_batches(list(many), with_locations=True)
         normal = [paths.normalize(p) for p in many]
-        now = time.monotonic()
-        missing = {p for p in normal if not (p in self._infos and self._infos[p].expires > now)}
+        missing = {p for p in normal if not self._infos.fresh(p)}
         await self._stat_batches(sorted(missing), with_locations=False)
-        return [self._infos[p].value for p in normal]
+        return [self._infos.last(p) for p in normal]
 
     async def _stat_batches(self, many: list[str], *, with_locations: bool) -> list[Inode]:
         """The inodes of `many`, asked with their blocks' locations and remembered, in calls
@@ -339,18 +252,10 @@ class ClusterView:
         `stat` answers unless asked for them). `located`: the master was asked for its
         blocks' locations, so no location means no worker holds the block; otherwise
         the replicas known for this version of the file stay."""
-        replicas = inode.locations
-        plain = dataclasses.replace(inode, locations={}) if replicas else inode
-        if not located:
-            old = self._infos.get(inode.path)
-            if old is not None and old.value.file_id == inode.file_id:
-                replicas = old.replicas
-        expires = time.monotonic() + self.config.file_info_ttl_s
-        self._infos[inode.path] = _Cached(plain, expires, replicas)
-        return plain
+        return self._infos.remember(inode, located=located)
 
     def forget(self, path: str) -> None:
-        self._infos.pop(path, None)
+        self._infos.forget(path)
 
     async def refresh(self, path: str) -> Inode:
         """A file's inode as the under-store has it now: the master checks it (HEAD) and
@@ -364,18 +269,15 @@ class ClusterView:
         return self.remember(Inode.from_proto(message), located=True)
 
     def forget_below(self, path: str) -> None:
-        top = paths.normalize(path)
-        for known in [p for p in self._infos if paths.is_within(p, top)]:
-            del self._infos[known]
+        self._infos.forget_below(path)
 
     def known_mounts(self) -> list[Mount] | None:
         """The last mount list fetched, however old (None if never fetched)."""
-        return None if self._mounts is None else list(self._mounts.value)
+        return None if self._mounts is None else list(self._mounts)
 
     def forget_workers(self) -> None:
         """The next read asks the master who the workers are (a drain changed a state)."""
-        if self._workers is not None:
-            self._workers.expires = 0.0
+        self._workers.expire()
 
     def forget_all(self) -> None:
         self._infos.clear()
