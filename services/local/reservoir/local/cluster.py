@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import shutil
 import signal
 import urllib.request
 from collections.abc import Callable
@@ -23,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from reservoir.common import tmpfs_mount
 from reservoir.common.config import ClientConfig, EtcdSettings, SecuritySettings
 
 from . import cluster_record, probes
@@ -323,7 +323,7 @@ class LocalCluster:
             resume=resume,
         )
         cluster = cls(state_dir=plan.state.path, settings=plan.settings)
-        shutil.rmtree(cluster.shm_root, ignore_errors=True)  # a crashed cluster's block files
+        tmpfs_mount.remove_tree(cluster.shm_root)  # a crashed cluster's block files
         plan.start(cluster)
         return cluster
 
@@ -342,7 +342,7 @@ class LocalCluster:
             else:
                 self._supervisor.stop_all(group, timeout_s)
         # Any worker may keep blocks there (`local add-worker --shm`), not only the cluster's.
-        shutil.rmtree(self.shm_root, ignore_errors=True)
+        tmpfs_mount.remove_tree(self.shm_root)
         StateDir(self.state_dir).mark_stopped()
 
     def status(self) -> dict[str, Any]:

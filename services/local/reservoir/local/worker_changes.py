@@ -15,6 +15,8 @@ import shutil
 import time
 from typing import TYPE_CHECKING
 
+from reservoir.common import tmpfs_mount
+
 from .process import ClusterError
 from .worker_roster import WorkerOptions, next_worker, with_worker, worker_number
 
@@ -119,4 +121,4 @@ def _forget(cluster: LocalCluster, name: str) -> None:
 
 def _discard_cache(cluster: LocalCluster, name: str) -> None:
     shutil.rmtree(cluster.disk_dir(name), ignore_errors=True)
-    shutil.rmtree(cluster.shm_root / name, ignore_errors=True)
+    tmpfs_mount.remove_tree(cluster.shm_root / name)

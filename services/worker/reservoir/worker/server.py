@@ -19,6 +19,7 @@ from reservoir.common.serving import servers
 from reservoir.common.serving.auth import TokenTable
 from reservoir.common.serving.metrics_endpoint import MetricsEndpoint, server_registry
 from reservoir.common.serving.rpc_metrics import RpcMetrics
+from reservoir.common.tmpfs_mount import HugeTmpfs
 from reservoir.common.worker_calls import WorkerCalls, WorkerDeadlines
 
 from .block_reporter import BlockReporter
@@ -110,7 +111,28 @@ def _advertise(config: cfg.WorkerConfig, port: int) -> str:
     return f"{host}:{port}"
 
 
+def memory_tier_mount(config: cfg.WorkerConfig) -> HugeTmpfs | None:
+    """The huge-page tmpfs the memory tier's block files live on, when the worker mounts
+    one (`shm_huge_pages=mount`): sized with room beyond the capacity for the blocks
+    landing while others are evicted, which the tier counts only once published."""
+    if not config.shm_dir or config.shm_huge_pages != "mount":
+        return None
+    room = max(config.capacity_bytes // 4, 256 * 1024 * 1024)
+    return HugeTmpfs(config.shm_dir, config.capacity_bytes + room)
+
+
 async def serve(config: cfg.WorkerConfig, transport: Transport) -> None:
+    memory_mount = memory_tier_mount(config)
+    if memory_mount is not None:
+        memory_mount.open()  # before the tier empties the directory and lands blocks there
+    try:
+        await _serve(config, transport)
+    finally:
+        if memory_mount is not None:
+            memory_mount.close()
+
+
+async def _serve(config: cfg.WorkerConfig, transport: Transport) -> None:
     registry = server_registry()
     server = servers.new_server("worker", transport, RpcMetrics(registry))
     port = servers.bind(server, config.listen, transport)
