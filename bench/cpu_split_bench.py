@@ -88,6 +88,11 @@ def main(argv: list[str] | None = None) -> int:
         default="off",
         help="the workers' RESERVOIR_WORKER_SHM_HUGE_PAGES (and the caching hop's tmpfs)",
     )
+    p.add_argument(
+        "--shm-preallocate",
+        action="store_true",
+        help="the workers' RESERVOIR_WORKER_SHM_PREALLOCATE: spare block files made at start",
+    )
     p.add_argument("--json", type=Path, default=HERE / "results" / "cpu_split_bench.json")
     p.add_argument("--png", type=Path, default=HERE / "results" / "cpu_split_bench.png")
     args = p.parse_args(argv)
@@ -110,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         endpoint = s3.start()
         env = dict(DEV_CREDENTIALS) if endpoint else {}
         env["RESERVOIR_WORKER_SHM_HUGE_PAGES"] = args.shm_huge_pages
+        env["RESERVOIR_WORKER_SHM_PREALLOCATE"] = "1" if args.shm_preallocate else "0"
         cluster = LocalCluster.up(
             work / "cluster",
             workers=2,

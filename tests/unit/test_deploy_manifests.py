@@ -584,11 +584,13 @@ def test_k8s_every_container_has_resource_requests_and_limits() -> None:
 def test_k8s_worker_memory_holds_its_cache_capacity_with_headroom() -> None:
     worker = main_container(k8s_workload("DaemonSet", "reservoir-worker"))
     env = {e["name"]: e.get("value") for e in worker["env"]}
-    capacity = config.parse_size(env["RESERVOIR_WORKER_CAPACITY"])
+    settings = config.load(config.WorkerConfig, {k: v for k, v in env.items() if v is not None})
     resources = worker["resources"]
-    # Its /dev/shm blocks count against its memory: the scheduler must find room for them.
-    assert quantity(resources["requests"]["memory"]) >= capacity + 2**30
-    assert quantity(resources["limits"]["memory"]) >= capacity + 2**30
+    # Its /dev/shm blocks and spare block files count against its memory: the scheduler
+    # must find room for them.
+    held = settings.capacity_bytes + settings.spare_limit_bytes
+    assert quantity(resources["requests"]["memory"]) >= held + 2**30
+    assert quantity(resources["limits"]["memory"]) >= held + 2**30
 
 
 def k8s_member_commands(container: dict[str, Any]) -> dict[str, list[str]]:

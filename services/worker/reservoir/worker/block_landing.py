@@ -20,6 +20,10 @@ import secrets
 from reservoir.common.blocks.block_file import HEADER_SIZE, header
 from reservoir.common.blocks.fresh_bytes import bytes_to_fill, finished_bytes
 
+from .spare_block_files import SpareBlockFiles
+
+_MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # Linux
+
 
 class BytesLanding:
     """A block received into a new `bytes` object (what the memory tier keeps)."""
@@ -42,22 +46,35 @@ class BytesLanding:
 
 class FileLanding:
     """A block received into its block file (shared-memory tier), mapped, under a
-    temporary name until `publish`."""
+    temporary name until `publish`; in a spare file's pages when `spares` has one, and
+    given to them when not published (spare_block_files.py)."""
 
-    def __init__(self, directory: str, name: str, length: int) -> None:
+    def __init__(
+        self, directory: str, name: str, length: int, spares: SpareBlockFiles | None = None
+    ) -> None:
         self.length = length
+        self._spares = spares
         self._temporary = os.path.join(directory, f".{name}.{secrets.token_hex(4)}.landing")
-        fd = os.open(self._temporary, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        size = HEADER_SIZE + length
+        spare = spares.take(size) if spares is not None and length else None
+        if spare is not None:
+            os.rename(spare[0], self._temporary)
+            fd = os.open(self._temporary, os.O_RDWR)
+        else:
+            fd = os.open(self._temporary, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         try:
-            os.ftruncate(fd, HEADER_SIZE + length)
-            self._map = mmap.mmap(fd, HEADER_SIZE + length) if length else None
+            if spare is None or spare[1] != size:
+                os.ftruncate(fd, size)
+            # A spare's pages are there: mapping them all at once saves a fault per page.
+            flags = mmap.MAP_SHARED | (_MAP_POPULATE if spare is not None else 0)
+            self._map = mmap.mmap(fd, size, flags=flags) if length else None
         except BaseException:
             os.close(fd)
             os.unlink(self._temporary)
             raise
         os.close(fd)
-        whole = memoryview(self._map) if self._map is not None else memoryview(bytearray())
-        self.buffer = whole[HEADER_SIZE:] if self._map is not None else whole
+        self._whole = memoryview(self._map) if self._map is not None else memoryview(bytearray())
+        self.buffer = self._whole[HEADER_SIZE:] if self._map is not None else self._whole
         self._published = False
 
     def data(self) -> bytes | memoryview:
@@ -80,11 +97,27 @@ class FileLanding:
         self._published = True
 
     def close(self) -> None:
-        """The temporary file goes unless published; the mapping stays while the bytes
-        are read through it (an evicted block file's bytes stay for its readers too)."""
-        if not self._published:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self._temporary)
+        """Unless published, the temporary file goes to the spares or away; the mapping
+        stays while the bytes are read through it (an evicted block file's bytes stay for
+        its readers too)."""
+        if self._published:
+            return
+        spares, size = self._spares, HEADER_SIZE + self.length
+        if spares is not None and self._map is not None and spares.retire(size, self._release):
+            return
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._temporary)
+
+    def _release(self) -> str | None:
+        """The temporary file's path once the mapping is closed; None while a view of it
+        (a waiter sending the block) remains."""
+        try:
+            self.buffer.release()
+            self._whole.release()
+            self._map.close()  # type: ignore[union-attr]  # retired only with a mapping
+        except BufferError:
+            return None
+        return self._temporary
 
 
 BlockLanding = BytesLanding | FileLanding

@@ -113,11 +113,12 @@ def _advertise(config: cfg.WorkerConfig, port: int) -> str:
 
 def memory_tier_mount(config: cfg.WorkerConfig) -> HugeTmpfs | None:
     """The huge-page tmpfs the memory tier's block files live on, when the worker mounts
-    one (`shm_huge_pages=mount`): sized with room beyond the capacity for the blocks
-    landing while others are evicted, which the tier counts only once published."""
+    one (`shm_huge_pages=mount`): sized with room beyond the capacity for the spare files
+    and for the blocks landing while others are evicted, which the tier counts only once
+    published."""
     if not config.shm_dir or config.shm_huge_pages != "mount":
         return None
-    room = max(config.capacity_bytes // 4, 256 * 1024 * 1024)
+    room = max(config.capacity_bytes // 4, 256 * 1024 * 1024) + config.spare_limit_bytes
     return HugeTmpfs(config.shm_dir, config.capacity_bytes + room)
 
 
@@ -195,8 +196,8 @@ async def _serve(config: cfg.WorkerConfig, transport: Transport) -> None:
         region=config.region,
         capacity_bytes=config.capacity_bytes,
         started_ms=int(time.time() * 1000),
-        shm_dir=str(memory.directory)
-        if isinstance(memory := service.store.memory, ShmTier)
+        shm_dir=str(service.store.memory.directory)
+        if isinstance(service.store.memory, ShmTier)
         else "",
     )
     if data_port is not None:
@@ -209,6 +210,11 @@ async def _serve(config: cfg.WorkerConfig, transport: Transport) -> None:
             data_protection=level.value if level is not None else "",
         )
     membership = Membership(store, record, config, reporter)
+    memory = service.store.memory
+    if config.shm_preallocate and isinstance(memory, ShmTier):
+        # Before joining: the first cold blocks land in pages that are already there.
+        made = await asyncio.to_thread(memory.preallocate, config.default_block_size)
+        log.info("shm_preallocated", files=made, block_size=config.default_block_size)
     # Before the first (full) report: the blocks kept on disk are held again.
     await service.store.start()
     await server.start()

@@ -35,6 +35,7 @@ from reservoir.common.models import shm_block_name
 from .block_landing import BlockLanding, FileLanding
 from .eviction import EvictionPolicy
 from .memory_tier import BlockData, BlockFileRef, BlockId, HeldBlock, MemoryTier
+from .spare_block_files import SpareBlockFiles
 
 
 class ShmTier(MemoryTier):
@@ -48,6 +49,7 @@ class ShmTier(MemoryTier):
         policy: EvictionPolicy | None = None,
         *,
         unlisted: bool = False,
+        spare_bytes: int = 0,
     ) -> None:
         super().__init__(capacity_bytes, on_evict, policy)
         root = Path(directory)
@@ -59,6 +61,12 @@ class ShmTier(MemoryTier):
             root.chmod(0o711)
             self.directory = root / secrets.token_hex(16)
             self.directory.mkdir(mode=0o755)
+        self.spares = SpareBlockFiles(self.directory, spare_bytes) if spare_bytes > 0 else None
+
+    def preallocate(self, block_length: int) -> int:
+        """Fills the spares with files for blocks of `block_length` (at start, off the
+        event loop); returns how many were made."""
+        return self.spares.preallocate(HEADER_SIZE + block_length) if self.spares else 0
 
     def _path(self, block: BlockId) -> str:
         return str(self.directory / shm_block_name(*block))
@@ -72,7 +80,7 @@ class ShmTier(MemoryTier):
         return None
 
     def _new_landing(self, block: BlockId, length: int) -> BlockLanding:
-        return FileLanding(str(self.directory), shm_block_name(*block), length)
+        return FileLanding(str(self.directory), shm_block_name(*block), length, self.spares)
 
     def _rekey(self, old: BlockId, new: BlockId, entry: HeldBlock, offset: int) -> Any:
         # The file gets the new offset in its header, then the new name: a reader finds

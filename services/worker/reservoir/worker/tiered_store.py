@@ -84,7 +84,14 @@ class TieredStore:
     ) -> TieredStore:
         policy = new_policy(config.eviction, config.capacity_bytes)
         memory: MemoryTier = (
-            ShmTier(config.shm_dir, config.capacity_bytes, None, policy, unlisted=unlisted_shm)
+            ShmTier(
+                config.shm_dir,
+                config.capacity_bytes,
+                None,
+                policy,
+                unlisted=unlisted_shm,
+                spare_bytes=config.spare_limit_bytes,
+            )
             if config.shm_dir
             else MemoryTier(config.capacity_bytes, None, policy)
         )

@@ -12,6 +12,7 @@ from .shared import (
     EtcdSettings,
     MetricsSettings,
     UnderStoreCalls,
+    default_block_size_field,
     list_page_size_field,
     master_probe_timeout_field,
     metadata_page_keys_field,
@@ -26,7 +27,7 @@ class MasterConfig:
     metadata_url: str = field(
         default="etcd://127.0.0.1:2379", metadata=env("RESERVOIR_METADATA_URL")
     )
-    default_block_size: int = field(default=4 * MiB, metadata=env("RESERVOIR_BLOCK_SIZE"))
+    default_block_size: int = default_block_size_field()
     # How long an inode fetched from the under-store is trusted before it is checked again.
     metadata_ttl_s: float = field(default=300.0, metadata=env("RESERVOIR_METADATA_TTL"))
     metadata_timeout_s: float = field(default=5.0, metadata=env("RESERVOIR_METADATA_TIMEOUT"))
@@ -193,6 +194,14 @@ class WorkerConfig:
     # Needs CAP_SYS_ADMIN and clients in the worker's mount namespace; `off` uses shm_dir
     # as it is.
     shm_huge_pages: str = field(default="off", metadata=env("RESERVOIR_WORKER_SHM_HUGE_PAGES"))
+    # Spare block files the shm tier keeps for the next blocks to land in, their pages
+    # already allocated (worker/spare_block_files.py): landings it did not keep, and with
+    # shm_preallocate, files of the cluster's block size made at start. Memory the worker
+    # holds beyond its capacity, at most a quarter of the capacity; 0 turns spares off.
+    shm_spare_bytes: int = field(default=256 * MiB, metadata=env("RESERVOIR_WORKER_SHM_SPARE"))
+    shm_preallocate: bool = field(default=True, metadata=env("RESERVOIR_WORKER_SHM_PREALLOCATE"))
+    # The size of the spare files made at start.
+    default_block_size: int = default_block_size_field()
     # Which blocks each tier keeps (worker/eviction.py): `tinylfu` (scan-resistant, keeps a
     # fixed share of a data set read in shuffled epochs) or `lru`.
     eviction: str = field(default="tinylfu", metadata=env("RESERVOIR_WORKER_EVICTION"))
@@ -326,6 +335,12 @@ class WorkerConfig:
                 "disk watermarks need 0 < RESERVOIR_WORKER_DISK_LOW_WATERMARK <= "
                 "RESERVOIR_WORKER_DISK_HIGH_WATERMARK <= 1"
             )
+
+    @property
+    def spare_limit_bytes(self) -> int:
+        """The shm tier's spare block files at most: the setting, within a quarter of
+        the capacity (a small cache keeps few)."""
+        return min(self.shm_spare_bytes, self.capacity_bytes // 4)
 
     @property
     def disk_directories(self) -> list[str]:

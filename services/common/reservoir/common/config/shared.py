@@ -9,7 +9,7 @@ from typing import Any
 from reservoir.common.blocks.data_protection import Level
 from reservoir.common.errors import InvalidArgument
 
-from .loading import env, load, read_secret_file
+from .loading import MiB, env, load, read_secret_file
 
 
 @dataclass(frozen=True)
@@ -222,6 +222,12 @@ def metadata_page_keys_field() -> Any:
     page by page (one etcd answer must stay under 4 MiB; a page of larger values is split
     further on its own)."""
     return field(default=1000, metadata=env("RESERVOIR_METADATA_PAGE_KEYS"))
+
+
+def default_block_size_field() -> Any:
+    """The cluster's block size for a mount that names none: the master gives it to new
+    mounts, a worker makes its spare block files that size."""
+    return field(default=4 * MiB, metadata=env("RESERVOIR_BLOCK_SIZE"))
 
 
 def under_store_field() -> Any:
