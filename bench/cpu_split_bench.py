@@ -90,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument(
         "--shm-preallocate",
-        action="store_true",
+        choices=["on", "off"],
+        default="on",
         help="the workers' RESERVOIR_WORKER_SHM_PREALLOCATE: spare block files made at start",
     )
     p.add_argument("--json", type=Path, default=HERE / "results" / "cpu_split_bench.json")
@@ -115,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         endpoint = s3.start()
         env = dict(DEV_CREDENTIALS) if endpoint else {}
         env["RESERVOIR_WORKER_SHM_HUGE_PAGES"] = args.shm_huge_pages
-        env["RESERVOIR_WORKER_SHM_PREALLOCATE"] = "1" if args.shm_preallocate else "0"
+        env["RESERVOIR_WORKER_SHM_PREALLOCATE"] = args.shm_preallocate
         cluster = LocalCluster.up(
             work / "cluster",
             workers=2,

@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from reservoir.common.blocks.block_file import HEADER_SIZE, checksum
 from reservoir.worker.memory_tier import BlockId
 from reservoir.worker.shm_tier import ShmTier
@@ -100,3 +102,22 @@ def test_preallocated_spares_take_the_first_blocks_and_no_more_than_the_limit(
     assert kept and inode in made and len(_spares(tier)) == 2
     held = tier.get(("f", 0))
     assert held is not None and bytes(held[0]) == data
+
+
+def test_spares_made_at_start_leave_the_file_system_room_for_the_tiers_blocks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tier = ShmTier(str(tmp_path / "shm"), 4 * BLOCK, None, spare_bytes=8 * FILE)
+    spares = tier.spares
+    assert spares is not None
+
+    class FileSystem:  # room for the capacity and two spares, less what spares took
+        f_frsize = 1
+
+        @property
+        def f_bavail(self) -> int:
+            return 4 * BLOCK + 2 * FILE + FILE // 2 - spares.spare_bytes
+
+    monkeypatch.setattr(os, "statvfs", lambda path: FileSystem())
+    assert tier.preallocate(BLOCK) == 2
+    assert len(_spares(tier)) == 2

@@ -65,8 +65,12 @@ class ShmTier(MemoryTier):
 
     def preallocate(self, block_length: int) -> int:
         """Fills the spares with files for blocks of `block_length` (at start, off the
-        event loop); returns how many were made."""
-        return self.spares.preallocate(HEADER_SIZE + block_length) if self.spares else 0
+        event loop), never taking room the tier's capacity needs; returns how many were
+        made."""
+        if self.spares is None:
+            return 0
+        room = max(0, self.capacity_bytes - self.used_bytes)
+        return self.spares.preallocate(HEADER_SIZE + block_length, room)
 
     def _path(self, block: BlockId) -> str:
         return str(self.directory / shm_block_name(*block))
