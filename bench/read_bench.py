@@ -418,6 +418,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--quick", action="store_true", help="tiny sizes, one run: a smoke test")
     p.add_argument(
+        "--shm-huge-pages",
+        choices=["off", "mount"],
+        default="off",
+        help="the workers' RESERVOIR_WORKER_SHM_HUGE_PAGES (mount needs CAP_SYS_ADMIN)",
+    )
+    p.add_argument(
         "--rows",
         choices=("all", "gateway"),
         default="all",
@@ -479,7 +485,10 @@ def main(argv: list[str] | None = None) -> int:
             s3_endpoint=endpoint,
             capacity=args.capacity,
             shm=True,
-            env=dict(DEV_CREDENTIALS) if endpoint else None,
+            env={
+                **(DEV_CREDENTIALS if endpoint else {}),
+                "RESERVOIR_WORKER_SHM_HUGE_PAGES": args.shm_huge_pages,
+            },
         )
         session = Session(cluster, s3)
         bench.s = session

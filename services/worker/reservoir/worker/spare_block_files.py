@@ -80,11 +80,14 @@ class SpareBlockFiles:
         return made
 
     def take(self, file_length: int) -> tuple[str, int] | None:
-        """The path and length of the smallest spare of at least `file_length` bytes,
-        now the caller's to rename and cut to size; None when there is none."""
+        """The path and length of the smallest spare of at least `file_length` bytes and
+        at most a quarter more, now the caller's to rename and cut to size; None when
+        there is none. (A small file's block never takes a block-sized spare: cutting it
+        would free what the next large block needs, and split a huge page.)"""
+        most = file_length + file_length // 4
         with self._lock:
             self._collect()
-            fits = [n for n, paths in self._by_length.items() if paths and n >= file_length]
+            fits = [n for n, paths in self._by_length.items() if paths and file_length <= n <= most]
             if not fits:
                 return None
             length = min(fits)
