@@ -1,10 +1,10 @@
 """A tmpfs of a worker's own for its memory tier, backed by transparent huge pages.
 
-Why: a block landing in a plain tmpfs (/dev/shm is mounted `huge=never` on most hosts)
-faults in and zeroes a 4 KiB page at a time, about 1 ms of CPU per MiB on the fetching
-worker, five times the cost of receiving the bytes themselves; with `huge=within_size` the
-same landing costs what a reused buffer does (bench/README.md, "cold path CPU"), and a
-short-circuit reader maps a block with two faults instead of a thousand.
+Why: a block file in a plain tmpfs (/dev/shm is mounted `huge=never` on most hosts) is
+faulted in 4 KiB at a time: filling one cost 0.7-0.9 ms of CPU per MiB here, against
+0.09-0.15 with `huge=within_size` where the huge pages had been in use just before
+(bench/README.md, "Spare block files and huge pages"), and a short-circuit reader maps a
+block with two faults instead of a thousand.
 
 Mounting needs CAP_SYS_ADMIN, and the clients that read block files directly must share the
 worker's mount namespace (a host's processes, or pods mounting a hostPath with

@@ -2,11 +2,11 @@
 for the next blocks to land in.
 
 Why: a new block file's pages are allocated and zeroed as the fetch first writes each one
-(4 KiB at a time on a plain tmpfs), and given back when the file goes; that costs the
-fetching worker more CPU than receiving the bytes (bench/README.md, "cold path CPU").
-Landing in a spare's pages, mapped populated, costs a third of that. Spares come from
-landings the tier did not keep (a full cache's admission policy turns most cold blocks
-away) and, when asked (`RESERVOIR_WORKER_SHM_PREALLOCATE`), from files made at start.
+(4 KiB at a time on a plain tmpfs), and given back when the file goes; that was half the
+fetching worker's CPU on a cold read (bench/README.md, "Spare block files and huge
+pages"). A spare's pages are mapped populated, already zeroed and the worker's. Spares come
+from files written at start (`RESERVOIR_WORKER_SHM_PREALLOCATE`) and from landings the
+tier did not keep (a full cache's admission policy turns most cold blocks away).
 
 Only files no other process ever saw are reused: a landing the tier did not keep lived
 under a temporary name, and its bytes were read only through the worker's own mapping, so
