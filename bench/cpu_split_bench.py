@@ -43,6 +43,7 @@ from speed.datasets import BUCKET, MOUNT, large_dataset, small_dataset, upload  
 from speed.relay_hop import RelayHop  # noqa: E402
 from speed.s3_servers import S3Choice, cpu_seconds  # noqa: E402
 from speed.session import Session  # noqa: E402
+from speed.shm_flags import add_shm_arguments, shm_env  # noqa: E402
 
 MiB = 1 << 20
 SHM = "/dev/shm"
@@ -82,18 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--s3", choices=["seaweedfs", "moto"], default="seaweedfs")
     p.add_argument("--runs", type=int, default=3)
-    p.add_argument(
-        "--shm-huge-pages",
-        choices=["off", "mount"],
-        default="off",
-        help="the workers' RESERVOIR_WORKER_SHM_HUGE_PAGES (and the caching hop's tmpfs)",
-    )
-    p.add_argument(
-        "--shm-preallocate",
-        choices=["on", "off"],
-        default="on",
-        help="the workers' RESERVOIR_WORKER_SHM_PREALLOCATE: spare block files made at start",
-    )
+    add_shm_arguments(p)  # --shm-huge-pages mounts the caching hop's tmpfs the same way
     p.add_argument("--json", type=Path, default=HERE / "results" / "cpu_split_bench.json")
     p.add_argument("--png", type=Path, default=HERE / "results" / "cpu_split_bench.png")
     args = p.parse_args(argv)
@@ -115,8 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         endpoint = s3.start()
         env = dict(DEV_CREDENTIALS) if endpoint else {}
-        env["RESERVOIR_WORKER_SHM_HUGE_PAGES"] = args.shm_huge_pages
-        env["RESERVOIR_WORKER_SHM_PREALLOCATE"] = args.shm_preallocate
+        env.update(shm_env(args))
         cluster = LocalCluster.up(
             work / "cluster",
             workers=2,

@@ -50,6 +50,7 @@ from speed.plot import draw  # noqa: E402
 from speed.results import MiB, Row, Run, log, machine_info  # noqa: E402
 from speed.s3_servers import S3Choice  # noqa: E402
 from speed.session import COLD, WARM, Session  # noqa: E402
+from speed.shm_flags import add_shm_arguments, shm_env  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 
@@ -417,12 +418,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--state-dir", type=Path, default=None, help="default: a temp dir")
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--quick", action="store_true", help="tiny sizes, one run: a smoke test")
-    p.add_argument(
-        "--shm-huge-pages",
-        choices=["off", "mount"],
-        default="off",
-        help="the workers' RESERVOIR_WORKER_SHM_HUGE_PAGES (mount needs CAP_SYS_ADMIN)",
-    )
+    add_shm_arguments(p)
     p.add_argument(
         "--rows",
         choices=("all", "gateway"),
@@ -485,10 +481,7 @@ def main(argv: list[str] | None = None) -> int:
             s3_endpoint=endpoint,
             capacity=args.capacity,
             shm=True,
-            env={
-                **(DEV_CREDENTIALS if endpoint else {}),
-                "RESERVOIR_WORKER_SHM_HUGE_PAGES": args.shm_huge_pages,
-            },
+            env={**(DEV_CREDENTIALS if endpoint else {}), **shm_env(args)},
         )
         session = Session(cluster, s3)
         bench.s = session
