@@ -3,7 +3,9 @@ takes as long as the slowest server of a rank, not the sum of them."""
 
 from __future__ import annotations
 
+import signal
 import sys
+import time
 from functools import partial
 from pathlib import Path
 
@@ -57,3 +59,33 @@ def test_stop_all_signals_every_process_before_any_has_finished_stopping(
     assert all("exit" in m for m in stops), "each stopped by its SIGTERM, not killed"
     assert max(m["term"] for m in stops) < min(m["exit"] for m in stops)
     assert not any(p.alive() for p in procs)
+
+
+def _stopped_now(pid: int) -> bool:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
+
+
+def _stopped(pid: int) -> bool:
+    """Whether the process is stopped by a signal, once the signal has been delivered."""
+    deadline = time.monotonic() + 2
+    while not _stopped_now(pid) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return _stopped_now(pid)
+
+
+def test_a_paused_process_stays_alive_and_resumes_and_kill_then_ends_it(tmp_path: Path) -> None:
+    supervisor = Supervisor()
+    marks = tmp_path / "marks"
+    argv = [sys.executable, "-c", _SLOW_TO_STOP, str(marks)]
+    proc = Process("master", argv, {}, 0, str(tmp_path / "p.log"))
+    supervisor.spawn(proc)
+    supervisor.wait_ready(proc, partial(_ready, marks), 30)
+    started = time.monotonic()
+    supervisor.kill(proc, signal.SIGSTOP)  # frozen, as a hung server: not waited for
+    assert time.monotonic() - started < 2
+    assert proc.alive() and _stopped(proc.pid)
+    supervisor.kill(proc, signal.SIGCONT)
+    time.sleep(0.1)
+    assert proc.alive() and not _stopped_now(proc.pid)
+    supervisor.kill(proc)
+    assert not proc.alive()

@@ -137,9 +137,14 @@ class Supervisor:
         raise ClusterError(f"{proc.name} not ready after {timeout_s}s; see {proc.log}")
 
     def kill(self, proc: Process, sig: int = signal.SIGKILL) -> None:
+        """Sends `sig` to the process group; for a signal that ends it, waits until it has
+        (SIGKILL after 10 s). A pause or resume (SIGSTOP, SIGCONT) returns at once: the
+        process lives on, frozen or thawed."""
         if proc.alive():
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, sig)
+        if sig in (signal.SIGSTOP, signal.SIGCONT, signal.SIGTSTP):
+            return
         popen = self._popen.pop(proc.name, None)
         if popen is not None:
             try:
