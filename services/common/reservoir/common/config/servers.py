@@ -197,7 +197,7 @@ class WorkerConfig:
     # Spare block files the shm tier keeps for the next blocks to land in, their pages
     # already allocated (worker/spare_block_files.py): landings it did not keep, and with
     # shm_preallocate (on), files of the cluster's block size written at start. Memory the worker
-    # holds beyond its capacity, at most a quarter of the capacity; 0 turns spares off.
+    # holds beyond its capacity, at most a sixteenth of the capacity; 0 turns spares off.
     shm_spare_bytes: int = field(default=256 * MiB, metadata=env("RESERVOIR_WORKER_SHM_SPARE"))
     shm_preallocate: bool = field(default=True, metadata=env("RESERVOIR_WORKER_SHM_PREALLOCATE"))
     # The size of the spare files made at start.
@@ -338,9 +338,9 @@ class WorkerConfig:
 
     @property
     def spare_limit_bytes(self) -> int:
-        """The shm tier's spare block files at most: the setting, within a quarter of
-        the capacity (a small cache keeps few)."""
-        return min(self.shm_spare_bytes, self.capacity_bytes // 4)
+        """The shm tier's spare block files at most: the setting, within a sixteenth of
+        the capacity (memory held beyond it stays small; a small cache keeps few)."""
+        return min(self.shm_spare_bytes, self.capacity_bytes // 16)
 
     @property
     def disk_directories(self) -> list[str]:
