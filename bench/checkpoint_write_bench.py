@@ -62,6 +62,7 @@ from reservoir.local.cluster import DEV_CREDENTIALS, LocalCluster
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from speed import checkpoint_savers as savers  # noqa: E402
 from speed.s3_servers import S3Choice, cpu_seconds  # noqa: E402
+from speed.shm_flags import add_shm_arguments, shm_env  # noqa: E402
 
 MiB = 1 << 20
 BUCKET = "ckpt-bench"
@@ -460,6 +461,7 @@ def main() -> None:
         "--gateway", action="store_true", help="also save through `reservoir gateway` (boto3)"
     )
     parser.add_argument("--s3", choices=("seaweedfs", "moto"), default="seaweedfs")
+    add_shm_arguments(parser)
     results = Path(__file__).resolve().parent / "results"
     parser.add_argument("--json", type=Path, default=results / "checkpoint_write_bench.json")
     parser.add_argument("--png", type=Path, default=results / "checkpoint_write_bench.png")
@@ -476,7 +478,7 @@ def main() -> None:
                 capacity=args.capacity,
                 shm=True,
                 s3_endpoint=endpoint,
-                env=dict(DEV_CREDENTIALS) if endpoint else None,
+                env={**(DEV_CREDENTIALS if endpoint else {}), **shm_env(args)},
             )
             try:
                 rows, table = run(cluster, s3, args, size, Path(tmp))

@@ -128,3 +128,18 @@ def test_a_small_block_does_not_take_a_spare_made_for_a_whole_block(tmp_path: Pa
     made = {p.stat().st_ino for p in _spares(tier)}
     _, inode, kept = _land(tier, ("small", 0), os.urandom(BLOCK // 4))
     assert kept and inode not in made and len(_spares(tier)) == 2
+
+
+def test_a_block_kept_from_its_writer_is_written_into_a_spare(tmp_path: Path) -> None:
+    tier = ShmTier(str(tmp_path / "shm"), 4 * BLOCK, None, spare_bytes=FILE)
+    assert tier.preallocate(BLOCK) == 1
+    (spare,) = _spares(tier)
+    made = spare.stat().st_ino
+    data = os.urandom(BLOCK - 10)  # a checkpoint's block, not fetched: no landing
+    assert tier.put(("w", 0), data, checksum(data), 0)
+    (published,) = [p for p in tier.directory.iterdir() if p.is_file()]
+    assert published.stat().st_ino == made and published.stat().st_size == HEADER_SIZE + len(data)
+    assert published.stat().st_mode & 0o777 == 0o444  # block files are read-only
+    held = tier.get(("w", 0))
+    assert held is not None and bytes(held[0]) == data and held[1] == checksum(data)
+    assert _spares(tier) == []

@@ -79,8 +79,11 @@ class ShmTier(MemoryTier):
         landing = self._landings.get(block)
         if isinstance(landing, FileLanding) and landing.holds(data):
             landing.publish(self._path(block), crc, offset)  # received in place: named
-        else:
-            write_block_file(self._path(block), data, crc, offset)
+            return None
+        # A written block (a checkpoint's) or one moved up from disk: into a spare's pages
+        # when there is one of its size.
+        spare = self.spares.take(HEADER_SIZE + len(data)) if self.spares and len(data) else None
+        write_block_file(self._path(block), data, crc, offset, spare=spare[0] if spare else None)
         return None
 
     def _new_landing(self, block: BlockId, length: int) -> BlockLanding:

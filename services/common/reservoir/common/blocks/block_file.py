@@ -53,17 +53,31 @@ def header(crc: int, length: int, offset: int) -> bytes:
 
 
 def write_block_file(
-    path: str, data: bytes | memoryview, crc: int, offset: int, *, fsync: bool = False
+    path: str,
+    data: bytes | memoryview,
+    crc: int,
+    offset: int,
+    *,
+    fsync: bool = False,
+    spare: str | None = None,
 ) -> None:
     """Writes the block under a temporary name, then renames it: a reader sees the whole
     block or no file. `fsync`: the bytes reach the device before the rename (a power
     loss then leaves the whole block or none; without it, a torn file that fails its
-    checksum, which a disk tier drops when it starts)."""
+    checksum, which a disk tier drops when it starts). `spare`: a file no reader has seen
+    (worker/spare_block_files.py) to write over, whose pages are already there."""
     tmp = os.path.join(os.path.dirname(path), "." + os.path.basename(path) + ".tmp")
     with contextlib.suppress(FileNotFoundError):
         os.unlink(tmp)  # left by a crash; it may not be writable
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o444)
+    if spare is not None:
+        os.rename(spare, tmp)
+        fd = os.open(tmp, os.O_WRONLY)
+    else:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o444)
     try:
+        if spare is not None:
+            os.ftruncate(fd, HEADER_SIZE + len(data))
+            os.fchmod(fd, 0o444)
         for part in (memoryview(header(crc, len(data), offset)), memoryview(data)):
             while part:
                 part = part[os.write(fd, part) :]
