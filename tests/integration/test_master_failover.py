@@ -193,8 +193,10 @@ def test_sigterm_of_the_leader_resigns_and_a_standby_takes_over(healed: LocalClu
         # Two standbys campaigning at once may each take a term (the loser's goes unused):
         # a later leader's term is higher, not always the next one.
         assert new_leader != leader and new_term > term
+        # The record names the winner before its duties have started; it serves (and its
+        # gauge says 1) once they have.
+        eventually(lambda: "reservoir_master_leader 1.0" in _metrics(cluster, new_leader))
         leading = _metrics(cluster, new_leader)
-        assert "reservoir_master_leader 1.0" in leading
         assert 'reservoir_master_role{role="leader"} 1.0' in leading
         assert f"reservoir_master_term {float(new_term)}" in leading
         assert "reservoir_master_takeovers_total 1.0" in leading
