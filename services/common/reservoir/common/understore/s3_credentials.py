@@ -5,6 +5,8 @@ resolved in the process that uses them, never stored."""
 from __future__ import annotations
 
 import configparser
+import functools
+import os
 from pathlib import Path
 from typing import Any
 
@@ -60,4 +62,33 @@ def aws_session(source: str) -> tuple[Any, bool]:
         raise InvalidArgument(
             f"unknown credential source {source!r} (env, anonymous or file:/path)"
         )
-    return boto3.session.Session(**session_args), source == "anonymous"
+    import botocore.session
+
+    sdk = botocore.session.Session()
+    sdk.register_component("data_loader", _shared_model_loader())
+    return boto3.session.Session(botocore_session=sdk, **session_args), source == "anonymous"
+
+
+class _SearchPaths(list[str]):
+    """A data loader's search paths, to which each boto3 session appends its own directory
+    once: the shared loader's list does not grow by one per session."""
+
+    def append(self, path: str) -> None:
+        if path not in self:
+            super().append(path)
+
+
+@functools.cache
+def _shared_model_loader() -> Any:
+    """One botocore data loader for every session of this process. Each session otherwise
+    parses the S3 model, its endpoint rules and the endpoint list again (~60-110 ms of CPU
+    per store opened, and a mount opens one in the master and in every worker); the loader
+    caches what it parsed, which botocore treats as read-only, as it does when one session
+    makes many clients."""
+    import botocore.loaders
+
+    extra = os.environ.get("AWS_DATA_PATH", "")  # botocore's own setting, honoured as it does
+    paths = _SearchPaths(
+        os.path.expanduser(os.path.expandvars(p)) for p in extra.split(os.pathsep) if p
+    )
+    return botocore.loaders.Loader(extra_search_paths=paths)
