@@ -23,6 +23,7 @@ import pytest
 from reservoir.common.understore.azure_credentials import AccountKey
 from reservoir.common.understore.rest_calls import RestCalls
 from reservoir.common.understore.under_store import UnderStoreSettings
+from reservoir.local.process import free_port
 
 AZURITE_VERSION = "3.37.0"
 # Azurite's well-known development account (public, in Azure's own docs).
@@ -33,12 +34,6 @@ AZURE_KEY = (
 AZURE_ENV = {"AZURE_STORAGE_ACCOUNT_NAME": AZURE_ACCOUNT, "AZURE_STORAGE_ACCOUNT_KEY": AZURE_KEY}
 _REPO = Path(__file__).parent.parent
 _AZURITE_HOMES = [_REPO / ".venv" / "azurite", Path.home() / ".cache/reservoir-test/azurite"]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _wait_listening(process: subprocess.Popen[bytes], port: int, name: str, log: Path) -> None:
@@ -91,7 +86,7 @@ class Azurite:
     """An Azurite blob server; `endpoint` is its path-style URL for the dev account."""
 
     def __init__(self, binary: Path, directory: Path) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         log = directory / "azurite.log"
         self._log = log.open("wb")
         self._process = subprocess.Popen(
@@ -129,7 +124,7 @@ class FakeGcs:
     """A fake-gcs-server in memory; `endpoint` is its base URL (JSON and XML APIs)."""
 
     def __init__(self, binary: Path, directory: Path) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         log = directory / "fake-gcs.log"
         self._log = log.open("wb")
         # -public-host: the XML API (obstore's HEAD and GET) answers only requests to it.

@@ -7,6 +7,9 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
+import pytest
+
+from reservoir.local import process
 from reservoir.local.process import free_port, port_is_free
 
 
@@ -21,3 +24,14 @@ def test_server_ports_are_free_and_below_the_ephemeral_range() -> None:
             s.bind(("127.0.0.1", port))
             s.listen()
             assert not port_is_free(port)  # a listener has it: never picked meanwhile
+
+
+def test_a_port_is_not_handed_out_twice_before_its_server_binds_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Two picks for one cluster (a master's gRPC and metrics ports) are made before either
+    # server binds: with every random pick landing on one free port, the second differs.
+    picks = iter([20_000] * 50 + [20_001] * 50)
+    monkeypatch.setattr(process.random, "randrange", lambda low, high: next(picks))
+    first, second = free_port(), free_port()
+    assert first != second

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import random
@@ -25,6 +26,10 @@ class ClusterError(RuntimeError):
 # then. Below the range only other listeners compete, and those check first.
 _LOWEST_PORT = 10_000
 _PICKS = 100
+# Ports this process handed out lately. A pick is not bound until its server starts, so
+# without this two picks for one cluster (a master's gRPC and metrics ports) could be the
+# same free port, and the second server to bind fails.
+_HANDED_OUT: collections.deque[int] = collections.deque(maxlen=4096)
 
 
 def free_port() -> int:
@@ -33,11 +38,19 @@ def free_port() -> int:
     low, _ = _ephemeral_range()
     for _ in range(_PICKS if low - _LOWEST_PORT >= 1_000 else 0):
         port = random.randrange(_LOWEST_PORT, low)
-        if port_is_free(port):
-            return port
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+        if port not in _HANDED_OUT and port_is_free(port):
+            return _handed_out(port)
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in _HANDED_OUT:
+            return _handed_out(port)
+
+
+def _handed_out(port: int) -> int:
+    _HANDED_OUT.append(port)
+    return port
 
 
 def _ephemeral_range() -> tuple[int, int]:
