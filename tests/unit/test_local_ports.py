@@ -4,6 +4,7 @@ the server's bind)."""
 
 from __future__ import annotations
 
+import collections
 import socket
 from pathlib import Path
 
@@ -31,7 +32,8 @@ def test_a_port_is_not_handed_out_twice_before_its_server_binds_it(
 ) -> None:
     # Two picks for one cluster (a master's gRPC and metrics ports) are made before either
     # server binds: with every random pick landing on one free port, the second differs.
-    picks = iter([20_000] * 50 + [20_001] * 50)
-    monkeypatch.setattr(process.random, "randrange", lambda low, high: next(picks))
-    first, second = free_port(), free_port()
-    assert first != second
+    monkeypatch.setattr(process, "_HANDED_OUT", collections.deque(maxlen=16))
+    port = next(p for p in range(20_000, 30_000) if port_is_free(p))
+    monkeypatch.setattr(process.random, "randrange", lambda low, high: port)
+    assert free_port() == port
+    assert free_port() != port
