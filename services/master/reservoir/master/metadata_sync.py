@@ -1,12 +1,6 @@
 """The namespace in etcd made to agree with the under-store: a directory level per LIST,
-a file per HEAD.
-
-A path nobody has looked at costs one LIST of its directory, not a HEAD of its own: the
-first touch of a directory lists it (once, however many readers miss in it at the same
-time) and stores every child, so the next thousand reads in that directory cost the
-under-store nothing but their GETs. A directory too big to list in one go
-(`metadata_list_max_entries`) keeps what its first pages said and answers the rest with
-a HEAD each.
+a file per HEAD. Which of the two a reader's miss costs, and how readers that miss in one
+directory at once share one listing: `listing_flights.py`.
 """
 
 from __future__ import annotations
@@ -21,10 +15,9 @@ from typing import Any, TypeVar
 
 from reservoir.common import logs, paths
 from reservoir.common.config import MasterConfig
-from reservoir.common.errors import InvalidArgument, NotFound, ReservoirError
+from reservoir.common.errors import InvalidArgument, NotFound
 from reservoir.common.models import Inode, Mount, file_id_for
 from reservoir.common.understore.mounted_stores import MountedStores
-from reservoir.common.understore.store_schemes import scheme_of
 from reservoir.common.understore.under_store import ObjectInfo, UnderStore
 
 from .found_changes import FoundChanges
@@ -89,15 +82,6 @@ class DirectoryListing:
         self.by_path.update((c.path, c) for c in self.children)
 
 
-_Flight = tuple[str, int, str]  # (mount path, mount created_ms, directory)
-_MAX_TOO_BIG = 4096  # directories remembered as too big to list; past it, old ones go
-
-
-def _retrieve(future: asyncio.Future[DirectoryListing | None]) -> None:
-    if not future.cancelled():
-        future.exception()  # the readers that still wait have it; none may be left
-
-
 class NamespaceSync:
     def __init__(
         self,
@@ -115,12 +99,6 @@ class NamespaceSync:
         # What listings, HEADs, loads and events found changed, per mount, until a sync's
         # record takes it (master/interval_sync.py).
         self.found = FoundChanges(config.sync_found_max)
-        # Listings under way: every reader that misses in the directory meanwhile waits
-        # on the same answer.
-        self._listings: dict[_Flight, asyncio.Future[DirectoryListing | None]] = {}
-        # Directories found bigger than the listing bound, and when: misses in them are
-        # HEADs until the mount's sync interval says to try a listing again.
-        self._too_big: dict[_Flight, int] = {}
 
     async def ufs(self, call: Callable[..., T], *args: Any) -> T:
         """A blocking under-store call, on the pool that bounds them."""
@@ -195,86 +173,6 @@ class NamespaceSync:
 
     # ---- one path -------------------------------------------------------------------------
 
-    async def lookup(self, mount: Mount, path: str) -> Inode:
-        """The inode of a path whose stored metadata is missing or stale (and whose
-        directory is not freshly listed), from the under-store: its directory listed once
-        for every reader that misses in it, or, where a listing does not pay, a HEAD."""
-        directory = paths.parent_of(path)
-        if self.ttl_ms(mount) == 0 or not scheme_of(mount.uri).lists:
-            # "always": a listing is stale at once; and a store that cannot list (http)
-            # answers by HEAD alone.
-            return await self.sync_inode(mount, path)
-        flight: _Flight = (mount.path, mount.created_ms, directory)
-        found_big = self._too_big.get(flight)
-        if found_big is not None:
-            if self.fresh(mount, found_big):
-                return await self.sync_inode(mount, path)
-            del self._too_big[flight]
-        listed = self._listings.get(flight)
-        if listed is None:
-            listed = asyncio.get_running_loop().create_future()
-            listed.add_done_callback(_retrieve)
-            self._listings[flight] = listed
-            task = asyncio.create_task(self._list_once(mount, directory, listed))
-            task.add_done_callback(lambda _: self._listings.pop(flight, None))
-        # Shielded: a reader that gives up does not cancel the listing others wait on.
-        listing = await asyncio.shield(listed)
-        if listing is None:  # listed by an earlier flight meanwhile: etcd has the answer
-            stored = await self._namespace.get(path)
-            if stored is None:
-                raise await self.unseen(mount, path)
-            return stored
-        inode = listing.by_path.get(path)
-        if inode is not None:
-            return inode
-        if listing.complete:
-            raise NotFound(f"{path}: no such file or directory")
-        return await self.sync_inode(mount, path)
-
-    async def _list_once(
-        self,
-        mount: Mount,
-        directory: str,
-        listed: asyncio.Future[DirectoryListing | None],
-    ) -> None:
-        """Lists `directory`, answers the readers waiting on `listed` as soon as the
-        under-store has answered, then stores the listing (readers that miss there
-        meanwhile still find this flight, and its answer)."""
-        try:
-            # A reader that looked at etcd just before the last flight stored its listing
-            # would otherwise list the directory a second time.
-            if await self.listed(mount, directory):
-                listed.set_result(None)
-                return
-            bound = self._config.metadata_list_max_entries
-            children, complete = await self._read_directory(mount, directory, bound)
-        except asyncio.CancelledError:
-            listed.cancel()
-            raise
-        except Exception as exc:
-            listed.set_exception(exc)  # every waiting reader gets it; the next miss lists again
-            return
-        listing = DirectoryListing(children, complete=complete)
-        listed.set_result(listing)
-        if not complete:
-            flight = (mount.path, mount.created_ms, directory)
-            if len(self._too_big) >= _MAX_TOO_BIG:
-                self._too_big = {f: t for f, t in self._too_big.items() if self.fresh(mount, t)}
-                if len(self._too_big) >= _MAX_TOO_BIG:
-                    self._too_big.clear()  # forgotten ones cost a bounded listing again
-            self._too_big[flight] = now_ms()
-            log.info(
-                "directory_too_big_to_list",
-                path=directory,
-                listed=len(children),
-                bound=bound,
-            )
-        try:
-            await self._store_directory(mount, directory, children, complete)
-        except ReservoirError as exc:
-            # The readers have their answers; the next miss there lists it again.
-            log.warning("directory_listing_not_stored", path=directory, error=str(exc))
-
     async def sync_inode(self, mount: Mount, path: str) -> Inode:
         """One path checked against the under-store with a HEAD (a LIST when it is not an
         object: a directory, or nothing) and stored."""
@@ -327,10 +225,10 @@ class NamespaceSync:
         changed and new children written, vanished children (and their subtrees)
         removed, the directory marked as listed. A listing cut short at `limit` only
         writes what it saw: it cannot tell what vanished, nor vouch for what is absent."""
-        children, complete = await self._read_directory(mount, path, limit)
-        return await self._store_directory(mount, path, children, complete)
+        children, complete = await self.read_directory(mount, path, limit)
+        return await self.store_directory(mount, path, children, complete)
 
-    async def _read_directory(
+    async def read_directory(
         self, mount: Mount, path: str, limit: int | None
     ) -> tuple[list[Inode], bool]:
         """The children the under-store lists below `path`, sorted; and whether that is
@@ -359,7 +257,7 @@ class NamespaceSync:
         )
         return children, listing.complete
 
-    async def _store_directory(
+    async def store_directory(
         self, mount: Mount, path: str, children: list[Inode], complete: bool
     ) -> DirectoryListing:
         if not children and path != mount.path:

@@ -18,6 +18,7 @@ from reservoir.common.models import Inode, Mount
 from reservoir.common.understore.store_schemes import scheme_of
 
 from .directory_pages import DirectoryPages
+from .listing_flights import ListingFlights
 from .locality import LocalityTally, PathLocality, Place
 from .locations import BlockLocationTable
 from .metadata_sync import DirectoryListing, NamespaceSync, dir_inode, now_ms
@@ -42,6 +43,7 @@ class NamespaceReads:
         self._mounts = mounts
         self._sync = sync
         self._locations = locations
+        self._misses = ListingFlights(sync, namespace)
         self.tree_load = TreeLoad(namespace, sync, config.metadata_load_parallelism)
         self.directories = DirectoryPages(
             namespace, config, mounts, sync, self.file_info, self.with_locations
@@ -91,7 +93,7 @@ class NamespaceReads:
                 raise await self._sync.unseen(mount, path)
             return self.with_locations(again) if with_locations else again
         # Unknown or stale: one listing of the directory answers this path and its siblings.
-        inode = await self._sync.lookup(mount, path)
+        inode = await self._misses.lookup(mount, path)
         return self.with_locations(inode) if with_locations else inode
 
     async def file_infos(

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from prometheus_client import CollectorRegistry
 
-from reservoir.common import logs, paths
+from reservoir.common import logs
 from reservoir.common.config import MasterConfig
 from reservoir.common.errors import InvalidArgument, ReservoirError
 from reservoir.common.metadata.metadata_store import MetadataStore
@@ -38,6 +38,7 @@ from .jobs import LoadJobs
 from .locality import PathLocality, Place
 from .locations import BlockLocationTable
 from .metadata_sync import NamespaceSync, now_ms
+from .mount_changes import MountChanges
 from .mount_policy import MountPolicy
 from .mount_table import MountTable
 from .namespace_edits import NamespaceEdits
@@ -135,6 +136,9 @@ class MasterService:
             SyncRecords(store),
             config.sync_mounts_at_once,
         )
+        self.mounting = MountChanges(
+            self.mount_table, self._under_stores, self.sync, self.namespace, self.interval_sync
+        )
         self.event_followers = EventFollowers(
             self.mount_table, self.sync, self.namespace, self.writes.missing_parents, config
         )
@@ -228,62 +232,11 @@ class MasterService:
     async def mount(
         self, path: str, uri: str, options: MountOptions, *, replace: bool = False
     ) -> Mount:
-        """Mounts `uri` at `path`. The very same mount again (same URI and options) is a
-        no-op that returns the mount as it is, unless `replace`. `replace` swaps out a mount
-        already there: the new store is checked first (a failing one leaves the old mount
-        alone), then the namespace below `path` is dropped, to be read again from the new
-        store. Workers follow the mounts in etcd, so their next request uses the new mount.
-        A replacement that reads the same objects the same way (same URI, endpoint,
-        credentials and block size) but changes other options changes only policies: the
-        namespace and the cache stay (`apply` of a changed Dataset). The very same mount
-        replaced is read afresh."""
-        # Refused before anything is contacted: a refused under-store gets no request.
-        path, options = self.mount_table.admit(path, uri, options)
-        # Fail fast at mount time: one attempt, so a wrong endpoint is reported in seconds.
-        probe = await self.sync.ufs(self._under_stores.probe, uri, options)
-        async with self.mount_table.lock:
-            same = None if replace else self.mount_table.already(path, probe.uri, options)
-            if same is not None:
-                log.info("already mounted", path=path, uri=same.uri)
-                return same
-            old = self.mount_table.check_place(path, replace)
-            await self.sync.ufs(probe.check)
-            if (
-                old is not None
-                and old.uri == probe.uri
-                and old.options != options
-                and old.options.same_store(options)
-            ):
-                mount = Mount(path, old.uri, options, created_ms=old.created_ms)
-                await self.mount_table.put(mount)
-                log.info("mount_options_changed", path=path, uri=mount.uri)
-                return mount
-            mount = Mount(path=path, uri=probe.uri, options=options, created_ms=now_ms())
-            await self.mount_table.put(mount)
-            self._under_stores.prepare(mount)
-            if old is not None:
-                # Inodes (ETags, sizes, block sizes) and listing marks came from the old store.
-                await self.namespace.delete_mount(path)
-                await self.interval_sync.forget(path)
-        log.info(
-            "remounted" if old else "mounted",
-            path=path,
-            uri=mount.uri,
-            endpoint=options.endpoint_url,
-            block_size=options.block_size,
-            was_uri=old.uri if old else None,
-            was_endpoint=old.options.endpoint_url if old else None,
-        )
-        return mount
+        """Mounts `uri` at `path` (mount_changes.py)."""
+        return await self.mounting.mount(path, uri, options, replace=replace)
 
     async def unmount(self, path: str) -> None:
-        path = paths.normalize(path)
-        async with self.mount_table.lock:
-            await self.mount_table.remove(path)
-            await self.namespace.delete_mount(path)
-            self._under_stores.forget(path)
-            await self.interval_sync.forget(path)
-        log.info("unmounted", path=path)
+        await self.mounting.unmount(path)
 
     def mounts(self) -> list[Mount]:
         return self.mount_table.mounts()

@@ -1,0 +1,125 @@
+"""Readers that miss in one directory at once, answered by one listing of it.
+
+A path nobody has looked at costs one LIST of its directory, not a HEAD of its own: the
+first touch of a directory lists it (once, however many readers miss in it at the same
+time) and stores every child, so the next thousand reads in that directory cost the
+under-store nothing but their GETs. A directory too big to list in one go
+(`metadata_list_max_entries`) keeps what its first pages said and answers the rest with
+a HEAD each, until the mount's sync interval says to try a listing again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from reservoir.common import logs, paths
+from reservoir.common.errors import NotFound, ReservoirError
+from reservoir.common.models import Inode, Mount
+from reservoir.common.understore.store_schemes import scheme_of
+
+from .metadata_sync import DirectoryListing, NamespaceSync, now_ms
+from .namespace_store import NamespaceStore
+
+log = logs.get_logger(__name__)
+
+_Flight = tuple[str, int, str]  # (mount path, mount created_ms, directory)
+_MAX_TOO_BIG = 4096  # directories remembered as too big to list; past it, old ones go
+
+
+def _retrieve(future: asyncio.Future[DirectoryListing | None]) -> None:
+    if not future.cancelled():
+        future.exception()  # the readers that still wait have it; none may be left
+
+
+class ListingFlights:
+    def __init__(self, sync: NamespaceSync, namespace: NamespaceStore) -> None:
+        self._sync = sync
+        self._namespace = namespace
+        # Listings under way: every reader that misses in the directory meanwhile waits
+        # on the same answer.
+        self._listings: dict[_Flight, asyncio.Future[DirectoryListing | None]] = {}
+        # Directories found bigger than the listing bound, and when: misses in them are
+        # HEADs until the mount's sync interval says to try a listing again.
+        self._too_big: dict[_Flight, int] = {}
+
+    async def lookup(self, mount: Mount, path: str) -> Inode:
+        """The inode of a path whose stored metadata is missing or stale (and whose
+        directory is not freshly listed), from the under-store: its directory listed once
+        for every reader that misses in it, or, where a listing does not pay, a HEAD."""
+        directory = paths.parent_of(path)
+        if self._sync.ttl_ms(mount) == 0 or not scheme_of(mount.uri).lists:
+            # "always": a listing is stale at once; and a store that cannot list (http)
+            # answers by HEAD alone.
+            return await self._sync.sync_inode(mount, path)
+        flight: _Flight = (mount.path, mount.created_ms, directory)
+        found_big = self._too_big.get(flight)
+        if found_big is not None:
+            if self._sync.fresh(mount, found_big):
+                return await self._sync.sync_inode(mount, path)
+            del self._too_big[flight]
+        listed = self._listings.get(flight)
+        if listed is None:
+            listed = asyncio.get_running_loop().create_future()
+            listed.add_done_callback(_retrieve)
+            self._listings[flight] = listed
+            task = asyncio.create_task(self._list_once(mount, directory, listed))
+            task.add_done_callback(lambda _: self._listings.pop(flight, None))
+        # Shielded: a reader that gives up does not cancel the listing others wait on.
+        listing = await asyncio.shield(listed)
+        if listing is None:  # listed by an earlier flight meanwhile: etcd has the answer
+            stored = await self._namespace.get(path)
+            if stored is None:
+                raise await self._sync.unseen(mount, path)
+            return stored
+        inode = listing.by_path.get(path)
+        if inode is not None:
+            return inode
+        if listing.complete:
+            raise NotFound(f"{path}: no such file or directory")
+        return await self._sync.sync_inode(mount, path)
+
+    async def _list_once(
+        self,
+        mount: Mount,
+        directory: str,
+        listed: asyncio.Future[DirectoryListing | None],
+    ) -> None:
+        """Lists `directory`, answers the readers waiting on `listed` as soon as the
+        under-store has answered, then stores the listing (readers that miss there
+        meanwhile still find this flight, and its answer)."""
+        try:
+            # A reader that looked at etcd just before the last flight stored its listing
+            # would otherwise list the directory a second time.
+            if await self._sync.listed(mount, directory):
+                listed.set_result(None)
+                return
+            bound = self._sync.list_bound
+            children, complete = await self._sync.read_directory(mount, directory, bound)
+        except asyncio.CancelledError:
+            listed.cancel()
+            raise
+        except Exception as exc:
+            listed.set_exception(exc)  # every waiting reader gets it; the next miss lists again
+            return
+        listing = DirectoryListing(children, complete=complete)
+        listed.set_result(listing)
+        if not complete:
+            flight = (mount.path, mount.created_ms, directory)
+            if len(self._too_big) >= _MAX_TOO_BIG:
+                self._too_big = {
+                    f: t for f, t in self._too_big.items() if self._sync.fresh(mount, t)
+                }
+                if len(self._too_big) >= _MAX_TOO_BIG:
+                    self._too_big.clear()  # forgotten ones cost a bounded listing again
+            self._too_big[flight] = now_ms()
+            log.info(
+                "directory_too_big_to_list",
+                path=directory,
+                listed=len(children),
+                bound=bound,
+            )
+        try:
+            await self._sync.store_directory(mount, directory, children, complete)
+        except ReservoirError as exc:
+            # The readers have their answers; the next miss there lists it again.
+            log.warning("directory_listing_not_stored", path=directory, error=str(exc))
