@@ -11,6 +11,7 @@ import socket
 from collections.abc import Iterator
 from pathlib import Path
 
+import obstore
 import pytest
 
 from reservoir.common.errors import (
@@ -91,6 +92,28 @@ def test_a_rewrite_changes_the_token_and_a_read_with_the_old_one_is_a_conflict(
     with pytest.raises(Conflict):
         asyncio.run(cloud.get_range_async("v.bin", 0, 3, old.etag))
     assert cloud.get_range("v.bin", 0, 5, new.etag) == b"newer"
+
+
+def test_a_read_is_received_straight_into_the_buffer_without_obstores_get(
+    cloud: UnderStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # obstore receives a body into buffers of its own and hands out a copy; a worker's
+    # cold block is received where it will live instead (direct_gets.py), signed as the
+    # store asks, with its change token as the precondition.
+    body = bytes(range(256)) * 64
+    info = cloud.put("d/into.bin", body)
+
+    def refused(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a read went through obstore's GET")
+
+    monkeypatch.setattr(obstore, "get_async", refused)
+    monkeypatch.setattr(obstore, "get", refused)
+    buffer = bytearray(len(body) + 10)
+    got = asyncio.run(cloud.get_range_into("d/into.bin", 0, memoryview(buffer), info.etag))
+    assert got == len(body) and bytes(buffer[:got]) == body
+    assert cloud.get_range("d/into.bin", 100, 50, info.etag) == body[100:150]
+    with pytest.raises(NotFound):
+        asyncio.run(cloud.get_range_into("d/none.bin", 0, memoryview(bytearray(4))))
 
 
 # ---- credentials --------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from reservoir.common.errors import ReservoirError
 from reservoir.common.object_metadata import ObjectMetadata
 from reservoir.common.understore.body_retries import BodyBrokeOff, read_retrying
+from reservoir.common.understore.direct_gets import DirectGets
 from reservoir.common.understore.store_errors import StorePlace, error_for_obstore
 from reservoir.common.understore.under_store import (
     NO_METADATA,
@@ -110,6 +111,9 @@ class ObstoreUnderStore(UnderStore):
         self.endpoint = endpoint
         self.credentials = credential_source
         self.place = StorePlace(endpoint, credential_source)
+        # The store's GETs, received straight into the caller's buffer: set by a subclass
+        # that addresses and signs them itself (direct_gets.py); else obstore's.
+        self._direct: DirectGets | None = None
 
     # ---- what differs per store --------------------------------------------------------
 
@@ -164,9 +168,14 @@ class ObstoreUnderStore(UnderStore):
     async def get_range_async(
         self, key: str, offset: int, length: int, etag: str = ""
     ) -> bytes | memoryview:
-        """On the event loop; a read-only view of the body obstore received, not a copy."""
+        """On the event loop; a read-only view of the body received, not a copy."""
         if length <= 0:
             return b""
+        if self._direct is not None:
+            # One GET stack for the store: a range asked for into a buffer of its own.
+            buffer = memoryview(bytearray(length))
+            got = await self.get_range_into(key, offset, buffer, etag)
+            return buffer[:got].toreadonly()
         import obstore
 
         what = f"get {self.uri_of(key)}"
@@ -193,6 +202,21 @@ class ObstoreUnderStore(UnderStore):
             offset=offset,
             length=length,
         )
+
+    async def get_range_into(self, key: str, offset: int, out: memoryview, etag: str = "") -> int:
+        """Received straight into `out` where the store makes its own GETs."""
+        if self._direct is None or not len(out):
+            return await super().get_range_into(key, offset, out, etag)
+        what = f"get {self.uri_of(key)}"
+        try:
+            return await self._direct.get_into(key, offset, out, etag, what=what)
+        except ReservoirError as exc:
+            if not etag:
+                raise
+            stale = await asyncio.to_thread(self._stale, key, etag, exc, what)
+            if stale is exc:
+                raise
+            raise stale from exc
 
     def _read_error(self, exc: BaseException, key: str, token: str, what: str) -> ReservoirError:
         error = self._error(exc, what)
