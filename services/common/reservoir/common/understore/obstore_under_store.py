@@ -1,7 +1,9 @@
 """Under-stores driven by obstore (Rust `object_store`): what Google Cloud Storage and Azure
 Blob share (`gcs_under_store.py`, `azure_under_store.py` hold only what differs).
 
-HEADs, ranged reads (blocking and awaited) and single PUTs go through obstore. Listings,
+HEADs and single PUTs go through obstore; so do ranged reads, unless the store makes its
+own (`_direct`: GCS and Azure do, received straight into the caller's buffer by
+`direct_gets.py`, where obstore would gather each body and hand out a copy). Listings,
 deletes and what obstore has no word for (conditional copies, multipart through the
 store's own API) are each cloud's: obstore's listings drop GCS's generation, the change
 token, and obstore cuts the trailing '/' of a directory marker from the names it lists
