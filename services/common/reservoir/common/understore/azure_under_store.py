@@ -34,7 +34,6 @@ from reservoir.common.errors import InvalidArgument, NotFound
 from reservoir.common.object_metadata import ObjectMetadata
 from reservoir.common.understore.azure_blob_api import AzureBlobApi
 from reservoir.common.understore.azure_credentials import account_key_of
-from reservoir.common.understore.direct_gets import DirectGets
 from reservoir.common.understore.obstore_under_store import (
     UPLOADS,
     ObstoreUnderStore,
@@ -60,24 +59,6 @@ _ACCOUNT = re.compile(r"^[a-z0-9]{3,24}$")
 # Azure's block blob rules: a block of up to 4000 MiB, at most 50,000 blocks per blob.
 MAX_BLOCK_SIZE = 4000 * 1024 * 1024
 MAX_BLOCKS = 50_000
-
-
-class _AzureGets(DirectGets):
-    """Blob reads with the ETag as If-Match, signed with the account key (SharedKey, over
-    the Range and If-Match too), or unsigned for an anonymous store."""
-
-    def __init__(self, store: AzureUnderStore, base_url: str, settings: UnderStoreSettings) -> None:
-        super().__init__(settings, store.place)
-        self._store = store
-        self._blobs = f"{base_url}/{store.container}/"
-
-    def _request(self, key: str, token: str, headers: dict[str, str]) -> str:
-        url = self._blobs + quote(self._store.prefix + key, safe="/")
-        if token:
-            headers["If-Match"] = f'"{token}"'
-        if self._store._key is not None:
-            self._store._key.sign("GET", urlsplit(url).path, headers)
-        return url
 
 
 class AzureUnderStore(ObstoreUnderStore):
@@ -134,7 +115,8 @@ class AzureUnderStore(ObstoreUnderStore):
             sign=self._key.sign if self._key is not None else None,
         )
         self._api = AzureBlobApi(rest, base_url, container, settings.request_timeout_s)
-        self._direct = _AzureGets(self, base_url, settings)
+        self._blobs = f"{base_url}/{container}/"
+        self._get_directly()
 
     def _open(self, base_url: str, settings: UnderStoreSettings) -> Any:
         from obstore.store import AzureStore
@@ -151,6 +133,16 @@ class AzureUnderStore(ObstoreUnderStore):
             client_options=client_options(settings, base_url),  # type: ignore[arg-type]
             retry_config=retry_config(settings),  # type: ignore[arg-type]
         )
+
+    def _get_request(self, key: str, token: str, headers: dict[str, str]) -> str:
+        """A blob read with the ETag as If-Match, signed with the account key (SharedKey,
+        over the Range and If-Match too), or unsigned for an anonymous store."""
+        url = self._blobs + quote(self.prefix + key, safe="/")
+        if token:
+            headers["If-Match"] = f'"{token}"'
+        if self._key is not None:
+            self._key.sign("GET", urlsplit(url).path, headers)
+        return url
 
     def limits(self) -> StoreLimits:
         # Blocks of any size down to one byte, up to Azure's block and block-count bounds.

@@ -36,7 +36,6 @@ from reservoir.common.errors import (
     ReservoirError,
 )
 from reservoir.common.object_metadata import ObjectMetadata
-from reservoir.common.understore.direct_gets import DirectGets
 from reservoir.common.understore.gcs_credentials import GoogleToken
 from reservoir.common.understore.gcs_json_api import GcsJsonApi, Sources
 from reservoir.common.understore.obstore_under_store import (
@@ -63,23 +62,6 @@ _BUCKET = re.compile(r"^[a-z0-9][a-z0-9._\-]{1,221}[a-z0-9]$")
 # Compose takes at most 32 sources a call; an object is at most 5 TiB.
 MAX_COMPOSE_SOURCES = 32
 MAX_OBJECT_SIZE = 5 * 1024**4
-
-
-class _GcsGets(DirectGets):
-    """Reads as obstore makes them (the XML API: `/bucket/object`, the generation in the
-    query), with the store's bearer token."""
-
-    def __init__(self, store: GcsUnderStore, base_url: str, settings: UnderStoreSettings) -> None:
-        super().__init__(settings, store.place)
-        self._store = store
-        self._objects = f"{base_url}/{quote(store.bucket, safe='')}/"
-
-    def _request(self, key: str, token: str, headers: dict[str, str]) -> str:
-        url = self._objects + quote(self._store.prefix + key, safe="/")
-        if token:
-            url += f"?generation={quote(token, safe='')}"
-        self._store._authorize("GET", urlsplit(url).path, headers)
-        return url
 
 
 class GcsUnderStore(ObstoreUnderStore):
@@ -122,13 +104,23 @@ class GcsUnderStore(ObstoreUnderStore):
             sign=self._authorize,
         )
         self._api = GcsJsonApi(self._rest, base_url, bucket)
-        self._direct = _GcsGets(self, base_url, settings)
+        self._objects = f"{base_url}/{quote(bucket, safe='')}/"
+        self._get_directly()
 
     def limits(self) -> StoreLimits:
         # Compose takes sources of any size; rounds of 32 lift the per-call bound.
         return StoreLimits(
             writes=True, min_part_size=1, max_part_size=MAX_OBJECT_SIZE, max_parts=10_000
         )
+
+    def _get_request(self, key: str, token: str, headers: dict[str, str]) -> str:
+        """A read as obstore makes it (the XML API: `/bucket/object`, the generation in
+        the query), with the store's bearer token."""
+        url = self._objects + quote(self.prefix + key, safe="/")
+        if token:
+            url += f"?generation={quote(token, safe='')}"
+        self._authorize("GET", urlsplit(url).path, headers)
+        return url
 
     def _authorize(self, method: str, path: str, headers: dict[str, str]) -> None:
         token = self._tokens.token()

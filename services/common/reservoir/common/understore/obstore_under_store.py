@@ -93,6 +93,17 @@ def hidden(key: str) -> bool:
     return key.startswith(UPLOADS)
 
 
+class _StoreGets(DirectGets):
+    """GETs the store addresses and signs itself (`ObstoreUnderStore._get_request`)."""
+
+    def __init__(self, store: ObstoreUnderStore) -> None:
+        super().__init__(store.settings, store.place)
+        self._store = store
+
+    def _request(self, key: str, token: str, headers: dict[str, str]) -> str:
+        return self._store._get_request(key, token, headers)
+
+
 class ObstoreUnderStore(UnderStore):
     """One bucket or container (and key prefix) through an obstore store. A subclass
     builds `store`, lists, deletes, and says what its change token is (`_token`) and how
@@ -113,8 +124,8 @@ class ObstoreUnderStore(UnderStore):
         self.endpoint = endpoint
         self.credentials = credential_source
         self.place = StorePlace(endpoint, credential_source)
-        # The store's GETs, received straight into the caller's buffer: set by a subclass
-        # that addresses and signs them itself (direct_gets.py); else obstore's.
+        # The store's GETs, received straight into the caller's buffer, where a subclass
+        # addresses and signs them itself (`_get_request`); else obstore's.
         self._direct: DirectGets | None = None
 
     # ---- what differs per store --------------------------------------------------------
@@ -131,6 +142,15 @@ class ObstoreUnderStore(UnderStore):
         """The error of a conditional read that failed with `error` (a store that names
         versions answers an overwritten one with NotFound: a subclass tells them apart)."""
         return error
+
+    def _get_request(self, key: str, token: str, headers: dict[str, str]) -> str:
+        """The URL of a ranged GET of `key` (`DirectGets._request`), for a subclass that
+        makes its own: it then calls `_get_directly` once built."""
+        raise NotImplementedError
+
+    def _get_directly(self) -> None:
+        """Reads go through `_get_request` from now on, not obstore's GET."""
+        self._direct = _StoreGets(self)
 
     # ---- errors ----------------------------------------------------------------------
 
