@@ -218,8 +218,8 @@ def test_an_http_store_reads_one_file_after_another_on_one_kept_connection(
     (http_files.directory / "kept").mkdir()
     (http_files.directory / "kept" / "k.bin").write_bytes(b"k" * 10_000)
     store = open_under_store(f"{http_files.url}kept/", UnderStoreSettings(credentials="anonymous"))
-    before = http_files.requests().get("connections", 0)
     info = store.head("k.bin")
+    before = http_files.requests().get("connections", 0)
     for offset in range(0, 10_000, 1000):
         assert store.get_range("k.bin", offset, 1000, info.etag) == b"k" * 1000
     assert http_files.gets("kept/k.bin") == 10

@@ -15,11 +15,12 @@ from __future__ import annotations
 import re
 from urllib.parse import urlsplit
 
-from reservoir.common.errors import ReservoirError, Unavailable
+from reservoir.common.errors import DeadlineExceeded, ReservoirError, Unavailable
 from reservoir.common.understore.body_retries import BodyBrokeOff, RequestFailed, read_retrying
 from reservoir.common.understore.range_connections import (
     AnswerBrokeOff,
     BadAnswer,
+    DeadlinePassed,
     RangeAnswer,
     RangeConnections,
     cafile,
@@ -28,7 +29,7 @@ from reservoir.common.understore.range_connections import (
 from reservoir.common.understore.store_errors import StorePlace, error_for_status
 from reservoir.common.understore.under_store import UnderStoreSettings
 
-_RETRIED_STATUS = {500, 502, 503, 504}
+_RETRIED_STATUS = {429, 500, 502, 503, 504}
 _CODE = re.compile(rb"<Code>([^<]{1,64})</Code>")
 _CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
 
@@ -49,6 +50,10 @@ class DirectGets:
     def _denied(self, key: str) -> None:
         """A GET of `key` was refused (403): what was kept to sign it may be stale."""
 
+    def _accept(self, answer: RangeAnswer, token: str, what: str) -> None:
+        """Raises unless a 2xx answer is the object of change token `token` (for a store
+        that cannot make the GET conditional: it looks at the answer's headers)."""
+
     async def get_into(
         self, key: str, offset: int, out: memoryview, token: str, *, what: str
     ) -> int:
@@ -58,6 +63,12 @@ class DirectGets:
             nonlocal received
             answer = await self._get(key, offset + received, out[received:], token, what)
             received += answer.received
+            if isinstance(answer.broke_off, DeadlinePassed):
+                # Not read again: a body this slow would be as slow the next time.
+                raise DeadlineExceeded(
+                    f"{what}: the response took longer than its deadline "
+                    f"({self._settings.request_timeout_s} s)"
+                ) from answer.broke_off
             if answer.broke_off is not None:
                 raise BodyBrokeOff() from answer.broke_off
             return received
@@ -94,6 +105,12 @@ class DirectGets:
             raise Unavailable(f"{what}: {self._place.where}: {exc}") from exc
         if 200 <= answer.status < 300:
             self._check_range(answer, start, what)
+            if answer.unread:
+                raise Unavailable(
+                    f"{what}: {self._place.where} answered {answer.status} with "
+                    f"{answer.length} bytes, more than the {len(out)} asked for"
+                )
+            self._accept(answer, token, what)
             return answer
         error = self._error(answer, what)
         if answer.status == 403:

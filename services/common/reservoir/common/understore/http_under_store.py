@@ -9,9 +9,9 @@ refused (a metadata service); a redirect here is an error.
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import re
-import time
 from collections.abc import Callable
 from email.utils import parsedate_to_datetime
 from typing import TypeVar
@@ -21,13 +21,16 @@ from reservoir.common.errors import (
     Conflict,
     InvalidArgument,
     NotFound,
+    OutOfRange,
     PermissionDenied,
+    ReservoirError,
     Unsupported,
 )
+from reservoir.common.understore.direct_gets import DirectGets
+from reservoir.common.understore.range_connections import RangeAnswer
 from reservoir.common.understore.request_attempts import (
     KeptConnections,
     Transient,
-    read_body,
     with_attempts,
 )
 from reservoir.common.understore.store_errors import StorePlace, error_for_status
@@ -63,6 +66,7 @@ class HttpUnderStore(UnderStore):
         self._settings = settings
         self._place = StorePlace(parts.netloc, "anonymous")
         self._connections = KeptConnections(self._connection, max(1, settings.max_connections))
+        self._gets = _HttpGets(self, f"{parts.scheme.lower()}://{parts.netloc}")
         self.uri = f"{parts.scheme.lower()}://{parts.netloc}{self._root}"
 
     # ---- requests --------------------------------------------------------------------
@@ -126,11 +130,9 @@ class HttpUnderStore(UnderStore):
 
     @staticmethod
     def _token(response: http.client.HTTPResponse, size: int) -> str:
-        etag = response.getheader("ETag", "")
-        if etag:
-            return etag
-        modified = response.getheader("Last-Modified", "")
-        return f"{modified}-{size:x}" if modified else ""
+        return change_token(
+            response.getheader("ETag", ""), response.getheader("Last-Modified", ""), size
+        )
 
     # ---- UnderStore --------------------------------------------------------------------
 
@@ -189,33 +191,27 @@ class HttpUnderStore(UnderStore):
         )
 
     def get_range(self, key: str, offset: int, length: int, etag: str = "") -> bytes:
+        """Blocking callers take the awaited reads' GET stack, on a loop of their own."""
+        return bytes(asyncio.run(self.get_range_async(key, offset, length, etag)))
+
+    async def get_range_async(
+        self, key: str, offset: int, length: int, etag: str = ""
+    ) -> bytes | memoryview:
+        """Into a new buffer of `length` bytes, by the GETs a block's read makes."""
         if length <= 0:
             return b""
-        what = f"get {self.uri_of(key)}"
-        headers = {"Range": f"bytes={offset}-{offset + length - 1}"}
+        buffer = memoryview(bytearray(length))
+        got = await self.get_range_into(key, offset, buffer, etag)
+        return buffer[:got].toreadonly()
 
-        def once() -> bytes:
-            deadline = time.monotonic() + self._settings.request_timeout_s
-            conn, response = self._request("GET", key, headers, what)
-            try:
-                if response.status == 416:
-                    return b""
-                if response.status != 206:
-                    # Read nothing: a server that ignores Range would send the whole file.
-                    raise InvalidArgument(
-                        f"{what}: the server ignores Range requests ({response.status}); "
-                        "an http(s) mount needs a server that serves byte ranges"
-                    )
-                first, last, total = _content_range(response, what)
-                if first != offset or last >= offset + length:
-                    raise InvalidArgument(f"{what}: the server sent another range than asked")
-                if etag and self._token(response, total) != etag:
-                    raise Conflict(f"{what}: the object changed")
-                return read_body(response, last - first + 1, deadline, what)
-            finally:
-                self._connections.give(conn, response)
-
-        return self._attempts(what, once)
+    async def get_range_into(self, key: str, offset: int, out: memoryview, etag: str = "") -> int:
+        """Received straight into `out` (`direct_gets.py`); 0 at or past the file's end."""
+        if not len(out):
+            return 0
+        try:
+            return await self._gets.get_into(key, offset, out, etag, what=f"get {self.uri_of(key)}")
+        except OutOfRange:
+            return 0
 
     def check(self) -> None:
         """Reachable is enough: a server may refuse (403, 404) a HEAD of the prefix itself,
@@ -233,6 +229,53 @@ class HttpUnderStore(UnderStore):
                 conn.close()
 
         self._attempts(what, once)
+
+
+class _HttpGets(DirectGets):
+    """Ranged GETs of the server's files. HTTP has no precondition every server honours:
+    the change token is checked on the answer's own headers (its ETag, else Last-Modified
+    and the file's length); a server that ignores Range, or redirects, is refused."""
+
+    def __init__(self, store: HttpUnderStore, origin: str) -> None:
+        super().__init__(store._settings, store._place)
+        self._store = store
+        self._origin = origin
+
+    def _request(self, key: str, token: str, headers: dict[str, str]) -> str:
+        headers["Accept-Encoding"] = "identity"
+        return self._origin + self._store._path(key)
+
+    def _check_range(self, answer: RangeAnswer, start: int, what: str) -> None:
+        if answer.status != 206:
+            # Not read: a server that ignores Range would send the whole file.
+            raise InvalidArgument(
+                f"{what}: the server ignores Range requests ({answer.status}); "
+                "an http(s) mount needs a server that serves byte ranges"
+            )
+        super()._check_range(answer, start, what)
+
+    def _accept(self, answer: RangeAnswer, token: str, what: str) -> None:
+        if not token:
+            return
+        total = _CONTENT_RANGE.fullmatch(answer.headers.get("content-range", "").strip())
+        size = int(total.group(3)) if total is not None and total.group(3) != "*" else -1
+        headers = answer.headers
+        if change_token(headers.get("etag", ""), headers.get("last-modified", ""), size) != token:
+            raise Conflict(f"{what}: the object changed")
+
+    def _error(self, answer: RangeAnswer, what: str) -> ReservoirError:
+        if 300 <= answer.status < 400:
+            return InvalidArgument(
+                f"{what}: the server redirects ({answer.status}); redirects are not followed"
+            )
+        return super()._error(answer, what)
+
+
+def change_token(etag: str, modified: str, size: int) -> str:
+    """A file's change token: its ETag, else its Last-Modified and length together."""
+    if etag:
+        return etag
+    return f"{modified}-{size:x}" if modified else ""
 
 
 def _content_range(response: http.client.HTTPResponse, what: str) -> tuple[int, int, int]:

@@ -39,6 +39,10 @@ class AnswerBrokeOff(Exception):
     be sent again)."""
 
 
+class DeadlinePassed(TimeoutError):
+    """The answer was still arriving when its GET's deadline (`deadline_s`) came."""
+
+
 class BadAnswer(Exception):
     """An answer this client cannot read (no Content-Length on a body, a malformed head)."""
 
@@ -53,6 +57,9 @@ class RangeAnswer:
     length: int = 0
     error_body: bytes = b""
     broke_off: BaseException | None = field(default=None)
+    # A 2xx whose body is longer than the caller's buffer: not read (the connection is
+    # closed), for the caller to tell a server that ignored the Range it sent.
+    unread: bool = False
 
     @property
     def complete(self) -> bool:
@@ -181,16 +188,38 @@ class RangeConnections:
         return sock
 
     def _receive(self, sock: socket.socket, view: memoryview, deadline: float) -> int:
-        """Up to len(view) bytes (all of them unless the answer ends, stalls or runs past
-        its deadline); 0 at its end. TimeoutError on a stall or past the deadline."""
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"the answer took longer than {self._deadline_s} s")
+        """Up to len(view) bytes (all of them unless the answer ends, stalls or reaches
+        its deadline); 0 at its end. DeadlinePassed once the deadline came, TimeoutError
+        on a stall."""
+        self._wait_at_most(sock, deadline)
         try:
             if self._tls is not None:
                 return sock.recv_into(view, len(view))
             return sock.recv_into(view, len(view), socket.MSG_WAITALL)
-        except BlockingIOError as exc:  # SO_RCVTIMEO ran out without a byte
-            raise TimeoutError(f"the answer stalled for {self._timeout_s} s") from exc
+        except (BlockingIOError, TimeoutError) as exc:  # the wait ran out without a byte
+            raise self._ran_out(deadline) from exc
+
+    def _wait_at_most(self, sock: socket.socket, deadline: float) -> None:
+        """The next receive waits for the stall bound at most, and never past `deadline`
+        (a body still trickling in then returns what it has: it does not hold the GET)."""
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise DeadlinePassed(f"the answer took longer than {self._deadline_s} s")
+        wait = min(self._timeout_s, remaining)
+        if self._tls is not None:
+            sock.settimeout(wait)
+            return
+        whole, part = divmod(wait, 1.0)
+        # At least a microsecond: a zero SO_RCVTIMEO means no bound at all.
+        micros = max(int(part * 1e6), 0 if whole else 1)
+        sock.setsockopt(
+            socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", int(whole), micros)
+        )
+
+    def _ran_out(self, deadline: float) -> TimeoutError:
+        if time.monotonic() >= deadline:
+            return DeadlinePassed(f"the answer took longer than {self._deadline_s} s")
+        return TimeoutError(f"the answer stalled for {self._timeout_s} s")
 
     def _read_head(self, sock: socket.socket, deadline: float) -> tuple[bytes, bytes]:
         """The answer's head (through its blank line) and the bytes received past it."""
@@ -213,12 +242,11 @@ class RangeConnections:
     def _receive_some(self, sock: socket.socket, view: memoryview, deadline: float) -> int:
         """Whatever has arrived (at least a byte), not a whole buffer: the head's size is
         not known in advance."""
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"the answer took longer than {self._deadline_s} s")
+        self._wait_at_most(sock, deadline)
         try:
             return sock.recv_into(view)
-        except BlockingIOError as exc:
-            raise TimeoutError(f"the answer stalled for {self._timeout_s} s") from exc
+        except (BlockingIOError, TimeoutError) as exc:
+            raise self._ran_out(deadline) from exc
 
     def _read_body(
         self, sock: socket.socket, head: bytes, rest: bytes, out: memoryview, deadline: float
@@ -252,7 +280,8 @@ class RangeConnections:
             ) == length
         answer = RangeAnswer(status, headers, length=length)
         if length > len(out):
-            raise BadAnswer(f"a body of {length} bytes for a buffer of {len(out)}")
+            answer.unread = True
+            return answer, False
         first = min(len(rest), length)
         out[:first] = rest[:first]
         answer.received = first
