@@ -4,7 +4,8 @@ directory cannot be browsed; `reservoir load` takes a list of files instead.
 
 Anonymous only: no credentials are sent. `http.client` rather than urllib, because urllib
 follows redirects, and a redirect could send the cluster to an address the mount policy
-refused (a metadata service); a redirect here is an error.
+refused (a metadata service); a redirect here is an error. Ranged GETs take the stack every
+store's reads take (`direct_gets.py`), received straight into the caller's buffer.
 """
 
 from __future__ import annotations
