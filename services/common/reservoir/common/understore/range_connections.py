@@ -163,6 +163,10 @@ class RangeConnections:
         return self._connect(), False
 
     def _give_back(self, sock: socket.socket) -> None:
+        if self._tls is not None:
+            # Its last receive may have been bounded by that GET's deadline; a TLS socket's
+            # timeout bounds its sends too, so the next request starts with the stall bound.
+            sock.settimeout(self._timeout_s)
         with self._lock:
             if len(self._idle) < self._size:
                 self._idle.append(sock)
