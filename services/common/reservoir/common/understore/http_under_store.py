@@ -248,7 +248,7 @@ class _HttpGets(DirectGets):
 
     def _check_range(self, answer: RangeAnswer, start: int, what: str) -> None:
         if answer.status != 206:
-            # Not read: a server that ignores Range would send the whole file.
+            # A server that ignores Range sends whole files: refused, even a small one.
             raise InvalidArgument(
                 f"{what}: the server ignores Range requests ({answer.status}); "
                 "an http(s) mount needs a server that serves byte ranges"
@@ -277,13 +277,6 @@ def change_token(etag: str, modified: str, size: int) -> str:
     if etag:
         return etag
     return f"{modified}-{size:x}" if modified else ""
-
-
-def _content_range(response: http.client.HTTPResponse, what: str) -> tuple[int, int, int]:
-    match = _CONTENT_RANGE.fullmatch(response.getheader("Content-Range", "").strip())
-    if match is None or match.group(3) == "*":
-        raise InvalidArgument(f"{what}: a 206 without a usable Content-Range")
-    return int(match.group(1)), int(match.group(2)), int(match.group(3))
 
 
 def _mtime_ms(response: http.client.HTTPResponse) -> int:
