@@ -1,23 +1,28 @@
-"""The one body reader of the stores spoken over plain HTTP (http(s)://, WebHDFS, and the
-REST calls of GCS and Azure),
-against an in-process server whose bodies break off or trickle: a body cut short is read
-again within the bound, a body still arriving at the request's deadline fails with
-DeadlineExceeded at once (another attempt would multiply the deadline)."""
+"""The bodies of the stores' HTTP requests (the ranged GETs every store's reads take,
+direct_gets.py; WebHDFS; the REST calls of GCS and Azure), against an in-process server,
+plain or TLS, whose bodies break off or trickle: a body cut short is read again within the
+bound, a body still arriving at the request's deadline fails with DeadlineExceeded at once
+(another attempt would multiply the deadline), kept connections carry GET after GET."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
 from reservoir.common.errors import DeadlineExceeded, Unavailable
 from reservoir.common.understore.http_under_store import HttpUnderStore
+from reservoir.common.understore.range_connections import DeadlinePassed, RangeConnections
 from reservoir.common.understore.rest_calls import RestCalls
 from reservoir.common.understore.under_store import BodyRetry, UnderStoreSettings
+from reservoir.local import pki
 
 DATA = bytes(range(256)) * 64  # 16 KiB
 
@@ -26,9 +31,10 @@ class _Files:
     """Serves DATA as /files/data with ranges; `mode` says how a GET's body goes: "whole",
     "cut" (half, then the connection closes), "trickle" (a byte every 50 ms: 100 bytes take 5 s)."""
 
-    def __init__(self, mode: str) -> None:
+    def __init__(self, mode: str, tls: pki.LocalCredentials | None = None) -> None:
         self.mode = mode
         self.gets = 0
+        self.connections: set[int] = set()  # the connections GETs came on
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -46,6 +52,7 @@ class _Files:
 
             def do_GET(self) -> None:
                 owner.gets += 1
+                owner.connections.add(id(self.connection))
                 first, _, last = self.headers["Range"][len("bytes=") :].partition("-")
                 start, end = int(first), min(int(last), len(DATA) - 1)
                 body = DATA[start : end + 1]
@@ -72,7 +79,14 @@ class _Files:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/files/"
+        scheme = "http"
+        if tls is not None:
+            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            context.load_cert_chain(tls.cert, tls.key)
+            self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+            scheme = "https"
+        self.origin = f"{scheme}://127.0.0.1:{self.server.server_address[1]}"
+        self.url = f"{self.origin}/files/"
         threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
 
     def close(self) -> None:
@@ -132,3 +146,39 @@ def test_a_rest_call_whose_answer_trickles_past_the_deadline_fails_at_once(
     with pytest.raises(DeadlineExceeded):
         calls.call("GET", "/files/data", "get data", headers={"Range": "bytes=0-99"})
     assert files.gets == 1
+
+
+# ---- the stores' ranged GETs over TLS (range_connections.py) -----------------------------
+
+
+def _tls_get(pool: RangeConnections, start: int, length: int) -> bytes:
+    out = bytearray(length)
+    headers = {"Range": f"bytes={start}-{start + length - 1}"}
+    answer = asyncio.run(pool.get_into("/files/data", headers, memoryview(out)))
+    if answer.broke_off is not None:
+        raise answer.broke_off
+    assert answer.status == 206
+    return bytes(out[: answer.received])
+
+
+def test_tls_gets_one_after_another_share_one_kept_connection(tmp_path: Path) -> None:
+    served = _Files("whole", tls=pki.create(tmp_path / "pki", []))
+    try:
+        pool = RangeConnections(served.origin, 2, 5.0, 30.0, str(tmp_path / "pki" / "ca.pem"))
+        for start in range(0, len(DATA), 4096):
+            assert _tls_get(pool, start, 4096) == DATA[start : start + 4096]
+        assert len(served.connections) == 1
+    finally:
+        served.close()
+
+
+def test_a_tls_body_still_arriving_at_the_deadline_is_cut_there(tmp_path: Path) -> None:
+    served = _Files("trickle", tls=pki.create(tmp_path / "pki", []))
+    try:
+        pool = RangeConnections(served.origin, 2, 5.0, 0.3, str(tmp_path / "pki" / "ca.pem"))
+        began = time.monotonic()
+        with pytest.raises(DeadlinePassed):
+            _tls_get(pool, 0, 100)  # 100 bytes at 20 a second: 5 s, the stall bound
+        assert time.monotonic() - began < 2.0
+    finally:
+        served.close()
