@@ -3,9 +3,12 @@ on kept-alive connections (`range_connections.py`): the answer read by the one e
 table (`store_errors.py`) and the one retry loop (`body_retries.py`). A store says how a
 GET of a key is addressed, made conditional on its change token and signed
 (`DirectGets._request`): S3 by a URL obstore presigned (`signed_gets.py`), GCS and Azure
-by a header signed per request.
+by a header signed per request (`ObstoreUnderStore._get_request`), HTTP(S) unsigned, its
+change token checked on the answer's headers (`_accept`).
 
 A body that breaks off is resumed into the same buffer: a GET of the bytes still missing.
+A body still arriving at the GET's deadline (`request_timeout_s`) is DeadlineExceeded, and
+not asked for again: it would be as slow the next time.
 A store's SDK would receive the body into buffers of its own and hand out a copy (obstore:
 two); here the kernel's copy into the caller's buffer is the only one.
 """
