@@ -7,11 +7,14 @@ redirects that are refused, kept connections, and a server that cannot be reache
 
 from __future__ import annotations
 
+import asyncio
+import http.client
 import json
 import os
 import socket
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -72,6 +75,30 @@ def test_a_file_written_into_hdfs_is_read_byte_exact_through_the_datanode_redire
     assert store.get_range("a/b.bin", 300_000, 100, info.etag) == b""
     assert store.get_range("a/b.bin", 400_000, 100) == b""
     opens = [r for r in server.requests() if r["op"] == "OPEN" and r["path"].endswith("b.bin")]
+    assert {r["node"] for r in opens} == {"namenode", "datanode"}
+
+
+def test_a_read_is_received_straight_into_the_buffer_not_through_http_client(
+    server: WebHdfsServer, directory: str, store: UnderStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # http.client reads a body into bytes of its own, copied again into the block: the
+    # OPEN and its redirect go through the GET stack every store's reads take instead.
+    data = os.urandom(200_000)
+    info = store.put("into.bin", data)
+    sent = http.client.HTTPConnection.request
+
+    def no_open(conn: http.client.HTTPConnection, method: str, url: str, *a: Any, **k: Any) -> Any:
+        assert "op=OPEN" not in url, "an OPEN went through http.client"
+        return sent(conn, method, url, *a, **k)
+
+    monkeypatch.setattr(http.client.HTTPConnection, "request", no_open)
+    buffer = bytearray(300_000)
+    got = asyncio.run(store.get_range_into("into.bin", 1000, memoryview(buffer), info.etag))
+    assert got == 199_000 and bytes(buffer[:got]) == data[1000:]
+    assert store.get_range("into.bin", 5, 10) == data[5:15]
+    with pytest.raises(NotFound):
+        asyncio.run(store.get_range_into("none.bin", 0, memoryview(bytearray(4))))
+    opens = [r for r in server.requests() if r["op"] == "OPEN" and r["path"].endswith("into.bin")]
     assert {r["node"] for r in opens} == {"namenode", "datanode"}
 
 

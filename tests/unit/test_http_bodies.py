@@ -19,7 +19,11 @@ import pytest
 
 from reservoir.common.errors import DeadlineExceeded, Unavailable
 from reservoir.common.understore.http_under_store import HttpUnderStore
-from reservoir.common.understore.range_connections import DeadlinePassed, RangeConnections
+from reservoir.common.understore.range_connections import (
+    DeadlinePassed,
+    RangeConnections,
+    connections_to,
+)
 from reservoir.common.understore.rest_calls import RestCalls
 from reservoir.common.understore.under_store import BodyRetry, UnderStoreSettings
 from reservoir.local import pki
@@ -151,7 +155,7 @@ def test_a_rest_call_whose_answer_trickles_past_the_deadline_fails_at_once(
 # ---- the stores' ranged GETs over TLS (range_connections.py) -----------------------------
 
 
-def _tls_get(pool: RangeConnections, start: int, length: int) -> bytes:
+def _get(pool: RangeConnections, start: int, length: int) -> bytes:
     out = bytearray(length)
     headers = {"Range": f"bytes={start}-{start + length - 1}"}
     answer = asyncio.run(pool.get_into("/files/data", headers, memoryview(out)))
@@ -166,7 +170,7 @@ def test_tls_gets_one_after_another_share_one_kept_connection(tmp_path: Path) ->
     try:
         pool = RangeConnections(served.origin, 2, 5.0, 30.0, str(tmp_path / "pki" / "ca.pem"))
         for start in range(0, len(DATA), 4096):
-            assert _tls_get(pool, start, 4096) == DATA[start : start + 4096]
+            assert _get(pool, start, 4096) == DATA[start : start + 4096]
         assert len(served.connections) == 1
     finally:
         served.close()
@@ -178,7 +182,23 @@ def test_a_tls_body_still_arriving_at_the_deadline_is_cut_there(tmp_path: Path) 
         pool = RangeConnections(served.origin, 2, 5.0, 0.3, str(tmp_path / "pki" / "ca.pem"))
         began = time.monotonic()
         with pytest.raises(DeadlinePassed):
-            _tls_get(pool, 0, 100)  # 100 bytes at 20 a second: 5 s, the stall bound
+            _get(pool, 0, 100)  # 100 bytes at 20 a second: 5 s, the stall bound
         assert time.monotonic() - began < 2.0
     finally:
         served.close()
+
+
+def test_origins_given_one_thread_name_share_its_threads_not_one_set_each() -> None:
+    # HDFS redirects each block's read to one of many datanodes: a set of threads for each
+    # would grow with the cluster.
+    servers = [_Files("whole") for _ in range(3)]
+    try:
+        for served in servers:
+            pool = connections_to(served.origin, 2, 5.0, 30.0, shared_threads="test-shared-get")
+            for start in range(0, len(DATA), 4096):
+                assert _get(pool, start, 4096) == DATA[start : start + 4096]
+        names = [t.name for t in threading.enumerate() if t.name.startswith("test-shared-get")]
+        assert 1 <= len(names) <= 2
+    finally:
+        for served in servers:
+            served.close()

@@ -93,19 +93,8 @@ class DirectGets:
         complete or broken off), else the domain error."""
         headers = {"Range": f"bytes={start}-{start + len(out) - 1}"}
         url = urlsplit(self._request(key, token, headers))
-        connections = self._connections_to(f"{url.scheme}://{url.netloc}")
         target = url.path + (f"?{url.query}" if url.query else "")
-        try:
-            answer = await connections.get_into(target, headers, out)
-        except (AnswerBrokeOff, OSError) as exc:
-            raise RequestFailed(
-                Unavailable(
-                    f"{what}: cannot connect to the under-store endpoint "
-                    f"{self._place.endpoint} ({type(exc).__name__}: {exc})"
-                )
-            ) from exc
-        except BadAnswer as exc:
-            raise Unavailable(f"{what}: {self._place.where}: {exc}") from exc
+        answer = await self._exchange(f"{url.scheme}://{url.netloc}", target, headers, out, what)
         if 200 <= answer.status < 300:
             self._check_range(answer, start, what)
             if answer.unread:
@@ -121,6 +110,30 @@ class DirectGets:
         if answer.status in _RETRIED_STATUS:
             raise RequestFailed(error)
         raise error
+
+    async def _exchange(
+        self,
+        origin: str,
+        target: str,
+        headers: dict[str, str],
+        out: memoryview,
+        what: str,
+        endpoint: str = "",
+    ) -> RangeAnswer:
+        """One GET of `target` at `origin` on the kept connections there: its answer (a 2xx
+        body in `out`), RequestFailed when none came. `endpoint`: the name errors give the
+        origin (the store's own endpoint by default)."""
+        try:
+            return await self._connections_to(origin).get_into(target, headers, out)
+        except (AnswerBrokeOff, OSError) as exc:
+            raise RequestFailed(
+                Unavailable(
+                    f"{what}: cannot connect to the under-store endpoint "
+                    f"{endpoint or self._place.endpoint} ({type(exc).__name__}: {exc})"
+                )
+            ) from exc
+        except BadAnswer as exc:
+            raise Unavailable(f"{what}: {self._place.where}: {exc}") from exc
 
     def _check_range(self, answer: RangeAnswer, start: int, what: str) -> None:
         """The body is the range asked for (a server that ignores Range answers 200 with

@@ -10,7 +10,6 @@ store's reads take (`direct_gets.py`), received straight into the caller's buffe
 
 from __future__ import annotations
 
-import asyncio
 import http.client
 import re
 from collections.abc import Callable
@@ -36,9 +35,9 @@ from reservoir.common.understore.request_attempts import (
 )
 from reservoir.common.understore.store_errors import StorePlace, error_for_status
 from reservoir.common.understore.under_store import (
+    BufferReadStore,
     Listing,
     ObjectInfo,
-    UnderStore,
     UnderStoreSettings,
 )
 
@@ -46,7 +45,7 @@ T = TypeVar("T")
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 
 
-class HttpUnderStore(UnderStore):
+class HttpUnderStore(BufferReadStore):
     """Files under one URL prefix, read with HEAD and ranged GETs. The change token is the
     server's ETag, else Last-Modified and the length together."""
 
@@ -190,20 +189,6 @@ class HttpUnderStore(UnderStore):
             f"list {self.uri_of(prefix)}: an http(s) mount cannot be listed (HTTP has no "
             "listing); open files by path, and give `reservoir load` a list of files"
         )
-
-    def get_range(self, key: str, offset: int, length: int, etag: str = "") -> bytes:
-        """Blocking callers take the awaited reads' GET stack, on a loop of their own."""
-        return bytes(asyncio.run(self.get_range_async(key, offset, length, etag)))
-
-    async def get_range_async(
-        self, key: str, offset: int, length: int, etag: str = ""
-    ) -> bytes | memoryview:
-        """Into a new buffer of `length` bytes, by the GETs a block's read makes."""
-        if length <= 0:
-            return b""
-        buffer = memoryview(bytearray(length))
-        got = await self.get_range_into(key, offset, buffer, etag)
-        return buffer[:got].toreadonly()
 
     async def get_range_into(self, key: str, offset: int, out: memoryview, etag: str = "") -> int:
         """Received straight into `out` (`direct_gets.py`); 0 at or past the file's end."""

@@ -73,17 +73,36 @@ _POOLS: dict[tuple[str, int, float, float, str], RangeConnections] = {}
 _POOLS_LOCK = threading.Lock()
 
 
+# Threads shared by the pools of many origins, by name and size (`connections_to`).
+_SHARED_THREADS: dict[tuple[str, int], ThreadPoolExecutor] = {}
+
+
 def connections_to(
-    origin: str, size: int, timeout_s: float, deadline_s: float, cafile: str = ""
+    origin: str,
+    size: int,
+    timeout_s: float,
+    deadline_s: float,
+    cafile: str = "",
+    shared_threads: str = "",
 ) -> RangeConnections:
     """The process's kept-alive connections to `origin` (scheme, host, port) with these
-    settings: made at the first GET there, shared by every store after."""
+    settings: made at the first GET there, shared by every store after. With
+    `shared_threads`, their GETs run on `size` threads of that name shared with every
+    other origin given it: origins a store is redirected to (HDFS's datanodes, one for
+    each block's replica) get one set of threads, not one each."""
     parts = urlsplit(origin)
     key = (f"{parts.scheme}://{parts.netloc}", size, timeout_s, deadline_s, cafile)
     with _POOLS_LOCK:
         pool = _POOLS.get(key)
         if pool is None:
-            pool = _POOLS[key] = RangeConnections(origin, size, timeout_s, deadline_s, cafile)
+            threads = None
+            if shared_threads:
+                threads = _SHARED_THREADS.get((shared_threads, size))
+                if threads is None:
+                    threads = ThreadPoolExecutor(size, thread_name_prefix=shared_threads)
+                    _SHARED_THREADS[(shared_threads, size)] = threads
+            pool = RangeConnections(origin, size, timeout_s, deadline_s, cafile, threads)
+            _POOLS[key] = pool
         return pool
 
 
@@ -93,6 +112,7 @@ def _forget_pools_in_child() -> None:
     global _POOLS_LOCK
     _POOLS_LOCK = threading.Lock()
     _POOLS.clear()
+    _SHARED_THREADS.clear()
 
 
 os.register_at_fork(after_in_child=_forget_pools_in_child)
@@ -102,8 +122,15 @@ class RangeConnections:
     """Kept-alive connections to one HTTP(S) origin (scheme, host, port)."""
 
     def __init__(
-        self, origin: str, size: int, timeout_s: float, deadline_s: float, cafile: str = ""
+        self,
+        origin: str,
+        size: int,
+        timeout_s: float,
+        deadline_s: float,
+        cafile: str = "",
+        threads: ThreadPoolExecutor | None = None,
     ) -> None:
+        """`threads`: where the GETs run (by default, `size` threads of this pool's own)."""
         parts = urlsplit(origin)
         self.origin = f"{parts.scheme}://{parts.netloc}"
         self._host_header = parts.netloc
@@ -119,7 +146,7 @@ class RangeConnections:
         self._size = max(1, size)
         self._idle: list[socket.socket] = []
         self._lock = threading.Lock()
-        self._threads = ThreadPoolExecutor(self._size, thread_name_prefix="ufs-get")
+        self._threads = threads or ThreadPoolExecutor(self._size, thread_name_prefix="ufs-get")
 
     async def get_into(self, target: str, headers: dict[str, str], out: memoryview) -> RangeAnswer:
         """GET `target` (path and query) with `headers`; a 2xx body goes into `out`."""

@@ -235,6 +235,29 @@ class UnderStore(abc.ABC):
         return uri[len(self.uri) :]
 
 
+class BufferReadStore(UnderStore):
+    """A store whose own read is `get_range_into` (a GET received into the caller's
+    buffer, `direct_gets.py`): the other two reads are that one, so the store has one GET
+    stack and one body-retry loop; blocking callers run it on a loop of their own."""
+
+    def get_range(self, key: str, offset: int, length: int, etag: str = "") -> bytes:
+        return bytes(asyncio.run(self.get_range_async(key, offset, length, etag)))
+
+    async def get_range_async(
+        self, key: str, offset: int, length: int, etag: str = ""
+    ) -> bytes | memoryview:
+        """Into a new buffer of `length` bytes, by the GETs a block's read makes."""
+        if length <= 0:
+            return b""
+        buffer = memoryview(bytearray(length))
+        got = await self.get_range_into(key, offset, buffer, etag)
+        return buffer[:got].toreadonly()
+
+    @abc.abstractmethod
+    async def get_range_into(self, key: str, offset: int, out: memoryview, etag: str = "") -> int:
+        """As `UnderStore.get_range_into`, received straight into `out`."""
+
+
 class ForwardingUnderStore(UnderStore):
     """A decorator's base: every call goes to `inner`; a decorator overrides the calls it
     changes (times, bounds, admits) and nothing else, so a method added to the interface

@@ -5,10 +5,12 @@ needs two (a move makes the destination's parents first)."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import PurePosixPath
 
 from reservoir.common import logs
 from reservoir.common.errors import NotFound, ReservoirError
+from reservoir.common.understore.webhdfs_gets import HdfsGets
 from reservoir.common.understore.webhdfs_requests import JsonObject, WebHdfsRequests
 
 log = logs.get_logger(__name__)
@@ -34,8 +36,9 @@ def parent_of(path: str) -> str:
 
 
 class HdfsFiles:
-    def __init__(self, requests: WebHdfsRequests) -> None:
+    def __init__(self, requests: WebHdfsRequests, gets: HdfsGets) -> None:
         self.requests = requests
+        self._gets = gets
 
     # ---- reads ---------------------------------------------------------------------------
 
@@ -59,8 +62,16 @@ class HdfsFiles:
         entries: Statuses = listing["partialListing"]["FileStatuses"]["FileStatus"]
         return entries, int(listing["remainingEntries"])
 
+    async def read_into(self, path: str, offset: int, out: memoryview, what: str) -> int:
+        """OPEN: `len(out)` bytes from `offset` into `out` (fewer only at the file's end;
+        HDFS refuses an offset past it)."""
+        return await self._gets.get_into(path, offset, out, "", what=what)
+
     def read(self, path: str, offset: int, length: int, what: str) -> bytes:
-        return self.requests.read(path, offset, length, what)
+        """`read_into` a new buffer, for a blocking caller (on a loop of its own)."""
+        buffer = memoryview(bytearray(length))
+        # Sliced, never resized: a thread of the GET stack may still hold a view of it.
+        return bytes(buffer[: asyncio.run(self.read_into(path, offset, buffer, what))])
 
     # ---- writes --------------------------------------------------------------------------
 

@@ -4,7 +4,9 @@ the redirects it answers OPEN and CREATE with (to a datanode, which serves or ta
 bytes; which are followed is `webhdfs_redirects.py`'s), its JSON errors as domain errors, and
 bounded attempts: every request has the settings' deadlines, and a failure worth another
 attempt (a connection refused, a 5xx, a namenode in standby or safe mode, a body cut short)
-gets at most `retries` attempts with backoff.
+gets at most `retries` attempts with backoff. Reads of a file's bytes take the GET stack
+every store's reads take (`webhdfs_gets.py`); only a copy streams an OPEN here, into a
+CREATE.
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ from reservoir.common.errors import (
 from reservoir.common.understore.request_attempts import (
     KeptConnections,
     Transient,
-    read_body,
     with_attempts,
 )
 from reservoir.common.understore.store_errors import StorePlace, error_for_status, known_code
@@ -64,11 +65,11 @@ class WebHdfsRequests:
         credentials: str = "env",
     ) -> None:
         """`credentials`: the source `user` came from, as errors name it."""
-        self._namenode = Endpoint(f"{host}:{port}", host, port)
-        self._place = StorePlace(f"{host}:{port}", credentials)
+        self.namenode = Endpoint(f"{host}:{port}", host, port)
+        self.place = StorePlace(f"{host}:{port}", credentials)
         self._user = user
         self._settings = settings
-        self._loopback_ok = on_loopback(host)
+        self.loopback_ok = on_loopback(host)
         self._pools: dict[Endpoint, KeptConnections] = {}
         self._lock = threading.Lock()
 
@@ -88,9 +89,9 @@ class WebHdfsRequests:
         again once it may have arrived: a second RENAME would find its source gone."""
 
         def once() -> JsonObject:
-            target = self._target(path, op, params)
+            target = self.target(path, op, params)
             body = self._finish(
-                self._send(self._namenode, method, target, what, idempotent=idempotent), what
+                self._send(self.namenode, method, target, what, idempotent=idempotent), what
             )
             try:
                 reply = json.loads(body) if body.strip() else {}
@@ -99,19 +100,6 @@ class WebHdfsRequests:
             if not isinstance(reply, dict):
                 raise InvalidArgument(f"{what}: the server's answer is not a JSON object")
             return reply
-
-        return self.attempts(what, once)
-
-    def read(self, path: str, offset: int, length: int, what: str) -> bytes:
-        """OPEN: at most `length` bytes from `offset` (fewer only at the file's end)."""
-        params = {"offset": str(offset), "length": str(length)}
-
-        def once() -> bytes:
-            deadline = time.monotonic() + self._settings.request_timeout_s
-            with self._opened(self._target(path, "OPEN", params), what) as response:
-                if response.length is not None and response.length > length:
-                    raise InvalidArgument(f"{what}: the server sent more than asked")
-                return read_body(response, response.length, deadline, what, limit=length)
 
         return self.attempts(what, once)
 
@@ -125,7 +113,7 @@ class WebHdfsRequests:
 
         def once() -> None:
             deadline = time.monotonic() + self._settings.request_timeout_s
-            with self._opened(self._target(source, "OPEN", {}), what) as response:
+            with self._opened(self.target(source, "OPEN", {}), what) as response:
                 if response.length is not None and response.length != size:
                     raise Transient(f"the source is {response.length} bytes, not {size}")
                 self._create(destination, _Exact(response, size, deadline, what), size, what)
@@ -137,15 +125,15 @@ class WebHdfsRequests:
 
     # ---- one exchange --------------------------------------------------------------------
 
-    def _target(self, path: str, op: str, params: dict[str, str] | None) -> str:
+    def target(self, path: str, op: str, params: dict[str, str] | None) -> str:
         query = {"op": op, **(params or {})}
         if self._user is not None:
             query["user.name"] = self._user
         return f"{_PREFIX}{quote(path, safe='/')}?{urlencode(query)}"
 
     def _create(self, path: str, body: bytes | _Exact, size: int, what: str) -> None:
-        target = self._target(path, "CREATE", {"overwrite": "true"})
-        endpoint, location = self._redirected(self._send(self._namenode, "PUT", target, what), what)
+        target = self.target(path, "CREATE", {"overwrite": "true"})
+        endpoint, location = self._redirected(self._send(self.namenode, "PUT", target, what), what)
         headers = {"Content-Type": "application/octet-stream", "Content-Length": str(size)}
         self._finish(self._send(endpoint, "PUT", location, what, body, headers), what)
 
@@ -153,7 +141,7 @@ class WebHdfsRequests:
     def _opened(self, target: str, what: str) -> Iterator[http.client.HTTPResponse]:
         """The response carrying an OPEN's bytes, from the datanode the namenode names (or
         from the namenode, if it serves them itself); its connection is kept if read out."""
-        exchange = self._send(self._namenode, "GET", target, what)
+        exchange = self._send(self.namenode, "GET", target, what)
         if 300 <= exchange.response.status < 400:
             endpoint, location = self._redirected(exchange, what)
             exchange = self._send(endpoint, "GET", location, what)
@@ -175,7 +163,7 @@ class WebHdfsRequests:
         location = response.getheader("Location", "")
         response.read()
         self._give(exchange)
-        redirect = checked(location, self._loopback_ok, what)
+        redirect = checked(location, self.loopback_ok, what)
         if redirect is None:
             raise Transient("the datanode the namenode named does not resolve")
         return redirect.endpoint, redirect.target
@@ -244,9 +232,9 @@ class WebHdfsRequests:
             body = b""
         finally:
             exchange.conn.close()
-        raise self._error(response.status, response.reason, body, what)
+        raise self.error_of(response.status, response.reason, body, what)
 
-    def _error(self, status: int, reason: str, body: bytes, what: str) -> Exception:
+    def error_of(self, status: int, reason: str, body: bytes, what: str) -> Exception:
         name, message = _remote_exception(body)
         if self._user:
             # Never the user name in a message: HDFS quotes it ("user=alice").
@@ -256,7 +244,7 @@ class WebHdfsRequests:
             return Transient(f"the server answered {status} ({said})")
         if name and not known_code(name) and status in (401, 403):
             status = 0  # HDFS's 403 for any IOException of its own: not a refusal
-        return error_for_status(self._place, what, status, name, said)
+        return error_for_status(self.place, what, status, name, said)
 
     # ---- connections -------------------------------------------------------------------
 
@@ -305,7 +293,9 @@ class _Exact:
         if time.monotonic() > self._deadline:
             raise DeadlineExceeded(f"{self._what}: the copy took longer than its deadline")
         try:
-            data = self._response.read1(min(amount, self._left))  # the deadline, as read_body
+            data = self._response.read1(
+                min(amount, self._left)
+            )  # the deadline, as rest_calls' bodies
         except (OSError, http.client.HTTPException) as exc:
             raise Transient(f"the source broke off: {type(exc).__name__}: {exc}") from exc
         if not data:

@@ -1,8 +1,9 @@
 """HDFS through its WebHDFS REST API as an under-store: `webhdfs://namenode:port/path/`, and
 `hdfs://namenode:port/path/` as the same thing (the port is the namenode's HTTP port, 9870
 by default, never its RPC port: only WebHDFS is spoken). Below it: the file operations
-(`webhdfs_files.py`), the protocol (`webhdfs_requests.py`), which datanode redirects are
-followed (`webhdfs_redirects.py`), and multipart uploads (`webhdfs_uploads.py`).
+(`webhdfs_files.py`), the protocol (`webhdfs_requests.py`), reads into the caller's buffer
+(`webhdfs_gets.py`), which datanode redirects are followed (`webhdfs_redirects.py`), and
+multipart uploads (`webhdfs_uploads.py`).
 
 Credentials by reference, resolved when the store is opened (in each process that opens
 it) and never logged: `anonymous` sends no user; `env` (and "") sends `user.name` from
@@ -20,6 +21,7 @@ kin) is not kept: HDFS files have none.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from urllib.parse import urlsplit
 
@@ -34,13 +36,13 @@ from reservoir.common.errors import (
 from reservoir.common.object_metadata import ObjectMetadata
 from reservoir.common.understore.under_store import (
     NO_METADATA,
+    BufferReadStore,
     Keys,
     Listing,
     ObjectInfo,
     Part,
     Parts,
     StoreLimits,
-    UnderStore,
     UnderStoreSettings,
 )
 from reservoir.common.understore.webhdfs_files import (
@@ -50,6 +52,7 @@ from reservoir.common.understore.webhdfs_files import (
     size_in,
     token_of,
 )
+from reservoir.common.understore.webhdfs_gets import HdfsGets
 from reservoir.common.understore.webhdfs_requests import JsonObject, WebHdfsRequests
 from reservoir.common.understore.webhdfs_uploads import HdfsUploads
 
@@ -86,7 +89,7 @@ def _info(key: str, status: JsonObject) -> ObjectInfo:
     return ObjectInfo(key, int(status["length"]), int(status["modificationTime"]), token_of(status))
 
 
-class WebHdfsUnderStore(UnderStore):
+class WebHdfsUnderStore(BufferReadStore):
     """Files below one HDFS directory, through the namenode's WebHDFS API."""
 
     def __init__(self, uri: str, settings: UnderStoreSettings) -> None:
@@ -114,7 +117,7 @@ class WebHdfsUnderStore(UnderStore):
             settings,
             self.credentials,
         )
-        self._files = HdfsFiles(requests)
+        self._files = HdfsFiles(requests, HdfsGets(requests, settings))
         self._root = root.rstrip("/") or "/"
         self._uploads = HdfsUploads(self._files, root + HIDDEN, _LIMITS.max_parts)
 
@@ -172,33 +175,37 @@ class WebHdfsUnderStore(UnderStore):
         prefixes = [prefix + s["pathSuffix"] for s in entries if s["type"] == "DIRECTORY"]
         return Listing(objects, prefixes, complete)
 
-    def get_range(self, key: str, offset: int, length: int, etag: str = "") -> bytes:
-        """With `etag`, the file's status is checked after its bytes are read, not before:
-        the caller's token was current before this call began, and a path's versions only
-        move forward (each new file has a new modification time), so a status that still
-        carries the token after the read proves the bytes read were of that version.
-        Checked before, a file replaced between the check and the OPEN would be read
-        unnoticed. The token also carries the length, so the read is clipped without
-        asking (HDFS refuses an offset past the end)."""
-        if length <= 0:
-            return b""
+    async def get_range_into(self, key: str, offset: int, out: memoryview, etag: str = "") -> int:
+        """Received straight into `out` (`webhdfs_gets.py`). With `etag`, the file's status
+        is checked after its bytes are read, not before: the caller's token was current
+        before this call began, and a path's versions only move forward (each new file has
+        a new modification time), so a status that still carries the token after the read
+        proves the bytes read were of that version. Checked before, a file replaced between
+        the check and the OPEN would be read unnoticed. The token also carries the length,
+        so the read is clipped without asking (HDFS refuses an offset past the end)."""
+        if not len(out):
+            return 0
         what = self._what("get", key)
         path = self._path(key)
         size = size_in(etag) if etag else None
         if size is None:
-            size = self.head(key).size
+            size = (await asyncio.to_thread(self.head, key)).size
         try:
-            data = b""
+            got = 0
             if offset < size:
-                data = self._files.read(path, offset, min(length, size - offset), what)
+                got = await self._files.read_into(path, offset, out[: size - offset], what)
         except (OutOfRange, InvalidArgument) as exc:
             # Read as the token's length says, of a file since shortened.
-            if etag and self.head(key).etag != etag:
+            if etag and not await self._still(key, etag):
                 raise Conflict(f"{what}: the object changed") from exc
             raise
-        if etag and self.head(key).etag != etag:
+        if etag and not await self._still(key, etag):
             raise Conflict(f"{what}: the object changed")
-        return data
+        return got
+
+    async def _still(self, key: str, etag: str) -> bool:
+        """Whether the file is still the version `etag` names."""
+        return (await asyncio.to_thread(self.head, key)).etag == etag
 
     def check(self) -> None:
         what = f"mount {self.uri} (credentials {self.credentials})"
