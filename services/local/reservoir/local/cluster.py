@@ -157,15 +157,18 @@ class LocalCluster:
         a certificate signed by the cluster's CA (--client-cert-auth). `recorded`: a stopped
         cluster's members, started again on their ports. `flags`: more etcd flags (tests:
         e.g. --auth-token-ttl, --quota-backend-bytes)."""
+        self.start_together(self.etcd_processes(*flags, recorded=recorded))
+
+    def etcd_processes(self, *flags: str, recorded: list[Process] | None = None) -> list[Process]:
+        """The etcd members `start_etcd` starts (the cluster then names them as its etcd)."""
         if recorded:
             members = recorded_members(recorded)
         else:
             members = new_members(int(self.settings.get("etcd_members", 1)))
-        procs = [
+        self.metadata_url = etcd_url(members)
+        return [
             member_process(m, members, self.state_dir, self.credentials, flags) for m in members
         ]
-        self.metadata_url = etcd_url(members)
-        self._start_together(procs)
 
     def etcd_names(self) -> list[str]:
         return sorted(n for n in self.processes if is_member(n))
@@ -175,11 +178,13 @@ class LocalCluster:
         names = self.etcd_names()
         for name in names:
             self.stop(name)
-        self._start_together([self.processes[name] for name in names])
+        self.start_together([self.processes[name] for name in names])
 
-    def _start_together(self, procs: list[Process]) -> None:
-        # Every member first: a member of a new cluster is healthy only once a quorum of
-        # its peers has started and elected a leader.
+    def start_together(self, procs: list[Process]) -> None:
+        """Starts every one of `procs`, then returns once all serve: processes that do not
+        wait for each other start at once (a cluster's start is their slowest, not their
+        sum), and a member of a new etcd cluster is healthy only once a quorum of its peers
+        has started and elected a leader."""
         for proc in procs:
             self._spawn(proc)
         for proc in procs:
@@ -188,10 +193,16 @@ class LocalCluster:
     def start_s3(self, latency_ms: float = 0.0, port: int = 0, keep_data: bool = False) -> None:
         """The managed S3 server; with `keep_data` its objects outlive it (in the state
         directory's s3-data, written when it is stopped)."""
+        self._start(self.s3_process(latency_ms, port, keep_data))
+
+    def s3_process(
+        self, latency_ms: float = 0.0, port: int = 0, keep_data: bool = False
+    ) -> Process:
+        """The managed S3 server `start_s3` starts (the cluster then names it as its S3)."""
         proc = s3_process(self, latency_ms, port or free_port(), keep_data)
         self.s3_endpoint = f"http://127.0.0.1:{proc.port}"
         self.s3_managed = True
-        self._start(proc)
+        return proc
 
     def start_gateway(self) -> None:
         """`reservoir gateway` on a free port (see server_processes.gateway_process)."""
@@ -216,9 +227,13 @@ class LocalCluster:
         self._start(proc)
 
     def start_worker(self, n: int) -> str:
-        proc = worker_process(self, n)
-        self._start(proc)
-        return proc.name
+        return self.start_workers([n])[0]
+
+    def start_workers(self, numbers: list[int]) -> list[str]:
+        """Workers `numbers`, started together (each registers with the master on its own)."""
+        procs = [worker_process(self, n) for n in numbers]
+        self.start_together(procs)
+        return [proc.name for proc in procs]
 
     def master_names(self) -> list[str]:
         return sorted((n for n in self.processes if is_master(n)), key=master_number)

@@ -100,17 +100,21 @@ class LaunchPlan:
                     Path(settings["credentials"]),
                     [f"worker{n}" for n in range(1, settings["workers"] + SPARE_WORKER_TOKENS + 1)],
                 )
-            cluster.start_etcd(*settings["etcd_flags"], recorded=self.recorded_etcd)
+            # etcd and S3 need nothing of each other; the masters need etcd; the workers,
+            # a master to register with.
+            first = cluster.etcd_processes(*settings["etcd_flags"], recorded=self.recorded_etcd)
             if self.s3_endpoint:
                 cluster.s3_endpoint = self.s3_endpoint
             else:
-                cluster.start_s3(
-                    settings["s3_latency_ms"], port=self.s3_port, keep_data=self.keep_s3_data
+                first.append(
+                    cluster.s3_process(
+                        settings["s3_latency_ms"], port=self.s3_port, keep_data=self.keep_s3_data
+                    )
                 )
+            cluster.start_together(first)
             for n in range(1, settings["masters"] + 1):
                 cluster.start_master(n)
-            for name in roster(settings):
-                cluster.start_worker(worker_number(name))
+            cluster.start_workers([worker_number(name) for name in roster(settings)])
             if settings["gateway"]:
                 cluster.start_gateway()
         except BaseException:
