@@ -1,6 +1,7 @@
 """The master's first touch of a directory, on an in-process memory:// store and file://
 under-stores (no sockets): one listing, shared by every reader that misses there at once,
-answers them all; a HEAD only where a listing does not pay."""
+answers them all; a HEAD only where a listing does not pay, one for every reader that
+misses the path at once, answered before its inode is stored."""
 
 from __future__ import annotations
 
@@ -215,5 +216,74 @@ def test_a_stat_that_races_the_storing_of_its_directory_listing_finds_the_file(
         store.key = keyspace.namespace_group("/m", "/m") + b"f.bin"
         store.meanwhile = lambda: master.sync.sync_directory(mount, "/m")
         assert (await master.reads.file_info("/m/f.bin")).size == len("f.bin")
+
+    asyncio.run(scenario())
+
+
+def test_concurrent_misses_of_one_file_in_a_directory_too_big_to_list_cause_one_head(
+    tmp_path: Path, calls: Counter[str]
+) -> None:
+    names = [f"d/f{i:02d}.bin" for i in range(10)]
+    uri = _tree(tmp_path, names)
+
+    async def scenario() -> None:
+        master = _master(metadata_list_max_entries=3)
+        await master.mount("/m", uri, HOUR)
+        await master.reads.file_info("/m/d/f00.bin")  # lists, and finds it too big
+        calls.clear()
+        found = await _stat_all(master, ["/m/d/f09.bin"] * 16)
+        assert [i.size for i in found] == [len(names[9])] * 16
+        assert calls == {"HEAD": 1}
+        await asyncio.sleep(0)  # the flight's inode stored
+        assert (await master.reads.file_info("/m/d/f09.bin")).size == len(names[9])
+        assert calls == {"HEAD": 1}
+
+    asyncio.run(scenario())
+
+
+class _HeldWrites(MemoryMetadataStore):
+    """A real memory store whose writes wait while `held` is clear: a slow etcd."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held: asyncio.Event | None = None
+
+    async def put_many(self, items: Sequence[tuple[bytes, bytes]], lease: Any = None) -> None:
+        if self.held is not None:
+            await self.held.wait()
+        await super().put_many(items, lease)
+
+
+def test_a_head_answers_its_readers_before_the_inode_is_stored_and_a_reader_meanwhile_joins_it(
+    tmp_path: Path, calls: Counter[str]
+) -> None:
+    names = [f"d/f{i:02d}.bin" for i in range(10)]
+    uri = _tree(tmp_path, names)
+
+    async def scenario() -> None:
+        store = _HeldWrites()
+        master = MasterService(
+            store,
+            MasterConfig(
+                metadata_url="memory://", allowed_schemes="s3,file", metadata_list_max_entries=3
+            ),
+        )
+        await master.mount("/m", uri, HOUR)
+        await master.reads.file_info("/m/d/f00.bin")
+        await asyncio.sleep(0.05)  # the bounded listing stored
+        calls.clear()
+        store.held = asyncio.Event()
+        first = await asyncio.wait_for(master.reads.file_info("/m/d/f09.bin"), timeout=5)
+        assert first.size == len(names[9])  # answered while its write waits
+        again = await asyncio.wait_for(master.reads.file_info("/m/d/f09.bin"), timeout=5)
+        assert again == first and calls == {"HEAD": 1}  # the flight, not a second HEAD
+        store.held.set()
+        for _ in range(100):
+            await asyncio.sleep(0.01)
+            if await master.namespace.get("/m/d/f09.bin") is not None:
+                break
+        assert await master.namespace.get("/m/d/f09.bin") == first
+        assert (await master.reads.file_info("/m/d/f09.bin")) == first
+        assert calls == {"HEAD": 1}
 
     asyncio.run(scenario())

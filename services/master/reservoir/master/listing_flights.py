@@ -5,7 +5,8 @@ first touch of a directory lists it (once, however many readers miss in it at th
 time) and stores every child, so the next thousand reads in that directory cost the
 under-store nothing but their GETs. A directory too big to list in one go
 (`metadata_list_max_entries`) keeps what its first pages said and answers the rest with
-a HEAD each, until the mount's sync interval says to try a listing again.
+a HEAD each (`head_flights.py`), until the mount's sync interval says to try a listing
+again.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from reservoir.common.errors import NotFound, ReservoirError
 from reservoir.common.models import Inode, Mount
 from reservoir.common.understore.store_schemes import scheme_of
 
+from .head_flights import HeadFlights
 from .metadata_sync import DirectoryListing, NamespaceSync, now_ms
 from .namespace_store import NamespaceStore
 
@@ -35,6 +37,7 @@ class ListingFlights:
     def __init__(self, sync: NamespaceSync, namespace: NamespaceStore) -> None:
         self._sync = sync
         self._namespace = namespace
+        self._heads = HeadFlights(sync)
         # Listings under way: every reader that misses in the directory meanwhile waits
         # on the same answer.
         self._listings: dict[_Flight, asyncio.Future[DirectoryListing | None]] = {}
@@ -42,20 +45,23 @@ class ListingFlights:
         # HEADs until the mount's sync interval says to try a listing again.
         self._too_big: dict[_Flight, int] = {}
 
-    async def lookup(self, mount: Mount, path: str) -> Inode:
-        """The inode of a path whose stored metadata is missing or stale (and whose
-        directory is not freshly listed), from the under-store: its directory listed once
-        for every reader that misses in it, or, where a listing does not pay, a HEAD."""
+    async def lookup(self, mount: Mount, path: str, stored: Inode | None) -> Inode:
+        """The inode of a path whose stored metadata (`stored`) is missing or stale (and
+        whose directory is not freshly listed), from the under-store: its directory listed
+        once for every reader that misses in it, or, where a listing does not pay, a HEAD
+        (once for every reader that misses the path)."""
         directory = paths.parent_of(path)
-        if self._sync.ttl_ms(mount) == 0 or not scheme_of(mount.uri).lists:
-            # "always": a listing is stale at once; and a store that cannot list (http)
-            # answers by HEAD alone.
+        if self._sync.ttl_ms(mount) == 0:
+            # "always": a listing is stale at once, and so is a HEAD another reader asked
+            # for before this one came: each reader's own, stored before it is answered.
             return await self._sync.sync_inode(mount, path)
+        if not scheme_of(mount.uri).lists:
+            return await self._heads.lookup(mount, path, stored)  # a HEAD alone (http)
         flight: _Flight = (mount.path, mount.created_ms, directory)
         found_big = self._too_big.get(flight)
         if found_big is not None:
             if self._sync.fresh(mount, found_big):
-                return await self._sync.sync_inode(mount, path)
+                return await self._heads.lookup(mount, path, stored)
             del self._too_big[flight]
         listed = self._listings.get(flight)
         if listed is None:
@@ -76,7 +82,7 @@ class ListingFlights:
             return inode
         if listing.complete:
             raise NotFound(f"{path}: no such file or directory")
-        return await self._sync.sync_inode(mount, path)
+        return await self._heads.lookup(mount, path, stored)
 
     async def _list_once(
         self,

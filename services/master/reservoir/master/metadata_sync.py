@@ -176,23 +176,33 @@ class NamespaceSync:
     async def sync_inode(self, mount: Mount, path: str) -> Inode:
         """One path checked against the under-store with a HEAD (a LIST when it is not an
         object: a directory, or nothing) and stored."""
+        stored = await self._namespace.get(path)
+        inode = await self.checked_inode(mount, path, stored)
+        await self.store_checked(mount, stored, inode)
+        return inode
+
+    async def checked_inode(self, mount: Mount, path: str, stored: Inode | None) -> Inode:
+        """`path` as the under-store has it now (a HEAD; a LIST when it is not an object),
+        with what `stored`, its stored inode, carries over; not stored yet. NotFound, and
+        the stored inode deleted, when it is nothing."""
         ufs = await self.under_store(mount)
         key = path[len(mount.path) + 1 :]
-        stored = await self._namespace.get(path)
         try:
             obj = await self.ufs(ufs.head, key)
-            inode = carried(stored, self.file_inode(mount, ufs, path, obj))
+            return carried(stored, self.file_inode(mount, ufs, path, obj))
         except NotFound:
             if not await self.ufs(ufs.is_directory, key + "/"):
                 await self._namespace.delete(path)
                 if stored is not None:
                     self.found.saw_removed(mount.path)
                 raise NotFound(f"{path}: no such file or directory") from None
-            inode = dir_inode(path, mount)
+            return dir_inode(path, mount)
+
+    async def store_checked(self, mount: Mount, stored: Inode | None, inode: Inode) -> None:
+        """Stores what `checked_inode` found in place of `stored`."""
         await self._namespace.put(inode)
         if not _same(stored, inode):
             self.found.saw(mount.path, stored, inode)
-        return inode
 
     async def sync_object(self, mount: Mount, path: str) -> Inode | None:
         """One object checked with a HEAD alone, and stored; None when it is gone (its

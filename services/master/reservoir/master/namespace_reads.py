@@ -81,11 +81,15 @@ class NamespaceReads:
             )
             return self.with_locations(inode) if with_locations else inode
         parent = paths.parent_of(path)
+        # A store that cannot list (http) has no listed directories to ask etcd about.
+        lists = scheme_of(mount.uri).lists
         if stored is not None:
             inode = stored
-            if self._sync.fresh(mount, inode.synced_ms) or await self._sync.listed(mount, parent):
+            if self._sync.fresh(mount, inode.synced_ms) or (
+                lists and await self._sync.listed(mount, parent)
+            ):
                 return self.with_locations(inode) if with_locations else inode
-        elif await self._sync.listed(mount, parent):
+        elif lists and await self._sync.listed(mount, parent):
             # Read again: a listing stored between the two reads above wrote this path's
             # inode no later than the directory's marker.
             again = await self._namespace.get(path)
@@ -93,7 +97,7 @@ class NamespaceReads:
                 raise await self._sync.unseen(mount, path)
             return self.with_locations(again) if with_locations else again
         # Unknown or stale: one listing of the directory answers this path and its siblings.
-        inode = await self._misses.lookup(mount, path)
+        inode = await self._misses.lookup(mount, path, stored)
         return self.with_locations(inode) if with_locations else inode
 
     async def file_infos(
