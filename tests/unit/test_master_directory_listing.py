@@ -47,6 +47,19 @@ def _master(**settings: Any) -> MasterService:
     return MasterService(MemoryMetadataStore(), config)
 
 
+async def _bounded(uri: str, store: MemoryMetadataStore | None = None) -> MasterService:
+    """A master whose listings stop at 3 entries, with `uri` mounted at /m."""
+    config = MasterConfig(
+        metadata_url="memory://", allowed_schemes="s3,file", metadata_list_max_entries=3
+    )
+    master = MasterService(store or MemoryMetadataStore(), config)
+    await master.mount("/m", uri, HOUR)
+    return master
+
+
+_TEN = [f"d/f{i:02d}.bin" for i in range(10)]
+
+
 def _tree(tmp_path: Path, files: list[str]) -> str:
     root = tmp_path / "ufs"
     for key in files:
@@ -116,12 +129,11 @@ def test_a_file_created_after_the_listing_appears_once_the_sync_interval_has_pas
 def test_a_directory_past_the_listing_bound_answers_the_rest_with_a_head_each(
     tmp_path: Path, calls: Counter[str]
 ) -> None:
-    names = [f"d/f{i:02d}.bin" for i in range(10)]
+    names = _TEN
     uri = _tree(tmp_path, names)
 
     async def scenario() -> None:
-        master = _master(metadata_list_max_entries=3)
-        await master.mount("/m", uri, HOUR)
+        master = await _bounded(uri)
         calls.clear()
         # f00..f02 are in the bounded listing; f09 is not, so it costs a HEAD.
         found = await _stat_all(master, ["/m/d/f00.bin", "/m/d/f09.bin", "/m/d/absent.bin"])
@@ -223,12 +235,11 @@ def test_a_stat_that_races_the_storing_of_its_directory_listing_finds_the_file(
 def test_concurrent_misses_of_one_file_in_a_directory_too_big_to_list_cause_one_head(
     tmp_path: Path, calls: Counter[str]
 ) -> None:
-    names = [f"d/f{i:02d}.bin" for i in range(10)]
+    names = _TEN
     uri = _tree(tmp_path, names)
 
     async def scenario() -> None:
-        master = _master(metadata_list_max_entries=3)
-        await master.mount("/m", uri, HOUR)
+        master = await _bounded(uri)
         await master.reads.file_info("/m/d/f00.bin")  # lists, and finds it too big
         calls.clear()
         found = await _stat_all(master, ["/m/d/f09.bin"] * 16)
@@ -257,18 +268,12 @@ class _HeldWrites(MemoryMetadataStore):
 def test_a_head_answers_its_readers_before_the_inode_is_stored_and_a_reader_meanwhile_joins_it(
     tmp_path: Path, calls: Counter[str]
 ) -> None:
-    names = [f"d/f{i:02d}.bin" for i in range(10)]
+    names = _TEN
     uri = _tree(tmp_path, names)
 
     async def scenario() -> None:
         store = _HeldWrites()
-        master = MasterService(
-            store,
-            MasterConfig(
-                metadata_url="memory://", allowed_schemes="s3,file", metadata_list_max_entries=3
-            ),
-        )
-        await master.mount("/m", uri, HOUR)
+        master = await _bounded(uri, store)
         await master.reads.file_info("/m/d/f00.bin")
         await asyncio.sleep(0.05)  # the bounded listing stored
         calls.clear()

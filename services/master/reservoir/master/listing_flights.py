@@ -11,13 +11,12 @@ again.
 
 from __future__ import annotations
 
-import asyncio
-
 from reservoir.common import logs, paths
 from reservoir.common.errors import NotFound, ReservoirError
 from reservoir.common.models import Inode, Mount
 from reservoir.common.understore.store_schemes import scheme_of
 
+from .flights import Flights
 from .head_flights import HeadFlights
 from .metadata_sync import DirectoryListing, NamespaceSync, now_ms
 from .namespace_store import NamespaceStore
@@ -28,11 +27,6 @@ _Flight = tuple[str, int, str]  # (mount path, mount created_ms, directory)
 _MAX_TOO_BIG = 4096  # directories remembered as too big to list; past it, old ones go
 
 
-def _retrieve(future: asyncio.Future[DirectoryListing | None]) -> None:
-    if not future.cancelled():
-        future.exception()  # the readers that still wait have it; none may be left
-
-
 class ListingFlights:
     def __init__(self, sync: NamespaceSync, namespace: NamespaceStore) -> None:
         self._sync = sync
@@ -40,7 +34,7 @@ class ListingFlights:
         self._heads = HeadFlights(sync)
         # Listings under way: every reader that misses in the directory meanwhile waits
         # on the same answer.
-        self._listings: dict[_Flight, asyncio.Future[DirectoryListing | None]] = {}
+        self._listings: Flights[_Flight, DirectoryListing | None] = Flights()
         # Directories found bigger than the listing bound, and when: misses in them are
         # HEADs until the mount's sync interval says to try a listing again.
         self._too_big: dict[_Flight, int] = {}
@@ -63,15 +57,11 @@ class ListingFlights:
             if self._sync.fresh(mount, found_big):
                 return await self._heads.lookup(mount, path, stored)
             del self._too_big[flight]
-        listed = self._listings.get(flight)
-        if listed is None:
-            listed = asyncio.get_running_loop().create_future()
-            listed.add_done_callback(_retrieve)
-            self._listings[flight] = listed
-            task = asyncio.create_task(self._list_once(mount, directory, listed))
-            task.add_done_callback(lambda _: self._listings.pop(flight, None))
-        # Shielded: a reader that gives up does not cancel the listing others wait on.
-        listing = await asyncio.shield(listed)
+        listing = await self._listings.join(
+            flight,
+            lambda: self._list(mount, directory),
+            lambda found: self._store(mount, directory, found),
+        )
         if listing is None:  # listed by an earlier flight meanwhile: etcd has the answer
             stored = await self._namespace.get(path)
             if stored is None:
@@ -84,32 +74,22 @@ class ListingFlights:
             raise NotFound(f"{path}: no such file or directory")
         return await self._heads.lookup(mount, path, stored)
 
-    async def _list_once(
-        self,
-        mount: Mount,
-        directory: str,
-        listed: asyncio.Future[DirectoryListing | None],
-    ) -> None:
-        """Lists `directory`, answers the readers waiting on `listed` as soon as the
-        under-store has answered, then stores the listing (readers that miss there
-        meanwhile still find this flight, and its answer)."""
-        try:
-            # A reader that looked at etcd just before the last flight stored its listing
-            # would otherwise list the directory a second time.
-            if await self._sync.listed(mount, directory):
-                listed.set_result(None)
-                return
-            bound = self._sync.list_bound
-            children, complete = await self._sync.read_directory(mount, directory, bound)
-        except asyncio.CancelledError:
-            listed.cancel()
-            raise
-        except Exception as exc:
-            listed.set_exception(exc)  # every waiting reader gets it; the next miss lists again
+    async def _list(self, mount: Mount, directory: str) -> DirectoryListing | None:
+        """`directory` as the under-store lists it; None when an earlier flight stored a
+        listing of it meanwhile (a reader that looked at etcd just before that flight
+        stored it would otherwise list the directory a second time)."""
+        if await self._sync.listed(mount, directory):
+            return None
+        bound = self._sync.list_bound
+        children, complete = await self._sync.read_directory(mount, directory, bound)
+        return DirectoryListing(children, complete=complete)
+
+    async def _store(self, mount: Mount, directory: str, listing: DirectoryListing | None) -> None:
+        """Stores a listing once its readers have it (readers that miss there meanwhile
+        still find this flight, and its answer)."""
+        if listing is None:
             return
-        listing = DirectoryListing(children, complete=complete)
-        listed.set_result(listing)
-        if not complete:
+        if not listing.complete:
             flight = (mount.path, mount.created_ms, directory)
             if len(self._too_big) >= _MAX_TOO_BIG:
                 self._too_big = {
@@ -121,11 +101,11 @@ class ListingFlights:
             log.info(
                 "directory_too_big_to_list",
                 path=directory,
-                listed=len(children),
-                bound=bound,
+                listed=len(listing.children),
+                bound=self._sync.list_bound,
             )
         try:
-            await self._sync.store_directory(mount, directory, children, complete)
+            await self._sync.store_directory(mount, directory, listing.children, listing.complete)
         except ReservoirError as exc:
             # The readers have their answers; the next miss there lists it again.
             log.warning("directory_listing_not_stored", path=directory, error=str(exc))

@@ -155,7 +155,7 @@ class DirectGets:
         code = found.group(1).decode("utf-8", "replace") if found else ""
         return error_for_status(self._place, what, answer.status, code)
 
-    def _connections_to(self, origin: str) -> RangeConnections:
+    def _connections_to(self, origin: str, shared_threads: str = "") -> RangeConnections:
         settings = self._settings
         return connections_to(
             origin,
@@ -163,4 +163,5 @@ class DirectGets:
             settings.timeout_s,
             settings.request_timeout_s,
             cafile(),
+            shared_threads,
         )

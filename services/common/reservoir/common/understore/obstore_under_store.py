@@ -30,6 +30,7 @@ from reservoir.common.understore.under_store import (
     ObjectInfo,
     UnderStore,
     UnderStoreSettings,
+    into_new_buffer,
 )
 
 if TYPE_CHECKING:
@@ -195,9 +196,7 @@ class ObstoreUnderStore(UnderStore):
             return b""
         if self._direct is not None:
             # One GET stack for the store: a range asked for into a buffer of its own.
-            buffer = memoryview(bytearray(length))
-            got = await self.get_range_into(key, offset, buffer, etag)
-            return buffer[:got].toreadonly()
+            return await into_new_buffer(self, key, offset, length, etag)
         import obstore
 
         what = f"get {self.uri_of(key)}"

@@ -235,6 +235,18 @@ class UnderStore(abc.ABC):
         return uri[len(self.uri) :]
 
 
+async def into_new_buffer(
+    store: UnderStore, key: str, offset: int, length: int, etag: str = ""
+) -> bytes | memoryview:
+    """`length` bytes from `offset` by `store.get_range_into`, into a new buffer: the GETs
+    a block's read makes (a read-only view of it; fewer bytes only at the object's end)."""
+    if length <= 0:
+        return b""
+    buffer = memoryview(bytearray(length))
+    got = await store.get_range_into(key, offset, buffer, etag)
+    return buffer[:got].toreadonly()
+
+
 class BufferReadStore(UnderStore):
     """A store whose own read is `get_range_into` (a GET received into the caller's
     buffer, `direct_gets.py`): the other two reads are that one, so the store has one GET
@@ -246,12 +258,7 @@ class BufferReadStore(UnderStore):
     async def get_range_async(
         self, key: str, offset: int, length: int, etag: str = ""
     ) -> bytes | memoryview:
-        """Into a new buffer of `length` bytes, by the GETs a block's read makes."""
-        if length <= 0:
-            return b""
-        buffer = memoryview(bytearray(length))
-        got = await self.get_range_into(key, offset, buffer, etag)
-        return buffer[:got].toreadonly()
+        return await into_new_buffer(self, key, offset, length, etag)
 
     @abc.abstractmethod
     async def get_range_into(self, key: str, offset: int, out: memoryview, etag: str = "") -> int:

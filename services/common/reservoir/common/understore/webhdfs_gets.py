@@ -16,11 +16,7 @@ import asyncio
 from reservoir.common.errors import InvalidArgument, Unavailable
 from reservoir.common.understore.body_retries import RequestFailed
 from reservoir.common.understore.direct_gets import DirectGets
-from reservoir.common.understore.range_connections import (
-    RangeAnswer,
-    RangeConnections,
-    connections_to,
-)
+from reservoir.common.understore.range_connections import RangeAnswer, RangeConnections
 from reservoir.common.understore.request_attempts import Transient
 from reservoir.common.understore.under_store import UnderStoreSettings
 from reservoir.common.understore.webhdfs_redirects import Endpoint, checked
@@ -69,18 +65,11 @@ class HdfsGets(DirectGets):
     async def _at(self, node: Endpoint, target: str, out: memoryview, what: str) -> RangeAnswer:
         return await self._exchange(_origin(node), target, dict(_HEADERS), out, what, node.name)
 
-    def _connections_to(self, origin: str) -> RangeConnections:
+    def _connections_to(self, origin: str, shared_threads: str = "") -> RangeConnections:
         if origin == self._namenode:
-            return super()._connections_to(origin)
+            return super()._connections_to(origin, shared_threads)
         # A datanode: one of many, met by redirect; their GETs share one set of threads.
-        settings = self._settings
-        return connections_to(
-            origin,
-            settings.max_connections,
-            settings.timeout_s,
-            settings.request_timeout_s,
-            shared_threads="ufs-datanode-get",
-        )
+        return super()._connections_to(origin, shared_threads or "ufs-datanode-get")
 
 
 def _origin(node: Endpoint) -> str:
