@@ -202,3 +202,20 @@ def test_origins_given_one_thread_name_share_its_threads_not_one_set_each() -> N
     finally:
         for served in servers:
             served.close()
+
+
+def test_an_https_mount_trusts_the_systems_cas_not_the_s3_clusters_aws_ca_bundle(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A cluster whose S3 has a private CA (AWS_CA_BUNDLE, as boto3 takes it) still reads a
+    # public mirror: the mirror's CA is the system's (here SSL_CERT_FILE stands for it).
+    pki.create(tmp_path / "s3-pki", [])
+    mirror = _Files("whole", tls=pki.create(tmp_path / "mirror-pki", []))
+    try:
+        monkeypatch.setenv("AWS_CA_BUNDLE", str(tmp_path / "s3-pki" / "ca.pem"))
+        monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "mirror-pki" / "ca.pem"))
+        store = _store(mirror.url)
+        assert store.head("data").size == len(DATA)
+        assert store.get_range("data", 100, 8000, '"e"') == DATA[100:8100]
+    finally:
+        mirror.close()

@@ -26,7 +26,6 @@ from reservoir.common.understore.range_connections import (
     DeadlinePassed,
     RangeAnswer,
     RangeConnections,
-    cafile,
     connections_to,
 )
 from reservoir.common.understore.store_errors import StorePlace, error_for_status
@@ -155,6 +154,11 @@ class DirectGets:
         code = found.group(1).decode("utf-8", "replace") if found else ""
         return error_for_status(self._place, what, answer.status, code)
 
+    def _ca_bundle(self) -> str:
+        """The CAs this store's https connections trust instead of the system's (a file);
+        "": the system's (`SSL_CERT_FILE` honoured), as the store's own client does."""
+        return ""
+
     def _connections_to(self, origin: str, shared_threads: str = "") -> RangeConnections:
         settings = self._settings
         return connections_to(
@@ -162,6 +166,6 @@ class DirectGets:
             settings.max_connections,
             settings.timeout_s,
             settings.request_timeout_s,
-            cafile(),
+            self._ca_bundle(),
             shared_threads,
         )

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from reservoir.common.understore.direct_gets import DirectGets
+from reservoir.common.understore.range_connections import cafile
 from reservoir.common.understore.store_errors import StorePlace
 from reservoir.common.understore.under_store import UnderStoreSettings
 
@@ -51,6 +52,9 @@ class SignedGets(DirectGets):
         if token:
             headers["If-Match"] = token if token.startswith(('"', "W/")) else f'"{token}"'
         return self._url(key)
+
+    def _ca_bundle(self) -> str:
+        return cafile()  # boto3's override of its CAs (AWS_CA_BUNDLE), as S3 clients take it
 
     def _denied(self, key: str) -> None:
         self._urls.pop(key, None)  # signed with credentials since replaced, maybe
