@@ -7,7 +7,8 @@ docker-compose file. The cluster's description is kept in `<state-dir>/cluster.j
 
 LocalCluster starts, stops and records the processes; how each server is run is in
 server_processes.py, when one serves in probes.py, what `up` starts in launch_plan.py,
-the credentials of a secure cluster in cluster_security.py, etcd in etcd_members.py.
+the credentials of a secure cluster in cluster_security.py, etcd in etcd_members.py, what
+a test asks of its S3 server in s3_hooks.py.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import hashlib
 import itertools
 import json
 import signal
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +39,7 @@ from .gateway_keys import GATEWAY
 from .launch_plan import LaunchPlan
 from .pki import LocalCredentials
 from .process import ClusterError, Process, Supervisor, free_port
+from .s3_hooks import S3Hooks
 from .server_processes import (
     DEV_CREDENTIALS,
     gateway_process,
@@ -68,7 +69,7 @@ def _rank(name: str) -> int:
 
 
 @dataclass
-class LocalCluster:
+class LocalCluster(S3Hooks):
     state_dir: Path
     master_address: str = ""
     s3_endpoint: str = ""
@@ -369,35 +370,3 @@ class LocalCluster:
         if not port:
             raise ClusterError(f"{name} serves no metrics")
         return f"http://127.0.0.1:{port}/metrics"
-
-    # ---- the managed S3 server's test hooks -------------------------------------------------
-
-    def s3_counts(self) -> dict[str, int]:
-        """Requests the managed S3 server has received, by kind (GET, HEAD, LIST, PUT…)."""
-        with urllib.request.urlopen(f"{self.s3_endpoint}/_reservoir/stats", timeout=5) as r:
-            return dict(json.loads(r.read())["counts"])
-
-    def s3_get_times(self, since: float = 0.0) -> list[float]:
-        """When (wall-clock seconds) the managed S3 server received each object GET since
-        `since`: rates over time, as the store saw them."""
-        url = f"{self.s3_endpoint}/_reservoir/gets?since={since!r}"
-        with urllib.request.urlopen(url, timeout=5) as r:
-            return [float(t) for t in json.loads(r.read())["times"]]
-
-    def s3_config(self, **params: Any) -> None:
-        query = "&".join(f"{k}={v}" for k, v in params.items())
-        request = urllib.request.Request(
-            f"{self.s3_endpoint}/_reservoir/config?{query}", method="POST"
-        )
-        urllib.request.urlopen(request, timeout=5).close()
-
-    def s3_client(self) -> Any:
-        import boto3
-
-        return boto3.client(
-            "s3",
-            endpoint_url=self.s3_endpoint,
-            aws_access_key_id=DEV_CREDENTIALS["AWS_ACCESS_KEY_ID"],
-            aws_secret_access_key=DEV_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
-            region_name=DEV_CREDENTIALS["AWS_DEFAULT_REGION"],
-        )
