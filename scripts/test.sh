@@ -18,8 +18,8 @@ if [ ! -x .venv/azurite/node_modules/.bin/azurite-blob ] && command -v npm >/dev
 fi
 export PATH="$PWD/.venv/bin:$PATH"
 # Bytecode for our own modules, once: an editable install is not compiled, and with
-# PYTHONDONTWRITEBYTECODE set (as on these machines) every master, worker and CLI process the
-# tests start would compile what it imports again (~0.2 s each; ~20 % of a CLI test).
+# PYTHONDONTWRITEBYTECODE set (as on these machines) every master, worker and CLI process
+# the tests start would compile what it imports again (~0.2 s each; ~20 % of a CLI test).
 python -m compileall -q -j 0 services tests bench >/dev/null
 ruff check services tests bench
 ruff format --check services tests bench
