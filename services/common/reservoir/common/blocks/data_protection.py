@@ -12,7 +12,7 @@ its data transfer protocol. The operator chooses one per cluster
   over the request it answers, its header and its bytes. Tampering with a request, a
   response, their order or a single bit of a block is detected and the block is refused.
   An eavesdropper can read the blocks: for data that is not secret from the network
-  (public datasets), at the cost of one GHASH pass (~20 GB/s a core here) instead of TLS.
+  (public datasets), at the cost of one GHASH pass (~7 GB/s a core here) instead of TLS.
 - `authentication`: bytes in clear and unsealed: only who may read is checked (the same
   proof). For networks trusted against tampering and eavesdropping.
 
