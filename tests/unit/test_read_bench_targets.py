@@ -1,28 +1,10 @@
 """The read bench's target table (bench/speed/targets.py): ratios of medians, verdicts."""
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
-
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+from tests.bench_modules import load_bench_module
 
-
-def load_targets() -> ModuleType:
-    """bench/ is not a package: load bench/speed/targets.py by path."""
-    spec = importlib.util.spec_from_file_location(
-        "bench_speed_targets", BENCH / "speed" / "targets.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-T = load_targets()
+T = load_bench_module("speed/targets.py", "bench_speed_targets")
 
 
 def medians(scale: float) -> dict[tuple[str, str], dict[str, float]]:

@@ -1,29 +1,11 @@
 """The secure read bench's bound (bench/secure_read_bench.py `cpu_bound`): the most a data
 protection level can reach against default when reader and workers share the cores."""
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
-
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+from tests.bench_modules import load_bench_module
 
-
-def load_bench() -> ModuleType:
-    """bench/ is not a package: load the bench by path."""
-    spec = importlib.util.spec_from_file_location(
-        "secure_read_bench", BENCH / "secure_read_bench.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-B = load_bench()
+B = load_bench_module("secure_read_bench.py", "secure_read_bench")
 # Default spends 1 ms of CPU per MiB in all; each added pass runs at 1,000 MiB/s (1 ms/MiB).
 DEFAULT = {"reader_ms_mib": 0.6, "workers_ms_mib": 0.4}
 CEILINGS = {B.AES_CEILING: 1000.0, B.GMAC_CEILING: 1000.0}
