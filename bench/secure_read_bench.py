@@ -266,8 +266,12 @@ def table(
                 "met": met,
             }
         )
-    bounds = {level: cpu_bound(level, medians["default"]["large"], ceilings)
-              for level in ADDED_PASSES if level in medians}  # fmt: skip
+    default_large = medians["default"]["large"]
+    bounds = {
+        level: cpu_bound(level, default_large, ceilings)
+        for level in ADDED_PASSES
+        if level in medians
+    }
     for verdict in verdicts:
         if verdict["dataset"] == "large" and verdict["level"] in bounds:
             verdict["cpu_bound"] = bounds[verdict["level"]]
