@@ -3,7 +3,7 @@
 
 Python's `ssl` seals and opens TLS records of at most 16 KiB, each through a Python call,
 a copy in and a copy out of OpenSSL's buffers: ~1 ms of CPU a MiB on each side of a data
-port here, where AES-GCM itself takes ~0.1 (`cryptography`'s `encrypt_into`, OpenSSL with
+port here, where AES-GCM itself takes ~0.3 (`cryptography`'s `encrypt_into`, OpenSSL with
 AES-NI). So the data port does what kernel TLS does with TLS's keys: TLS authenticates
 the worker (its certificate, the CA, the name), the reader if the cluster asks, and
 agrees the keys (ECDHE: forward secret); the bulk bytes then go in records this module
